@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins the reference Kubernetes binaries kproxy's tests run
+// against: kube-apiserver and kube-proxy, built from the Go module proxy.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+)

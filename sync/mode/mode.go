@@ -1,0 +1,32 @@
+// Package mode defines the one interface every proxy mode (userspace,
+// iptables, ipvs) implements, so they all receive the same snapshots.
+package mode
+
+import (
+	"context"
+
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// Name is a --proxy-mode value.
+type Name string
+
+const (
+	Userspace Name = "userspace"
+	IPTables  Name = "iptables"
+	IPVS      Name = "ipvs"
+)
+
+// Mode programs snapshots into the kernel or the userspace data plane.
+type Mode interface {
+	Name() Name
+	// Sync makes the node match snap. changes says what differs from the
+	// snapshot of the last successful Sync; when changes.Full is set the mode
+	// must rewrite everything it owns. A returned error means the previous
+	// state may still be (partly) in force; the caller retries with the
+	// changes merged.
+	Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error
+	// Close stops the mode's background work without removing what it
+	// programmed (a restart must not drop traffic); Cleanup does that.
+	Close() error
+}
