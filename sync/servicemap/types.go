@@ -4,6 +4,7 @@
 package servicemap
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -32,17 +33,16 @@ func (n ServicePortName) String() string {
 
 // Compare orders names by namespace, name, port name, then protocol.
 func (n ServicePortName) Compare(o ServicePortName) int {
-	for _, p := range [][2]string{
-		{n.Namespace, o.Namespace}, {n.Name, o.Name}, {n.Port, o.Port}, {string(n.Protocol), string(o.Protocol)},
-	} {
-		if p[0] < p[1] {
-			return -1
-		}
-		if p[0] > p[1] {
-			return 1
-		}
+	if c := cmp.Compare(n.Namespace, o.Namespace); c != 0 {
+		return c
 	}
-	return 0
+	if c := cmp.Compare(n.Name, o.Name); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(n.Port, o.Port); c != 0 {
+		return c
+	}
+	return cmp.Compare(n.Protocol, o.Protocol)
 }
 
 // ServicePort is one port of one Service with everything a mode needs to

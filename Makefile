@@ -1,0 +1,54 @@
+# kproxy — build, test, demo, benchmarks. `sudo make test` and `sudo make demo`
+# work on a fresh Debian 12 machine: they install what they need first.
+SHELL := /bin/bash
+# sudo's secure_path drops /usr/local/go/bin, where Go lives.
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+TEST_TIMEOUT ?= 30m
+# Reference binaries (kube-apiserver, etcd, kube-proxy) built from the Go
+# module proxy; see DEVELOPERS.md.
+TOOLS_BIN := $(CURDIR)/bench/tools/bin
+export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
+
+.PHONY: all build deps tools test unit race demo bench lint clean
+
+all: build
+
+build:
+	$(GO) build -o bin/kproxy ./cmd/kproxy
+
+deps:
+	./.ci/install-deps
+
+# Incremental: after the first ~10-minute build the Go build cache makes this quick.
+tools: deps
+	cd bench/tools && $(GO) build -o bin/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd
+
+# Everything: unit tests, kernel tests in throwaway network namespaces, and the
+# real kube-apiserver + etcd tests. Needs root.
+test: deps tools build
+	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/
+
+# Unit tests only (no root needed; kernel tests skip).
+unit:
+	$(GO) test -count=1 ./...
+
+# Runs kproxy in a throwaway network namespace on the sample manifest and
+# shows what it serves and the service map it builds.
+demo: deps build
+	./bench/lab/demo.sh bin/kproxy deploy/samples/services.yaml
+
+bench: deps tools
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+STATICCHECK := $(CURDIR)/bin/staticcheck
+lint:
+	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+clean:
+	rm -rf bin bench/tools/bin

@@ -1,0 +1,241 @@
+// Package clustersource feeds a servicemap.Sink from a Kubernetes API server
+// through client-go shared informers, watching the same objects kube-proxy
+// watches: proxied Services, their EndpointSlices, and this node's Node.
+package clustersource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// LabelServiceProxyName marks a Service (and, copied by the EndpointSlice
+// controller, its slices) as handled by some other proxy than kube-proxy.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
+// DefaultResync is kube-proxy's default --config-sync-period.
+const DefaultResync = 15 * time.Minute
+
+// Source watches the cluster and forwards what it sees to a Sink.
+type Source struct {
+	client   kubernetes.Interface
+	nodeName string
+	resync   time.Duration
+	sink     servicemap.Sink
+	started  atomic.Bool
+}
+
+// New returns a Source for the node named nodeName. resync is the informers'
+// resync period (--config-sync-period); 0 disables periodic resyncs.
+func New(client kubernetes.Interface, nodeName string, resync time.Duration, sink servicemap.Sink) *Source {
+	return &Source{client: client, nodeName: nodeName, resync: resync, sink: sink}
+}
+
+// ProxiedSelector selects the Services and EndpointSlices kube-proxy
+// programs: those not claimed by another proxy and not of a headless service
+// (headless services are served by DNS only).
+func ProxiedSelector() (labels.Selector, error) {
+	noProxyName, err := labels.NewRequirement(LabelServiceProxyName, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building %s selector: %w", LabelServiceProxyName, err)
+	}
+	noHeadless, err := labels.NewRequirement(v1.IsHeadlessService, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building %s selector: %w", v1.IsHeadlessService, err)
+	}
+	return labels.NewSelector().Add(*noProxyName, *noHeadless), nil
+}
+
+// NodeSelector selects the one Node object named nodeName.
+func NodeSelector(nodeName string) fields.Selector {
+	return fields.OneTermEqualSelector(metav1.ObjectNameField, nodeName)
+}
+
+// Run starts the informers, calls the sink's OnSynced once the Service and
+// EndpointSlice caches have delivered their initial contents, and blocks
+// until ctx is done. The Node cache is not waited for: a missing Node object
+// must not hold up service programming. Informers reconnect and relist on
+// their own after API-server outages. Run returns an error if the caches
+// could not sync before ctx ended; it may be called only once.
+func (s *Source) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("cluster source: Run called twice")
+	}
+	logger := klog.FromContext(ctx).WithValues("node", s.nodeName)
+
+	proxied, err := ProxiedSelector()
+	if err != nil {
+		return err
+	}
+	// Services and slices have separate factories, as in kube-proxy, because
+	// only Services can be filtered on spec.clusterIP.
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = proxied.String()
+			o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
+		}))
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = proxied.String()
+		}))
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = NodeSelector(s.nodeName).String()
+		}))
+	defer func() {
+		// Shutdown waits for the informer goroutines, so no handler runs
+		// after Run returns.
+		svcFactory.Shutdown()
+		sliceFactory.Shutdown()
+		nodeFactory.Shutdown()
+	}()
+
+	h := handlers{sink: s.sink, nodeName: s.nodeName, logger: logger}
+	svcReg, err := svcFactory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    h.serviceUpdate,
+		UpdateFunc: func(_, obj any) { h.serviceUpdate(obj) },
+		DeleteFunc: h.serviceDelete,
+	})
+	if err != nil {
+		return fmt.Errorf("registering Service handler: %w", err)
+	}
+	sliceReg, err := sliceFactory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    h.sliceUpdate,
+		UpdateFunc: func(_, obj any) { h.sliceUpdate(obj) },
+		DeleteFunc: h.sliceDelete,
+	})
+	if err != nil {
+		return fmt.Errorf("registering EndpointSlice handler: %w", err)
+	}
+	if _, err := nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    h.nodeUpdate,
+		UpdateFunc: func(_, obj any) { h.nodeUpdate(obj) },
+		DeleteFunc: h.nodeDelete,
+	}); err != nil {
+		return fmt.Errorf("registering Node handler: %w", err)
+	}
+
+	svcFactory.Start(ctx.Done())
+	sliceFactory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+
+	// The registrations' HasSynced (not the informers') turn true only once
+	// every object of the initial list has been handed to our handlers, so
+	// the sink has the complete initial state when OnSynced is called.
+	logger.V(2).Info("Waiting for Service and EndpointSlice caches to sync")
+	if !cache.WaitForCacheSync(ctx.Done(), svcReg.HasSynced, sliceReg.HasSynced) {
+		return fmt.Errorf("service and endpointslice caches did not sync: %w", context.Cause(ctx))
+	}
+	logger.Info("Service and EndpointSlice caches synced")
+	s.sink.OnSynced()
+
+	<-ctx.Done()
+	return nil
+}
+
+// handlers translates informer callbacks into Sink calls.
+type handlers struct {
+	sink     servicemap.Sink
+	nodeName string
+	logger   klog.Logger
+}
+
+func (h handlers) serviceUpdate(obj any) {
+	svc, ok := obj.(*v1.Service)
+	if !ok {
+		h.logger.Error(nil, "Unexpected object in Service handler", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	h.sink.OnServiceUpdate(svc)
+}
+
+func (h handlers) serviceDelete(obj any) {
+	key, ok := deletedKey[*v1.Service](obj)
+	if !ok {
+		h.logger.Error(nil, "Unexpected object in Service delete handler", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	h.sink.OnServiceDelete(key)
+}
+
+func (h handlers) sliceUpdate(obj any) {
+	slice, ok := obj.(*discovery.EndpointSlice)
+	if !ok {
+		h.logger.Error(nil, "Unexpected object in EndpointSlice handler", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	h.sink.OnEndpointSliceUpdate(slice)
+}
+
+func (h handlers) sliceDelete(obj any) {
+	key, ok := deletedKey[*discovery.EndpointSlice](obj)
+	if !ok {
+		h.logger.Error(nil, "Unexpected object in EndpointSlice delete handler", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	h.sink.OnEndpointSliceDelete(key)
+}
+
+func (h handlers) nodeUpdate(obj any) {
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		h.logger.Error(nil, "Unexpected object in Node handler", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	// The field selector already limits the watch to this node; checking
+	// again keeps a misbehaving server from feeding us someone else's Node.
+	if node.Name != h.nodeName {
+		h.logger.V(4).Info("Ignoring other node", "other", node.Name)
+		return
+	}
+	h.sink.OnNodeUpdate(node)
+}
+
+func (h handlers) nodeDelete(obj any) {
+	key, ok := deletedKey[*v1.Node](obj)
+	if !ok {
+		h.logger.Error(nil, "Unexpected object in Node delete handler", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	if key.Name != h.nodeName {
+		return
+	}
+	h.sink.OnNodeDelete()
+}
+
+// deletedKey returns the namespace/name of a deleted object, which the
+// informer hands over either as the object itself or, when the delete was
+// missed during a watch gap and noticed at relist, as a tombstone.
+func deletedKey[T metav1.Object](obj any) (types.NamespacedName, bool) {
+	if o, ok := obj.(T); ok {
+		return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}, true
+	}
+	tomb, ok := obj.(cache.DeletedFinalStateUnknown)
+	if !ok {
+		return types.NamespacedName{}, false
+	}
+	if o, ok := tomb.Obj.(T); ok {
+		return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}, true
+	}
+	ns, name, err := cache.SplitMetaNamespaceKey(tomb.Key)
+	if err != nil || name == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, true
+}
