@@ -2,6 +2,7 @@ package servicemap
 
 import (
 	"iter"
+	"slices"
 	"time"
 )
 
@@ -14,20 +15,44 @@ type Snapshot struct {
 	// Node is nil until this node's Node object has been seen.
 	Node *NodeInfo
 
-	ports map[ServicePortName]*ServicePort
+	// ports is sorted by name. Snapshots share unchanged *ServicePort values
+	// (and, when no port was added or removed, nothing else), so the slice
+	// must never be modified once the snapshot is published.
+	ports []*ServicePort
 }
 
 // Get returns one service port.
 func (s *Snapshot) Get(name ServicePortName) (*ServicePort, bool) {
-	panic("TODO(servicemap): implement")
+	if s == nil {
+		return nil, false
+	}
+	i, ok := slices.BinarySearchFunc(s.ports, name, func(p *ServicePort, n ServicePortName) int { return p.Name.Compare(n) })
+	if !ok {
+		return nil, false
+	}
+	return s.ports[i], true
 }
 
 // Len is the number of service ports.
-func (s *Snapshot) Len() int { panic("TODO(servicemap): implement") }
+func (s *Snapshot) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.ports)
+}
 
 // All yields every service port in ServicePortName order.
 func (s *Snapshot) All() iter.Seq2[ServicePortName, *ServicePort] {
-	panic("TODO(servicemap): implement")
+	return func(yield func(ServicePortName, *ServicePort) bool) {
+		if s == nil {
+			return
+		}
+		for _, p := range s.ports {
+			if !yield(p.Name, p) {
+				return
+			}
+		}
+	}
 }
 
 // ChangeSet says what changed between two snapshots, so a mode can do a
@@ -37,12 +62,14 @@ type ChangeSet struct {
 	// change set merged after a failed sync when partial state is unknown.
 	Full bool
 	// Changed lists, sorted, every service port added, updated or removed,
-	// including endpoint changes.
+	// including endpoint changes. A port whose content is unchanged (say an
+	// EndpointSlice update that only bumped resourceVersion) is not listed.
 	Changed []ServicePortName
 	// Removed holds the last version of each service port that no longer exists.
 	Removed []*ServicePort
 	// StaleEndpoints are endpoints that were removed from a surviving or
-	// removed service port, or stopped serving.
+	// removed service port, or stopped serving; only endpoints that were
+	// serving before are listed, as no traffic went to the others.
 	StaleEndpoints []StaleEndpoint
 	// NewlyServed lists service ports that went from no serving endpoint to at
 	// least one (clients of such ports were being refused).
@@ -60,9 +87,67 @@ type ChangeSet struct {
 	TriggerTimes map[ServicePortName]time.Time
 }
 
-// Empty says nothing changed.
-func (c *ChangeSet) Empty() bool { panic("TODO(servicemap): implement") }
+// Empty says nothing changed that a mode must act on. Event counts do not
+// matter: events that changed nothing leave the set empty.
+func (c *ChangeSet) Empty() bool {
+	return c == nil || (!c.Full && !c.NodeChanged && len(c.Changed) == 0 && len(c.Removed) == 0 &&
+		len(c.StaleEndpoints) == 0 && len(c.NewlyServed) == 0)
+}
 
 // Merge folds a later change set into c, as when a sync of c failed and the
-// next one must cover both.
-func (c *ChangeSet) Merge(later *ChangeSet) { panic("TODO(servicemap): implement") }
+// next one must cover both. Removed and StaleEndpoints are concatenated: a
+// port removed in c and re-added later stays in Removed (its old state may
+// still need cleaning) and is in Changed (its new state must be written).
+// c gets fresh slices and maps, so neither input's storage is shared.
+func (c *ChangeSet) Merge(later *ChangeSet) {
+	if c == nil || later == nil {
+		return
+	}
+	c.Full = c.Full || later.Full
+	c.Changed = unionSorted(c.Changed, later.Changed)
+	c.Removed = slices.Concat(c.Removed, later.Removed)
+	c.StaleEndpoints = slices.Concat(c.StaleEndpoints, later.StaleEndpoints)
+	c.NewlyServed = unionSorted(c.NewlyServed, later.NewlyServed)
+	c.NodeChanged = c.NodeChanged || later.NodeChanged
+	c.ServiceChanges += later.ServiceChanges
+	c.EndpointChanges += later.EndpointChanges
+	if c.FirstEvent.IsZero() || (!later.FirstEvent.IsZero() && later.FirstEvent.Before(c.FirstEvent)) {
+		c.FirstEvent = later.FirstEvent
+	}
+	if len(c.TriggerTimes) > 0 || len(later.TriggerTimes) > 0 {
+		merged := make(map[ServicePortName]time.Time, len(c.TriggerTimes)+len(later.TriggerTimes))
+		for _, m := range []map[ServicePortName]time.Time{c.TriggerTimes, later.TriggerTimes} {
+			for name, t := range m {
+				if old, ok := merged[name]; !ok || t.Before(old) {
+					merged[name] = t
+				}
+			}
+		}
+		c.TriggerTimes = merged
+	}
+}
+
+// unionSorted merges two sorted name lists into a new sorted list without
+// duplicates.
+func unionSorted(a, b []ServicePortName) []ServicePortName {
+	if len(a) == 0 && len(b) == 0 {
+		return nil
+	}
+	out := make([]ServicePortName, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch c := a[i].Compare(b[j]); {
+		case c < 0:
+			out = append(out, a[i])
+			i++
+		case c > 0:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}

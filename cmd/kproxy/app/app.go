@@ -1,17 +1,192 @@
-// Package app runs kproxy: it wires a source, the service map, a mode and the
-// health and metrics servers together.
+// Package app runs kproxy: it checks what the kernel can do, picks the mode,
+// and wires a source, the service map, the mode and the health and metrics
+// servers together.
 package app
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/cmd/kproxy/options"
+	"kproxy.dev/kproxy/redirect/cleanup"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/engine"
+	"kproxy.dev/kproxy/sync/healthz"
+	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/mode/preview"
+	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// Config is replaced by options.Config once the options package exists.
-type Config = any
+// Run starts kproxy and returns when ctx is cancelled or a part fails.
+// Everything that can be checked is checked before the kernel is touched.
+func Run(ctx context.Context, cfg *options.Config) error {
+	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
-// Run starts kproxy and returns when ctx is cancelled.
-func Run(ctx context.Context, cfg Config) error { return errors.New("not wired yet") }
+	features := kernel.Detect(ctx)
+	logger.V(2).Info("Kernel features", "features", features.String())
+	name, reason, err := kernel.Choose(string(cfg.Mode), features)
+	if err != nil {
+		return err
+	}
+	logger.Info("Using proxy mode", "mode", name, "reason", reason)
 
-// Cleanup removes everything any mode may have installed.
-func Cleanup(ctx context.Context, cfg Config) error { return errors.New("not wired yet") }
+	minSync, syncPeriod := syncPeriods(cfg, name)
+	m := metrics.New()
+	health := healthz.New(2*syncPeriod, m, nil)
+
+	servers, err := listen(cfg, name, health, m)
+	if err != nil {
+		return err
+	}
+	defer servers.close()
+
+	// Nothing above touched the kernel; from here on kproxy owns the node's
+	// proxy state, so leftovers of the other modes go first.
+	if err := cleanup.Except(ctx, features, name); err != nil {
+		logger.Error(err, "Removing leftovers of other proxy modes failed; carrying on", "keep", name)
+	}
+
+	proxyMode := newMode(name, logger)
+	defer func() {
+		if err := proxyMode.Close(); err != nil {
+			logger.Error(err, "Stopping the proxy mode")
+		}
+	}()
+
+	// The tracker and the engine need each other: the tracker's change
+	// callback notifies the engine, which reads snapshots from the tracker.
+	var eng *engine.Engine
+	tracker := servicemap.NewTracker(cfg.NodeName, func() { eng.Notify() })
+	eng, err = engine.New(engine.Config{
+		Map: tracker, Mode: proxyMode, Metrics: m, Health: health,
+		MinSyncPeriod: minSync, SyncPeriod: syncPeriod,
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the sync engine: %w", err)
+	}
+
+	src, err := newSource(ctx, cfg, tracker, m)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 4)
+	goFn := func(what string, fn func(context.Context) error) {
+		go func() {
+			err := fn(ctx)
+			if err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", what, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	running := 0
+	for _, s := range servers.list {
+		goFn("serving "+s.what, s.server.Serve)
+		running++
+	}
+	goFn("service source", src.Run)
+	goFn("sync engine", func(ctx context.Context) error { eng.Run(ctx); return nil })
+	running += 2
+
+	logger.Info("kproxy started", "mode", name, "source", src.describe, "minSyncPeriod", minSync, "syncPeriod", syncPeriod)
+	var firstErr error
+	select {
+	case <-ctx.Done():
+	case firstErr = <-errs:
+		running--
+	}
+	cancel()
+	for ; running > 0; running-- {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	logger.Info("kproxy stopped")
+	return nil
+}
+
+// Cleanup removes everything any mode may have installed (--cleanup).
+func Cleanup(ctx context.Context, cfg *options.Config) error {
+	features := kernel.Detect(ctx)
+	if err := cleanup.All(ctx, features); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	klog.FromContext(ctx).Info("Removed everything kproxy and kube-proxy modes install")
+	return nil
+}
+
+// syncPeriods returns the selected mode's minimum and maximum sync interval.
+// The userspace mode, like kube-proxy's old one, uses the iptables periods
+// for its portal rules.
+func syncPeriods(cfg *options.Config, name mode.Name) (minSync, sync time.Duration) {
+	minSync, sync = cfg.IPTablesMinSyncPeriod, cfg.IPTablesSyncPeriod
+	if name == mode.IPVS {
+		minSync, sync = cfg.IPVSMinSyncPeriod, cfg.IPVSSyncPeriod
+	}
+	if minSync == 0 {
+		minSync = -1 // the engine reads 0 as "default"; the user meant "no limit"
+	}
+	return minSync, sync
+}
+
+// newMode returns the mode's implementation. None exists yet: every mode runs
+// as a preview that logs what it would program, and says so.
+func newMode(name mode.Name, logger klog.Logger) mode.Mode {
+	logger.Info("This proxy mode is not implemented yet: kproxy builds the service map, serves health and metrics, "+
+		"and logs what it would program without touching the data path", "mode", name)
+	return preview.New(name, logger)
+}
+
+type namedServer struct {
+	what   string
+	server *healthz.Server
+}
+
+type serverSet struct{ list []namedServer }
+
+func (s *serverSet) close() {
+	for _, n := range s.list {
+		_ = n.server.Close()
+	}
+}
+
+// listen binds the health and metrics ports up front so that a port in use
+// fails the start instead of a background goroutine.
+func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics) (*serverSet, error) {
+	set := &serverSet{}
+	if cfg.HealthzBindAddress != "" {
+		s, err := healthz.NewHealthServer(cfg.HealthzBindAddress, health)
+		if err != nil {
+			return nil, fmt.Errorf("--healthz-bind-address: %w", err)
+		}
+		set.list = append(set.list, namedServer{"healthz on " + s.Addr().String(), s})
+	}
+	if cfg.MetricsBindAddress != "" {
+		configz, err := json.Marshal(cfg)
+		if err != nil {
+			set.close()
+			return nil, fmt.Errorf("encoding the configuration for /configz: %w", err)
+		}
+		s, err := healthz.NewMetricsServer(healthz.MetricsServerConfig{
+			Address: cfg.MetricsBindAddress, Health: health, Metrics: m, ProxyMode: name, Configz: configz,
+		})
+		if err != nil {
+			set.close()
+			return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+		}
+		set.list = append(set.list, namedServer{"metrics on " + s.Addr().String(), s})
+	}
+	return set, nil
+}

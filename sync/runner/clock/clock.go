@@ -5,7 +5,6 @@ package clock
 import "time"
 
 // Clock tells the time and makes timers.
-// on it) reads, so tests can drive time by hand instead of sleeping.
 type Clock interface {
 	Now() time.Time
 	NewTimer(d time.Duration) Timer

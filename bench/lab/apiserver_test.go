@@ -1,0 +1,74 @@
+package lab
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestAPIServerLab(t *testing.T) {
+	if InFreshNetns(t) {
+		return
+	}
+	api := StartAPIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	node := CreateNode(t, api.Client, "lab-node", "198.19.0.10")
+	got, err := api.Client.CoreV1().Nodes().Get(ctx, "lab-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting node: %v", err)
+	}
+	if len(got.Status.Addresses) == 0 || got.Status.Addresses[0] != (v1.NodeAddress{Type: v1.NodeInternalIP, Address: "198.19.0.10"}) {
+		t.Errorf("node addresses = %v, want InternalIP 198.19.0.10 first", got.Status.Addresses)
+	}
+	if node.UID != got.UID {
+		t.Errorf("CreateNode returned UID %s, stored node has %s", node.UID, got.UID)
+	}
+
+	// The kubeconfig file must work on its own, as kube-proxy would use it.
+	cfg, err := clientcmd.BuildConfigFromFlags("", api.KubeconfigPath)
+	if err != nil {
+		t.Fatalf("loading kubeconfig: %v", err)
+	}
+	fromFile, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: metav1.NamespaceDefault},
+		Spec:       v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80}}},
+	}
+	created, err := fromFile.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating service through the kubeconfig: %v", err)
+	}
+	if !inServiceCIDR(created.Spec.ClusterIP) {
+		t.Errorf("cluster IP %q not allocated from %s", created.Spec.ClusterIP, ServiceCIDR)
+	}
+
+	// Restart: etcd keeps the data, the server comes back on the same URL.
+	api.Stop()
+	if _, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{}); err == nil {
+		t.Fatal("API server still answers after Stop")
+	}
+	api.Start()
+	again, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting service after restart: %v", err)
+	}
+	if again.UID != created.UID {
+		t.Errorf("service UID changed across restart: %s -> %s", created.UID, again.UID)
+	}
+}
+
+func inServiceCIDR(ip string) bool {
+	addr, err := netip.ParseAddr(ip)
+	return err == nil && netip.MustParsePrefix(ServiceCIDR).Contains(addr)
+}

@@ -1,0 +1,43 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	componentconfig "k8s.io/component-base/config/v1alpha1"
+
+	"kproxy.dev/kproxy/cmd/kproxy/options"
+	"kproxy.dev/kproxy/sync/clustersource"
+	"kproxy.dev/kproxy/sync/filesource"
+	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// source is where Services and EndpointSlices come from.
+type source struct {
+	describe string
+	Run      func(ctx context.Context) error
+}
+
+// newSource picks the services file when one is given, else the cluster
+// (kubeconfig, --master, or in-cluster config).
+func newSource(ctx context.Context, cfg *options.Config, sink servicemap.Sink, m *metrics.Metrics) (*source, error) {
+	if cfg.ServicesFile != "" {
+		fs, err := filesource.New(cfg.ServicesFile, cfg.NodeName, sink, m.Registry())
+		if err != nil {
+			return nil, fmt.Errorf("--services-file: %w", err)
+		}
+		return &source{describe: "services file " + cfg.ServicesFile, Run: fs.Run}, nil
+	}
+	client, err := clustersource.NewClient(componentconfig.ClientConnectionConfiguration{
+		Kubeconfig:  cfg.Kubeconfig,
+		ContentType: cfg.ContentType,
+		QPS:         cfg.QPS,
+		Burst:       cfg.Burst,
+	}, cfg.Master)
+	if err != nil {
+		return nil, err
+	}
+	cs := clustersource.New(client, cfg.NodeName, cfg.ConfigSyncPeriod, sink)
+	return &source{describe: "cluster", Run: cs.Run}, nil
+}

@@ -1,0 +1,279 @@
+package options
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// Options holds what the command line says before it is merged with the
+// --config file. Flags are bound to a defaulted FileConfiguration so --help
+// shows kube-proxy's defaults; only flags the user actually set are copied
+// over the file's values.
+type Options struct {
+	// ConfigFile is --config.
+	ConfigFile string
+	// WriteConfigTo is --write-config-to.
+	WriteConfigTo string
+	// Cleanup is --cleanup.
+	Cleanup bool
+	// InitOnly is --init-only.
+	InitOnly bool
+
+	// Hostname returns the OS hostname; tests replace it.
+	Hostname func() (string, error)
+
+	master      string
+	healthzPort int32
+	metricsPort int32
+	fromFlags   *FileConfiguration
+	// effective is the merged configuration Complete validated.
+	effective *FileConfiguration
+}
+
+// NewOptions returns Options holding kube-proxy's defaults.
+func NewOptions() *Options {
+	return &Options{
+		Hostname:    os.Hostname,
+		healthzPort: defaultHealthzPort,
+		metricsPort: defaultMetricsPort,
+		fromFlags:   NewDefaultFileConfiguration(),
+	}
+}
+
+// AddFlags registers every kproxy flag (kube-proxy's names, defaults and
+// meanings, plus --services-file) on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	f := o.fromFlags
+	c := &f.KubeProxyConfiguration
+
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
+		"Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON). Flags given explicitly on the command line override its values.")
+	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo,
+		"If set, write the effective configuration (defaults, then --config, then flags) to this file and exit without touching the kernel.")
+	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup,
+		"If true, remove every iptables, ipvs and userspace rule kproxy may have installed, then exit.")
+	fs.BoolVar(&o.InitOnly, "init-only", o.InitOnly,
+		"If true, do the setup that needs full root privileges and exit; kproxy can then run with only CAP_NET_ADMIN.")
+	fs.Var(newFeatureGatesValue(&c.FeatureGates), "feature-gates",
+		"Comma-separated key=true|false pairs enabling or disabling alpha/experimental features. Accepted for compatibility and stored; kproxy defines no gates itself.")
+
+	fs.StringVar(&c.ClientConnection.Kubeconfig, "kubeconfig", c.ClientConnection.Kubeconfig,
+		"Path to a kubeconfig file with the API server location and credentials (--master overrides the location).")
+	fs.StringVar(&o.master, "master", o.master,
+		"Address of the Kubernetes API server; takes precedence over the one in the kubeconfig.")
+	fs.StringVar(&f.ServicesFile, "services-file", f.ServicesFile,
+		"kproxy only: read Services and EndpointSlices from this manifest file or directory (watched for changes) instead of a cluster. Cannot be combined with --kubeconfig or --master.")
+	fs.StringVar(&c.ClientConnection.ContentType, "kube-api-content-type", c.ClientConnection.ContentType,
+		"Content type of the requests kproxy sends to the API server.")
+	fs.Float32Var(&c.ClientConnection.QPS, "kube-api-qps", c.ClientConnection.QPS,
+		"Queries per second allowed towards the API server.")
+	fs.Int32Var(&c.ClientConnection.Burst, "kube-api-burst", c.ClientConnection.Burst,
+		"Request burst allowed towards the API server.")
+	fs.DurationVar(&c.ConfigSyncPeriod.Duration, "config-sync-period", c.ConfigSyncPeriod.Duration,
+		"How often the Service and EndpointSlice informers resync from the API server. 0 disables periodic resync.")
+
+	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride,
+		"Name of the Node kproxy runs on. When empty, the machine's hostname (lowercased) is used.")
+	fs.StringVar(&c.BindAddress, "bind-address", c.BindAddress,
+		"This node's primary IP as far as kproxy is concerned (the name is historical: nothing binds to it).")
+	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail,
+		"If true, failing to bind the healthz or metrics port is fatal.")
+	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress,
+		"IP address and port (ip or ip:port) the health check server listens on. Empty or port 0 disables it.")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress,
+		"IP address and port (ip or ip:port) the metrics server listens on; use 0.0.0.0:10249 or [::]:10249 for all interfaces. Empty or port 0 disables it.")
+	fs.Int32Var(&o.healthzPort, "healthz-port", o.healthzPort, "Port of the health check server; 0 disables it.")
+	_ = fs.MarkDeprecated("healthz-port", "use --healthz-bind-address instead")
+	fs.Int32Var(&o.metricsPort, "metrics-port", o.metricsPort, "Port of the metrics server; 0 disables it.")
+	_ = fs.MarkDeprecated("metrics-port", "use --metrics-bind-address instead")
+	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling,
+		"If true, serve pprof profiles under /debug/pprof on the metrics server.")
+	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion,
+		"Previous minor version (<major>.<minor>, e.g. 1.35) whose hidden metrics should still be shown.")
+	fs.Int32Var(c.OOMScoreAdj, "oom-score-adj", *c.OOMScoreAdj,
+		"oom_score_adj for the kproxy process, within [-1000, 1000].")
+
+	fs.StringVar((*string)(&c.Mode), "proxy-mode", string(c.Mode),
+		"Proxy mode: 'userspace', 'iptables' or 'ipvs'. Empty picks iptables when the kernel supports it, else userspace.")
+	fs.BoolVar(&c.IPTables.MasqueradeAll, "masquerade-all", c.IPTables.MasqueradeAll,
+		"If true, SNAT all traffic sent to Service cluster IPs (some CNI plugins need this).")
+	fs.Int32Var(c.IPTables.MasqueradeBit, "iptables-masquerade-bit", *c.IPTables.MasqueradeBit,
+		"In iptables or ipvs mode, the fwmark bit that marks packets needing SNAT, within [0, 31].")
+	fs.BoolVar(c.IPTables.LocalhostNodePorts, "iptables-localhost-nodeports", *c.IPTables.LocalhostNodePorts,
+		"If false, NodePorts are not reachable via localhost (iptables mode, IPv4 only).")
+	fs.DurationVar(&c.IPTables.SyncPeriod.Duration, "iptables-sync-period", c.IPTables.SyncPeriod.Duration,
+		"Maximum interval (e.g. '5s', '1m', '2h22m') between full resynchronisations of the rules. Must be greater than 0.")
+	fs.DurationVar(&c.IPTables.MinSyncPeriod.Duration, "iptables-min-sync-period", c.IPTables.MinSyncPeriod.Duration,
+		"Minimum interval between iptables rule syncs (e.g. '5s', '1m'). 0 syncs on every Service or EndpointSlice change.")
+	fs.DurationVar(&c.IPVS.SyncPeriod.Duration, "ipvs-sync-period", c.IPVS.SyncPeriod.Duration,
+		"Maximum interval (e.g. '5s', '1m', '2h22m') between full resynchronisations of the IPVS rules. Must be greater than 0.")
+	fs.DurationVar(&c.IPVS.MinSyncPeriod.Duration, "ipvs-min-sync-period", c.IPVS.MinSyncPeriod.Duration,
+		"Minimum interval between IPVS rule syncs (e.g. '5s', '1m'). 0 syncs on every Service or EndpointSlice change.")
+	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler,
+		"IPVS scheduler in ipvs mode: "+strings.Join(ipvsSchedulers(), ", ")+". Empty means rr.")
+	fs.StringSliceVar(&c.IPVS.ExcludeCIDRs, "ipvs-exclude-cidrs", c.IPVS.ExcludeCIDRs,
+		"Comma-separated CIDRs whose IPVS rules kproxy must leave alone when cleaning up.")
+	fs.BoolVar(&c.IPVS.StrictARP, "ipvs-strict-arp", c.IPVS.StrictARP,
+		"If true, set arp_ignore=1 and arp_announce=2 so the node does not answer ARP for IPVS addresses.")
+	fs.DurationVar(&c.IPVS.TCPTimeout.Duration, "ipvs-tcp-timeout", c.IPVS.TCPTimeout.Duration,
+		"Idle timeout of IPVS TCP connections; 0 leaves the kernel's value.")
+	fs.DurationVar(&c.IPVS.TCPFinTimeout.Duration, "ipvs-tcpfin-timeout", c.IPVS.TCPFinTimeout.Duration,
+		"Timeout of IPVS TCP connections after a FIN; 0 leaves the kernel's value.")
+	fs.DurationVar(&c.IPVS.UDPTimeout.Duration, "ipvs-udp-timeout", c.IPVS.UDPTimeout.Duration,
+		"Timeout of IPVS UDP flows; 0 leaves the kernel's value.")
+
+	fs.StringVar(&c.PortRange, "proxy-port-range", c.PortRange,
+		"Host ports the userspace proxier may open (begin-end, begin+offset or a single port, inclusive). Empty or 0-0 means any free port.")
+	fs.DurationVar(&f.UDPIdleTimeout.Duration, "udp-timeout", f.UDPIdleTimeout.Duration,
+		"How long the userspace proxier keeps an idle UDP flow open (e.g. '250ms', '2s'). Must be greater than 0.")
+	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
+		"CIDRs containing the node IPs NodePorts are served on, or the single value 'primary' for the node's primary IPs. Empty means all local IPs.")
+
+	fs.StringVar((*string)(&c.DetectLocalMode), "detect-local-mode", string(c.DetectLocalMode),
+		"How to tell traffic from local pods: "+strings.Join(detectLocalModes(), ", ")+". Empty means ClusterCIDR.")
+	fs.StringVar(&c.ClusterCIDR, "cluster-cidr", c.ClusterCIDR,
+		"Pod CIDR of the cluster (a comma-separated IPv4/IPv6 pair for dual-stack). With --detect-local-mode=ClusterCIDR, traffic from it counts as local.")
+	fs.StringVar(&c.DetectLocal.BridgeInterface, "pod-bridge-interface", c.DetectLocal.BridgeInterface,
+		"With --detect-local-mode=BridgeInterface, traffic arriving from this bridge counts as local.")
+	fs.StringVar(&c.DetectLocal.InterfaceNamePrefix, "pod-interface-name-prefix", c.DetectLocal.InterfaceNamePrefix,
+		"With --detect-local-mode=InterfaceNamePrefix, traffic from interfaces with this name prefix counts as local.")
+
+	fs.Int32Var(c.Conntrack.MaxPerCore, "conntrack-max-per-core", *c.Conntrack.MaxPerCore,
+		"Conntrack entries to allow per CPU core (0 leaves the limit as it is and ignores --conntrack-min).")
+	fs.Int32Var(c.Conntrack.Min, "conntrack-min", *c.Conntrack.Min,
+		"Minimum conntrack table size whatever --conntrack-max-per-core gives (set --conntrack-max-per-core=0 to leave the limit as it is).")
+	fs.DurationVar(&c.Conntrack.TCPEstablishedTimeout.Duration, "conntrack-tcp-timeout-established", c.Conntrack.TCPEstablishedTimeout.Duration,
+		"Idle timeout of established TCP conntrack entries (0 leaves the kernel's value).")
+	fs.DurationVar(&c.Conntrack.TCPCloseWaitTimeout.Duration, "conntrack-tcp-timeout-close-wait", c.Conntrack.TCPCloseWaitTimeout.Duration,
+		"Timeout of TCP conntrack entries in CLOSE_WAIT.")
+	fs.BoolVar(&c.Conntrack.TCPBeLiberal, "conntrack-tcp-be-liberal", c.Conntrack.TCPBeLiberal,
+		"If true, set nf_conntrack_tcp_be_liberal=1 so out-of-window TCP packets are not marked INVALID.")
+	fs.DurationVar(&c.Conntrack.UDPTimeout.Duration, "conntrack-udp-timeout", c.Conntrack.UDPTimeout.Duration,
+		"Idle timeout of UNREPLIED UDP conntrack entries (0 leaves the kernel's value).")
+	fs.DurationVar(&c.Conntrack.UDPStreamTimeout.Duration, "conntrack-udp-timeout-stream", c.Conntrack.UDPStreamTimeout.Duration,
+		"Idle timeout of ASSURED UDP conntrack entries (0 leaves the kernel's value).")
+}
+
+// flagOverrides copies one explicitly set flag's value from the flag-bound
+// configuration (src) over the effective one (dst). Flags absent here
+// (--config, --master, ...) are not part of the file format.
+func flagOverrides() map[string]func(dst, src *FileConfiguration) {
+	return map[string]func(dst, src *FileConfiguration){
+		"feature-gates": func(d, s *FileConfiguration) {
+			// Per gate: a gate named on the command line wins over the file.
+			for k, v := range s.FeatureGates {
+				d.FeatureGates[k] = v
+			}
+		},
+		"kubeconfig":            func(d, s *FileConfiguration) { d.ClientConnection.Kubeconfig = s.ClientConnection.Kubeconfig },
+		"services-file":         func(d, s *FileConfiguration) { d.ServicesFile = s.ServicesFile },
+		"kube-api-content-type": func(d, s *FileConfiguration) { d.ClientConnection.ContentType = s.ClientConnection.ContentType },
+		"kube-api-qps":          func(d, s *FileConfiguration) { d.ClientConnection.QPS = s.ClientConnection.QPS },
+		"kube-api-burst":        func(d, s *FileConfiguration) { d.ClientConnection.Burst = s.ClientConnection.Burst },
+		"config-sync-period":    func(d, s *FileConfiguration) { d.ConfigSyncPeriod = s.ConfigSyncPeriod },
+		"hostname-override":     func(d, s *FileConfiguration) { d.HostnameOverride = s.HostnameOverride },
+		"bind-address":          func(d, s *FileConfiguration) { d.BindAddress = s.BindAddress },
+		"bind-address-hard-fail": func(d, s *FileConfiguration) {
+			d.BindAddressHardFail = s.BindAddressHardFail
+		},
+		"healthz-bind-address": func(d, s *FileConfiguration) { d.HealthzBindAddress = s.HealthzBindAddress },
+		"metrics-bind-address": func(d, s *FileConfiguration) { d.MetricsBindAddress = s.MetricsBindAddress },
+		"profiling":            func(d, s *FileConfiguration) { d.EnableProfiling = s.EnableProfiling },
+		"show-hidden-metrics-for-version": func(d, s *FileConfiguration) {
+			d.ShowHiddenMetricsForVersion = s.ShowHiddenMetricsForVersion
+		},
+		"oom-score-adj":  func(d, s *FileConfiguration) { d.OOMScoreAdj = ptrTo(*s.OOMScoreAdj) },
+		"proxy-mode":     func(d, s *FileConfiguration) { d.Mode = s.Mode },
+		"masquerade-all": func(d, s *FileConfiguration) { d.IPTables.MasqueradeAll = s.IPTables.MasqueradeAll },
+		"iptables-masquerade-bit": func(d, s *FileConfiguration) {
+			d.IPTables.MasqueradeBit = ptrTo(*s.IPTables.MasqueradeBit)
+		},
+		"iptables-localhost-nodeports": func(d, s *FileConfiguration) {
+			d.IPTables.LocalhostNodePorts = ptrTo(*s.IPTables.LocalhostNodePorts)
+		},
+		"iptables-sync-period":     func(d, s *FileConfiguration) { d.IPTables.SyncPeriod = s.IPTables.SyncPeriod },
+		"iptables-min-sync-period": func(d, s *FileConfiguration) { d.IPTables.MinSyncPeriod = s.IPTables.MinSyncPeriod },
+		"ipvs-sync-period":         func(d, s *FileConfiguration) { d.IPVS.SyncPeriod = s.IPVS.SyncPeriod },
+		"ipvs-min-sync-period":     func(d, s *FileConfiguration) { d.IPVS.MinSyncPeriod = s.IPVS.MinSyncPeriod },
+		"ipvs-scheduler":           func(d, s *FileConfiguration) { d.IPVS.Scheduler = s.IPVS.Scheduler },
+		"ipvs-exclude-cidrs": func(d, s *FileConfiguration) {
+			d.IPVS.ExcludeCIDRs = append([]string(nil), s.IPVS.ExcludeCIDRs...)
+		},
+		"ipvs-strict-arp":     func(d, s *FileConfiguration) { d.IPVS.StrictARP = s.IPVS.StrictARP },
+		"ipvs-tcp-timeout":    func(d, s *FileConfiguration) { d.IPVS.TCPTimeout = s.IPVS.TCPTimeout },
+		"ipvs-tcpfin-timeout": func(d, s *FileConfiguration) { d.IPVS.TCPFinTimeout = s.IPVS.TCPFinTimeout },
+		"ipvs-udp-timeout":    func(d, s *FileConfiguration) { d.IPVS.UDPTimeout = s.IPVS.UDPTimeout },
+		"proxy-port-range":    func(d, s *FileConfiguration) { d.PortRange = s.PortRange },
+		"udp-timeout":         func(d, s *FileConfiguration) { d.UDPIdleTimeout = s.UDPIdleTimeout },
+		"nodeport-addresses": func(d, s *FileConfiguration) {
+			d.NodePortAddresses = append([]string(nil), s.NodePortAddresses...)
+		},
+		"detect-local-mode": func(d, s *FileConfiguration) { d.DetectLocalMode = s.DetectLocalMode },
+		"cluster-cidr":      func(d, s *FileConfiguration) { d.ClusterCIDR = s.ClusterCIDR },
+		"pod-bridge-interface": func(d, s *FileConfiguration) {
+			d.DetectLocal.BridgeInterface = s.DetectLocal.BridgeInterface
+		},
+		"pod-interface-name-prefix": func(d, s *FileConfiguration) {
+			d.DetectLocal.InterfaceNamePrefix = s.DetectLocal.InterfaceNamePrefix
+		},
+		"conntrack-max-per-core": func(d, s *FileConfiguration) { d.Conntrack.MaxPerCore = ptrTo(*s.Conntrack.MaxPerCore) },
+		"conntrack-min":          func(d, s *FileConfiguration) { d.Conntrack.Min = ptrTo(*s.Conntrack.Min) },
+		"conntrack-tcp-timeout-established": func(d, s *FileConfiguration) {
+			d.Conntrack.TCPEstablishedTimeout = ptrTo(*s.Conntrack.TCPEstablishedTimeout)
+		},
+		"conntrack-tcp-timeout-close-wait": func(d, s *FileConfiguration) {
+			d.Conntrack.TCPCloseWaitTimeout = ptrTo(*s.Conntrack.TCPCloseWaitTimeout)
+		},
+		"conntrack-tcp-be-liberal":     func(d, s *FileConfiguration) { d.Conntrack.TCPBeLiberal = s.Conntrack.TCPBeLiberal },
+		"conntrack-udp-timeout":        func(d, s *FileConfiguration) { d.Conntrack.UDPTimeout = s.Conntrack.UDPTimeout },
+		"conntrack-udp-timeout-stream": func(d, s *FileConfiguration) { d.Conntrack.UDPStreamTimeout = s.Conntrack.UDPStreamTimeout },
+	}
+}
+
+// featureGatesValue is a pflag.Value for "a=true,b=false" that fills a map.
+type featureGatesValue struct{ gates *map[string]bool }
+
+func newFeatureGatesValue(gates *map[string]bool) *featureGatesValue {
+	return &featureGatesValue{gates: gates}
+}
+
+func (v *featureGatesValue) Set(s string) error {
+	if *v.gates == nil {
+		*v.gates = map[string]bool{}
+	}
+	for _, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(pair, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return fmt.Errorf("%q is not of the form name=true|false", pair)
+		}
+		enabled, err := strconv.ParseBool(strings.TrimSpace(value))
+		if err != nil {
+			return fmt.Errorf("feature gate %q: %q is not a boolean", name, value)
+		}
+		(*v.gates)[strings.TrimSpace(name)] = enabled
+	}
+	return nil
+}
+
+func (v *featureGatesValue) String() string {
+	if v.gates == nil || len(*v.gates) == 0 {
+		return ""
+	}
+	pairs := make([]string, 0, len(*v.gates))
+	for name, enabled := range *v.gates {
+		pairs = append(pairs, fmt.Sprintf("%s=%t", name, enabled))
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func (v *featureGatesValue) Type() string { return "mapStringBool" }

@@ -1,0 +1,264 @@
+// Package cleanup removes what kube-proxy's and kproxy's proxy modes leave in
+// the kernel: iptables chains and the rules jumping to them (both backends,
+// both families), ipvs mode's ipsets, kube-ipvs0 link and IPVS services, and
+// the nftables "kube-proxy" tables. Chains kubelet owns and everything
+// unrelated stay. Cleaning a clean node changes nothing.
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/moby/ipvs"
+	"github.com/vishvananda/netlink"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/mode"
+)
+
+const (
+	// ipvsLink is the dummy link ipvs mode binds service addresses to.
+	ipvsLink = "kube-ipvs0"
+	probeSet = kernel.ProbeIPSet
+	// nftTable is the table kube-proxy's nftables mode owns, in ip and ip6.
+	nftTable = "kube-proxy"
+	lockWait = "5"
+)
+
+// Links is the link surface cleanup needs.
+type Links interface {
+	// LinkExists reports whether a link of that name exists.
+	LinkExists(name string) (bool, error)
+	DeleteLink(name string) error
+}
+
+// IPVS is the part of an IPVS handle cleanup needs (*ipvs.Handle has it).
+type IPVS interface {
+	GetServices() ([]*ipvs.Service, error)
+	DelService(s *ipvs.Service) error
+	Close()
+}
+
+// Cleaner removes proxy leftovers. Use New, or fill in fakes in tests.
+type Cleaner struct {
+	Runner   kernel.Runner
+	Links    Links
+	OpenIPVS func() (IPVS, error)
+}
+
+// New returns a Cleaner working on the real node.
+func New() *Cleaner {
+	return &Cleaner{
+		Runner: kernel.ExecRunner{},
+		Links:  netlinkLinks{},
+		OpenIPVS: func() (IPVS, error) {
+			h, err := ipvs.New("")
+			if err != nil {
+				return nil, err
+			}
+			return h, nil
+		},
+	}
+}
+
+// All removes every mode's leftovers; see Cleaner.Except.
+func All(ctx context.Context, f kernel.Features) error {
+	return New().Except(ctx, f, "")
+}
+
+// Except removes the leftovers of every mode but keep; see Cleaner.Except.
+func Except(ctx context.Context, f kernel.Features, keep mode.Name) error {
+	return New().Except(ctx, f, keep)
+}
+
+// All removes every mode's leftovers.
+func (c *Cleaner) All(ctx context.Context, f kernel.Features) error {
+	return c.Except(ctx, f, "")
+}
+
+// Except removes what modes other than keep installed, so a node switched
+// from one mode to another does not run both; keep "" removes everything.
+// What keep owns, including chains it shares with another mode (iptables and
+// ipvs mode both use KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ...),
+// stays so traffic keeps flowing until keep's first sync rewrites it. f
+// (from kernel.Detect) says which backends and tools exist; absent ones are
+// skipped. Every step runs even when an earlier one fails; the error joins
+// all failures, each naming what failed.
+func (c *Cleaner) Except(ctx context.Context, f kernel.Features, keep mode.Name) error {
+	logger := klog.FromContext(ctx)
+	var errs []error
+	if keep != mode.IPVS {
+		errs = append(errs, c.cleanIPVS(ctx, f))
+	}
+	errs = append(errs, c.deleteLink(ctx, kernel.ProbeLink))
+	for _, fam := range kernel.Families() {
+		for _, b := range kernel.Backends() {
+			if !f.Family(fam).Get(b).Usable {
+				continue
+			}
+			errs = append(errs, c.cleanIPTables(ctx, b, fam, keep))
+		}
+	}
+	// After iptables: rules matching a set keep it busy.
+	if f.IPSet.Present {
+		errs = append(errs, c.cleanIPSets(ctx, keep))
+	}
+	errs = append(errs, c.cleanNFTables(ctx))
+	err := errors.Join(errs...)
+	if err != nil {
+		logger.Error(err, "Cleaning up proxy leftovers failed in part", "keep", keep)
+	} else {
+		logger.V(2).Info("Cleaned up proxy leftovers", "keep", keep)
+	}
+	return err
+}
+
+// cleanIPVS removes IPVS services and the kube-ipvs0 link. IPVS services are
+// only touched when kube-ipvs0 exists: the link is the evidence that ipvs mode
+// ran here, and without it the services may belong to someone else (a load
+// balancer daemon). ipvs mode programs every IPVS service it sees, so it
+// removes them all, as kube-proxy does.
+func (c *Cleaner) cleanIPVS(ctx context.Context, f kernel.Features) error {
+	exists, err := c.Links.LinkExists(ipvsLink)
+	if err != nil {
+		return fmt.Errorf("looking up link %s: %w", ipvsLink, err)
+	}
+	if !exists {
+		return nil
+	}
+	var errs []error
+	if f.IPVS.Present {
+		errs = append(errs, c.flushIPVS(ctx))
+	}
+	errs = append(errs, c.deleteLink(ctx, ipvsLink))
+	return errors.Join(errs...)
+}
+
+func (c *Cleaner) flushIPVS(ctx context.Context) error {
+	h, err := c.OpenIPVS()
+	if err != nil {
+		return fmt.Errorf("opening IPVS: %w", err)
+	}
+	defer h.Close()
+	services, err := h.GetServices()
+	if err != nil {
+		return fmt.Errorf("listing IPVS services: %w", err)
+	}
+	var errs []error
+	for _, s := range services {
+		if err := h.DelService(s); err != nil {
+			errs = append(errs, fmt.Errorf("deleting IPVS service %s: %w", describeService(s), err))
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted IPVS services", "count", len(services)-len(errs))
+	return errors.Join(errs...)
+}
+
+func describeService(s *ipvs.Service) string {
+	if s.FWMark != 0 {
+		return fmt.Sprintf("fwmark %d", s.FWMark)
+	}
+	return fmt.Sprintf("%s:%d/%d", s.Address, s.Port, s.Protocol)
+}
+
+func (c *Cleaner) deleteLink(ctx context.Context, name string) error {
+	exists, err := c.Links.LinkExists(name)
+	if err != nil {
+		return fmt.Errorf("looking up link %s: %w", name, err)
+	}
+	if !exists {
+		return nil
+	}
+	if err := c.Links.DeleteLink(name); err != nil {
+		return fmt.Errorf("deleting link %s: %w", name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted link", "link", name)
+	return nil
+}
+
+func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam kernel.Family, keep mode.Name) error {
+	save, err := c.Runner.Run(ctx, nil, b.SaveCommand(fam))
+	if err != nil {
+		return fmt.Errorf("reading rules with %s: %w", b.SaveCommand(fam), err)
+	}
+	plans, err := Plan(string(save), keep)
+	if err != nil {
+		return fmt.Errorf("planning cleanup of %s rules: %w", b.Command(fam), err)
+	}
+	var errs []error
+	for _, p := range plans {
+		if _, err := c.Runner.Run(ctx, []byte(p.Input), b.RestoreCommand(fam), "-w", lockWait, "--noflush"); err != nil {
+			errs = append(errs, fmt.Errorf("cleaning table %s with %s: %w", p.Table, b.RestoreCommand(fam), err))
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Cleaned iptables table", "command", b.RestoreCommand(fam), "table", p.Table)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Cleaner) cleanIPSets(ctx context.Context, keep mode.Name) error {
+	out, err := c.Runner.Run(ctx, nil, "ipset", "list", "-n")
+	if err != nil {
+		return fmt.Errorf("listing ipsets: %w", err)
+	}
+	var errs []error
+	for _, name := range strings.Fields(string(out)) {
+		if !removeSet(name, keep) {
+			continue
+		}
+		if _, err := c.Runner.Run(ctx, nil, "ipset", "destroy", name); err != nil {
+			errs = append(errs, fmt.Errorf("destroying ipset %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanNFTables deletes the tables of kube-proxy's nftables mode, which
+// kproxy does not implement; a node where nft cannot list tables is skipped.
+func (c *Cleaner) cleanNFTables(ctx context.Context) error {
+	out, err := c.Runner.Run(ctx, nil, "nft", "list", "tables")
+	if err != nil {
+		// No nft tool, or a kernel without nf_tables (legacy-only nodes):
+		// then there is no kube-proxy table either.
+		klog.FromContext(ctx).V(2).Info("Skipping nftables cleanup: cannot list tables", "err", err)
+		return nil
+	}
+	var errs []error
+	for _, line := range strings.Split(string(out), "\n") {
+		fields := strings.Fields(line) // "table ip kube-proxy"
+		if len(fields) != 3 || fields[0] != "table" || fields[2] != nftTable || (fields[1] != "ip" && fields[1] != "ip6") {
+			continue
+		}
+		if _, err := c.Runner.Run(ctx, nil, "nft", "delete", "table", fields[1], nftTable); err != nil {
+			errs = append(errs, fmt.Errorf("deleting nftables table %s %s: %w", fields[1], nftTable, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// netlinkLinks is the real Links.
+type netlinkLinks struct{}
+
+func (netlinkLinks) LinkExists(name string) (bool, error) {
+	_, err := netlink.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &notFound):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+func (netlinkLinks) DeleteLink(name string) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkDel(link)
+}

@@ -1,0 +1,204 @@
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/moby/ipvs"
+
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/mode"
+)
+
+type fakeRunner struct {
+	outputs map[string]string // command line → stdout
+	fail    map[string]error  // command line prefix → error
+	calls   []string
+	stdin   map[string]string // command line → last stdin
+}
+
+func (r *fakeRunner) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	line := strings.Join(append([]string{name}, args...), " ")
+	r.calls = append(r.calls, line)
+	if r.stdin == nil {
+		r.stdin = map[string]string{}
+	}
+	if stdin != nil {
+		r.stdin[line] += string(stdin)
+	}
+	for prefix, err := range r.fail {
+		if strings.HasPrefix(line, prefix) && (stdin == nil || strings.Contains(string(stdin), "*nat")) {
+			return nil, err
+		}
+	}
+	return []byte(r.outputs[line]), nil
+}
+
+func (r *fakeRunner) ran(line string) bool {
+	for _, c := range r.calls {
+		if c == line {
+			return true
+		}
+	}
+	return false
+}
+
+type fakeLinks struct{ links map[string]bool }
+
+func (l *fakeLinks) LinkExists(name string) (bool, error) { return l.links[name], nil }
+func (l *fakeLinks) DeleteLink(name string) error {
+	if !l.links[name] {
+		return fmt.Errorf("link %s not found", name)
+	}
+	delete(l.links, name)
+	return nil
+}
+
+type fakeIPVS struct {
+	services []*ipvs.Service
+	failDel  error
+	closed   bool
+}
+
+func (f *fakeIPVS) GetServices() ([]*ipvs.Service, error) { return f.services, nil }
+func (f *fakeIPVS) DelService(s *ipvs.Service) error {
+	if f.failDel != nil {
+		return f.failDel
+	}
+	for i, x := range f.services {
+		if x == s {
+			f.services = append(f.services[:i], f.services[i+1:]...)
+			return nil
+		}
+	}
+	return syscall.ESRCH
+}
+func (f *fakeIPVS) Close() { f.closed = true }
+
+func allFeatures() kernel.Features {
+	full := kernel.IPTables{Usable: true, DNAT: true, Redirect: true}
+	return kernel.Features{
+		IPv4:    kernel.FamilyIPTables{NFT: full, Legacy: full},
+		IPv6:    kernel.FamilyIPTables{NFT: full},
+		Backend: kernel.NFT,
+		IPVS:    kernel.Support{Present: true},
+		IPSet:   kernel.Support{Present: true},
+	}
+}
+
+const ipsetList = "KUBE-CLUSTER-IP\nuser-allow\nKUBE-6-LOOP-BACK\nKPROXY-PROBE\n"
+
+func newFakes(save string) (*Cleaner, *fakeRunner, *fakeLinks, *fakeIPVS) {
+	r := &fakeRunner{outputs: map[string]string{
+		"iptables-nft-save":    save,
+		"iptables-legacy-save": "",
+		"ip6tables-nft-save":   "",
+		"ipset list -n":        ipsetList,
+		"nft list tables":      "table ip nat\ntable ip kube-proxy\ntable ip6 kube-proxy\ntable inet kube-proxy\ntable ip user\n",
+	}}
+	l := &fakeLinks{links: map[string]bool{"kube-ipvs0": true, "eth0": true}}
+	v := &fakeIPVS{services: []*ipvs.Service{
+		{Address: net.ParseIP("198.18.0.10"), Protocol: syscall.IPPROTO_TCP, Port: 80},
+		{FWMark: 7},
+	}}
+	c := &Cleaner{Runner: r, Links: l, OpenIPVS: func() (IPVS, error) { return v, nil }}
+	return c, r, l, v
+}
+
+func TestCleanerAll(t *testing.T) {
+	c, r, l, v := newFakes(fixture(t, "iptables-mode.save"))
+	if err := c.All(context.Background(), allFeatures()); err != nil {
+		t.Fatalf("All: %v", err)
+	}
+	if len(v.services) != 0 || !v.closed {
+		t.Errorf("IPVS services left %v (closed=%t)", v.services, v.closed)
+	}
+	if l.links["kube-ipvs0"] || !l.links["eth0"] {
+		t.Errorf("links after cleanup: %v, want only eth0", l.links)
+	}
+	plans, _ := Plan(fixture(t, "iptables-mode.save"), "")
+	var want strings.Builder
+	for _, p := range plans {
+		want.WriteString(p.Input)
+	}
+	if got := r.stdin["iptables-nft-restore -w 5 --noflush"]; got != want.String() {
+		t.Errorf("restore input:\n%s\nwant:\n%s", got, want.String())
+	}
+	for _, line := range []string{"ipset destroy KUBE-CLUSTER-IP", "ipset destroy KUBE-6-LOOP-BACK", "ipset destroy KPROXY-PROBE", "nft delete table ip kube-proxy", "nft delete table ip6 kube-proxy"} {
+		if !r.ran(line) {
+			t.Errorf("did not run %q; ran %q", line, r.calls)
+		}
+	}
+	for _, line := range []string{"ipset destroy user-allow", "nft delete table ip user", "nft delete table inet kube-proxy", "iptables-legacy-restore -w 5 --noflush", "ip6tables-legacy-save"} {
+		if r.ran(line) {
+			t.Errorf("ran %q, which must be left alone or is unusable", line)
+		}
+	}
+}
+
+func TestCleanerExceptIPVSKeepsIPVS(t *testing.T) {
+	c, r, l, v := newFakes(fixture(t, "ipvs-mode.save"))
+	if err := c.Except(context.Background(), allFeatures(), mode.IPVS); err != nil {
+		t.Fatalf("Except(ipvs): %v", err)
+	}
+	if len(v.services) != 2 || !l.links["kube-ipvs0"] {
+		t.Errorf("ipvs mode's services or link removed: services=%v links=%v", v.services, l.links)
+	}
+	for _, call := range r.calls {
+		if strings.HasPrefix(call, "ipset destroy KUBE-") || strings.HasPrefix(call, "iptables-nft-restore") {
+			t.Errorf("ran %q while keeping ipvs mode", call)
+		}
+	}
+	if !r.ran("ipset destroy KPROXY-PROBE") {
+		t.Errorf("probe set not destroyed")
+	}
+}
+
+func TestCleanerLeavesForeignIPVSAlone(t *testing.T) {
+	c, _, l, v := newFakes("")
+	delete(l.links, "kube-ipvs0")
+	if err := c.All(context.Background(), allFeatures()); err != nil {
+		t.Fatalf("All: %v", err)
+	}
+	if len(v.services) != 2 {
+		t.Errorf("IPVS services deleted without kube-ipvs0 evidence: %v", v.services)
+	}
+}
+
+func TestCleanerCarriesOnAndNamesFailures(t *testing.T) {
+	c, r, _, v := newFakes(fixture(t, "iptables-mode.save"))
+	v.failDel = syscall.EPERM
+	r.fail = map[string]error{
+		"iptables-nft-restore":          &kernel.CommandError{Command: "iptables-nft-restore", ExitCode: 1, Stderr: "iptables-nft-restore: line 14 failed", Err: errors.New("exit status 1")},
+		"ipset destroy KUBE-CLUSTER-IP": &kernel.CommandError{Command: "ipset destroy KUBE-CLUSTER-IP", ExitCode: 1, Stderr: "ipset v7.17: Set cannot be destroyed: it is in use by a kernel component", Err: errors.New("exit status 1")},
+		"nft list tables":               &kernel.CommandError{Command: "nft list tables", ExitCode: 1, Stderr: "Error: Could not process rule: Protocol not supported", Err: errors.New("exit status 1")},
+	}
+	err := c.All(context.Background(), allFeatures())
+	if err == nil {
+		t.Fatal("All succeeded despite failures")
+	}
+	for _, s := range []string{
+		"deleting IPVS service 198.18.0.10:80/6", "deleting IPVS service fwmark 7", "operation not permitted",
+		"cleaning table nat with iptables-nft-restore", "line 14 failed",
+		"destroying ipset KUBE-CLUSTER-IP", "in use by a kernel component",
+	} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error lacks %q:\n%v", s, err)
+		}
+	}
+	if strings.Contains(err.Error(), "nftables") {
+		t.Errorf("a kernel without nf_tables is not an error: %v", err)
+	}
+	// Later steps still ran: filter/mangle restores, the other sets.
+	if !strings.Contains(r.stdin["iptables-nft-restore -w 5 --noflush"], "*filter") {
+		t.Errorf("filter table not cleaned after nat failed")
+	}
+	if !r.ran("ipset destroy KUBE-6-LOOP-BACK") {
+		t.Errorf("later ipsets not destroyed after one failed")
+	}
+}

@@ -1,0 +1,171 @@
+package cleanup
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"kproxy.dev/kproxy/sync/mode"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden restore inputs in testdata")
+
+// render joins plans into one text for golden comparison.
+func render(plans []TableRestore) string {
+	var b strings.Builder
+	for _, p := range plans {
+		b.WriteString("# table " + p.Table + "\n" + p.Input)
+	}
+	return b.String()
+}
+
+func TestPlanGolden(t *testing.T) {
+	cases := []struct {
+		save string
+		keep mode.Name
+		// golden names the expected restore input; "" means nothing to do.
+		golden string
+	}{
+		{"iptables-mode.save", "", "iptables-mode.all.restore"},
+		{"iptables-mode.save", mode.IPTables, ""},
+		{"iptables-mode.save", mode.IPVS, "iptables-mode.keep-ipvs.restore"},
+		{"iptables-mode.save", mode.Userspace, "iptables-mode.all.restore"},
+		{"ipvs-mode.save", "", "ipvs-mode.all.restore"},
+		{"ipvs-mode.save", mode.IPTables, "ipvs-mode.keep-iptables.restore"},
+		{"ipvs-mode.save", mode.IPVS, ""},
+		{"userspace-mode.save", "", "userspace-mode.all.restore"},
+		{"userspace-mode.save", mode.IPTables, "userspace-mode.all.restore"},
+		{"userspace-mode.save", mode.Userspace, ""},
+		{"ipv6-iptables-mode.save", "", "ipv6-iptables-mode.all.restore"},
+		{"ipv6-iptables-mode.save", mode.IPVS, "ipv6-iptables-mode.keep-ipvs.restore"},
+		{"kubelet-only.save", "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.save+"/keep="+string(c.keep), func(t *testing.T) {
+			save, err := os.ReadFile(filepath.Join("testdata", c.save))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plans, err := Plan(string(save), c.keep)
+			if err != nil {
+				t.Fatalf("Plan: %v", err)
+			}
+			got := render(plans)
+			if c.golden == "" {
+				if got != "" {
+					t.Fatalf("want nothing to restore, got:\n%s", got)
+				}
+				return
+			}
+			path := filepath.Join("testdata", c.golden)
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("restore input differs from %s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestPlanKeepsWhatIsNotOwned checks the survivors directly, independent of
+// the golden files: no line of any plan may name kubelet's chains or the
+// unrelated rules in the fixtures.
+func TestPlanKeepsWhatIsNotOwned(t *testing.T) {
+	survivors := []string{
+		"KUBE-KUBELET-CANARY", "KUBE-MARK-DROP", "KUBE-IPTABLES-HINT", // kubelet's
+		"USER-V6", "--dport 2222", "198.19.5.0/24", "198.19.9.0/24", // users'
+	}
+	for _, name := range []string{"iptables-mode.save", "ipvs-mode.save", "userspace-mode.save", "ipv6-iptables-mode.save", "kubelet-only.save"} {
+		save, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, keep := range []mode.Name{"", mode.IPTables, mode.IPVS, mode.Userspace} {
+			plans, err := Plan(string(save), keep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range plans {
+				for _, line := range strings.Split(p.Input, "\n") {
+					for _, s := range survivors {
+						if strings.Contains(line, s) {
+							t.Errorf("%s keep=%q: plan for table %s touches %q: %s", name, keep, p.Table, s, line)
+						}
+					}
+					// filter's KUBE-FIREWALL is kubelet's (nat's was ipvs mode's).
+					if p.Table == "filter" && strings.Contains(line, "KUBE-FIREWALL") {
+						t.Errorf("%s keep=%q: plan touches kubelet's filter KUBE-FIREWALL: %s", name, keep, line)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestPlanRejectsMalformedSave(t *testing.T) {
+	for name, save := range map[string]string{
+		"rule outside table":   "-A INPUT -j ACCEPT\n",
+		"missing COMMIT":       "*nat\n:KUBE-SERVICES - [0:0]\n",
+		"unterminated quote":   "*nat\n-A OUTPUT -m comment --comment \"oops -j KUBE-SERVICES\nCOMMIT\n",
+		"nested table":         "*nat\n*filter\nCOMMIT\n",
+		"bad chain line":       "*nat\n:KUBE-SERVICES\nCOMMIT\n",
+		"unknown command line": "*nat\n-I OUTPUT -j KUBE-SERVICES\nCOMMIT\n",
+	} {
+		if _, err := Plan(save, ""); err == nil {
+			t.Errorf("%s: Plan accepted %q", name, save)
+		}
+	}
+}
+
+func TestSplitArgs(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{`-A X -j Y`, []string{"-A", "X", "-j", "Y"}},
+		{`-A X -m comment --comment "a -j KUBE-SERVICES" -j RETURN`, []string{"-A", "X", "-m", "comment", "--comment", "a -j KUBE-SERVICES", "-j", "RETURN"}},
+		{`-A X -m comment --comment "say \"hi\"" -j RETURN`, []string{"-A", "X", "-m", "comment", "--comment", `say "hi"`, "-j", "RETURN"}},
+		{`-A X -m comment --comment "" -j RETURN`, []string{"-A", "X", "-m", "comment", "--comment", "", "-j", "RETURN"}},
+	} {
+		got, err := splitArgs(c.in)
+		if err != nil {
+			t.Errorf("splitArgs(%q): %v", c.in, err)
+			continue
+		}
+		if diff := cmp.Diff(c.want, got); diff != "" {
+			t.Errorf("splitArgs(%q) (-want +got):\n%s", c.in, diff)
+		}
+	}
+}
+
+func TestRemoveSet(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		keep mode.Name
+		want bool
+	}{
+		{"KUBE-CLUSTER-IP", "", true},
+		{"KUBE-6-CLUSTER-IP", "", true},
+		{"KUBE-NODE-PORT-LOCAL-SCTP-HASH", mode.IPTables, true},
+		{"KUBE-6-LOAD-BALANCER-SOURCE-CIDR", mode.Userspace, true},
+		{"KUBE-CLUSTER-IP", mode.IPVS, false},
+		{"KPROXY-PROBE", mode.IPVS, true},
+		{"my-allowlist", "", false},
+		{"KUBE-SOMETHING-ELSE", "", false},
+	} {
+		if got := removeSet(c.name, c.keep); got != c.want {
+			t.Errorf("removeSet(%q, keep=%q) = %t, want %t", c.name, c.keep, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+// Names of the throw-away objects the probes create and remove again. They
+// carry the KPROXY- prefix so cleanup recognises them if a probe is killed
+// half-way.
+const (
+	ProbeChain = "KPROXY-PROBE"
+	ProbeIPSet = "KPROXY-PROBE"
+	ProbeLink  = "kproxy-probe0"
+)
+
+// lockWait is how long iptables waits for the xtables lock (legacy backend)
+// before giving up; another writer on the node may hold it briefly.
+const lockWait = "5"
+
+// Detector probes the node. The zero value is not usable; use NewDetector,
+// or fill in fakes in tests.
+type Detector struct {
+	Runner Runner
+	System System
+}
+
+// NewDetector returns a Detector that probes the real node.
+func NewDetector() *Detector {
+	return &Detector{Runner: ExecRunner{}, System: NetlinkSystem{}}
+}
+
+// Detect probes the real node; see Detector.Detect.
+func Detect(ctx context.Context) Features {
+	return NewDetector().Detect(ctx)
+}
+
+// Detect runs every probe once and returns what it found. Probes remove
+// whatever they create. It never fails: a failed probe is an absent feature,
+// with the failure in its Detail or Problem.
+func (d *Detector) Detect(ctx context.Context) Features {
+	start := time.Now()
+	var f Features
+	for _, fam := range Families() {
+		var ft FamilyIPTables
+		for _, b := range Backends() {
+			ft.set(b, d.probeIPTables(ctx, b, fam))
+		}
+		if fam == IPv6 {
+			f.IPv6 = ft
+		} else {
+			f.IPv4 = ft
+		}
+	}
+	f.Backend, f.BackendReason = chooseBackend(f.IPv4, f.IPv6)
+	f.Conntrack = d.probeConntrack()
+	f.IPVS = d.probeIPVS(ctx)
+	f.IPSet = d.probeIPSet(ctx)
+	f.DummyLinks = d.probeDummyLinks()
+	f.SCTP = d.probeSCTP()
+	klog.FromContext(ctx).V(2).Info("Probed kernel features", "elapsed", time.Since(start), "features", f.String())
+	return f
+}
+
+// chooseBackend follows the iptables-wrapper idea: rules already on the node
+// decide, because kubelet, CNI plugins and the proxy must all write to the
+// same backend or packets see two rule sets. Without such rules nft wins, as
+// it is where distributions are heading.
+func chooseBackend(v4, v6 FamilyIPTables) (Backend, string) {
+	nftKube := v4.NFT.KubeRules + v6.NFT.KubeRules
+	legacyKube := v4.Legacy.KubeRules + v6.Legacy.KubeRules
+	switch {
+	case legacyKube > nftKube && v4.Legacy.Usable:
+		return Legacy, fmt.Sprintf("iptables-legacy already holds %d kube rule lines (nft holds %d)", legacyKube, nftKube)
+	case nftKube > 0 && v4.NFT.Usable:
+		return NFT, fmt.Sprintf("iptables-nft already holds %d kube rule lines (legacy holds %d)", nftKube, legacyKube)
+	case v4.NFT.Usable:
+		return NFT, "no kube rules in either backend; nft is preferred"
+	case v4.Legacy.Usable:
+		return Legacy, "the nft backend is unusable (" + v4.NFT.Problem + "); using legacy"
+	default:
+		return "", fmt.Sprintf("no usable iptables backend: nft: %s; legacy: %s", v4.NFT.Problem, v4.Legacy.Problem)
+	}
+}
+
+// countKubeLines counts iptables-save lines naming a KUBE- or KPROXY- chain.
+func countKubeLines(save string) int {
+	n := 0
+	for _, line := range strings.Split(save, "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.Contains(line, "KUBE-") || strings.Contains(line, "KPROXY-") {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *Detector) probeIPTables(ctx context.Context, b Backend, fam Family) IPTables {
+	var t IPTables
+	save, err := d.Runner.Run(ctx, nil, b.SaveCommand(fam))
+	if err != nil {
+		t.Problem = "listing rules: " + describe(err)
+		return t
+	}
+	t.KubeRules = countKubeLines(string(save))
+
+	declare := "*nat\n:" + ProbeChain + " - [0:0]\nCOMMIT\n*filter\n:" + ProbeChain + " - [0:0]\nCOMMIT\n"
+	_, err = d.Runner.Run(ctx, []byte(declare), b.RestoreCommand(fam), "-w", lockWait, "--noflush")
+	defer d.removeProbeChains(ctx, b, fam)
+	if err != nil {
+		t.Problem = "creating a chain in nat and filter: " + describe(err)
+		return t
+	}
+	t.Usable = true
+
+	vip, dest := "198.18.0.1", "198.19.0.1:80"
+	if fam == IPv6 {
+		vip, dest = "fd00::1", "[fd00::2]:80"
+	}
+	targets := []struct {
+		name   string
+		result *bool
+		args   []string
+	}{
+		{"DNAT", &t.DNAT, []string{"-p", "tcp", "-d", vip, "-j", "DNAT", "--to-destination", dest}},
+		{"REDIRECT", &t.Redirect, []string{"-p", "tcp", "-d", vip, "-j", "REDIRECT", "--to-ports", "80"}},
+		{"MASQUERADE --random-fully", &t.RandomFully, []string{"-j", "MASQUERADE", "--random-fully"}},
+	}
+	for _, target := range targets {
+		args := append([]string{"-w", lockWait, "-t", "nat", "-A", ProbeChain}, target.args...)
+		if _, err := d.Runner.Run(ctx, nil, b.Command(fam), args...); err != nil {
+			if t.Problem == "" {
+				t.Problem = target.name + ": " + describe(err)
+			}
+			continue
+		}
+		*target.result = true
+	}
+	return t
+}
+
+// removeProbeChains flushes and deletes the probe chains; declaring a chain
+// with --noflush empties it, so this works whatever the probe added.
+func (d *Detector) removeProbeChains(ctx context.Context, b Backend, fam Family) {
+	var in strings.Builder
+	for _, table := range []string{"nat", "filter"} {
+		fmt.Fprintf(&in, "*%s\n:%s - [0:0]\n-X %s\nCOMMIT\n", table, ProbeChain, ProbeChain)
+	}
+	if _, err := d.Runner.Run(ctx, []byte(in.String()), b.RestoreCommand(fam), "-w", lockWait, "--noflush"); err != nil {
+		klog.FromContext(ctx).V(2).Info("Could not remove iptables probe chains", "command", b.RestoreCommand(fam), "err", err)
+	}
+}
+
+func (d *Detector) probeConntrack() Support {
+	if err := d.System.ConntrackStats(); err != nil {
+		return Support{Detail: "conntrack is not reachable over netlink: " + err.Error()}
+	}
+	return Support{Present: true}
+}
+
+func (d *Detector) probeIPVS(ctx context.Context) Support {
+	err := d.System.GenlFamily("IPVS")
+	if errors.Is(err, unix.ENOENT) {
+		// The family appears once ip_vs is loaded; loading is best effort
+		// (modprobe may be missing, or modules built in or unavailable).
+		if _, mpErr := d.Runner.Run(ctx, nil, "modprobe", "ip_vs"); mpErr != nil {
+			klog.FromContext(ctx).V(4).Info("modprobe ip_vs failed", "err", mpErr)
+		}
+		err = d.System.GenlFamily("IPVS")
+	}
+	switch {
+	case err == nil:
+		return Support{Present: true}
+	case errors.Is(err, unix.ENOENT):
+		return Support{Detail: `no generic netlink family "IPVS"; is the ip_vs module available?`}
+	default:
+		return Support{Detail: `looking up generic netlink family "IPVS": ` + err.Error()}
+	}
+}
+
+func (d *Detector) probeIPSet(ctx context.Context) Support {
+	if _, err := d.Runner.Run(ctx, nil, "ipset", "-exist", "create", ProbeIPSet, "hash:ip"); err != nil {
+		return Support{Detail: "creating a set: " + describe(err)}
+	}
+	if _, err := d.Runner.Run(ctx, nil, "ipset", "destroy", ProbeIPSet); err != nil {
+		return Support{Present: true, Detail: "probe set left behind: " + describe(err)}
+	}
+	return Support{Present: true}
+}
+
+func (d *Detector) probeDummyLinks() Support {
+	err := d.System.AddDummyLink(ProbeLink)
+	if errors.Is(err, unix.EEXIST) {
+		// Left behind by a probe that was killed; replace it.
+		_ = d.System.DeleteLink(ProbeLink)
+		err = d.System.AddDummyLink(ProbeLink)
+	}
+	switch {
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return Support{Detail: "the kernel does not know the dummy link type (no dummy module)"}
+	case err != nil:
+		return Support{Detail: "creating a dummy link: " + err.Error()}
+	}
+	if err := d.System.DeleteLink(ProbeLink); err != nil {
+		return Support{Present: true, Detail: "probe link left behind: " + err.Error()}
+	}
+	return Support{Present: true}
+}
+
+func (d *Detector) probeSCTP() Support {
+	err := d.System.OpenSocket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP)
+	switch {
+	case err == nil:
+		return Support{Present: true}
+	case errors.Is(err, unix.EPROTONOSUPPORT), errors.Is(err, unix.ESOCKTNOSUPPORT):
+		return Support{Detail: "the kernel has no SCTP sockets (no sctp module)"}
+	default:
+		return Support{Detail: "opening an SCTP socket: " + err.Error()}
+	}
+}
+
+// describe turns a command failure into one short line.
+func describe(err error) string {
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	if ce.NotFound() {
+		return ce.Command + ": not installed"
+	}
+	if line := firstLine(ce.Stderr); line != "" {
+		return line
+	}
+	return ce.Error()
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}

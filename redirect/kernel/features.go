@@ -1,0 +1,158 @@
+package kernel
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Backend is an iptables implementation: the nf_tables one or the legacy
+// x_tables one. Both can be present; rules live in one or the other.
+type Backend string
+
+const (
+	NFT    Backend = "nft"
+	Legacy Backend = "legacy"
+)
+
+// Backends lists the iptables backends in preference order.
+func Backends() []Backend { return []Backend{NFT, Legacy} }
+
+// Families lists the IP families.
+func Families() []Family { return []Family{IPv4, IPv6} }
+
+// Family is an IP family.
+type Family string
+
+const (
+	IPv4 Family = "IPv4"
+	IPv6 Family = "IPv6"
+)
+
+// Command is the iptables binary of this backend for fam, e.g. "ip6tables-nft".
+func (b Backend) Command(fam Family) string {
+	if fam == IPv6 {
+		return "ip6tables-" + string(b)
+	}
+	return "iptables-" + string(b)
+}
+
+// SaveCommand is the iptables-save binary of this backend for fam.
+func (b Backend) SaveCommand(fam Family) string { return b.Command(fam) + "-save" }
+
+// RestoreCommand is the iptables-restore binary of this backend for fam.
+func (b Backend) RestoreCommand(fam Family) string { return b.Command(fam) + "-restore" }
+
+// IPTables is what one backend can do for one family.
+type IPTables struct {
+	// Usable: the backend can list and create chains in the nat and filter tables.
+	Usable bool
+	// DNAT and Redirect: those targets load in the nat table.
+	DNAT, Redirect bool
+	// RandomFully: MASQUERADE accepts --random-fully.
+	RandomFully bool
+	// KubeRules counts the lines of this backend's iptables-save that mention
+	// KUBE-/KPROXY- chains: rules kubelet, kube-proxy or kproxy left there.
+	KubeRules int
+	// Problem says why the first failed probe failed ("" when all passed).
+	Problem string
+}
+
+// FamilyIPTables holds both backends' abilities for one family.
+type FamilyIPTables struct {
+	NFT, Legacy IPTables
+}
+
+// Get returns the abilities of backend b.
+func (f FamilyIPTables) Get(b Backend) IPTables {
+	if b == Legacy {
+		return f.Legacy
+	}
+	return f.NFT
+}
+
+func (f *FamilyIPTables) set(b Backend, t IPTables) {
+	if b == Legacy {
+		f.Legacy = t
+	} else {
+		f.NFT = t
+	}
+}
+
+// Support is the result of one yes/no probe.
+type Support struct {
+	Present bool
+	// Detail says what the probe saw, chiefly why a feature is absent.
+	Detail string
+}
+
+func (s Support) String() string {
+	word := "absent"
+	if s.Present {
+		word = "present"
+	}
+	if s.Detail == "" {
+		return word
+	}
+	return word + " (" + s.Detail + ")"
+}
+
+// Features is what this node's kernel and tools support. Probe it once with
+// Detect at start; it does not change while the process runs.
+type Features struct {
+	IPv4, IPv6 FamilyIPTables
+	// Backend is the iptables backend to use; "" when none is usable for IPv4.
+	Backend Backend
+	// BackendReason says why Backend was chosen, for the log.
+	BackendReason string
+
+	Conntrack  Support // conntrack reachable over netlink
+	IPVS       Support // generic netlink family "IPVS"
+	IPSet      Support // ipset can create and destroy a set
+	DummyLinks Support // a dummy link can be created (kube-ipvs0 is one)
+	SCTP       Support // SCTP sockets can be opened
+}
+
+// Family returns the iptables abilities for fam.
+func (f Features) Family(fam Family) FamilyIPTables {
+	if fam == IPv6 {
+		return f.IPv6
+	}
+	return f.IPv4
+}
+
+// Chosen returns the abilities of the chosen backend for fam (the zero value
+// when no backend was chosen).
+func (f Features) Chosen(fam Family) IPTables {
+	if f.Backend == "" {
+		return IPTables{Problem: "no usable iptables backend"}
+	}
+	return f.Family(fam).Get(f.Backend)
+}
+
+func (t IPTables) String() string {
+	if !t.Usable {
+		return "unusable (" + t.Problem + ")"
+	}
+	s := fmt.Sprintf("usable dnat=%t redirect=%t random-fully=%t kube-rules=%d", t.DNAT, t.Redirect, t.RandomFully, t.KubeRules)
+	if t.Problem != "" {
+		s += " (" + t.Problem + ")"
+	}
+	return s
+}
+
+// String renders every probe result, one per line, for logs.
+func (f Features) String() string {
+	var b strings.Builder
+	for _, fam := range Families() {
+		for _, be := range Backends() {
+			fmt.Fprintf(&b, "%s: %s\n", be.Command(fam), f.Family(fam).Get(be))
+		}
+	}
+	fmt.Fprintf(&b, "iptables backend: %q (%s)\n", f.Backend, f.BackendReason)
+	fmt.Fprintf(&b, "conntrack: %s\n", f.Conntrack)
+	fmt.Fprintf(&b, "ipvs: %s\n", f.IPVS)
+	fmt.Fprintf(&b, "ipset: %s\n", f.IPSet)
+	fmt.Fprintf(&b, "dummy links: %s\n", f.DummyLinks)
+	fmt.Fprintf(&b, "sctp: %s", f.SCTP)
+	return b.String()
+}

@@ -1,0 +1,294 @@
+package filesource
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+const validService = `apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  clusterIP: 198.18.0.10
+  ports:
+  - port: 80
+`
+
+func TestDecodeRejects(t *testing.T) {
+	cases := []struct {
+		name   string
+		file   string
+		data   string
+		want   string // the complete error message
+		prefix bool   // want is only the start (third-party wording follows)
+	}{{
+		name:   "bad YAML",
+		data:   "apiVersion: v1\nkind: Service\nmetadata: {name: web\n",
+		want:   "f.yaml: document 1 at line 1: invalid YAML: ",
+		prefix: true,
+	}, {
+		name:   "bad JSON",
+		file:   "f.json",
+		data:   `{"apiVersion": "v1", "kind": "Service",`,
+		want:   "f.json: document 1 at line 1: invalid JSON: ",
+		prefix: true,
+	}, {
+		name: "not an object",
+		data: "- just\n- a list\n",
+		want: "f.yaml: document 1 at line 1: a document must be a Kubernetes object: a mapping with apiVersion, kind and metadata",
+	}, {
+		name: "unknown kind",
+		data: "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\n  namespace: shop\n",
+		want: "f.yaml: document 1 at line 1 (Deployment shop/app): kind Deployment is not supported; a services file holds Service, EndpointSlice and Node objects",
+	}, {
+		name: "v1 Endpoints",
+		data: "apiVersion: v1\nkind: Endpoints\nmetadata:\n  name: web\n",
+		want: "f.yaml: document 1 at line 1 (Endpoints default/web): kind Endpoints is not supported; a services file holds Service, EndpointSlice and Node objects (describe endpoints with discovery.k8s.io/v1 EndpointSlices)",
+	}, {
+		name: "missing apiVersion",
+		data: "kind: Service\nmetadata:\n  name: web\n",
+		want: "f.yaml: document 1 at line 1 (Service default/web): apiVersion is required",
+	}, {
+		name: "missing kind",
+		data: "apiVersion: v1\nmetadata:\n  name: web\n",
+		want: "f.yaml: document 1 at line 1: kind is required",
+	}, {
+		name: "old EndpointSlice version",
+		data: "apiVersion: discovery.k8s.io/v1beta1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n",
+		want: "f.yaml: document 1 at line 1 (EndpointSlice default/web-1): apiVersion discovery.k8s.io/v1beta1 is not supported for EndpointSlice; use discovery.k8s.io/v1",
+	}, {
+		name: "unknown field",
+		data: validService + "  sessionAfinity: ClientIP\n",
+		want: `f.yaml: document 1 at line 1 (Service default/web): unknown field "spec.sessionAfinity"`,
+	}, {
+		name: "duplicate field",
+		data: "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  name: web2\nspec:\n  clusterIP: 198.18.0.10\n  ports:\n  - port: 80\n",
+		want: `f.yaml: document 1 at line 1 (Service default/web2): line 5: key "name" already set in map`,
+	}, {
+		name: "invalid cluster IP",
+		data: strings.Replace(validService, "198.18.0.10", "198.18.0.300", 1),
+		want: `f.yaml: document 1 at line 1 (Service default/web): spec.clusterIP: "198.18.0.300" is not a valid IP address`,
+	}, {
+		name: "missing cluster IP",
+		data: strings.Replace(validService, "  clusterIP: 198.18.0.10\n", "", 1),
+		want: "f.yaml: document 1 at line 1 (Service default/web): spec.clusterIP: spec.clusterIP is required in a services file: there is no API server to allocate one; use None for headless",
+	}, {
+		name: "invalid external IP",
+		data: validService + "  externalIPs: [198.19.0.1, not-an-ip]\n",
+		want: `f.yaml: document 1 at line 1 (Service default/web): spec.externalIPs[1]: "not-an-ip" is not a valid IP address`,
+	}, {
+		name: "port 0",
+		data: strings.Replace(validService, "port: 80", "port: 0", 1),
+		want: "f.yaml: document 1 at line 1 (Service default/web): spec.ports[0].port: 0 is not a valid port (1-65535)",
+	}, {
+		name: "port 70000 in the third document",
+		data: validService + "---\n# a comment\n" + strings.Replace(validService, "name: web", "name: web2", 1) +
+			"---\n" + strings.Replace(validService, "port: 80", "port: 70000", 1),
+		want: "f.yaml: document 3 at line 20 (Service default/web): spec.ports[0].port: 70000 is not a valid port (1-65535)",
+	}, {
+		name: "node port out of range",
+		data: strings.Replace(validService, "  ports:\n  - port: 80\n", "  type: NodePort\n  ports:\n  - port: 80\n    nodePort: 65536\n", 1),
+		want: "f.yaml: document 1 at line 1 (Service default/web): spec.ports[0].nodePort: 65536 is not a valid port (0-65535)",
+	}, {
+		name: "bad protocol",
+		data: validService + "    protocol: ICMP\n",
+		want: `f.yaml: document 1 at line 1 (Service default/web): spec.ports[0].protocol: "ICMP" is not a valid protocol (TCP, UDP or SCTP)`,
+	}, {
+		name: "two unnamed ports",
+		data: validService + "  - port: 443\n",
+		want: "f.yaml: document 1 at line 1 (Service default/web): spec.ports[0].name: is required when a service has more than one port; spec.ports[1].name: is required when a service has more than one port",
+	}, {
+		name: "port name reused with the same protocol",
+		data: strings.Replace(validService, "  - port: 80\n", "  - {name: a, port: 80}\n  - {name: a, port: 81}\n", 1),
+		want: `f.yaml: document 1 at line 1 (Service default/web): spec.ports[1].name: "a" is already used by spec.ports[0] with protocol TCP`,
+	}, {
+		name: "bad source range",
+		data: validService + "  loadBalancerSourceRanges: [10.0.0.0/33]\n",
+		want: `f.yaml: document 1 at line 1 (Service default/web): spec.loadBalancerSourceRanges[0]: "10.0.0.0/33" is not a valid CIDR`,
+	}, {
+		name: "affinity timeout too long",
+		data: validService + "  sessionAffinity: ClientIP\n  sessionAffinityConfig: {clientIP: {timeoutSeconds: 86401}}\n",
+		want: "f.yaml: document 1 at line 1 (Service default/web): spec.sessionAffinityConfig.clientIP.timeoutSeconds: 86401 is not valid (1-86400)",
+	}, {
+		name: "bad ingress IP",
+		data: validService + "status:\n  loadBalancer:\n    ingress: [{ip: 198.18.1}]\n",
+		want: `f.yaml: document 1 at line 1 (Service default/web): status.loadBalancer.ingress[0].ip: "198.18.1" is not a valid IP address`,
+	}, {
+		name: "slice without service-name label",
+		data: "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: foo-abc\naddressType: IPv4\nendpoints:\n- addresses: [198.19.1.1]\n",
+		want: "f.yaml: document 1 at line 1 (EndpointSlice default/foo-abc): metadata.labels: EndpointSlice default/foo-abc has no kubernetes.io/service-name label; kproxy cannot tell which Service it belongs to",
+	}, {
+		name: "slice address of the wrong family",
+		data: "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: foo-abc\n  labels: {kubernetes.io/service-name: foo}\naddressType: IPv4\nendpoints:\n- addresses: [\"fd00::1\"]\n",
+		want: `f.yaml: document 1 at line 1 (EndpointSlice default/foo-abc): endpoints[0].addresses[0]: "fd00::1" is not an IPv4 address (addressType is IPv4)`,
+	}, {
+		name: "slice port 70000",
+		data: "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: foo-abc\n  labels: {kubernetes.io/service-name: foo}\naddressType: IPv4\nports: [{port: 70000}]\n",
+		want: "f.yaml: document 1 at line 1 (EndpointSlice default/foo-abc): ports[0].port: 70000 is not a valid port (1-65535)",
+	}, {
+		name: "slice address type",
+		data: "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: foo-abc\n  labels: {kubernetes.io/service-name: foo}\naddressType: IPv5\n",
+		want: `f.yaml: document 1 at line 1 (EndpointSlice default/foo-abc): addressType: "IPv5" is not valid (IPv4, IPv6 or FQDN)`,
+	}, {
+		name: "list item",
+		file: "f.json",
+		data: `{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ok"}, "spec": {"clusterIP": "198.18.0.1", "ports": [{"port": 80}]}},
+  {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bad"}, "spec": {"clusterIP": "198.18.0.2", "ports": [{"port": 70000}]}}]}`,
+		want: "f.json: document 1 item 2 (Service default/bad): spec.ports[0].port: 70000 is not a valid port (1-65535)",
+	}}
+	dec := newDecoder()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			file := tc.file
+			if file == "" {
+				file = "f.yaml"
+			}
+			docs := dec.decodeFile(file, []byte(tc.data), strings.HasSuffix(file, ".json"))
+			var got []string
+			for _, d := range docs {
+				if d.err != nil {
+					got = append(got, d.err.Error())
+				}
+			}
+			if len(got) != 1 {
+				t.Fatalf("got %d errors %q, want exactly one", len(got), got)
+			}
+			if tc.prefix && !strings.HasPrefix(got[0], tc.want) || !tc.prefix && got[0] != tc.want {
+				t.Errorf("error:\n got %s\nwant %s", got[0], tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeDefaults(t *testing.T) {
+	tcp, udp := v1.ProtocolTCP, v1.ProtocolUDP
+	cluster := v1.ServiceInternalTrafficPolicyCluster
+	single, dual := v1.IPFamilyPolicySingleStack, v1.IPFamilyPolicyRequireDualStack
+	vip := v1.LoadBalancerIPModeVIP
+	yes := true
+	timeout := int32(10800)
+	emptyName, http := "", "http"
+	port := int32(8080)
+
+	cases := []struct {
+		name string
+		data string
+		want any
+	}{{
+		name: "ClusterIP service",
+		data: validService,
+		want: v1.ServiceSpec{
+			Type:                  v1.ServiceTypeClusterIP,
+			ClusterIP:             "198.18.0.10",
+			ClusterIPs:            []string{"198.18.0.10"},
+			IPFamilies:            []v1.IPFamily{v1.IPv4Protocol},
+			IPFamilyPolicy:        &single,
+			Ports:                 []v1.ServicePort{{Protocol: tcp, Port: 80, TargetPort: intstr.FromInt32(80)}},
+			SessionAffinity:       v1.ServiceAffinityNone,
+			InternalTrafficPolicy: &cluster,
+		},
+	}, {
+		name: "dual-stack LoadBalancer with affinity",
+		data: `apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: shop}
+spec:
+  type: LoadBalancer
+  clusterIPs: ["fd00::10", 198.18.0.10]
+  sessionAffinity: ClientIP
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: dns}
+  - {name: dns, port: 53}
+status:
+  loadBalancer:
+    ingress: [{ip: 198.18.100.1}]
+`,
+		want: v1.Service{
+			Spec: v1.ServiceSpec{
+				Type:           v1.ServiceTypeLoadBalancer,
+				ClusterIP:      "fd00::10",
+				ClusterIPs:     []string{"fd00::10", "198.18.0.10"},
+				IPFamilies:     []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol},
+				IPFamilyPolicy: &dual,
+				Ports: []v1.ServicePort{
+					{Name: "dns", Protocol: udp, Port: 53, TargetPort: intstr.FromString("dns")},
+					{Name: "dns", Protocol: tcp, Port: 53, TargetPort: intstr.FromInt32(53)},
+				},
+				SessionAffinity:               v1.ServiceAffinityClientIP,
+				SessionAffinityConfig:         &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &timeout}},
+				ExternalTrafficPolicy:         v1.ServiceExternalTrafficPolicyCluster,
+				InternalTrafficPolicy:         &cluster,
+				AllocateLoadBalancerNodePorts: &yes,
+			},
+			Status: v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{
+				Ingress: []v1.LoadBalancerIngress{{IP: "198.18.100.1", IPMode: &vip}},
+			}},
+		},
+	}, {
+		name: "EndpointSlice ports",
+		data: `apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{port: 8080}, {name: http, port: 8080, protocol: TCP}]
+endpoints: [{addresses: [198.19.1.1]}]
+`,
+		want: []discovery.EndpointPort{{Name: &emptyName, Port: &port, Protocol: &tcp}, {Name: &http, Port: &port, Protocol: &tcp}},
+	}}
+	dec := newDecoder()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			docs := dec.decodeFile("f.yaml", []byte(tc.data), false)
+			if len(docs) != 1 || docs[0].err != nil {
+				t.Fatalf("want one valid document, got %+v", docs)
+			}
+			var got any
+			switch o := docs[0].obj.(type) {
+			case *v1.Service:
+				if o.Namespace == "" {
+					t.Errorf("namespace not defaulted")
+				}
+				got = o.Spec
+				if _, whole := tc.want.(v1.Service); whole {
+					got = v1.Service{Spec: o.Spec, Status: o.Status}
+				}
+			case *discovery.EndpointSlice:
+				if o.Namespace != "default" {
+					t.Errorf("namespace %q, want default", o.Namespace)
+				}
+				got = o.Ports
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("defaults (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSampleManifest keeps deploy/samples/services.yaml loadable.
+func TestSampleManifest(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/samples/services.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := newDecoder().decodeFile("services.yaml", data, false)
+	kinds := map[string]int{}
+	for _, d := range docs {
+		if d.err != nil {
+			t.Errorf("sample rejected: %v", d.err)
+			continue
+		}
+		kinds[d.key.Kind]++
+	}
+	if kinds[kindNode] != 1 || kinds[kindService] < 4 || kinds[kindEndpointSlice] < kinds[kindService] {
+		t.Errorf("sample holds %v; want one Node, at least 4 Services, each with a slice", kinds)
+	}
+}

@@ -1,0 +1,101 @@
+package filesource
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// DocumentError says why one document of a services file was rejected. It
+// names everything a user needs to find the problem: the file, the
+// document's position and first line, the object and the field.
+type DocumentError struct {
+	File string
+	// Document is the 1-based index of the document in the file.
+	Document int
+	// Item is the 1-based index inside a `kind: List` document, 0 otherwise.
+	Item int
+	// Line is the file line the document starts on, 0 when unknown.
+	Line int
+	// Object is "Kind namespace/name" (or "Kind name" for a Node), empty
+	// when the document could not be decoded far enough to tell.
+	Object string
+	Err    error
+}
+
+func (e *DocumentError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: document %d", e.File, e.Document)
+	if e.Item > 0 {
+		fmt.Fprintf(&b, " item %d", e.Item)
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, " at line %d", e.Line)
+	}
+	if e.Object != "" {
+		fmt.Fprintf(&b, " (%s)", e.Object)
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	return b.String()
+}
+
+func (e *DocumentError) Unwrap() error { return e.Err }
+
+// FileError says a whole file (or the services path itself) could not be
+// read; its objects from the last good read stay in force.
+type FileError struct {
+	File string
+	Err  error
+}
+
+func (e *FileError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
+func (e *FileError) Unwrap() error { return e.Err }
+
+// fieldError is one problem with one field of an object.
+type fieldError struct {
+	path string
+	msg  string
+}
+
+func (e *fieldError) Error() string {
+	if e.path == "" {
+		return e.msg
+	}
+	return e.path + ": " + e.msg
+}
+
+func fieldErr(path *field.Path, format string, args ...any) error {
+	p := ""
+	if path != nil {
+		p = path.String()
+	}
+	return &fieldError{path: p, msg: fmt.Sprintf(format, args...)}
+}
+
+// errorList joins several problems of one document with "; " so a rejected
+// document stays one log line.
+type errorList []error
+
+func (l errorList) Error() string {
+	parts := make([]string, len(l))
+	for i, err := range l {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (l errorList) Unwrap() []error { return l }
+
+// asError returns nil for an empty list, the only error for a list of one,
+// and the list otherwise.
+func (l errorList) asError() error {
+	switch len(l) {
+	case 0:
+		return nil
+	case 1:
+		return l[0]
+	default:
+		return l
+	}
+}

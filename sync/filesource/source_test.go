@@ -1,0 +1,392 @@
+package filesource
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// TestReloadSteps drives one directory through a series of edits, reading
+// after each one, and checks what the sink was told, what it holds, the
+// errors and the metrics. Steps depend on the ones before them.
+func TestReloadSteps(t *testing.T) {
+	const nodeName = "kproxy-demo"
+	web := service("default", "web", "198.18.0.10", 80)
+	webSlice := endpointSlice("default", "web-1", "web", "198.19.1.1", "198.19.1.2")
+	dns := service("kube-system", "dns", "198.18.0.53", 53)
+	dnsSlice := endpointSlice("kube-system", "dns-1", "dns", "198.19.1.53")
+	api := service("default", "api", "198.18.0.40", 443)
+	webOn := func(port int32) *v1.Service { return service("default", "web", "198.18.0.10", port) }
+
+	steps := []struct {
+		name        string
+		change      func(t *testing.T, dir string)
+		wantEvents  []string
+		wantState   []string
+		wantErrs    []string
+		wantInvalid float64 // kproxy_services_file_invalid_documents after the step
+	}{{
+		name: "initial load of several files, multi-document YAML and a JSON List",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "a.yaml", yamlDocs(t, web, webSlice))
+			writeFile(t, dir, "b.yaml", yamlDocs(t, dns, dnsSlice))
+			writeFile(t, dir, "c.json", jsonList(t, api))
+			writeFile(t, dir, "nodes.yml", yamlDocs(t, node("other", "198.19.0.2"), node(nodeName, "198.19.0.1")))
+			writeFile(t, dir, "README.md", "not a manifest: ignored")
+		},
+		wantEvents: []string{
+			"update Node kproxy-demo",
+			"update Service default/api", "update Service default/web", "update Service kube-system/dns",
+			"update EndpointSlice default/web-1", "update EndpointSlice kube-system/dns-1",
+		},
+		wantState: []string{
+			"EndpointSlice default/web-1 198.19.1.1,198.19.1.2", "EndpointSlice kube-system/dns-1 198.19.1.53",
+			"Node kproxy-demo",
+			"Service default/api 198.18.0.40:443", "Service default/web 198.18.0.10:80", "Service kube-system/dns 198.18.0.53:53",
+		},
+	}, {
+		name:       "re-reading unchanged files sends nothing",
+		change:     func(t *testing.T, dir string) {},
+		wantEvents: nil,
+	}, {
+		name: "editing one object re-sends only that object",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "a.yaml", yamlDocs(t, webOn(8080), webSlice))
+		},
+		wantEvents: []string{"update Service default/web"},
+	}, {
+		name: "an invalid document keeps its last good version; the others still apply",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "a.yaml", yamlDocs(t, webOn(70000), endpointSlice("default", "web-1", "web", "198.19.1.1")))
+		},
+		wantEvents: []string{"update EndpointSlice default/web-1"},
+		wantState: []string{
+			"EndpointSlice default/web-1 198.19.1.1", "EndpointSlice kube-system/dns-1 198.19.1.53",
+			"Node kproxy-demo",
+			"Service default/api 198.18.0.40:443", "Service default/web 198.18.0.10:8080", "Service kube-system/dns 198.18.0.53:53",
+		},
+		wantErrs:    []string{"a.yaml: document 1 at line 1 (Service default/web): spec.ports[0].port: 70000 is not a valid port (1-65535)"},
+		wantInvalid: 1,
+	}, {
+		name:        "a document that stays invalid is rejected again on each read",
+		change:      func(t *testing.T, dir string) {},
+		wantErrs:    []string{"a.yaml: document 1 at line 1 (Service default/web): spec.ports[0].port: 70000 is not a valid port (1-65535)"},
+		wantInvalid: 1,
+	}, {
+		name: "fixing the document applies it",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "a.yaml", yamlDocs(t, webOn(81), endpointSlice("default", "web-1", "web", "198.19.1.1")))
+		},
+		wantEvents: []string{"update Service default/web"},
+	}, {
+		name: "undecodable YAML keeps the object last seen at that position",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "b.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: dns\n---\n"+yamlDocs(t, endpointSlice("kube-system", "dns-1", "dns", "198.19.1.54")))
+		},
+		wantEvents: []string{"update EndpointSlice kube-system/dns-1"},
+		wantState: []string{
+			"EndpointSlice default/web-1 198.19.1.1", "EndpointSlice kube-system/dns-1 198.19.1.54",
+			"Node kproxy-demo",
+			"Service default/api 198.18.0.40:443", "Service default/web 198.18.0.10:81", "Service kube-system/dns 198.18.0.53:53",
+		},
+		wantErrs:    []string{"b.yaml: document 1 at line 1: invalid YAML: line 3: did not find expected ',' or '}'"},
+		wantInvalid: 1,
+	}, {
+		name: "unsupported kind, unknown field and a slice without its label are each rejected",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "e.yaml", `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: typo}
+spec: {clusterIP: 198.18.0.9, ports: [{port: 80}], selectr: {app: x}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: foo-abc}
+addressType: IPv4
+`)
+		},
+		wantErrs: []string{
+			"b.yaml: document 1 at line 1: invalid YAML: line 3: did not find expected ',' or '}'",
+			"e.yaml: document 1 at line 1 (Deployment default/app): kind Deployment is not supported; a services file holds Service, EndpointSlice and Node objects",
+			`e.yaml: document 2 at line 5 (Service default/typo): unknown field "spec.selectr"`,
+			"e.yaml: document 3 at line 10 (EndpointSlice default/foo-abc): metadata.labels: EndpointSlice default/foo-abc has no kubernetes.io/service-name label; kproxy cannot tell which Service it belongs to",
+		},
+		wantInvalid: 4,
+	}, {
+		name: "deleting a file deletes its objects, even one whose document was invalid",
+		change: func(t *testing.T, dir string) {
+			removeFile(t, dir, "b.yaml")
+			removeFile(t, dir, "e.yaml")
+		},
+		wantEvents: []string{"delete Service kube-system/dns", "delete EndpointSlice kube-system/dns-1"},
+	}, {
+		name: "deleting a document deletes its object",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "a.yaml", yamlDocs(t, webOn(81)))
+		},
+		wantEvents: []string{"delete EndpointSlice default/web-1"},
+	}, {
+		name: "renaming an object deletes the old name",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "c.json", jsonList(t, service("default", "api2", "198.18.0.40", 443)))
+		},
+		wantEvents: []string{"delete Service default/api", "update Service default/api2"},
+	}, {
+		name: "a duplicate object is an error on the later document",
+		change: func(t *testing.T, dir string) {
+			writeFile(t, dir, "d.yaml", yamlDocs(t, service("default", "web", "198.18.0.99", 99), service("default", "new", "198.18.0.5", 5)))
+		},
+		wantEvents: []string{"update Service default/new"},
+		wantState: []string{
+			"Node kproxy-demo",
+			"Service default/api2 198.18.0.40:443", "Service default/new 198.18.0.5:5", "Service default/web 198.18.0.10:81",
+		},
+		wantErrs:    []string{"d.yaml: document 1 at line 1 (Service default/web): duplicate object: already defined in a.yaml document 1"},
+		wantInvalid: 1,
+	}, {
+		name: "an unreadable file keeps its objects",
+		change: func(t *testing.T, dir string) {
+			removeFile(t, dir, "d.yaml")
+			if err := os.Symlink("d.yaml", filepath.Join(dir, "d.yaml")); err != nil { // a symlink loop
+				t.Fatal(err)
+			}
+		},
+		wantErrs: []string{"d.yaml: cannot read: stat " + "DIR/d.yaml: too many levels of symbolic links"},
+	}, {
+		name: "other nodes are ignored; this node's removal is seen",
+		change: func(t *testing.T, dir string) {
+			removeFile(t, dir, "d.yaml")
+			writeFile(t, dir, "nodes.yml", yamlDocs(t, node("other", "198.19.0.3")))
+		},
+		wantEvents: []string{"delete Node", "delete Service default/new"},
+		wantState: []string{
+			"Service default/api2 198.18.0.40:443", "Service default/web 198.18.0.10:81",
+		},
+	}, {
+		name: "emptying the directory deletes everything",
+		change: func(t *testing.T, dir string) {
+			for _, f := range []string{"a.yaml", "c.json", "nodes.yml"} {
+				removeFile(t, dir, f)
+			}
+		},
+		wantEvents: []string{"delete Service default/api2", "delete Service default/web"},
+		wantState:  nil,
+	}}
+
+	dir := t.TempDir()
+	sink := newRecordingSink()
+	reg := prometheus.NewRegistry()
+	src, err := New(dir, nodeName, sink, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantRejected float64
+	for i, st := range steps {
+		st.change(t, dir)
+		src.reload(klog.Background())
+
+		if diff := cmp.Diff(st.wantEvents, sink.take()); diff != "" {
+			t.Errorf("step %d %q: sink calls (-want +got):\n%s", i, st.name, diff)
+		}
+		if st.wantState != nil || i == len(steps)-1 {
+			if diff := cmp.Diff(st.wantState, sink.contents()); diff != "" {
+				t.Errorf("step %d %q: sink contents (-want +got):\n%s", i, st.name, diff)
+			}
+		}
+		var gotErrs []string
+		for _, err := range src.Errors() {
+			gotErrs = append(gotErrs, strings.ReplaceAll(err.Error(), dir, "DIR"))
+		}
+		if diff := cmp.Diff(st.wantErrs, gotErrs); diff != "" {
+			t.Errorf("step %d %q: errors (-want +got):\n%s", i, st.name, diff)
+		}
+
+		wantRejected += st.wantInvalid
+		if got := testutil.ToFloat64(src.metrics.rejected); got != wantRejected {
+			t.Errorf("step %d %q: rejected documents total %v, want %v", i, st.name, got, wantRejected)
+		}
+		if got := testutil.ToFloat64(src.metrics.invalid); got != st.wantInvalid {
+			t.Errorf("step %d %q: invalid documents %v, want %v", i, st.name, got, st.wantInvalid)
+		}
+		result := "success"
+		if len(st.wantErrs) > 0 {
+			result = "error"
+		}
+		before := testutil.ToFloat64(src.metrics.reloads.WithLabelValues(result))
+		if before < 1 {
+			t.Errorf("step %d %q: reloads_total{result=%q} is %v, want at least 1", i, st.name, result, before)
+		}
+	}
+	if src.Generation() != uint64(len(steps)) {
+		t.Errorf("generation %d after %d reloads", src.Generation(), len(steps))
+	}
+
+	// The registry exposes the three metrics under their names.
+	for name, series := range map[string]int{
+		"kproxy_services_file_rejected_documents_total": 1,
+		"kproxy_services_file_invalid_documents":        1,
+		"kproxy_services_file_reloads_total":            2,
+	} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != series {
+			t.Errorf("registry has %d series of %s (err %v), want %d", n, name, err, series)
+		}
+	}
+}
+
+// TestReloadResultCounts checks the reloads_total labels exactly over a
+// good, a bad and a good read.
+func TestReloadResultCounts(t *testing.T) {
+	dir := t.TempDir()
+	src, err := New(dir, "n", newRecordingSink(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, content := range []string{validService, "kind: Nonsense\n", validService} {
+		writeFile(t, dir, "s.yaml", content)
+		src.reload(klog.Background())
+	}
+	if got := testutil.ToFloat64(src.metrics.reloads.WithLabelValues("success")); got != 2 {
+		t.Errorf("successful reloads %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(src.metrics.reloads.WithLabelValues("error")); got != 1 {
+		t.Errorf("failed reloads %v, want 1", got)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	sink := newRecordingSink()
+	if _, err := New(filepath.Join(t.TempDir(), "missing.yaml"), "n", sink, nil); err == nil {
+		t.Error("New accepted a path that does not exist")
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := New(t.TempDir(), "n", sink, reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(t.TempDir(), "n", sink, reg); err == nil || !strings.Contains(err.Error(), "registering services-file metrics") {
+		t.Errorf("second registration on one registry: err %v, want a registration error", err)
+	}
+}
+
+// watchHarness runs a Source and lets a test wait for the sink to reach a state.
+type watchHarness struct {
+	t       *testing.T
+	sink    *recordingSink
+	src     *Source
+	reloads chan ReloadResult
+	done    chan error
+}
+
+func startWatching(t *testing.T, path string, opts ...Option) *watchHarness {
+	t.Helper()
+	h := &watchHarness{t: t, sink: newRecordingSink(), reloads: make(chan ReloadResult, 100), done: make(chan error, 1)}
+	opts = append([]Option{WithDebounce(20 * time.Millisecond), WithReloadHook(func(r ReloadResult) { h.reloads <- r })}, opts...)
+	src, err := New(path, "kproxy-demo", h.sink, prometheus.NewRegistry(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.src = src
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { h.done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-h.done:
+			if err != nil {
+				t.Errorf("Run returned %v after cancellation", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancellation")
+		}
+	})
+	return h
+}
+
+// waitFor consumes reloads until the sink holds want. The timeout only
+// bounds a failing test.
+func (h *watchHarness) waitFor(what string, want []string) {
+	h.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if cmp.Equal(want, h.sink.contents()) {
+			return
+		}
+		select {
+		case <-h.reloads:
+		case <-deadline:
+			h.t.Fatalf("%s: sink never reached the expected state (-want +got):\n%s", what, cmp.Diff(want, h.sink.contents()))
+		}
+	}
+}
+
+func TestWatchDirectory(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "web.yaml", yamlDocs(t, service("default", "web", "198.18.0.10", 80)))
+	h := startWatching(t, dir)
+	h.waitFor("initial load", []string{"Service default/web 198.18.0.10:80"})
+	if ev := h.sink.take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
+		t.Errorf("initial calls %q, want the update then synced", ev)
+	}
+
+	writeFile(t, dir, "web.yaml", yamlDocs(t, service("default", "web", "198.18.0.10", 81)))
+	h.waitFor("in-place edit", []string{"Service default/web 198.18.0.10:81"})
+
+	replaceFile(t, dir, "web.yaml", yamlDocs(t, service("default", "web", "198.18.0.10", 82)))
+	h.waitFor("rename over the file", []string{"Service default/web 198.18.0.10:82"})
+
+	writeFile(t, dir, "dns.yml", yamlDocs(t, service("default", "dns", "198.18.0.53", 53)))
+	h.waitFor("new file", []string{"Service default/dns 198.18.0.53:53", "Service default/web 198.18.0.10:82"})
+
+	removeFile(t, dir, "web.yaml")
+	h.waitFor("file removed", []string{"Service default/dns 198.18.0.53:53"})
+
+	if ev := h.sink.take(); strings.Count(strings.Join(ev, "\n"), "synced") != 0 {
+		t.Errorf("OnSynced called again after the initial load: %q", ev)
+	}
+}
+
+func TestWatchSingleFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	writeFile(t, dir, "services.yaml", yamlDocs(t, service("default", "web", "198.18.0.10", 80), node("kproxy-demo", "198.19.0.1")))
+	writeFile(t, dir, "other.yaml", yamlDocs(t, service("default", "other", "198.18.0.11", 80)))
+	h := startWatching(t, path)
+	h.waitFor("initial load", []string{"Node kproxy-demo", "Service default/web 198.18.0.10:80"})
+
+	replaceFile(t, dir, "services.yaml", yamlDocs(t, service("default", "web", "198.18.0.10", 8080)))
+	h.waitFor("editor save", []string{"Service default/web 198.18.0.10:8080"})
+
+	writeFile(t, dir, "services.yaml", "")
+	h.waitFor("emptied file", nil)
+}
+
+// TestPeriodicResync checks the safety net re-reads with no file event.
+func TestPeriodicResync(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "web.yaml", validService)
+	h := startWatching(t, dir, WithResyncPeriod(10*time.Millisecond))
+	deadline := time.After(10 * time.Second)
+	for gen := uint64(0); gen < 3; {
+		select {
+		case r := <-h.reloads:
+			gen = r.Generation
+		case <-deadline:
+			t.Fatal("no periodic reloads")
+		}
+	}
+	if ev := h.sink.take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
+		t.Errorf("calls %q: periodic re-reads of unchanged files must not reach the sink", ev)
+	}
+}

@@ -1,0 +1,142 @@
+package healthz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/mode"
+)
+
+const (
+	// DefaultHealthzAddress is kube-proxy's --healthz-bind-address default.
+	DefaultHealthzAddress = "0.0.0.0:10256"
+	// DefaultMetricsAddress is kube-proxy's --metrics-bind-address default.
+	DefaultMetricsAddress = "127.0.0.1:10249"
+
+	// shutdownGrace bounds how long in-flight requests may finish after the
+	// context is cancelled.
+	shutdownGrace = 5 * time.Second
+)
+
+// Server is an HTTP server already listening on its address.
+type Server struct {
+	name     string
+	listener net.Listener
+	srv      *http.Server
+}
+
+// listen binds addr at once, so a port in use is reported to the caller
+// before anything is started.
+func listen(name, addr string, handler http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s server: listening on %s: %w", name, addr, err)
+	}
+	return &Server{
+		name:     name,
+		listener: ln,
+		srv:      &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
+	}, nil
+}
+
+// NewHealthServer listens on addr (DefaultHealthzAddress when empty) and
+// will serve /healthz and /livez.
+func NewHealthServer(addr string, h *Health) (*Server, error) {
+	if h == nil {
+		return nil, errors.New("health server: nil Health")
+	}
+	if addr == "" {
+		addr = DefaultHealthzAddress
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", h.HealthzHandler())
+	mux.Handle("/livez", h.LivezHandler())
+	return listen("healthz", addr, mux)
+}
+
+// MetricsServerConfig says what the metrics server exposes.
+type MetricsServerConfig struct {
+	// Address defaults to DefaultMetricsAddress.
+	Address string
+	Health  *Health
+	Metrics *metrics.Metrics
+	// ProxyMode is served as plain text at /proxyMode.
+	ProxyMode mode.Name
+	// Configz, when not nil, is served as JSON at /configz: the effective
+	// configuration, already encoded.
+	Configz []byte
+}
+
+// NewMetricsServer listens on the configured address and will serve
+// /metrics, /healthz, /livez, /proxyMode and, if given, /configz.
+func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
+	if cfg.Health == nil || cfg.Metrics == nil {
+		return nil, errors.New("metrics server: Health and Metrics are required")
+	}
+	if cfg.Address == "" {
+		cfg.Address = DefaultMetricsAddress
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", cfg.Metrics.Handler())
+	mux.Handle("/healthz", cfg.Health.HealthzHandler())
+	mux.Handle("/livez", cfg.Health.LivezHandler())
+	proxyMode := string(cfg.ProxyMode)
+	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		_, _ = fmt.Fprint(w, proxyMode)
+	})
+	if cfg.Configz != nil {
+		configz := append([]byte(nil), cfg.Configz...)
+		mux.HandleFunc("/configz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			_, _ = w.Write(configz)
+		})
+	}
+	return listen("metrics", cfg.Address, mux)
+}
+
+// Addr is the address actually bound (useful with port 0).
+func (s *Server) Addr() net.Addr { return s.listener.Addr() }
+
+// Serve serves until ctx is done, then shuts down gracefully, letting
+// in-flight requests finish. It returns nil after a shutdown caused by ctx.
+func (s *Server) Serve(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("server", s.name, "address", s.Addr().String())
+	errCh := make(chan error, 1)
+	go func() { errCh <- s.srv.Serve(s.listener) }()
+	logger.V(2).Info("Serving")
+
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("%s server on %s: %w", s.name, s.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := s.srv.Shutdown(shutdownCtx); err != nil {
+		_ = s.srv.Close()
+		return fmt.Errorf("shutting down %s server on %s: %w", s.name, s.Addr(), err)
+	}
+	if err := <-errCh; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("%s server on %s: %w", s.name, s.Addr(), err)
+	}
+	logger.V(2).Info("Stopped")
+	return nil
+}
+
+// Close releases the listener of a server that will not be served.
+func (s *Server) Close() error {
+	if err := s.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("closing %s server on %s: %w", s.name, s.Addr(), err)
+	}
+	return nil
+}

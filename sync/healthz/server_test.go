@@ -1,0 +1,160 @@
+package healthz
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/mode"
+)
+
+func fetch(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading %s: %v", url, err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+}
+
+// serve runs s until the test ends and checks it shut down cleanly.
+func serve(t *testing.T, s *Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve after cancel: %v", err)
+			}
+		case <-time.After(10 * time.Second): // deadlock guard
+			t.Error("Serve did not return after its context was cancelled")
+		}
+	})
+}
+
+func TestMetricsServer(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	m := metrics.New()
+	h := New(time.Minute, m, nil)
+	s, err := NewMetricsServer(MetricsServerConfig{
+		Address: "127.0.0.1:0", Health: h, Metrics: m,
+		ProxyMode: mode.IPTables, Configz: []byte(`{"mode":"iptables"}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	base := "http://" + s.Addr().String()
+
+	tests := []struct {
+		path         string
+		wantCode     int
+		wantType     string
+		wantContains string
+	}{
+		{"/proxyMode", 200, "text/plain; charset=utf-8", "iptables"},
+		{"/configz", 200, "application/json", `{"mode":"iptables"}`},
+		{"/healthz", 200, "application/json", `"nodeEligible":true`},
+		{"/livez", 200, "application/json", `"healthy":true`},
+		// After the two probes above, /metrics shows them counted.
+		{"/metrics", 200, "", `kubeproxy_proxy_healthz_total{code="200"} 1`},
+		{"/nothing", 404, "", ""},
+	}
+	for _, tt := range tests {
+		code, ctype, b := fetch(t, base+tt.path)
+		if code != tt.wantCode {
+			t.Errorf("%s: status %d, want %d", tt.path, code, tt.wantCode)
+		}
+		if tt.wantType != "" && ctype != tt.wantType {
+			t.Errorf("%s: Content-Type %q, want %q", tt.path, ctype, tt.wantType)
+		}
+		if !strings.Contains(b, tt.wantContains) {
+			t.Errorf("%s: body %q lacks %q", tt.path, b, tt.wantContains)
+		}
+	}
+	if _, _, b := fetch(t, base+"/metrics"); !strings.Contains(b, `kubeproxy_proxy_livez_total{code="200"} 1`) {
+		t.Error("/metrics does not count the /livez probe")
+	}
+}
+
+func TestHealthServer(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	h := New(time.Minute, nil, nil)
+	h.SetNodeEligible(false)
+	s, err := NewHealthServer("127.0.0.1:0", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	base := "http://" + s.Addr().String()
+	if code, _, b := fetch(t, base+"/healthz"); code != 503 || !strings.Contains(b, `"nodeEligible":false`) {
+		t.Errorf("/healthz = %d %q, want 503 with nodeEligible false", code, b)
+	}
+	if code, _, _ := fetch(t, base+"/livez"); code != 200 {
+		t.Errorf("/livez = %d, want 200", code)
+	}
+	if code, _, _ := fetch(t, base+"/metrics"); code != 404 {
+		t.Errorf("/metrics on the health server = %d, want 404", code)
+	}
+}
+
+func TestListenErrorNamesAddress(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	h := New(time.Minute, nil, nil)
+	first, err := NewHealthServer("127.0.0.1:0", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	addr := first.Addr().String()
+
+	tests := []struct {
+		name string
+		new  func() (*Server, error)
+	}{
+		{"health server", func() (*Server, error) { return NewHealthServer(addr, h) }},
+		{"metrics server", func() (*Server, error) {
+			return NewMetricsServer(MetricsServerConfig{Address: addr, Health: h, Metrics: metrics.New()})
+		}},
+	}
+	for _, tt := range tests {
+		s, err := tt.new()
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: listening on %s, already in use, succeeded", tt.name, addr)
+			continue
+		}
+		if !strings.Contains(err.Error(), addr) {
+			t.Errorf("%s: error %q does not name %s", tt.name, err, addr)
+		}
+	}
+}
+
+func TestConstructorsRejectMissingParts(t *testing.T) {
+	if _, err := NewHealthServer("127.0.0.1:0", nil); err == nil {
+		t.Error("NewHealthServer accepted a nil Health")
+	}
+	if _, err := NewMetricsServer(MetricsServerConfig{Address: "127.0.0.1:0"}); err == nil {
+		t.Error("NewMetricsServer accepted no Health and Metrics")
+	}
+}

@@ -1,0 +1,158 @@
+package servicemap
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+)
+
+func TestServicePortsOfSkipRules(t *testing.T) {
+	tests := []struct {
+		name string
+		svc  *v1.Service
+		skip bool
+	}{
+		{"plain ClusterIP service", makeService("ns", "s", "198.18.0.1"), false},
+		{"clusterIP None", makeService("ns", "s", v1.ClusterIPNone), true},
+		{"clusterIP empty", makeService("ns", "s", ""), true},
+		{"ExternalName", makeService("ns", "s", "198.18.0.1", withType(v1.ServiceTypeExternalName)), true},
+		{"service-proxy-name label", makeService("ns", "s", "198.18.0.1", withLabels(LabelServiceProxyName, "other")), true},
+		{"empty service-proxy-name label", makeService("ns", "s", "198.18.0.1", withLabels(LabelServiceProxyName, "")), true},
+		{"headless label", makeService("ns", "s", "198.18.0.1", withLabels(v1.IsHeadlessService, "")), true},
+		{"unrelated label", makeService("ns", "s", "198.18.0.1", withLabels("app", "x")), false},
+		{"unparseable cluster IP", makeService("ns", "s", "not-an-ip"), true},
+		{"nil", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ServicePortsOf(tt.svc)
+			if tt.skip && got != nil {
+				t.Fatalf("expected the service to be skipped, got %d ports", len(got))
+			}
+			if !tt.skip && len(got) != 1 {
+				t.Fatalf("expected one port, got %d", len(got))
+			}
+			if reason := SkipServiceReason(tt.svc); (reason != "") != tt.skip && tt.name != "unparseable cluster IP" {
+				t.Errorf("SkipServiceReason = %q, want skip=%v", reason, tt.skip)
+			}
+		})
+	}
+}
+
+func TestServicePortsOfFields(t *testing.T) {
+	local, cluster := v1.ServiceExternalTrafficPolicyLocal, v1.ServiceExternalTrafficPolicyCluster
+	base := ServicePort{Name: portName("ns", "s", "http"), ClusterIPs: addrs("198.18.0.1"), Port: 80}
+	tests := []struct {
+		name   string
+		mutate func(*v1.Service)
+		want   func(p *ServicePort)
+	}{
+		{"defaults", func(*v1.Service) {}, func(*ServicePort) {}},
+		{"dual-stack cluster IPs keep order", func(s *v1.Service) {
+			s.Spec.ClusterIPs = []string{"198.18.0.1", "fd00::18:1"}
+		}, func(p *ServicePort) { p.ClusterIPs = addrs("198.18.0.1", "fd00::18:1") }},
+		{"IPv6 primary", func(s *v1.Service) {
+			s.Spec.ClusterIP = "fd00::18:1"
+			s.Spec.ClusterIPs = []string{"fd00::18:1", "198.18.0.1"}
+		}, func(p *ServicePort) { p.ClusterIPs = addrs("fd00::18:1", "198.18.0.1") }},
+		{"falls back to clusterIP", func(s *v1.Service) { s.Spec.ClusterIPs = nil },
+			func(*ServicePort) {}},
+		{"sloppy leading zeros", func(s *v1.Service) { s.Spec.ClusterIPs = []string{"198.018.000.001"} },
+			func(*ServicePort) {}},
+		{"external IPs, bad ones skipped", func(s *v1.Service) {
+			s.Spec.ExternalIPs = []string{"198.19.1.1", "bogus", "fd00::19:1"}
+		}, func(p *ServicePort) { p.ExternalIPs = addrs("198.19.1.1", "fd00::19:1") }},
+		{"LB ingress: VIP and unset kept, Proxy and hostname skipped", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.Ports[0].NodePort = 30080
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{
+				{IP: "198.19.2.1"},
+				{IP: "198.19.2.2", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+				{IP: "198.19.2.3", IPMode: ptr(v1.LoadBalancerIPModeProxy)},
+				{Hostname: "lb.example"},
+			}
+		}, func(p *ServicePort) { p.NodePort = 30080; p.LoadBalancerIPs = addrs("198.19.2.1", "198.19.2.2") }},
+		{"source ranges trimmed, masked, bad skipped", func(s *v1.Service) {
+			s.Spec.LoadBalancerSourceRanges = []string{" 198.19.0.0/16 ", "198.19.3.7/24", "nonsense", "fd00::/64\n"}
+		}, func(p *ServicePort) {
+			p.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16"),
+				netip.MustParsePrefix("198.19.3.0/24"), netip.MustParsePrefix("fd00::/64")}
+		}},
+		{"ClientIP affinity with nil config gets the default", func(s *v1.Service) {
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		}, func(p *ServicePort) { p.AffinityTimeout = DefaultAffinityTimeout }},
+		{"ClientIP affinity with explicit timeout", func(s *v1.Service) {
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
+		}, func(p *ServicePort) { p.AffinityTimeout = time.Minute }},
+		{"affinity None ignores config", func(s *v1.Service) {
+			s.Spec.SessionAffinity = v1.ServiceAffinityNone
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
+		}, func(*ServicePort) {}},
+		{"internal policy Local", func(s *v1.Service) {
+			s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
+		}, func(p *ServicePort) { p.InternalPolicyLocal = true }},
+		{"external Local on plain ClusterIP does not count", func(s *v1.Service) {
+			s.Spec.ExternalTrafficPolicy = local
+		}, func(*ServicePort) {}},
+		{"external Local with external IPs counts", func(s *v1.Service) {
+			s.Spec.ExternalTrafficPolicy = local
+			s.Spec.ExternalIPs = []string{"198.19.1.1"}
+		}, func(p *ServicePort) { p.ExternalPolicyLocal = true; p.ExternalIPs = addrs("198.19.1.1") }},
+		{"NodePort Local: no health check port", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.ExternalTrafficPolicy = local
+			s.Spec.Ports[0].NodePort = 30080
+			s.Spec.HealthCheckNodePort = 31000
+		}, func(p *ServicePort) { p.ExternalPolicyLocal = true; p.NodePort = 30080 }},
+		{"LoadBalancer Local: health check port", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ExternalTrafficPolicy = local
+			s.Spec.Ports[0].NodePort = 30080
+			s.Spec.HealthCheckNodePort = 31000
+		}, func(p *ServicePort) { p.ExternalPolicyLocal = true; p.NodePort = 30080; p.HealthCheckNodePort = 31000 }},
+		{"LoadBalancer Cluster: no health check port", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ExternalTrafficPolicy = cluster
+			s.Spec.Ports[0].NodePort = 30080
+			s.Spec.HealthCheckNodePort = 31000
+		}, func(p *ServicePort) { p.NodePort = 30080 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := makeService("ns", "s", "198.18.0.1")
+			tt.mutate(svc)
+			want := base
+			tt.want(&want)
+			got := ServicePortsOf(svc)
+			if len(got) != 1 {
+				t.Fatalf("got %d ports, want 1", len(got))
+			}
+			if diff := cmp.Diff(&want, got[0], cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+				cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("ServicePortsOf mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestServicePortsOfPorts(t *testing.T) {
+	svc := makeService("ns", "s", "198.18.0.1", withPorts(
+		v1.ServicePort{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53},
+		v1.ServicePort{Name: "dns", Protocol: v1.ProtocolTCP, Port: 53},
+		v1.ServicePort{Name: "dns", Protocol: v1.ProtocolTCP, Port: 54}, // duplicate name+protocol: dropped
+		v1.ServicePort{Name: "bad", Protocol: v1.ProtocolTCP, Port: 70000},
+		v1.ServicePort{Name: "noproto", Port: 8080},
+	))
+	var got []string
+	for _, p := range ServicePortsOf(svc) {
+		got = append(got, p.Name.String()+"="+netip.AddrPortFrom(p.ClusterIPs[0], p.Port).String())
+	}
+	want := []string{"ns/s:dns/UDP=198.18.0.1:53", "ns/s:dns/TCP=198.18.0.1:53", "ns/s:noproto/TCP=198.18.0.1:8080"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ports (-want +got):\n%s", diff)
+	}
+}
