@@ -21,8 +21,13 @@ deps:
 	./.ci/install-deps
 
 # Incremental: after the first ~10-minute build the Go build cache makes this quick.
+# The version stamp makes `kube-proxy --version` report what it is.
+K8S_VERSION := v1.36.3
+K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36
 tools: deps
-	cd bench/tools && $(GO) build -o bin/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd
+	cd bench/tools && $(GO) build -ldflags "$(K8S_LDFLAGS)" -o bin/ \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root.
@@ -30,7 +35,7 @@ test: deps tools build
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
 
 # Unit tests only (no root needed; kernel tests skip).
 unit:

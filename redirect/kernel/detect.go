@@ -47,18 +47,7 @@ func Detect(ctx context.Context) Features {
 func (d *Detector) Detect(ctx context.Context) Features {
 	start := time.Now()
 	var f Features
-	for _, fam := range Families() {
-		var ft FamilyIPTables
-		for _, b := range Backends() {
-			ft.set(b, d.probeIPTables(ctx, b, fam))
-		}
-		if fam == IPv6 {
-			f.IPv6 = ft
-		} else {
-			f.IPv4 = ft
-		}
-	}
-	f.Backend, f.BackendReason = chooseBackend(f.IPv4, f.IPv6)
+	d.detectIPTables(ctx, &f)
 	f.Conntrack = d.probeConntrack()
 	f.IPVS = d.probeIPVS(ctx)
 	f.IPSet = d.probeIPSet(ctx)
@@ -66,6 +55,57 @@ func (d *Detector) Detect(ctx context.Context) Features {
 	f.SCTP = d.probeSCTP()
 	klog.FromContext(ctx).V(2).Info("Probed kernel features", "elapsed", time.Since(start), "features", f.String())
 	return f
+}
+
+// LegacyNotProbed is the Problem of a legacy backend Detect did not probe.
+const LegacyNotProbed = "not probed: nft backend usable and no legacy tables present"
+
+// detectIPTables probes both backends for both families and chooses one.
+//
+// The legacy backend is probed only where it may be used or is in use
+// already. Creating a chain (or even listing one) with iptables-legacy makes
+// the kernel register that family's legacy nat and filter tables, and they
+// cannot be unregistered. From then on iptables-nft-save warns "iptables-legacy
+// tables present", and tools that pick a backend by looking for tables (the
+// iptables-wrapper kube-proxy images use) may be misled. iptables-legacy-save
+// only reads /proc/net/ip{,6}_tables_names and creates nothing, so it always
+// runs; the table-creating probes run only when nft is unusable (for IPv4,
+// which decides the backend, or for this family), when legacy-save shows
+// tables already, or when legacy was chosen anyway.
+func (d *Detector) detectIPTables(ctx context.Context, f *Features) {
+	for _, fam := range Families() {
+		f.family(fam).NFT = d.probeIPTables(ctx, NFT, fam)
+	}
+	for _, fam := range Families() {
+		ft := f.family(fam)
+		ft.Legacy = d.probeLegacy(ctx, fam, !f.IPv4.NFT.Usable || !ft.NFT.Usable)
+	}
+	f.Backend, f.BackendReason = chooseBackend(f.IPv4, f.IPv6)
+	if f.Backend != Legacy {
+		return
+	}
+	// Legacy was chosen for its IPv4 rules: every family's rules go there,
+	// so a family skipped above must be probed after all.
+	for _, fam := range Families() {
+		if ft := f.family(fam); ft.Legacy.NotProbed {
+			ft.Legacy = d.probeIPTables(ctx, Legacy, fam)
+		}
+	}
+}
+
+// probeLegacy lists the legacy backend's rules for fam and probes it further
+// only when needed or when it holds tables already; see detectIPTables.
+func (d *Detector) probeLegacy(ctx context.Context, fam Family, needed bool) IPTables {
+	t, hasTables, ok := d.listRules(ctx, Legacy, fam)
+	switch {
+	case !ok:
+		return t
+	case needed || hasTables:
+		return d.probeChains(ctx, Legacy, fam, t)
+	default:
+		t.NotProbed, t.Problem = true, LegacyNotProbed
+		return t
+	}
 }
 
 // chooseBackend follows the iptables-wrapper idea: rules already on the node
@@ -103,17 +143,44 @@ func countKubeLines(save string) int {
 	return n
 }
 
+// probeIPTables lists backend b's rules for fam and probes what it can do.
 func (d *Detector) probeIPTables(ctx context.Context, b Backend, fam Family) IPTables {
-	var t IPTables
+	t, _, ok := d.listRules(ctx, b, fam)
+	if !ok {
+		return t
+	}
+	return d.probeChains(ctx, b, fam, t)
+}
+
+// listRules runs b's iptables-save for fam, counting kube rules, and reports
+// whether the output holds any table. It changes nothing in the kernel. When
+// it fails, ok is false and t.Problem says why.
+func (d *Detector) listRules(ctx context.Context, b Backend, fam Family) (t IPTables, hasTables, ok bool) {
 	save, err := d.Runner.Run(ctx, nil, b.SaveCommand(fam))
 	if err != nil {
 		t.Problem = "listing rules: " + describe(err)
-		return t
+		return t, false, false
 	}
 	t.KubeRules = countKubeLines(string(save))
+	return t, hasTable(string(save)), true
+}
 
+// hasTable reports whether iptables-save output holds a table ("*nat" ...).
+func hasTable(save string) bool {
+	for _, line := range strings.Split(save, "\n") {
+		if strings.HasPrefix(line, "*") {
+			return true
+		}
+	}
+	return false
+}
+
+// probeChains creates a probe chain in the nat and filter tables of backend b
+// for fam (creating those tables if need be), tries the targets the proxy
+// modes use in it, and removes it again. t carries listRules' findings.
+func (d *Detector) probeChains(ctx context.Context, b Backend, fam Family, t IPTables) IPTables {
 	declare := "*nat\n:" + ProbeChain + " - [0:0]\nCOMMIT\n*filter\n:" + ProbeChain + " - [0:0]\nCOMMIT\n"
-	_, err = d.Runner.Run(ctx, []byte(declare), b.RestoreCommand(fam), "-w", lockWait, "--noflush")
+	_, err := d.Runner.Run(ctx, []byte(declare), b.RestoreCommand(fam), "-w", lockWait, "--noflush")
 	defer d.removeProbeChains(ctx, b, fam)
 	if err != nil {
 		t.Problem = "creating a chain in nat and filter: " + describe(err)

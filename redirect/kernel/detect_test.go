@@ -114,6 +114,37 @@ func missingBinary(cmd string) error {
 	return &CommandError{Command: cmd, ExitCode: -1, Err: &exec.Error{Name: cmd, Err: exec.ErrNotFound}}
 }
 
+// legacyTableCreators returns the calls that would make the kernel register
+// legacy tables for fam: every legacy command but the read-only save.
+func legacyTableCreators(calls []string, fam Family) []string {
+	var out []string
+	for _, c := range calls {
+		name, _, _ := strings.Cut(c, " ")
+		if strings.HasPrefix(name, Legacy.Command(fam)) && name != Legacy.SaveCommand(fam) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func ran(calls []string, line string) bool {
+	for _, c := range calls {
+		if c == line {
+			return true
+		}
+	}
+	return false
+}
+
+// emptyFilterSave is what legacy-save prints once something (an old
+// iptables-legacy -L, say) registered the filter table, without any rules.
+const emptyFilterSave = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+COMMIT
+`
+
 const kubeSave = `*nat
 :PREROUTING ACCEPT [0:0]
 :KUBE-SERVICES - [0:0]
@@ -123,10 +154,15 @@ COMMIT
 
 func TestDetectWithFakes(t *testing.T) {
 	redirectMissing := exitErr("iptables-nft -t nat -A KPROXY-PROBE", "iptables v1.8.9 (nf_tables): Couldn't load target `REDIRECT':No such file or directory\n\nTry `iptables -h' or 'iptables --help' for more information.\n")
+	nftRestoreRefuses := exitErr("iptables-nft-restore", "iptables-nft-restore v1.8.9 (nf_tables): CHAIN_USER_ADD failed (Operation not supported): chain KPROXY-PROBE\nError occurred at line: 2\n")
 	cases := []struct {
-		name  string
-		node  *fakeNode
-		check func(t *testing.T, f Features, n *fakeNode)
+		name string
+		node *fakeNode
+		// legacyProbed: the families whose legacy backend must be probed
+		// with table-creating commands; in the others only legacy-save may
+		// run.
+		legacyProbed []Family
+		check        func(t *testing.T, f Features, n *fakeNode)
 	}{
 		{
 			name: "everything present",
@@ -135,7 +171,7 @@ func TestDetectWithFakes(t *testing.T) {
 				if !f.IPVS.Present || !f.IPSet.Present || !f.DummyLinks.Present || !f.SCTP.Present || !f.Conntrack.Present {
 					t.Errorf("want all present, got\n%s", f)
 				}
-				if f.Backend != NFT || !f.IPv4.NFT.Redirect || !f.IPv6.Legacy.RandomFully {
+				if f.Backend != NFT || !f.IPv4.NFT.Redirect || !f.IPv6.NFT.RandomFully {
 					t.Errorf("want nft with every target, got\n%s", f)
 				}
 				if n.genlCalls != 1 {
@@ -154,8 +190,11 @@ func TestDetectWithFakes(t *testing.T) {
 				if !strings.Contains(got.Problem, "Couldn't load target `REDIRECT'") {
 					t.Errorf("problem %q does not quote iptables", got.Problem)
 				}
-				if !f.IPv4.Legacy.Redirect || !f.IPv6.NFT.Redirect {
-					t.Errorf("other backends lost REDIRECT:\n%s", f)
+				if !f.IPv6.NFT.Redirect {
+					t.Errorf("ip6tables-nft lost REDIRECT:\n%s", f)
+				}
+				if f.Backend != NFT {
+					t.Errorf("backend = %q, want nft: it is usable, REDIRECT is only needed by userspace mode", f.Backend)
 				}
 			},
 		},
@@ -165,6 +204,7 @@ func TestDetectWithFakes(t *testing.T) {
 				"iptables-nft":  missingBinary("iptables-nft"),
 				"ip6tables-nft": missingBinary("ip6tables-nft"),
 			}},
+			legacyProbed: []Family{IPv4, IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPv4.NFT.Usable || f.IPv6.NFT.Usable {
 					t.Errorf("nft usable without binaries:\n%s", f)
@@ -175,13 +215,17 @@ func TestDetectWithFakes(t *testing.T) {
 				if f.Backend != Legacy {
 					t.Errorf("backend = %q, want legacy", f.Backend)
 				}
+				if !f.IPv4.Legacy.Usable || !f.IPv6.Legacy.Usable || !f.IPv4.Legacy.DNAT {
+					t.Errorf("legacy not probed usable:\n%s", f)
+				}
 			},
 		},
 		{
-			name: "nft kernel refuses tables",
-			node: &fakeNode{fail: map[string]error{
-				"iptables-nft-restore": exitErr("iptables-nft-restore", "iptables-nft-restore v1.8.9 (nf_tables): CHAIN_USER_ADD failed (Operation not supported): chain KPROXY-PROBE\nError occurred at line: 2\n"),
-			}},
+			// IPv4 decides the backend, so IPv6 legacy is probed too even
+			// though ip6tables-nft works: IPv6 rules will go to legacy.
+			name:         "nft kernel refuses IPv4 tables: legacy probed in both families",
+			node:         &fakeNode{fail: map[string]error{"iptables-nft-restore": nftRestoreRefuses}},
+			legacyProbed: []Family{IPv4, IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPv4.NFT.Usable || !strings.Contains(f.IPv4.NFT.Problem, "CHAIN_USER_ADD failed") {
 					t.Errorf("iptables-nft = %s, want unusable quoting the restore error", f.IPv4.NFT)
@@ -192,8 +236,11 @@ func TestDetectWithFakes(t *testing.T) {
 			},
 		},
 		{
-			name: "legacy already holds kube rules",
-			node: &fakeNode{saves: map[string]string{"iptables-legacy-save": kubeSave}},
+			// IPv6 legacy shows no tables, but once legacy is chosen its
+			// rules go there, so it is probed after the choice.
+			name:         "legacy already holds kube rules",
+			node:         &fakeNode{saves: map[string]string{"iptables-legacy-save": kubeSave}},
+			legacyProbed: []Family{IPv4, IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPv4.Legacy.KubeRules != 2 {
 					t.Errorf("legacy kube rules = %d, want 2", f.IPv4.Legacy.KubeRules)
@@ -201,14 +248,98 @@ func TestDetectWithFakes(t *testing.T) {
 				if f.Backend != Legacy || !strings.Contains(f.BackendReason, "iptables-legacy already holds 2") {
 					t.Errorf("backend = %q (%s), want legacy because of its rules", f.Backend, f.BackendReason)
 				}
+				if !f.Chosen(IPv6).Usable {
+					t.Errorf("chosen IPv6 backend = %s, want it probed usable", f.Chosen(IPv6))
+				}
 			},
 		},
 		{
-			name: "both hold kube rules, nft more",
-			node: &fakeNode{saves: map[string]string{"iptables-legacy-save": kubeSave, "iptables-nft-save": kubeSave, "ip6tables-nft-save": kubeSave}},
+			name:         "both hold kube rules, nft more",
+			node:         &fakeNode{saves: map[string]string{"iptables-legacy-save": kubeSave, "iptables-nft-save": kubeSave, "ip6tables-nft-save": kubeSave}},
+			legacyProbed: []Family{IPv4},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.Backend != NFT {
 					t.Errorf("backend = %q (%s), want nft", f.Backend, f.BackendReason)
+				}
+				if f.IPv4.Legacy.KubeRules != 2 || !f.IPv4.Legacy.Usable {
+					t.Errorf("iptables-legacy = %s, want probed usable with 2 kube rules", f.IPv4.Legacy)
+				}
+			},
+		},
+		{
+			name: "nft usable, no legacy tables: legacy only listed",
+			node: &fakeNode{},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				for _, fam := range Families() {
+					got := f.Family(fam).Legacy
+					if !got.NotProbed || got.Usable || got.Problem != LegacyNotProbed {
+						t.Errorf("%s = %+v, want not probed with Problem %q", Legacy.Command(fam), got, LegacyNotProbed)
+					}
+					if !ran(n.calls, Legacy.SaveCommand(fam)) {
+						t.Errorf("%s not run; it is read-only and finds legacy leftovers", Legacy.SaveCommand(fam))
+					}
+				}
+				if f.Backend != NFT || !strings.Contains(f.String(), "iptables-legacy: "+LegacyNotProbed) {
+					t.Errorf("backend = %q, want nft; features:\n%s", f.Backend, f)
+				}
+			},
+		},
+		{
+			name:         "nft usable, legacy tables present (no kube rules): that family's legacy probed",
+			node:         &fakeNode{saves: map[string]string{"ip6tables-legacy-save": emptyFilterSave}},
+			legacyProbed: []Family{IPv6},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				if got := f.IPv6.Legacy; got.NotProbed || !got.Usable || !got.DNAT {
+					t.Errorf("ip6tables-legacy = %s, want probed usable", got)
+				}
+				if !f.IPv4.Legacy.NotProbed {
+					t.Errorf("iptables-legacy = %s, want not probed", f.IPv4.Legacy)
+				}
+				if f.Backend != NFT {
+					t.Errorf("backend = %q (%s), want nft", f.Backend, f.BackendReason)
+				}
+			},
+		},
+		{
+			name:         "nft unusable for IPv6 only: IPv6 legacy probed",
+			node:         &fakeNode{fail: map[string]error{"ip6tables-nft-restore": nftRestoreRefuses}},
+			legacyProbed: []Family{IPv6},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				if f.IPv6.NFT.Usable || !f.IPv6.Legacy.Usable {
+					t.Errorf("IPv6: nft = %s, legacy = %s; want nft unusable, legacy usable", f.IPv6.NFT, f.IPv6.Legacy)
+				}
+				if f.Backend != NFT || !f.IPv4.Legacy.NotProbed {
+					t.Errorf("backend = %q, iptables-legacy = %s; want nft and legacy not probed", f.Backend, f.IPv4.Legacy)
+				}
+			},
+		},
+		{
+			name: "legacy not installed, nft usable",
+			node: &fakeNode{fail: map[string]error{
+				"iptables-legacy":  missingBinary("iptables-legacy"),
+				"ip6tables-legacy": missingBinary("ip6tables-legacy"),
+			}},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				// A failing save is not "not probed": cleanup must not try
+				// to read this backend.
+				if got := f.IPv4.Legacy; got.NotProbed || got.Usable || !strings.Contains(got.Problem, "not installed") {
+					t.Errorf("iptables-legacy = %+v, want unusable because not installed", got)
+				}
+				if f.Backend != NFT {
+					t.Errorf("backend = %q, want nft", f.Backend)
+				}
+			},
+		},
+		{
+			name: "neither backend usable",
+			node: &fakeNode{fail: map[string]error{
+				"iptables-nft":            missingBinary("iptables-nft"),
+				"iptables-legacy-restore": exitErr("iptables-legacy-restore", "iptables-legacy-restore v1.8.9 (legacy): iptables-legacy-restore: unable to initialize table 'nat'\n"),
+			}},
+			legacyProbed: []Family{IPv4, IPv6},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				if f.Backend != "" || !strings.Contains(f.BackendReason, "unable to initialize table 'nat'") {
+					t.Errorf("backend = %q (%s), want none, quoting legacy's failure", f.Backend, f.BackendReason)
 				}
 			},
 		},
@@ -291,6 +422,22 @@ func TestDetectWithFakes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := (&Detector{Runner: c.node, System: c.node}).Detect(context.Background())
 			c.check(t, f, c.node)
+			for _, fam := range Families() {
+				want := false
+				for _, p := range c.legacyProbed {
+					want = want || p == fam
+				}
+				creators := legacyTableCreators(c.node.calls, fam)
+				if want && len(creators) == 0 {
+					t.Errorf("%s not probed, want it probed:\n%s", Legacy.Command(fam), f)
+				}
+				if !want && len(creators) > 0 {
+					t.Errorf("ran %q, which create legacy tables, on a node that does not need them", creators)
+				}
+				if got := f.Family(fam).Legacy; got.NotProbed && (want || got.Usable) {
+					t.Errorf("%s = %+v: not probed must mean unused and unusable", Legacy.Command(fam), got)
+				}
+			}
 			// Probes clean up after themselves whatever happened.
 			for cmd, left := range c.node.probeChainsRemaining {
 				if left {

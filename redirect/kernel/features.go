@@ -53,8 +53,14 @@ type IPTables struct {
 	// KubeRules counts the lines of this backend's iptables-save that mention
 	// KUBE-/KPROXY- chains: rules kubelet, kube-proxy or kproxy left there.
 	KubeRules int
-	// Problem says why the first failed probe failed ("" when all passed).
+	// Problem says why the first failed probe failed ("" when all passed),
+	// or why the backend was not probed.
 	Problem string
+	// NotProbed: only the read-only iptables-save ran, which showed no
+	// tables, and the backend was not needed, so nothing that would create
+	// its tables was run (see Detector.Detect). Usable is then false, but
+	// unlike an unusable backend its save command works.
+	NotProbed bool
 }
 
 // FamilyIPTables holds both backends' abilities for one family.
@@ -68,14 +74,6 @@ func (f FamilyIPTables) Get(b Backend) IPTables {
 		return f.Legacy
 	}
 	return f.NFT
-}
-
-func (f *FamilyIPTables) set(b Backend, t IPTables) {
-	if b == Legacy {
-		f.Legacy = t
-	} else {
-		f.NFT = t
-	}
 }
 
 // Support is the result of one yes/no probe.
@@ -120,6 +118,14 @@ func (f Features) Family(fam Family) FamilyIPTables {
 	return f.IPv4
 }
 
+// family returns the iptables abilities for fam, for filling in.
+func (f *Features) family(fam Family) *FamilyIPTables {
+	if fam == IPv6 {
+		return &f.IPv6
+	}
+	return &f.IPv4
+}
+
 // Chosen returns the abilities of the chosen backend for fam (the zero value
 // when no backend was chosen).
 func (f Features) Chosen(fam Family) IPTables {
@@ -130,6 +136,12 @@ func (f Features) Chosen(fam Family) IPTables {
 }
 
 func (t IPTables) String() string {
+	if t.NotProbed {
+		if t.Problem == "" {
+			return "not probed"
+		}
+		return t.Problem // LegacyNotProbed says "not probed" and why
+	}
 	if !t.Usable {
 		return "unusable (" + t.Problem + ")"
 	}

@@ -68,16 +68,13 @@ type document struct {
 // decoder turns manifest bytes into validated, defaulted objects. It holds
 // no mutable state and is safe for concurrent use.
 type decoder struct {
-	yaml runtime.Decoder
+	// json is a strict deserializer: unknown and duplicate fields are errors.
 	json runtime.Decoder
 }
 
 func newDecoder() *decoder {
 	opts := jsonserializer.SerializerOptions{Strict: true}
-	j := jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, opts)
-	opts.Yaml = true
-	y := jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, opts)
-	return &decoder{yaml: y, json: j}
+	return &decoder{json: jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, opts)}
 }
 
 // rawDocument is one document's bytes and where it starts.
@@ -196,12 +193,17 @@ func (d *decoder) decodeDocument(pos position, raw rawDocument, isYAML, allowLis
 	}
 
 	jsonData := raw.data
-	dec := d.json
+	// A YAML error that only strict parsing finds (a duplicate key) is
+	// reported once the object can be named.
+	var strictYAMLErr error
 	if isYAML {
-		dec = d.yaml
-		converted, err := yaml.YAMLToJSON(raw.data)
+		converted, err := yaml.YAMLToJSONStrict(raw.data)
 		if err != nil {
-			return fail(objectKey{}, fmt.Errorf("invalid YAML: %s", yamlMessage(err, raw.firstLine)))
+			lenient, lerr := yaml.YAMLToJSON(raw.data)
+			if lerr != nil {
+				return fail(objectKey{}, fmt.Errorf("invalid YAML: %s", yamlMessage(lerr, raw.firstLine)))
+			}
+			strictYAMLErr, converted = err, lenient
 		}
 		jsonData = converted
 	} else if !json.Valid(raw.data) {
@@ -225,9 +227,14 @@ func (d *decoder) decodeDocument(pos position, raw rawDocument, isYAML, allowLis
 		return fail(key, err)
 	}
 
-	obj, _, err := dec.Decode(raw.data, nil, nil)
+	if strictYAMLErr != nil {
+		return fail(key, fmt.Errorf("%s", yamlMessage(strictYAMLErr, raw.firstLine)))
+	}
+	// The YAML was converted above, once: decoding the JSON is much cheaper
+	// than handing the YAML to the serializer, which would parse it twice more.
+	obj, _, err := d.json.Decode(jsonData, nil, nil)
 	if err != nil {
-		return fail(key, decodeMessage(err, isYAML, raw.firstLine))
+		return fail(key, decodeMessage(err))
 	}
 
 	if h.kind == kindList {
@@ -294,20 +301,9 @@ func checkKind(h header, allowList bool) error {
 
 // decodeMessage turns a decoder error into the message the user sees,
 // without the serializer's internal prefixes.
-func decodeMessage(err error, isYAML bool, firstLine int) error {
+func decodeMessage(err error) error {
 	if strict, ok := runtime.AsStrictDecodingError(err); ok {
-		var errs errorList
-		for _, e := range strict.Errors() {
-			msg := e.Error()
-			if isYAML {
-				msg = yamlMessage(e, firstLine)
-			}
-			errs = append(errs, fmt.Errorf("%s", msg))
-		}
-		return errs.asError()
-	}
-	if isYAML {
-		return fmt.Errorf("%s", yamlMessage(err, firstLine))
+		return errorList(strict.Errors()).asError()
 	}
 	return fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "json: "))
 }

@@ -292,3 +292,33 @@ func TestSampleManifest(t *testing.T) {
 		t.Errorf("sample holds %v; want one Node, at least 4 Services, each with a slice", kinds)
 	}
 }
+
+// TestDecodeAccepts lists valid documents the API server would take that a
+// stricter-than-needed check could wrongly refuse.
+func TestDecodeAccepts(t *testing.T) {
+	cases := []struct {
+		name, file, data string
+	}{
+		{"headless without ports", "f.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: db}\nspec: {clusterIP: None}\n"},
+		{"ExternalName", "f.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: ext}\nspec: {type: ExternalName, externalName: example.com}\n"},
+		{"SCTP and UDP ports", "f.yaml", validService + "    name: a\n  - {name: b, port: 80, protocol: UDP}\n  - {name: c, port: 80, protocol: SCTP}\n"},
+		{"IPv6 only", "f.yaml", strings.Replace(validService, "198.18.0.10", "fd00::10", 1)},
+		{"FQDN slice", "f.yaml", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: a, labels: {kubernetes.io/service-name: a}}\naddressType: FQDN\nendpoints: [{addresses: [db.example.com]}]\n"},
+		{"slice port without a number", "f.yaml", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: a, labels: {kubernetes.io/service-name: a}}\naddressType: IPv4\nports: [{name: x}]\n"},
+		{"node in a namespace", "f.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: node-1, namespace: default}\n"},
+		{"single JSON object", "f.json", `{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"clusterIP": "198.18.0.10", "ports": [{"port": 80}]}}`},
+		{"comments, BOM and CRLF", "f.yaml", "\xef\xbb\xbf# header\r\n---\r\n" + strings.ReplaceAll(validService, "\n", "\r\n") + "---\r\n# trailing comment only\r\n"},
+	}
+	dec := newDecoder()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			docs := dec.decodeFile(tc.file, []byte(tc.data), strings.HasSuffix(tc.file, ".json"))
+			if len(docs) != 1 {
+				t.Fatalf("got %d documents, want 1", len(docs))
+			}
+			if docs[0].err != nil {
+				t.Fatalf("rejected: %v", docs[0].err)
+			}
+		})
+	}
+}

@@ -165,7 +165,7 @@ func node(name, ip string) *v1.Node {
 func ptr[T any](v T) *T { return &v }
 
 // yamlDocs renders objects as one multi-document YAML manifest.
-func yamlDocs(t *testing.T, objs ...runtime.Object) string {
+func yamlDocs(t testing.TB, objs ...runtime.Object) string {
 	t.Helper()
 	var docs []string
 	for _, o := range objs {
@@ -196,7 +196,7 @@ func jsonList(t *testing.T, objs ...runtime.Object) string {
 	return string(j)
 }
 
-func writeFile(t *testing.T, dir, name, content string) {
+func writeFile(t testing.TB, dir, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@
 package filesource
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,7 +59,8 @@ func WithDebounce(d time.Duration) Option { return func(s *Source) { s.debounce 
 func WithResyncPeriod(d time.Duration) Option { return func(s *Source) { s.resync = d } }
 
 // WithReloadHook has fn called, on the Run goroutine, after every reload
-// once the sink has seen its changes. Tests use it to wait for a reload.
+// once the sink has seen its changes (and, for the first, OnSynced). Tests
+// use it to wait for a reload.
 func WithReloadHook(fn func(ReloadResult)) Option { return func(s *Source) { s.onReload = fn } }
 
 // Source reads the services file(s) and keeps a Sink in step with them.
@@ -74,8 +76,11 @@ type Source struct {
 	onReload func(ReloadResult)
 	running  atomic.Bool
 
-	// current is the state the sink has seen; only the Run goroutine uses it.
-	current state
+	// current is the state the sink has seen and decoded the last decoded
+	// content of each file (re-reading an unchanged file skips decoding);
+	// only the goroutine running reloads uses them.
+	current              state
+	decoded, nextDecoded map[string]decodedFile
 
 	mu         sync.Mutex
 	errs       []error
@@ -107,6 +112,7 @@ func New(path, nodeName string, sink servicemap.Sink, reg prometheus.Registerer,
 		debounce: DefaultDebounce,
 		resync:   DefaultResyncPeriod,
 		current:  state{},
+		decoded:  map[string]decodedFile{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -142,8 +148,9 @@ func (s *Source) Run(ctx context.Context) error {
 	w := newWatch(s.root, s.rootDir, logger)
 	defer w.close()
 
-	s.reload(logger)
+	first := s.reload(logger)
 	s.sink.OnSynced()
+	s.reloaded(first)
 
 	var tick <-chan time.Time
 	if s.resync > 0 {
@@ -177,19 +184,19 @@ func (s *Source) Run(ctx context.Context) error {
 				debounce.Reset(s.debounce) // events were lost: read everything
 			}
 		case <-debounce.C:
-			s.reload(logger)
+			s.reloaded(s.reload(logger))
 		case <-tick:
 			if w.ensure() {
 				logger.Info("Watching the services file again")
 			}
-			s.reload(logger)
+			s.reloaded(s.reload(logger))
 		}
 	}
 }
 
 // reload reads everything, reconciles it with what is in force, updates the
 // sink, the errors and the metrics.
-func (s *Source) reload(logger klog.Logger) {
+func (s *Source) reload(logger klog.Logger) ReloadResult {
 	reads, rootErr := s.readAll()
 	var res reconcileResult
 	if rootErr != nil {
@@ -224,14 +231,21 @@ func (s *Source) reload(logger klog.Logger) {
 	for _, err := range res.errs {
 		logger.Error(err, "Services file content rejected; its last good version stays in force")
 	}
+	return ReloadResult{Generation: gen, Updated: counts.updated, Deleted: counts.deleted, Errors: slices.Clone(res.errs)}
+}
+
+func (s *Source) reloaded(r ReloadResult) {
 	if s.onReload != nil {
-		s.onReload(ReloadResult{Generation: gen, Updated: counts.updated, Deleted: counts.deleted, Errors: slices.Clone(res.errs)})
+		s.onReload(r)
 	}
 }
 
 // readAll reads and decodes every manifest. A non-nil error means the root
 // path itself could not be read.
 func (s *Source) readAll() ([]fileRead, error) {
+	// Only files read this time stay cached.
+	s.nextDecoded = map[string]decodedFile{}
+	defer func() { s.decoded, s.nextDecoded = s.nextDecoded, nil }()
 	if !s.rootDir {
 		r, gone := s.readFile(s.root, s.root)
 		if gone {
@@ -267,8 +281,19 @@ func (s *Source) readFile(path, name string) (r fileRead, gone bool) {
 		r.err = err
 		return r, false
 	}
-	r.docs = s.decoder.decodeFile(name, data, strings.EqualFold(filepath.Ext(name), ".json"))
+	if prev, ok := s.decoded[name]; ok && bytes.Equal(prev.data, data) {
+		r.docs = slices.Clone(prev.docs) // reconcile marks duplicates in place
+	} else {
+		r.docs = s.decoder.decodeFile(name, data, strings.EqualFold(filepath.Ext(name), ".json"))
+	}
+	s.nextDecoded[name] = decodedFile{data: data, docs: slices.Clone(r.docs)}
 	return r, false
+}
+
+// decodedFile is a file's content and what it decoded to.
+type decodedFile struct {
+	data []byte
+	docs []document
 }
 
 func readLimited(path string) ([]byte, error) {

@@ -314,6 +314,18 @@ func startWatching(t *testing.T, path string, opts ...Option) *watchHarness {
 	return h
 }
 
+// waitReload waits for the next reload to finish.
+func (h *watchHarness) waitReload() ReloadResult {
+	h.t.Helper()
+	select {
+	case r := <-h.reloads:
+		return r
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no reload")
+		return ReloadResult{}
+	}
+}
+
 // waitFor consumes reloads until the sink holds want. The timeout only
 // bounds a failing test.
 func (h *watchHarness) waitFor(what string, want []string) {
@@ -335,6 +347,7 @@ func TestWatchDirectory(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "web.yaml", yamlDocs(t, service("default", "web", "198.18.0.10", 80)))
 	h := startWatching(t, dir)
+	h.waitReload()
 	h.waitFor("initial load", []string{"Service default/web 198.18.0.10:80"})
 	if ev := h.sink.take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
 		t.Errorf("initial calls %q, want the update then synced", ev)

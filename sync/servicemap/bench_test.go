@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"syscall"
-	"time"
 	"testing"
+	"time"
 
 	discovery "k8s.io/api/discovery/v1"
 )

@@ -354,7 +354,7 @@ func slicesEndpoints(slice *discovery.EndpointSlice, nodeName string) []Endpoint
 		out := Endpoint{
 			Addr:        ip,
 			Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
-			Serving:     ep.Conditions.Serving != nil && *ep.Conditions.Serving,
+			Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
 			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
 		}
 		if ep.NodeName != nil {

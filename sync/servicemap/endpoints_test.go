@@ -129,8 +129,8 @@ func TestEndpoints(t *testing.T) {
 		eslices: []*discovery.EndpointSlice{fqdn, noLabel, proxyName, headless},
 		want:    map[ServicePortName][]Endpoint{http: nil},
 	}, {
-		name: "slice of another namespace does not match",
-		svcs: []*v1.Service{makeService("ns", "s", "198.18.0.1")},
+		name:    "slice of another namespace does not match",
+		svcs:    []*v1.Service{makeService("ns", "s", "198.18.0.1")},
 		eslices: []*discovery.EndpointSlice{makeSlice("other", "s-1", "s", web, ep("198.19.0.1"))},
 		want:    map[ServicePortName][]Endpoint{http: nil},
 	}, {
@@ -145,8 +145,8 @@ func TestEndpoints(t *testing.T) {
 		}, ep("198.19.0.1"), discovery.Endpoint{}, ep("not-an-ip"))},
 		want: map[ServicePortName][]Endpoint{http: {wantEP("198.19.0.1:8080", true, true, false, false, "")}},
 	}, {
-		name: "skipped service has no ports even with slices",
-		svcs: []*v1.Service{makeService("ns", "s", v1.ClusterIPNone)},
+		name:    "skipped service has no ports even with slices",
+		svcs:    []*v1.Service{makeService("ns", "s", v1.ClusterIPNone)},
 		eslices: []*discovery.EndpointSlice{makeSlice("ns", "s-1", "s", web, ep("198.19.0.1"))},
 		want:    map[ServicePortName][]Endpoint{},
 	}, {

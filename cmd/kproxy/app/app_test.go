@@ -1,0 +1,320 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/cmd/kproxy/options"
+)
+
+// The tests run inside fresh network namespaces, so kube-proxy's default
+// ports (10256 healthz, 10249 metrics) are free and nothing on the host is
+// touched.
+const (
+	healthzURL = "http://127.0.0.1:10256"
+	metricsURL = "http://127.0.0.1:10249"
+)
+
+const twoServices = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 198.18.0.10
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [198.19.1.11]
+  nodeName: node-a
+- addresses: [198.19.2.12]
+  nodeName: node-b
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: kube-system}
+spec:
+  clusterIP: 198.18.0.53
+  ports: [{name: dns, port: 53, protocol: UDP}]
+`
+
+const thirdService = `---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec:
+  clusterIP: 198.18.0.40
+  ports: [{name: https, port: 443}]
+`
+
+func config(t *testing.T, args ...string) *options.Config {
+	t.Helper()
+	o := options.NewOptions()
+	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(append([]string{"--hostname-override=node-a"}, args...)); err != nil {
+		t.Fatalf("parsing flags %v: %v", args, err)
+	}
+	cfg, err := o.Complete(fs)
+	if err != nil {
+		t.Fatalf("completing flags %v: %v", args, err)
+	}
+	return cfg
+}
+
+// logBuffer collects structured log lines from the context logger.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.buf.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{Verbosity: 4})
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		last = detail
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last seen:\n%s", what, last)
+}
+
+func metricLine(body, name string) string {
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return line
+		}
+	}
+	return ""
+}
+
+func TestRunFromServicesFile(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	dir := t.TempDir()
+	manifest := filepath.Join(dir, "services.yaml")
+	if err := os.WriteFile(manifest, []byte(twoServices), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config(t, "--services-file="+manifest, "--iptables-min-sync-period=0")
+
+	logs := &logBuffer{}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.logger()))
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	eventually(t, "the first sync to show in /metrics", func() (bool, string) {
+		_, body := get(t, metricsURL+"/metrics")
+		line := metricLine(body, "kproxy_service_ports")
+		return line == "kproxy_service_ports 2", line
+	})
+
+	code, body := get(t, healthzURL+"/healthz")
+	if code != http.StatusOK {
+		t.Fatalf("/healthz = %d %s, want 200", code, body)
+	}
+	var status map[string]any
+	if err := json.Unmarshal([]byte(body), &status); err != nil {
+		t.Fatalf("/healthz body is not JSON: %v: %s", err, body)
+	}
+	for _, field := range []string{"lastUpdated", "currentTime"} {
+		if _, ok := status[field]; !ok {
+			t.Errorf("/healthz body lacks %q: %s", field, body)
+		}
+	}
+	if code, body := get(t, metricsURL+"/proxyMode"); code != http.StatusOK || strings.TrimSpace(body) != "iptables" {
+		t.Errorf("/proxyMode = %d %q, want 200 \"iptables\" (auto choice on this kernel)", code, body)
+	}
+	if code, body := get(t, healthzURL+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez = %d %s, want 200", code, body)
+	}
+	_, metricsBody := get(t, metricsURL+"/metrics")
+	for _, want := range []string{
+		"kproxy_endpoints 2",
+		"kubeproxy_sync_proxy_rules_duration_seconds_count 1",
+		"kubeproxy_sync_proxy_rules_service_changes_total 2",
+	} {
+		if !strings.Contains(metricsBody, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	out := logs.String()
+	for _, want := range []string{
+		`"msg"="This proxy mode is not implemented yet`,
+		`"servicePort"="shop/web:http/TCP" "clusterIPs"="198.18.0.10" "port"=80 "endpoints"="198.19.1.11:8080(local) 198.19.2.12:8080"`,
+		`"servicePort"="kube-system/dns:dns/UDP" "clusterIPs"="198.18.0.53" "port"=53 "endpoints"=""`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s\nlog:\n%s", want, out)
+		}
+	}
+
+	// An edit reaches the map and the mode without a restart.
+	f, err := os.OpenFile(manifest, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(thirdService); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	eventually(t, "the edited file to reach the map", func() (bool, string) {
+		_, body := get(t, metricsURL+"/metrics")
+		line := metricLine(body, "kproxy_service_ports")
+		return line == "kproxy_service_ports 3", line
+	})
+	if !strings.Contains(logs.String(), `"servicePort"="shop/api:https/TCP"`) {
+		t.Errorf("the new service was not logged:\n%s", logs.String())
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v after cancellation, want nil (clean shutdown)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of cancellation")
+	}
+	done <- nil // for the cleanup
+	if _, err := net.DialTimeout("tcp", "127.0.0.1:10249", time.Second); err == nil {
+		t.Error("the metrics port still accepts connections after shutdown")
+	}
+}
+
+func TestRunRefusesModeTheKernelLacks(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	manifest := filepath.Join(t.TempDir(), "services.yaml")
+	if err := os.WriteFile(manifest, []byte(twoServices), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := rulesOnly(lab.Run(t, "iptables-nft-save"))
+	err := Run(context.Background(), config(t, "--services-file="+manifest, "--proxy-mode=ipvs"))
+	if err == nil {
+		t.Fatal("Run in ipvs mode succeeded on a kernel without IPVS")
+	}
+	for _, want := range []string{"--proxy-mode=ipvs", "IPVS is absent", "--proxy-mode=iptables"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if after := rulesOnly(lab.Run(t, "iptables-nft-save")); after != before {
+		t.Errorf("a refused start changed the nat/filter tables:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+func TestRunFailsWhenMetricsPortIsTaken(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:10249")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	manifest := filepath.Join(t.TempDir(), "services.yaml")
+	if err := os.WriteFile(manifest, []byte(twoServices), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = Run(ctx, config(t, "--services-file="+manifest))
+	if err == nil || !strings.Contains(err.Error(), "--metrics-bind-address") || !strings.Contains(err.Error(), "127.0.0.1:10249") {
+		t.Fatalf("Run with the metrics port taken returned %v, want an error naming --metrics-bind-address and the address", err)
+	}
+	if code, _ := get(t, healthzURL+"/healthz"); code != 0 {
+		t.Errorf("the healthz server was left running after a failed start (status %d)", code)
+	}
+}
+
+func TestCleanupOnCleanNamespaceChangesNothing(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	saves := []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"}
+	before := map[string]string{}
+	for _, s := range saves {
+		before[s] = rulesOnly(lab.Run(t, s))
+	}
+	for round := 1; round <= 2; round++ {
+		if err := Cleanup(context.Background(), config(t, "--cleanup")); err != nil {
+			t.Fatalf("cleanup round %d on a clean namespace: %v", round, err)
+		}
+	}
+	for _, s := range saves {
+		if after := rulesOnly(lab.Run(t, s)); after != before[s] {
+			t.Errorf("%s changed after cleanup of a clean namespace:\nbefore:\n%s\nafter:\n%s", s, before[s], after)
+		}
+	}
+}
+
+// rulesOnly drops iptables-save's comment lines, which carry timestamps.
+func rulesOnly(save string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(save, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
