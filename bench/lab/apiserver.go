@@ -74,7 +74,7 @@ type APIServer struct {
 // both when the test ends. Call it inside lab.InFreshNetns: the servers bind
 // the namespace's loopback. Both logs are kept in t.TempDir() and their tails
 // are printed if the test fails.
-func StartAPIServer(t *testing.T) *APIServer {
+func StartAPIServer(t testing.TB) *APIServer {
 	t.Helper()
 	if os.Getenv(innerEnv) == "" {
 		t.Fatal("lab.StartAPIServer must run inside lab.InFreshNetns: the API server binds the namespace's loopback")

@@ -4,6 +4,7 @@
 package lab
 
 import (
+	"flag"
 	"os"
 	"os/exec"
 	"strings"
@@ -23,44 +24,69 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// InFreshNetns runs the calling test inside a new network namespace with only
-// loopback up. Go cannot move a running multi-threaded process between
-// namespaces, so the test binary re-executes itself for this one test under
-// `unshare --net`; the outer call waits and reports the inner result. Use as
+// InFreshNetns runs the calling test or benchmark inside a new network
+// namespace with only loopback up. Go cannot move a running multi-threaded
+// process between namespaces, so the test binary re-executes itself for this
+// one test under `unshare --net`; the outer call waits and reports the inner
+// result. Use as
 //
 //	if lab.InFreshNetns(t) { return }
 //
 // The inner process sees InFreshNetns return false, with loopback up, and runs
-// the body. Extra
-// environment (KEY=value) is passed to the inner process.
-func InFreshNetns(t *testing.T, env ...string) (ranOutside bool) {
-	t.Helper()
-	if os.Getenv(innerEnv) == t.Name() {
-		bringLoopbackUp(t)
+// the body. Extra environment (KEY=value) is passed to the inner process.
+//
+// For a benchmark the inner run's output goes straight to stdout, so its
+// result lines read like any other benchmark's (benchstat parses them), and
+// the outer benchmark skips itself instead of reporting an empty loop.
+func InFreshNetns(tb testing.TB, env ...string) (ranOutside bool) {
+	tb.Helper()
+	if os.Getenv(innerEnv) == tb.Name() {
+		bringLoopbackUp(tb)
 		return false
 	}
-	RequireRoot(t)
+	RequireRoot(tb)
 	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Fatalf("unshare (util-linux) is needed to run %s in its own network namespace: %v", t.Name(), err)
+		tb.Fatalf("unshare (util-linux) is needed to run %s in its own network namespace: %v", tb.Name(), err)
 	}
-	args := []string{"--net", "--", os.Args[0],
-		"-test.run", "^" + regexpQuoteSubtests(t.Name()) + "$", "-test.count", "1"}
+	pattern := "^" + regexpQuoteSubtests(tb.Name()) + "$"
+	_, isBenchmark := tb.(*testing.B)
+	args := []string{"--net", "--", os.Args[0], "-test.run", pattern, "-test.count", "1"}
+	if isBenchmark {
+		args = []string{"--net", "--", os.Args[0], "-test.run", "^$", "-test.bench", pattern,
+			"-test.benchtime", flagValue("test.benchtime", "1s"), "-test.benchmem"}
+	}
 	if testing.Verbose() {
 		args = append(args, "-test.v")
 	}
 	cmd := exec.Command("unshare", args...)
-	cmd.Env = append(append(os.Environ(), innerEnv+"="+t.Name()), env...)
+	cmd.Env = append(append(os.Environ(), innerEnv+"="+tb.Name()), env...)
+	if isBenchmark {
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			tb.Fatalf("%s inside a fresh network namespace failed: %v", tb.Name(), err)
+		}
+		tb.SkipNow()
+		return true
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s inside a fresh network namespace failed: %v\n%s", t.Name(), err, indent(out))
+		tb.Fatalf("%s inside a fresh network namespace failed: %v\n%s", tb.Name(), err, indent(out))
 	}
 	if testing.Verbose() {
-		t.Logf("inner run of %s:\n%s", t.Name(), indent(out))
+		tb.Logf("inner run of %s:\n%s", tb.Name(), indent(out))
 	}
-	if strings.Contains(string(out), "--- SKIP: "+t.Name()) {
-		t.Skipf("%s skipped inside its namespace:\n%s", t.Name(), indent(out))
+	if strings.Contains(string(out), "--- SKIP: "+tb.Name()) {
+		tb.Skipf("%s skipped inside its namespace:\n%s", tb.Name(), indent(out))
 	}
 	return true
+}
+
+// flagValue reads a testing flag of the current process, e.g. test.benchtime.
+func flagValue(name, fallback string) string {
+	if f := flag.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return fallback
 }
 
 // bringLoopbackUp makes 127.0.0.1 usable in a new namespace, where lo starts down.

@@ -85,7 +85,9 @@ func (c *Cleaner) All(ctx context.Context, f kernel.Features) error {
 // ipvs mode both use KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ...),
 // stays so traffic keeps flowing until keep's first sync rewrites it. f
 // (from kernel.Detect) says which backends and tools exist; absent ones are
-// skipped. Every step runs even when an earlier one fails; the error joins
+// skipped. A backend Detect did not probe (legacy on an nft node without
+// legacy tables) is still read, as its save creates nothing and tables may
+// have appeared since; only tables it shows are restored. Every step runs even when an earlier one fails; the error joins
 // all failures, each naming what failed.
 func (c *Cleaner) Except(ctx context.Context, f kernel.Features, keep mode.Name) error {
 	logger := klog.FromContext(ctx)
@@ -96,7 +98,7 @@ func (c *Cleaner) Except(ctx context.Context, f kernel.Features, keep mode.Name)
 	errs = append(errs, c.deleteLink(ctx, kernel.ProbeLink))
 	for _, fam := range kernel.Families() {
 		for _, b := range kernel.Backends() {
-			if !f.Family(fam).Get(b).Usable {
+			if t := f.Family(fam).Get(b); !t.Usable && !t.NotProbed {
 				continue
 			}
 			errs = append(errs, c.cleanIPTables(ctx, b, fam, keep))
@@ -179,6 +181,8 @@ func (c *Cleaner) deleteLink(ctx context.Context, name string) error {
 	return nil
 }
 
+// cleanIPTables restores only tables b's save shows, so a backend with no
+// tables (legacy on an nft node) gets none registered.
 func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam kernel.Family, keep mode.Name) error {
 	save, err := c.Runner.Run(ctx, nil, b.SaveCommand(fam))
 	if err != nil {

@@ -232,3 +232,30 @@ func TestCleanupExceptIPTablesOnKernel(t *testing.T) {
 		t.Errorf("after All the node is not baseline + kubelet/user state (-want +got):\n%s", cmp.Diff(want, final))
 	}
 }
+
+// TestCleanupLegacyLeftovers: an nft-capable node where an earlier proxy
+// wrote to legacy. Detect sees the legacy tables (case (b): probed although
+// nft works), follows the rules there, and cleanup removes them.
+func TestCleanupLegacyLeftovers(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	ctx := context.Background()
+	restore(t, kernel.Legacy, kernel.IPv4, fixture(t, "kept-v4.save"))
+	// Probing registers the tables it creates a chain in; a first Detect
+	// puts those in the baseline, so only cleanup's work is compared.
+	kernel.Detect(ctx)
+	want := nodeState(t)
+	restore(t, kernel.Legacy, kernel.IPv4, leftoversOnly(t, fixture(t, "iptables-mode.save"), fixture(t, "kept-v4.save")))
+
+	f := kernel.Detect(ctx)
+	if !f.IPv4.NFT.Usable || f.IPv4.Legacy.NotProbed || !f.IPv4.Legacy.Usable || f.Backend != kernel.Legacy {
+		t.Fatalf("want nft usable, legacy probed and chosen for its kube rules, got:\n%s", f)
+	}
+	if err := All(ctx, f); err != nil {
+		t.Fatalf("All: %v", err)
+	}
+	if got := nodeState(t); got != want {
+		t.Errorf("legacy leftovers survived cleanup (-want +got):\n%s", cmp.Diff(want, got))
+	}
+}

@@ -202,3 +202,60 @@ func TestCleanerCarriesOnAndNamesFailures(t *testing.T) {
 		t.Errorf("later ipsets not destroyed after one failed")
 	}
 }
+
+// TestCleanerLegacyBackend: cleanup reads the legacy backend whenever Detect
+// found it usable or left it unprobed (reading creates no table), restores
+// only the tables its save shows, and leaves a legacy backend alone whose
+// save itself fails.
+func TestCleanerLegacyBackend(t *testing.T) {
+	notProbed := kernel.IPTables{NotProbed: true, Problem: kernel.LegacyNotProbed}
+	cases := []struct {
+		name       string
+		legacy     kernel.IPTables // IPv4 and IPv6
+		legacySave string          // what iptables-legacy-save prints now
+		wantSave   bool            // legacy save commands run
+		wantClean  bool            // iptables-legacy-restore runs the plan
+	}{
+		{name: "not probed, no legacy tables", legacy: notProbed, legacySave: "", wantSave: true},
+		{name: "not probed, leftovers appeared since Detect", legacy: notProbed, legacySave: fixture(t, "userspace-mode.save"), wantSave: true, wantClean: true},
+		{name: "probed because legacy tables were present", legacy: kernel.IPTables{Usable: true, DNAT: true, Redirect: true}, legacySave: fixture(t, "userspace-mode.save"), wantSave: true, wantClean: true},
+		{name: "legacy not installed", legacy: kernel.IPTables{Problem: "listing rules: iptables-legacy-save: not installed"}, legacySave: fixture(t, "userspace-mode.save")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl, r, _, _ := newFakes("")
+			r.outputs["iptables-legacy-save"] = c.legacySave
+			f := allFeatures()
+			f.IPv4.Legacy, f.IPv6.Legacy = c.legacy, c.legacy
+			if err := cl.All(context.Background(), f); err != nil {
+				t.Fatalf("All: %v", err)
+			}
+			for _, cmd := range []string{"iptables-legacy-save", "ip6tables-legacy-save"} {
+				if r.ran(cmd) != c.wantSave {
+					t.Errorf("ran %s = %t, want %t", cmd, r.ran(cmd), c.wantSave)
+				}
+			}
+			got := r.stdin["iptables-legacy-restore -w 5 --noflush"]
+			if !c.wantClean {
+				if got != "" {
+					t.Errorf("restored into legacy with nothing to clean:\n%s", got)
+				}
+				return
+			}
+			plans, err := Plan(c.legacySave, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want strings.Builder
+			for _, p := range plans {
+				want.WriteString(p.Input)
+			}
+			if want.Len() == 0 || got != want.String() {
+				t.Errorf("legacy restore input:\n%s\nwant:\n%s", got, want.String())
+			}
+			if r.ran("ip6tables-legacy-restore -w 5 --noflush") {
+				t.Errorf("restored into ip6tables-legacy, whose save showed no tables")
+			}
+		})
+	}
+}

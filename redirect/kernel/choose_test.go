@@ -28,8 +28,12 @@ func features(edit func(f *Features)) Features {
 	return f
 }
 
+// notProbed is a legacy backend Detect left alone on an nft node.
+var notProbed = IPTables{NotProbed: true, Problem: LegacyNotProbed}
+
 // thisHost is what the CI machine reports.
 func thisHost(f *Features) {
+	f.IPv4.Legacy, f.IPv6.Legacy = notProbed, notProbed
 	f.IPVS = Support{Detail: `no generic netlink family "IPVS"; is the ip_vs module available?`}
 	f.DummyLinks = Support{Detail: "the kernel does not know the dummy link type (no dummy module)"}
 	f.SCTP = Support{Detail: "no sctp"}
@@ -149,6 +153,7 @@ func TestChooseBackend(t *testing.T) {
 		{"legacy rules but legacy unusable", FamilyIPTables{NFT: fullIPTables, Legacy: withKube(unusable, 4)}, FamilyIPTables{}, NFT},
 		{"nft unusable", FamilyIPTables{NFT: unusable, Legacy: fullIPTables}, FamilyIPTables{}, Legacy},
 		{"none usable", FamilyIPTables{NFT: unusable, Legacy: unusable}, FamilyIPTables{}, ""},
+		{"legacy not probed", FamilyIPTables{NFT: fullIPTables, Legacy: notProbed}, FamilyIPTables{NFT: fullIPTables, Legacy: notProbed}, NFT},
 	}
 	for _, c := range cases {
 		got, reason := chooseBackend(c.v4, c.v6)

@@ -322,3 +322,51 @@ func TestDecodeAccepts(t *testing.T) {
 		})
 	}
 }
+
+// TestFixtures pins what the demo fixtures in testdata decode to.
+func TestFixtures(t *testing.T) {
+	cases := []struct {
+		file      string
+		wantValid int
+		wantErrs  []string
+	}{{
+		file:      "broken.yaml",
+		wantValid: 1,
+		wantErrs: []string{
+			"broken.yaml: document 2 at line 13 (Service default/port-too-big): spec.ports[0].port: 70000 is not a valid port (1-65535)",
+			`broken.yaml: document 3 at line 22 (Service default/bad-ip): spec.clusterIP: "198.18.0.300" is not a valid IP address`,
+			"broken.yaml: document 4 at line 31 (Deployment default/not-a-service): kind Deployment is not supported; a services file holds Service, EndpointSlice and Node objects",
+			`broken.yaml: document 5 at line 36 (Service default/typo): unknown field "spec.portz"`,
+			"broken.yaml: document 6 at line 45 (EndpointSlice default/orphan-abc): metadata.labels: EndpointSlice default/orphan-abc has no kubernetes.io/service-name label; kproxy cannot tell which Service it belongs to",
+			"broken.yaml: document 7 at line 53: invalid YAML: line 55: did not find expected ',' or '}'",
+		},
+	}, {
+		file:      "list.json",
+		wantValid: 2,
+		wantErrs:  []string{"list.json: document 1 item 3 (Service default/bad): spec.ports[0].port: 0 is not a valid port (1-65535)"},
+	}}
+	dec := newDecoder()
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile("testdata/" + tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			valid := 0
+			var errs []string
+			for _, d := range dec.decodeFile(tc.file, data, strings.HasSuffix(tc.file, ".json")) {
+				if d.err != nil {
+					errs = append(errs, d.err.Error())
+				} else {
+					valid++
+				}
+			}
+			if valid != tc.wantValid {
+				t.Errorf("%d valid documents, want %d", valid, tc.wantValid)
+			}
+			if diff := cmp.Diff(tc.wantErrs, errs); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

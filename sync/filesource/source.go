@@ -221,15 +221,19 @@ func (s *Source) reload(logger klog.Logger) ReloadResult {
 	s.mu.Lock()
 	s.generation++
 	gen := s.generation
+	sameErrs := slices.EqualFunc(s.errs, res.errs, func(a, b error) bool { return a.Error() == b.Error() })
 	s.errs = res.errs
 	s.mu.Unlock()
 
-	if len(res.errs) > 0 || counts.updated > 0 || counts.deleted > 0 {
+	if !sameErrs || counts.updated > 0 || counts.deleted > 0 {
 		logger.Info("Services file read", "generation", gen, "objects", len(res.next),
 			"updated", counts.updated, "deleted", counts.deleted, "errors", len(res.errs))
 	}
-	for _, err := range res.errs {
-		logger.Error(err, "Services file content rejected; its last good version stays in force")
+	// Periodic re-reads find the same problems again: log them when they change.
+	if !sameErrs {
+		for _, err := range res.errs {
+			logger.Error(err, "Services file content rejected; its last good version stays in force")
+		}
 	}
 	return ReloadResult{Generation: gen, Updated: counts.updated, Deleted: counts.deleted, Errors: slices.Clone(res.errs)}
 }
