@@ -77,7 +77,7 @@ func (m *watchingMode) waitFor(ctx context.Context, svc types.NamespacedName) (t
 func service(name, ip string) *v1.Service {
 	return &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: v1.ServiceSpec{ClusterIP: ip, Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
+		Spec:       v1.ServiceSpec{ClusterIP: ip, Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
 	}
 }
 

@@ -32,10 +32,11 @@ kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration). Flags given
 explicitly on the command line override the file.
 
 Proxy modes (--proxy-mode):
-  userspace  kproxy itself accepts connections on the Service addresses and
-             copies bytes to an endpoint. Works everywhere, costs CPU.
-  iptables   NAT rules in the kernel (iptables) send packets straight to an
-             endpoint. The default when the kernel supports it.
+  userspace  iptables "portal" rules redirect Service traffic to kproxy,
+             which relays TCP (splice), UDP and SCTP to an endpoint. For
+             nodes whose kernels lack IPVS or the NAT modules DNAT needs.
+  iptables   kube-proxy's DNAT rule model: packets go straight from the
+             kernel to an endpoint.
   ipvs       the kernel's IPVS load balancer, with iptables for the rest.
 When --proxy-mode is empty kproxy uses iptables if usable, else userspace.`
 

@@ -12,8 +12,8 @@ import (
 )
 
 // Names of the throw-away objects the probes create and remove again. They
-// carry the KPROXY- prefix so cleanup recognises them if a probe is killed
-// half-way.
+// carry the KPROXY- prefix so cleanup recognises them if a probe running in
+// the node's own namespace (no Sandbox) is killed half-way.
 const (
 	ProbeChain = "KPROXY-PROBE"
 	ProbeIPSet = "KPROXY-PROBE"
@@ -29,11 +29,14 @@ const lockWait = "5"
 type Detector struct {
 	Runner Runner
 	System System
+	// Sandbox holds the probes that create chains, sets and links; nil, or
+	// one that fails, means they run in the node's own namespace.
+	Sandbox Sandbox
 }
 
 // NewDetector returns a Detector that probes the real node.
 func NewDetector() *Detector {
-	return &Detector{Runner: ExecRunner{}, System: NetlinkSystem{}}
+	return &Detector{Runner: ExecRunner{}, System: NetlinkSystem{}, Sandbox: ThreadSandbox{}}
 }
 
 // Detect probes the real node; see Detector.Detect.
@@ -41,44 +44,96 @@ func Detect(ctx context.Context) Features {
 	return NewDetector().Detect(ctx)
 }
 
-// Detect runs every probe once and returns what it found. Probes remove
-// whatever they create. It never fails: a failed probe is an absent feature,
-// with the failure in its Detail or Problem.
+// Detect runs every probe once and returns what it found. It never fails: a
+// failed probe is an absent feature, with the failure in its Detail or
+// Problem.
+//
+// It leaves the node's network namespace as it found it. Read-only
+// observations (iptables-save, the IPVS genetlink family, an SCTP socket,
+// conntrack counters) run in the node's namespace; probes that create
+// something run in a throwaway one (see Sandbox). Only when that cannot be
+// made do they run in place, removing what they create; they may then leave
+// behind the empty tables they created chains in (Features.ProbeNetns says
+// so).
 func (d *Detector) Detect(ctx context.Context) Features {
 	start := time.Now()
 	var f Features
-	d.detectIPTables(ctx, &f)
+	lists := d.listAllRules(ctx)
 	f.Conntrack = d.probeConntrack()
 	f.IPVS = d.probeIPVS(ctx)
-	f.IPSet = d.probeIPSet(ctx)
-	f.DummyLinks = d.probeDummyLinks()
 	f.SCTP = d.probeSCTP()
+	f.ProbeNetns = d.inThrowawayNetns(ctx, func() {
+		d.detectIPTables(ctx, &f, lists)
+		f.IPSet = d.probeIPSet(ctx)
+		f.DummyLinks = d.probeDummyLinks()
+	})
 	klog.FromContext(ctx).V(2).Info("Probed kernel features", "elapsed", time.Since(start), "features", f.String())
 	return f
+}
+
+// inThrowawayNetns runs probe in the Sandbox, or in place when there is none
+// or it fails, and reports which.
+func (d *Detector) inThrowawayNetns(ctx context.Context, probe func()) Support {
+	err := errors.New("no sandbox configured")
+	if d.Sandbox != nil {
+		err = d.Sandbox.Do(probe)
+	}
+	if err == nil {
+		return Support{Present: true}
+	}
+	klog.FromContext(ctx).Info("Probing kernel features in the node's own network namespace: probes remove what they create, but may leave empty iptables tables behind", "err", err)
+	probe()
+	return Support{Detail: "probed in the node's own network namespace: " + err.Error()}
 }
 
 // LegacyNotProbed is the Problem of a legacy backend Detect did not probe.
 const LegacyNotProbed = "not probed: nft backend usable and no legacy tables present"
 
-// detectIPTables probes both backends for both families and chooses one.
+// ruleListing is what one backend's iptables-save showed for one family.
+type ruleListing struct {
+	t         IPTables // KubeRules; Problem when !ok
+	hasTables bool
+	ok        bool
+}
+
+type backendFamily struct {
+	b   Backend
+	fam Family
+}
+
+// listAllRules runs every backend's iptables-save for every family, in the
+// node's namespace: rules already there decide the backend.
+func (d *Detector) listAllRules(ctx context.Context) map[backendFamily]ruleListing {
+	lists := map[backendFamily]ruleListing{}
+	for _, fam := range Families() {
+		for _, b := range Backends() {
+			lists[backendFamily{b, fam}] = d.listRules(ctx, b, fam)
+		}
+	}
+	return lists
+}
+
+// detectIPTables probes both backends for both families and chooses one,
+// from the node's rule listings and probes run where detectIPTables runs.
 //
 // The legacy backend is probed only where it may be used or is in use
 // already. Creating a chain (or even listing one) with iptables-legacy makes
 // the kernel register that family's legacy nat and filter tables, and they
-// cannot be unregistered. From then on iptables-nft-save warns "iptables-legacy
-// tables present", and tools that pick a backend by looking for tables (the
-// iptables-wrapper kube-proxy images use) may be misled. iptables-legacy-save
-// only reads /proc/net/ip{,6}_tables_names and creates nothing, so it always
-// runs; the table-creating probes run only when nft is unusable (for IPv4,
-// which decides the backend, or for this family), when legacy-save shows
-// tables already, or when legacy was chosen anyway.
-func (d *Detector) detectIPTables(ctx context.Context, f *Features) {
+// cannot be unregistered. Were the probe ever to run in the node's own
+// namespace (no throwaway one), iptables-nft-save would from then on warn
+// "iptables-legacy tables present", and tools that pick a backend by looking
+// for tables (the iptables-wrapper kube-proxy images use) may be misled.
+// iptables-legacy-save only reads /proc/net/ip{,6}_tables_names and creates
+// nothing, so it always runs; the table-creating probes run only when nft is
+// unusable (for IPv4, which decides the backend, or for this family), when
+// legacy-save shows tables already, or when legacy was chosen anyway.
+func (d *Detector) detectIPTables(ctx context.Context, f *Features, lists map[backendFamily]ruleListing) {
 	for _, fam := range Families() {
-		f.family(fam).NFT = d.probeIPTables(ctx, NFT, fam)
+		f.family(fam).NFT = d.probeIPTables(ctx, NFT, fam, lists[backendFamily{NFT, fam}])
 	}
 	for _, fam := range Families() {
 		ft := f.family(fam)
-		ft.Legacy = d.probeLegacy(ctx, fam, !f.IPv4.NFT.Usable || !ft.NFT.Usable)
+		ft.Legacy = d.probeLegacy(ctx, fam, !f.IPv4.NFT.Usable || !ft.NFT.Usable, lists[backendFamily{Legacy, fam}])
 	}
 	f.Backend, f.BackendReason = chooseBackend(f.IPv4, f.IPv6)
 	if f.Backend != Legacy {
@@ -88,21 +143,21 @@ func (d *Detector) detectIPTables(ctx context.Context, f *Features) {
 	// so a family skipped above must be probed after all.
 	for _, fam := range Families() {
 		if ft := f.family(fam); ft.Legacy.NotProbed {
-			ft.Legacy = d.probeIPTables(ctx, Legacy, fam)
+			ft.Legacy = d.probeIPTables(ctx, Legacy, fam, lists[backendFamily{Legacy, fam}])
 		}
 	}
 }
 
-// probeLegacy lists the legacy backend's rules for fam and probes it further
+// probeLegacy probes the legacy backend for fam further than its listing l
 // only when needed or when it holds tables already; see detectIPTables.
-func (d *Detector) probeLegacy(ctx context.Context, fam Family, needed bool) IPTables {
-	t, hasTables, ok := d.listRules(ctx, Legacy, fam)
+func (d *Detector) probeLegacy(ctx context.Context, fam Family, needed bool, l ruleListing) IPTables {
 	switch {
-	case !ok:
-		return t
-	case needed || hasTables:
-		return d.probeChains(ctx, Legacy, fam, t)
+	case !l.ok:
+		return l.t
+	case needed || l.hasTables:
+		return d.probeChains(ctx, Legacy, fam, l.t)
 	default:
+		t := l.t
 		t.NotProbed, t.Problem = true, LegacyNotProbed
 		return t
 	}
@@ -143,26 +198,22 @@ func countKubeLines(save string) int {
 	return n
 }
 
-// probeIPTables lists backend b's rules for fam and probes what it can do.
-func (d *Detector) probeIPTables(ctx context.Context, b Backend, fam Family) IPTables {
-	t, _, ok := d.listRules(ctx, b, fam)
-	if !ok {
-		return t
+// probeIPTables probes what backend b can do for fam, given its listing l.
+func (d *Detector) probeIPTables(ctx context.Context, b Backend, fam Family, l ruleListing) IPTables {
+	if !l.ok {
+		return l.t
 	}
-	return d.probeChains(ctx, b, fam, t)
+	return d.probeChains(ctx, b, fam, l.t)
 }
 
-// listRules runs b's iptables-save for fam, counting kube rules, and reports
-// whether the output holds any table. It changes nothing in the kernel. When
-// it fails, ok is false and t.Problem says why.
-func (d *Detector) listRules(ctx context.Context, b Backend, fam Family) (t IPTables, hasTables, ok bool) {
+// listRules runs b's iptables-save for fam, counting kube rules, and notes
+// whether the output holds any table. It changes nothing in the kernel.
+func (d *Detector) listRules(ctx context.Context, b Backend, fam Family) ruleListing {
 	save, err := d.Runner.Run(ctx, nil, b.SaveCommand(fam))
 	if err != nil {
-		t.Problem = "listing rules: " + describe(err)
-		return t, false, false
+		return ruleListing{t: IPTables{Problem: "listing rules: " + describe(err)}}
 	}
-	t.KubeRules = countKubeLines(string(save))
-	return t, hasTable(string(save)), true
+	return ruleListing{t: IPTables{KubeRules: countKubeLines(string(save))}, hasTables: hasTable(string(save)), ok: true}
 }
 
 // hasTable reports whether iptables-save output holds a table ("*nat" ...).
@@ -176,7 +227,7 @@ func hasTable(save string) bool {
 }
 
 // probeChains creates a probe chain in the nat and filter tables of backend b
-// for fam (creating those tables if need be), tries the targets the proxy
+// for fam (creating those tables if need be, hence run in a Sandbox), tries the targets the proxy
 // modes use in it, and removes it again. t carries listRules' findings.
 func (d *Detector) probeChains(ctx context.Context, b Backend, fam Family, t IPTables) IPTables {
 	declare := "*nat\n:" + ProbeChain + " - [0:0]\nCOMMIT\n*filter\n:" + ProbeChain + " - [0:0]\nCOMMIT\n"

@@ -30,9 +30,10 @@ func legacyTableNames(t *testing.T) string {
 
 // TestDetectOnThisHost asserts what the CI machine is known to have: nft
 // iptables with REDIRECT, ipset and conntrack, but no IPVS, no SCTP sockets
-// and no dummy driver; and that on this nft node, without legacy tables,
-// detection leaves the legacy backend alone: it registers no legacy table,
-// so iptables-nft-save does not start warning about legacy tables.
+// and no dummy driver; that on this nft node, without legacy tables,
+// detection leaves the legacy backend alone; and that probing leaves the
+// namespace exactly as it was: no table in either backend or family (the
+// probes create theirs in a throwaway namespace), no set, no link but lo.
 func TestDetectOnThisHost(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
@@ -64,6 +65,10 @@ func TestDetectOnThisHost(t *testing.T) {
 	if names := legacyTableNames(t); names != "" {
 		t.Errorf("Detect registered legacy tables on an nft node:\n%s", names)
 	}
+	if !f.ProbeNetns.Present {
+		t.Errorf("probes did not run in a throwaway namespace: %s", f.ProbeNetns)
+	}
+	assertPristine(t)
 	for _, fam := range Families() {
 		if out := lab.Run(t, NFT.SaveCommand(fam)); strings.Contains(out, "legacy tables present") {
 			t.Errorf("%s warns after Detect:\n%s", NFT.SaveCommand(fam), out)
@@ -151,4 +156,82 @@ func snapshotNode(t *testing.T) string {
 	b.WriteString(lab.Run(t, "ipset", "list", "-n"))
 	b.WriteString(lab.Run(t, "ip", "-o", "link", "show"))
 	return b.String()
+}
+
+// assertPristine fails unless the namespace holds what a fresh one does: every
+// iptables save prints nothing but comments, no ipset exists and lo is the
+// only link.
+func assertPristine(t *testing.T) {
+	t.Helper()
+	for _, fam := range Families() {
+		for _, b := range Backends() {
+			for _, line := range strings.Split(lab.Run(t, b.SaveCommand(fam)), "\n") {
+				if line != "" && !strings.HasPrefix(line, "#") {
+					t.Errorf("%s prints %q in a namespace that should have no tables", b.SaveCommand(fam), line)
+				}
+			}
+		}
+	}
+	if sets := strings.TrimSpace(lab.Run(t, "ipset", "list", "-n")); sets != "" {
+		t.Errorf("ipsets exist: %s", sets)
+	}
+	var links []string
+	for _, line := range strings.Split(strings.TrimSpace(lab.Run(t, "ip", "-o", "link", "show")), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			links = append(links, strings.TrimSuffix(f[1], ":"))
+		}
+	}
+	if len(links) != 1 || links[0] != "lo" {
+		t.Errorf("links %v, want only lo", links)
+	}
+}
+
+// TestThreadSandbox: commands started and netlink calls made inside Do land
+// in a namespace of their own, which is gone afterwards; the caller's
+// namespace is untouched. (No dummy driver here, so a veth pair and an
+// iptables table stand in for the probes' objects.)
+func TestThreadSandbox(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	var cmdErr, lookupErr error
+	var inside []byte
+	err := ThreadSandbox{}.Do(func() {
+		ctx := context.Background()
+		if _, cmdErr = (ExecRunner{}).Run(ctx, []byte("*nat\n:KPROXY-PROBE - [0:0]\nCOMMIT\n"), "iptables-nft-restore", "--noflush"); cmdErr != nil {
+			return
+		}
+		if _, cmdErr = (ExecRunner{}).Run(ctx, nil, "ip", "link", "add", "kp-sbx0", "type", "veth", "peer", "name", "kp-sbx1"); cmdErr != nil {
+			return
+		}
+		inside, cmdErr = (ExecRunner{}).Run(ctx, nil, "iptables-nft-save", "-t", "nat")
+		// A netlink socket opened here must see the link the command made.
+		lookupErr = NetlinkSystem{}.DeleteLink("kp-sbx0")
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if cmdErr != nil {
+		t.Fatalf("command inside the sandbox: %v", cmdErr)
+	}
+	if !strings.Contains(string(inside), ":KPROXY-PROBE") {
+		t.Errorf("iptables-nft-save inside the sandbox does not show the chain made there:\n%s", inside)
+	}
+	if lookupErr != nil {
+		t.Errorf("netlink inside the sandbox does not see the link a command made there: %v", lookupErr)
+	}
+	assertPristine(t)
+}
+
+// BenchmarkDetect measures a whole probe run, throwaway namespace included;
+// kproxy pays it once at every start.
+func BenchmarkDetect(b *testing.B) {
+	if lab.InFreshNetns(b) {
+		return
+	}
+	for b.Loop() {
+		if f := Detect(context.Background()); !f.ProbeNetns.Present {
+			b.Fatalf("probes ran in place: %s", f.ProbeNetns)
+		}
+	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // fakeNode answers commands and netlink calls the way a real node with the
-// configured gaps does, and records what the probes did.
+// configured gaps does, and records what the probes did and whether they did
+// it inside its Sandbox (the throwaway namespace) or in the node's own.
 type fakeNode struct {
 	// fail maps a substring of a command line to the failure it causes.
 	fail map[string]error
@@ -20,7 +21,9 @@ type fakeNode struct {
 	genl                 []error
 	dummy, sctp, ctrack  error
 	dummyExistsOnce      bool
-	calls                []string
+	calls                []call
+	unshareErr           error // Do fails with it
+	inThrowaway          bool  // inside Do
 	links                map[string]bool
 	modprobeLoadsIPVS    bool
 	genlCalls            int
@@ -30,7 +33,7 @@ type fakeNode struct {
 
 func (n *fakeNode) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	line := strings.Join(append([]string{name}, args...), " ")
-	n.calls = append(n.calls, line)
+	n.calls = append(n.calls, call{line: line, throwaway: n.inThrowaway})
 	for sub, err := range n.fail {
 		if strings.Contains(line, sub) {
 			return nil, err
@@ -69,7 +72,25 @@ func (n *fakeNode) GenlFamily(name string) error {
 	return err
 }
 
+// call is one command or netlink change the probes made.
+type call struct {
+	line      string
+	throwaway bool // made in the throwaway namespace
+}
+
+// Do implements Sandbox.
+func (n *fakeNode) Do(fn func()) error {
+	if n.unshareErr != nil {
+		return n.unshareErr
+	}
+	n.inThrowaway = true
+	defer func() { n.inThrowaway = false }()
+	fn()
+	return nil
+}
+
 func (n *fakeNode) AddDummyLink(name string) error {
+	n.calls = append(n.calls, call{line: "netlink add dummy " + name, throwaway: n.inThrowaway})
 	if n.links == nil {
 		n.links = map[string]bool{}
 	}
@@ -116,24 +137,32 @@ func missingBinary(cmd string) error {
 
 // legacyTableCreators returns the calls that would make the kernel register
 // legacy tables for fam: every legacy command but the read-only save.
-func legacyTableCreators(calls []string, fam Family) []string {
+func legacyTableCreators(calls []call, fam Family) []string {
 	var out []string
 	for _, c := range calls {
-		name, _, _ := strings.Cut(c, " ")
+		name, _, _ := strings.Cut(c.line, " ")
 		if strings.HasPrefix(name, Legacy.Command(fam)) && name != Legacy.SaveCommand(fam) {
-			out = append(out, c)
+			out = append(out, c.line)
 		}
 	}
 	return out
 }
 
-func ran(calls []string, line string) bool {
+func ran(calls []call, line string) bool {
 	for _, c := range calls {
-		if c == line {
+		if c.line == line {
 			return true
 		}
 	}
 	return false
+}
+
+// readOnly says whether a recorded call only observes the node (or, for
+// modprobe, changes only what is global to the kernel), so it belongs in
+// the node's own namespace.
+func readOnly(line string) bool {
+	name, _, _ := strings.Cut(line, " ")
+	return strings.HasSuffix(name, "-save") || name == "modprobe"
 }
 
 // emptyFilterSave is what legacy-save prints once something (an old
@@ -403,6 +432,28 @@ func TestDetectWithFakes(t *testing.T) {
 			},
 		},
 		{
+			// No CAP_SYS_ADMIN: the probes run in place, still removing
+			// what they create, and Detect says where they ran.
+			name: "no throwaway namespace: probes run in place and clean up",
+			node: &fakeNode{unshareErr: fmt.Errorf("creating a throwaway network namespace: unshare(CLONE_NEWNET): %w", syscall.EPERM)},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				if !strings.Contains(f.ProbeNetns.Detail, "node's own network namespace") || !strings.Contains(f.ProbeNetns.Detail, "operation not permitted") {
+					t.Errorf("ProbeNetns = %s, want it to say the probes ran in place and why", f.ProbeNetns)
+				}
+				if !strings.Contains(f.String(), "probes in a throwaway netns: absent (probed in the node's own") {
+					t.Errorf("features do not report in-place probing:\n%s", f)
+				}
+				if f.Backend != NFT || !f.IPv4.NFT.Redirect || !f.IPSet.Present || !f.DummyLinks.Present {
+					t.Errorf("in-place probing found less:\n%s", f)
+				}
+				for _, line := range []string{"ipset destroy " + ProbeIPSet, "iptables-nft-restore -w 5 --noflush", "ip6tables-nft-restore -w 5 --noflush"} {
+					if !ran(n.calls, line) {
+						t.Errorf("did not run %q; in place the probes must remove what they create", line)
+					}
+				}
+			},
+		},
+		{
 			name: "ipset kernel support missing, conntrack unreachable",
 			node: &fakeNode{
 				fail:   map[string]error{"ipset -exist create": exitErr("ipset", "ipset v7.17: Kernel error received: Protocol not supported\n")},
@@ -420,8 +471,30 @@ func TestDetectWithFakes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := (&Detector{Runner: c.node, System: c.node}).Detect(context.Background())
+			f := (&Detector{Runner: c.node, System: c.node, Sandbox: c.node}).Detect(context.Background())
 			c.check(t, f, c.node)
+			// Observations in the node's namespace, everything that
+			// creates something in the throwaway one when there is one.
+			sandboxed := c.node.unshareErr == nil
+			if f.ProbeNetns.Present != sandboxed {
+				t.Errorf("ProbeNetns = %s, want present=%t", f.ProbeNetns, sandboxed)
+			}
+			creators := 0
+			for _, cl := range c.node.calls {
+				if readOnly(cl.line) {
+					if cl.throwaway {
+						t.Errorf("%q ran in the throwaway namespace; it must observe the node's", cl.line)
+					}
+					continue
+				}
+				creators++
+				if cl.throwaway != sandboxed {
+					t.Errorf("%q ran with throwaway=%t, want %t", cl.line, cl.throwaway, sandboxed)
+				}
+			}
+			if creators == 0 {
+				t.Errorf("no probe created anything; calls: %v", c.node.calls)
+			}
 			for _, fam := range Families() {
 				want := false
 				for _, p := range c.legacyProbed {

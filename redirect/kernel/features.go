@@ -108,6 +108,11 @@ type Features struct {
 	IPSet      Support // ipset can create and destroy a set
 	DummyLinks Support // a dummy link can be created (kube-ipvs0 is one)
 	SCTP       Support // SCTP sockets can be opened
+
+	// ProbeNetns: the probes that create chains, sets and links ran in a
+	// throwaway network namespace, leaving the node's untouched. Absent, the
+	// Detail says why they ran in the node's own namespace instead.
+	ProbeNetns Support
 }
 
 // Family returns the iptables abilities for fam.
@@ -165,6 +170,7 @@ func (f Features) String() string {
 	fmt.Fprintf(&b, "ipvs: %s\n", f.IPVS)
 	fmt.Fprintf(&b, "ipset: %s\n", f.IPSet)
 	fmt.Fprintf(&b, "dummy links: %s\n", f.DummyLinks)
-	fmt.Fprintf(&b, "sctp: %s", f.SCTP)
+	fmt.Fprintf(&b, "sctp: %s\n", f.SCTP)
+	fmt.Fprintf(&b, "probes in a throwaway netns: %s", f.ProbeNetns)
 	return b.String()
 }

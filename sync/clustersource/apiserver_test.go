@@ -20,6 +20,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/servicemap/sinktest"
 )
 
 // catchUp bounds how long the map may lag the API server; it covers the
@@ -113,7 +114,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec := newRecordingSink()
+	rec := sinktest.New()
 	tracker := servicemap.NewTracker(testNode, nil)
 	srcCtx, stopSource := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -125,7 +126,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		}
 	}()
 
-	eventually(t, catchUp, "OnSynced", func() bool { return rec.isSynced() && tracker.Synced() })
+	eventually(t, catchUp, "OnSynced", func() bool { return rec.Synced() && tracker.Synced() })
 	// A service that existed before the source started is in the very first
 	// snapshot after OnSynced, with its endpoints.
 	first, changes := tracker.Snapshot()
@@ -134,7 +135,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 	sp, ok := first.Get(httpPort("before"))
 	if !ok {
-		t.Fatalf("service before missing from the first snapshot; events: %v", rec.eventLog())
+		t.Fatalf("service before missing from the first snapshot; events: %v", rec.Events())
 	}
 	if want := netip.MustParseAddr(before.Spec.ClusterIP); len(sp.ClusterIPs) != 1 || sp.ClusterIPs[0] != want {
 		t.Errorf("before cluster IPs = %v, want [%v]", sp.ClusterIPs, want)
@@ -160,7 +161,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	mustUpdateSlice(ctx, t, admin, endpointSlice(ns, "before-1", "before", nil, "198.19.1.1", "198.19.1.2"))
 	snapshotHas(t, tracker, "after", "198.19.2.1:8080")
 	snapshotHas(t, tracker, "before", "198.19.1.1:8080", "198.19.1.2:8080")
-	for _, e := range rec.eventLog() {
+	for _, e := range rec.Events() {
 		if strings.Contains(e, "mesh") || strings.Contains(e, "db") || strings.Contains(e, "node-b") {
 			t.Errorf("filtered object reached the sink: %q", e)
 		}
@@ -168,7 +169,7 @@ func TestAgainstAPIServer(t *testing.T) {
 
 	// Outage: the source is cut off and the API server stops. Nothing may
 	// be deleted from the map while the source cannot see the cluster.
-	eventsBefore := len(rec.eventLog())
+	eventsBefore := len(rec.Events())
 	cut.cut.Store(true)
 	api.Stop()
 	failures := cut.failures.Load()
@@ -188,7 +189,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	mustCreateService(ctx, t, admin, service(ns, "during", "", nil))
 	mustCreateSlice(ctx, t, admin, endpointSlice(ns, "during-1", "during", nil, "198.19.3.1"))
 
-	outage := rec.eventLog()[eventsBefore:]
+	outage := rec.Events()[eventsBefore:]
 	for _, e := range outage {
 		if strings.Contains(e, "delete") {
 			t.Errorf("delete event during the outage: %q (all: %v)", e, outage)

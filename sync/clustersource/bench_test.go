@@ -3,12 +3,13 @@ package clustersource
 import (
 	"context"
 	"fmt"
-	"testing"
-
 	"runtime"
+	"testing"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"kproxy.dev/kproxy/sync/servicemap/sinktest"
 )
 
 // BenchmarkInitialSync measures listing 1000 services with one slice each
@@ -25,12 +26,12 @@ func BenchmarkInitialSync(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		client := fake.NewClientset(objs...)
-		sink := newRecordingSink()
+		sink := sinktest.New()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		b.StartTimer()
 		go func() { done <- New(client, testNode, 0, sink).Run(ctx) }()
-		for !sink.isSynced() {
+		for !sink.Synced() {
 			select {
 			case err := <-done:
 				b.Fatalf("Run ended before sync: %v", err)
@@ -43,7 +44,7 @@ func BenchmarkInitialSync(b *testing.B) {
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
-		if got := len(sink.syncedWith()); got != 2*n {
+		if got := len(sink.PresentAtSync()); got != 2*n {
 			b.Fatalf("%d objects at OnSynced, want %d", got, 2*n)
 		}
 		b.StartTimer()

@@ -157,45 +157,32 @@ type handlers struct {
 }
 
 func (h handlers) serviceUpdate(obj any) {
-	svc, ok := obj.(*v1.Service)
-	if !ok {
-		h.logger.Error(nil, "Unexpected object in Service handler", "type", fmt.Sprintf("%T", obj))
-		return
+	if svc, ok := updated[*v1.Service](h.logger, obj, "Unexpected object in Service handler"); ok {
+		h.sink.OnServiceUpdate(svc)
 	}
-	h.sink.OnServiceUpdate(svc)
 }
 
 func (h handlers) serviceDelete(obj any) {
-	key, ok := deletedKey[*v1.Service](obj)
-	if !ok {
-		h.logger.Error(nil, "Unexpected object in Service delete handler", "type", fmt.Sprintf("%T", obj))
-		return
+	if key, ok := deleted[*v1.Service](h.logger, obj, "Unexpected object in Service delete handler"); ok {
+		h.sink.OnServiceDelete(key)
 	}
-	h.sink.OnServiceDelete(key)
 }
 
 func (h handlers) sliceUpdate(obj any) {
-	slice, ok := obj.(*discovery.EndpointSlice)
-	if !ok {
-		h.logger.Error(nil, "Unexpected object in EndpointSlice handler", "type", fmt.Sprintf("%T", obj))
-		return
+	if slice, ok := updated[*discovery.EndpointSlice](h.logger, obj, "Unexpected object in EndpointSlice handler"); ok {
+		h.sink.OnEndpointSliceUpdate(slice)
 	}
-	h.sink.OnEndpointSliceUpdate(slice)
 }
 
 func (h handlers) sliceDelete(obj any) {
-	key, ok := deletedKey[*discovery.EndpointSlice](obj)
-	if !ok {
-		h.logger.Error(nil, "Unexpected object in EndpointSlice delete handler", "type", fmt.Sprintf("%T", obj))
-		return
+	if key, ok := deleted[*discovery.EndpointSlice](h.logger, obj, "Unexpected object in EndpointSlice delete handler"); ok {
+		h.sink.OnEndpointSliceDelete(key)
 	}
-	h.sink.OnEndpointSliceDelete(key)
 }
 
 func (h handlers) nodeUpdate(obj any) {
-	node, ok := obj.(*v1.Node)
+	node, ok := updated[*v1.Node](h.logger, obj, "Unexpected object in Node handler")
 	if !ok {
-		h.logger.Error(nil, "Unexpected object in Node handler", "type", fmt.Sprintf("%T", obj))
 		return
 	}
 	// The field selector already limits the watch to this node; checking
@@ -208,15 +195,31 @@ func (h handlers) nodeUpdate(obj any) {
 }
 
 func (h handlers) nodeDelete(obj any) {
-	key, ok := deletedKey[*v1.Node](obj)
+	key, ok := deleted[*v1.Node](h.logger, obj, "Unexpected object in Node delete handler")
+	if ok && key.Name == h.nodeName {
+		h.sink.OnNodeDelete()
+	}
+}
+
+// updated returns the object of an add or update callback as a T. Anything
+// else is a client-go or wiring bug: it is logged with msg, never panicked
+// on, and the callback is dropped.
+func updated[T any](logger klog.Logger, obj any, msg string) (T, bool) {
+	o, ok := obj.(T)
 	if !ok {
-		h.logger.Error(nil, "Unexpected object in Node delete handler", "type", fmt.Sprintf("%T", obj))
-		return
+		logger.Error(nil, msg, "type", fmt.Sprintf("%T", obj))
 	}
-	if key.Name != h.nodeName {
-		return
+	return o, ok
+}
+
+// deleted is deletedKey for a delete callback, logging msg when obj is
+// neither a T nor a usable tombstone.
+func deleted[T metav1.Object](logger klog.Logger, obj any, msg string) (types.NamespacedName, bool) {
+	key, ok := deletedKey[T](obj)
+	if !ok {
+		logger.Error(nil, msg, "type", fmt.Sprintf("%T", obj))
 	}
-	h.sink.OnNodeDelete()
+	return key, ok
 }
 
 // deletedKey returns the namespace/name of a deleted object, which the

@@ -19,6 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/servicemap/sinktest"
 )
 
 const (
@@ -34,9 +36,9 @@ var (
 
 // startSource runs a Source on client until the test ends and returns its
 // sink and a channel carrying Run's result.
-func startSource(t *testing.T, client *fake.Clientset) (*recordingSink, <-chan error) {
+func startSource(t *testing.T, client *fake.Clientset) (*sinktest.Recorder, <-chan error) {
 	t.Helper()
-	sink := newRecordingSink()
+	sink := sinktest.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- New(client, testNode, DefaultResync, sink).Run(ctx) }()
@@ -60,21 +62,21 @@ func TestInitialStateAndFiltering(t *testing.T) {
 		node("node-b", "198.19.0.2"),
 	)
 	sink, _ := startSource(t, client)
-	eventually(t, wait, "OnSynced", sink.isSynced)
-	eventually(t, wait, "this node", func() bool { return sink.currentNode() != nil })
+	eventually(t, wait, "OnSynced", sink.Synced)
+	eventually(t, wait, "this node", func() bool { return sink.Node() != nil })
 
-	got := sink.syncedWith()
+	got := sink.PresentAtSync()
 	sort.Strings(got)
-	want := []string{"service shop/web", "slice shop/web-abc"}
+	want := []string{"EndpointSlice shop/web-abc", "Service shop/web"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("objects in the sink at OnSynced (-want +got):\n%s", diff)
 	}
-	if n := sink.currentNode(); n.Name != testNode {
+	if n := sink.Node(); n.Name != testNode {
 		t.Errorf("node = %s, want %s", n.Name, testNode)
 	}
-	for _, e := range sink.eventLog() {
-		if e == "node-update node-b" {
-			t.Errorf("another node's Node reached the sink: %v", sink.eventLog())
+	for _, e := range sink.Events() {
+		if e == "update Node node-b" {
+			t.Errorf("another node's Node reached the sink: %v", sink.Events())
 		}
 	}
 }
@@ -85,7 +87,7 @@ func TestInitialStateAndFiltering(t *testing.T) {
 func TestListWatchSelectors(t *testing.T) {
 	client := fake.NewClientset()
 	sink, _ := startSource(t, client)
-	eventually(t, wait, "OnSynced", sink.isSynced)
+	eventually(t, wait, "OnSynced", sink.Synced)
 
 	want := map[string]struct{ label, field string }{
 		"services":       {"!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name", "spec.clusterIP!=None"},
@@ -131,8 +133,8 @@ func TestEventsAfterSync(t *testing.T) {
 		node(testNode, "198.19.0.1"),
 	)
 	sink, _ := startSource(t, client)
-	eventually(t, wait, "OnSynced", sink.isSynced)
-	eventually(t, wait, "this node", func() bool { return sink.currentNode() != nil })
+	eventually(t, wait, "OnSynced", sink.Synced)
+	eventually(t, wait, "this node", func() bool { return sink.Node() != nil })
 
 	updated := service(ns, "web", "198.18.0.10", nil)
 	updated.Spec.Ports[0].Port = 8081
@@ -140,7 +142,7 @@ func TestEventsAfterSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, wait, "updated service", func() bool {
-		s := sink.service(ns, "web")
+		s := sink.Service(ns, "web")
 		return s != nil && s.Spec.Ports[0].Port == 8081
 	})
 
@@ -148,17 +150,17 @@ func TestEventsAfterSync(t *testing.T) {
 		endpointSlice(ns, "web-def", "web", nil, "198.19.1.5"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, "new slice", func() bool { return sink.slice(ns, "web-def") != nil })
+	eventually(t, wait, "new slice", func() bool { return sink.Slice(ns, "web-def") != nil })
 
 	if err := client.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "web-abc", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, "slice delete", func() bool { return sink.slice(ns, "web-abc") == nil })
+	eventually(t, wait, "slice delete", func() bool { return sink.Slice(ns, "web-abc") == nil })
 
 	if err := client.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, "service delete", func() bool { return sink.service(ns, "web") == nil })
+	eventually(t, wait, "service delete", func() bool { return sink.Service(ns, "web") == nil })
 
 	n := node(testNode, "198.19.0.1")
 	n.Labels["topology.kubernetes.io/zone"] = "z1"
@@ -166,16 +168,16 @@ func TestEventsAfterSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, wait, "node update", func() bool {
-		n := sink.currentNode()
+		n := sink.Node()
 		return n != nil && n.Labels["topology.kubernetes.io/zone"] == "z1"
 	})
 	if err := client.CoreV1().Nodes().Delete(ctx, testNode, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, "node delete", func() bool { return sink.currentNode() == nil })
+	eventually(t, wait, "node delete", func() bool { return sink.Node() == nil })
 
-	log := sink.eventLog()
-	for _, e := range []string{"slice-delete shop/web-abc", "service-delete shop/web", "node-delete"} {
+	log := sink.Events()
+	for _, e := range []string{"delete EndpointSlice shop/web-abc", "delete Service shop/web", "delete Node"} {
 		if !contains(log, e) {
 			t.Errorf("event %q missing from %v", e, log)
 		}
@@ -220,9 +222,9 @@ type splitCoreV1 struct {
 func (c splitCoreV1) Nodes() corev1client.NodeInterface { return c.nodes.Nodes() }
 
 // startSplitSource is startSource on a splitClient.
-func startSplitSource(t *testing.T, client splitClient) *recordingSink {
+func startSplitSource(t *testing.T, client splitClient) *sinktest.Recorder {
 	t.Helper()
-	sink := newRecordingSink()
+	sink := sinktest.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- New(client, testNode, DefaultResync, sink).Run(ctx) }()
@@ -250,13 +252,13 @@ func TestNoSyncBeforeEndpointSlices(t *testing.T) {
 	}
 	// Services are not held back, so once they arrive the only thing
 	// keeping OnSynced away is the blocked slice list.
-	eventually(t, wait, "service", func() bool { return sink.service(ns, "web") != nil })
-	if sink.isSynced() {
+	eventually(t, wait, "service", func() bool { return sink.Service(ns, "web") != nil })
+	if sink.Synced() {
 		t.Fatal("OnSynced before the EndpointSlice cache synced")
 	}
 	close(release)
-	eventually(t, wait, "OnSynced", sink.isSynced)
-	if got := sink.syncedWith(); !contains(got, "slice shop/web-abc") {
+	eventually(t, wait, "OnSynced", sink.Synced)
+	if got := sink.PresentAtSync(); !contains(got, "EndpointSlice shop/web-abc") {
 		t.Errorf("slice not delivered before OnSynced: %v", got)
 	}
 }
@@ -279,11 +281,11 @@ func TestSyncDoesNotWaitForNode(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("Nodes were never listed")
 	}
-	eventually(t, wait, "OnSynced with the Node list blocked", sink.isSynced)
-	if !contains(sink.syncedWith(), "service shop/web") {
-		t.Errorf("service not delivered before OnSynced: %v", sink.syncedWith())
+	eventually(t, wait, "OnSynced with the Node list blocked", sink.Synced)
+	if !contains(sink.PresentAtSync(), "Service shop/web") {
+		t.Errorf("service not delivered before OnSynced: %v", sink.PresentAtSync())
 	}
-	if sink.currentNode() != nil {
+	if sink.Node() != nil {
 		t.Error("node delivered although its list is blocked")
 	}
 }
@@ -293,7 +295,7 @@ func TestRunFailsWhenCachesNeverSync(t *testing.T) {
 	release := make(chan struct{})
 	blockList(client, "services", make(chan struct{}, 1), release)
 
-	sink := newRecordingSink()
+	sink := sinktest.New()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 200*time.Millisecond, errors.New("test deadline"))
 	defer cancel()
 	src := New(client, testNode, DefaultResync, sink)
@@ -306,7 +308,7 @@ func TestRunFailsWhenCachesNeverSync(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run returned nil although the caches never synced")
 	}
-	if sink.isSynced() {
+	if sink.Synced() {
 		t.Error("OnSynced called although the caches never synced")
 	}
 	if err := src.Run(context.Background()); err == nil {
@@ -322,42 +324,42 @@ func TestHandlersTombstones(t *testing.T) {
 		call func(h handlers)
 		want []string
 	}{
-		{"service object", func(h handlers) { h.serviceDelete(svc) }, []string{"service-delete shop/web"}},
+		{"service object", func(h handlers) { h.serviceDelete(svc) }, []string{"delete Service shop/web"}},
 		{"service tombstone with object", func(h handlers) {
 			h.serviceDelete(cache.DeletedFinalStateUnknown{Key: "shop/web", Obj: svc})
-		}, []string{"service-delete shop/web"}},
+		}, []string{"delete Service shop/web"}},
 		{"service tombstone with only a key", func(h handlers) {
 			h.serviceDelete(cache.DeletedFinalStateUnknown{Key: "shop/gone"})
-		}, []string{"service-delete shop/gone"}},
+		}, []string{"delete Service shop/gone"}},
 		{"service tombstone with a bad key", func(h handlers) {
 			h.serviceDelete(cache.DeletedFinalStateUnknown{Key: "a/b/c"})
 		}, nil},
 		{"service delete of wrong type", func(h handlers) { h.serviceDelete(slice) }, nil},
 		{"service update of wrong type", func(h handlers) { h.serviceUpdate("junk") }, nil},
-		{"slice object", func(h handlers) { h.sliceDelete(slice) }, []string{"slice-delete shop/web-abc"}},
+		{"slice object", func(h handlers) { h.sliceDelete(slice) }, []string{"delete EndpointSlice shop/web-abc"}},
 		{"slice tombstone", func(h handlers) {
 			h.sliceDelete(cache.DeletedFinalStateUnknown{Key: "shop/web-abc", Obj: slice})
-		}, []string{"slice-delete shop/web-abc"}},
+		}, []string{"delete EndpointSlice shop/web-abc"}},
 		{"slice tombstone holding a service", func(h handlers) {
 			h.sliceDelete(cache.DeletedFinalStateUnknown{Key: "shop/web-xyz", Obj: svc})
-		}, []string{"slice-delete shop/web-xyz"}},
+		}, []string{"delete EndpointSlice shop/web-xyz"}},
 		{"slice update of wrong type", func(h handlers) { h.sliceUpdate(svc) }, nil},
 		{"slice delete of nil", func(h handlers) { h.sliceDelete(nil) }, nil},
 		{"node tombstone", func(h handlers) {
 			h.nodeDelete(cache.DeletedFinalStateUnknown{Key: testNode, Obj: node(testNode)})
-		}, []string{"node-delete"}},
+		}, []string{"delete Node"}},
 		{"node tombstone with only a key", func(h handlers) {
 			h.nodeDelete(cache.DeletedFinalStateUnknown{Key: testNode})
-		}, []string{"node-delete"}},
+		}, []string{"delete Node"}},
 		{"other node's delete", func(h handlers) { h.nodeDelete(node("node-b")) }, nil},
 		{"other node's update", func(h handlers) { h.nodeUpdate(node("node-b")) }, nil},
-		{"node update", func(h handlers) { h.nodeUpdate(node(testNode)) }, []string{"node-update node-a"}},
+		{"node update", func(h handlers) { h.nodeUpdate(node(testNode)) }, []string{"update Node node-a"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sink := newRecordingSink()
+			sink := sinktest.New()
 			tc.call(handlers{sink: sink, nodeName: testNode, logger: klog.Background()})
-			if diff := cmp.Diff(tc.want, sink.eventLog()); diff != "" {
+			if diff := cmp.Diff(tc.want, sink.Events()); diff != "" {
 				t.Errorf("sink events (-want +got):\n%s", diff)
 			}
 		})

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/servicemap/sinktest"
 )
 
 // BenchmarkReloadUnchanged measures one re-read of a 500-service file that
@@ -31,7 +33,7 @@ func benchmarkReload(b *testing.B, n int, edit bool) {
 	alt := yamlDocs(b, objs...)
 	dir := b.TempDir()
 	writeFile(b, dir, "bench.yaml", base)
-	sink := newRecordingSink()
+	sink := sinktest.New()
 	src, err := New(dir, "n", sink, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -52,7 +54,7 @@ func benchmarkReload(b *testing.B, n int, edit bool) {
 		src.reload(logger)
 	}
 	b.StopTimer()
-	if sink.take(); len(src.Errors()) > 0 {
+	if sink.Take(); len(src.Errors()) > 0 {
 		b.Fatal(src.Errors())
 	}
 }

@@ -6,121 +6,34 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
-	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/servicemap/sinktest"
 )
-
-// recordingSink is a servicemap.Sink that logs every call and keeps what it
-// was handed, so tests can check both the calls and the resulting state.
-type recordingSink struct {
-	mu       sync.Mutex
-	events   []string
-	services map[types.NamespacedName]*v1.Service
-	slices   map[types.NamespacedName]*discovery.EndpointSlice
-	node     *v1.Node
-	synced   int
-}
-
-var _ servicemap.Sink = (*recordingSink)(nil)
-
-func newRecordingSink() *recordingSink {
-	return &recordingSink{
-		services: map[types.NamespacedName]*v1.Service{},
-		slices:   map[types.NamespacedName]*discovery.EndpointSlice{},
-	}
-}
-
-func (r *recordingSink) record(format string, args ...any) {
-	r.events = append(r.events, fmt.Sprintf(format, args...))
-}
-
-func (r *recordingSink) OnServiceUpdate(svc *v1.Service) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	r.record("update Service %s", key)
-	r.services[key] = svc
-}
-
-func (r *recordingSink) OnServiceDelete(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.record("delete Service %s", key)
-	delete(r.services, key)
-}
-
-func (r *recordingSink) OnEndpointSliceUpdate(slice *discovery.EndpointSlice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := types.NamespacedName{Namespace: slice.Namespace, Name: slice.Name}
-	r.record("update EndpointSlice %s", key)
-	r.slices[key] = slice
-}
-
-func (r *recordingSink) OnEndpointSliceDelete(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.record("delete EndpointSlice %s", key)
-	delete(r.slices, key)
-}
-
-func (r *recordingSink) OnNodeUpdate(node *v1.Node) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.record("update Node %s", node.Name)
-	r.node = node
-}
-
-func (r *recordingSink) OnNodeDelete() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.record("delete Node")
-	r.node = nil
-}
-
-func (r *recordingSink) OnSynced() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.record("synced")
-	r.synced++
-}
-
-// take returns the calls made since the last take.
-func (r *recordingSink) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ev := r.events
-	r.events = nil
-	return ev
-}
 
 // contents renders what the sink holds, one line per object, sorted:
 // services with their first port, slices with their addresses.
-func (r *recordingSink) contents() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func contents(sink *sinktest.Recorder) []string {
+	st := sink.State()
 	var out []string
-	for key, svc := range r.services {
+	for key, svc := range st.Services {
 		out = append(out, fmt.Sprintf("Service %s %s:%d", key, svc.Spec.ClusterIP, svc.Spec.Ports[0].Port))
 	}
-	for key, s := range r.slices {
+	for key, s := range st.Slices {
 		var addrs []string
 		for _, ep := range s.Endpoints {
 			addrs = append(addrs, ep.Addresses...)
 		}
 		out = append(out, fmt.Sprintf("EndpointSlice %s %s", key, strings.Join(addrs, ",")))
 	}
-	if r.node != nil {
-		out = append(out, "Node "+r.node.Name)
+	if st.Node != nil {
+		out = append(out, "Node "+st.Node.Name)
 	}
 	slices.Sort(out)
 	return out

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/servicemap/sinktest"
 )
 
 // TestReloadSteps drives one directory through a series of edits, reading
@@ -187,7 +189,7 @@ addressType: IPv4
 	}}
 
 	dir := t.TempDir()
-	sink := newRecordingSink()
+	sink := sinktest.New()
 	reg := prometheus.NewRegistry()
 	src, err := New(dir, nodeName, sink, reg)
 	if err != nil {
@@ -198,11 +200,11 @@ addressType: IPv4
 		st.change(t, dir)
 		src.reload(klog.Background())
 
-		if diff := cmp.Diff(st.wantEvents, sink.take()); diff != "" {
+		if diff := cmp.Diff(st.wantEvents, sink.Take()); diff != "" {
 			t.Errorf("step %d %q: sink calls (-want +got):\n%s", i, st.name, diff)
 		}
 		if st.wantState != nil || i == len(steps)-1 {
-			if diff := cmp.Diff(st.wantState, sink.contents()); diff != "" {
+			if diff := cmp.Diff(st.wantState, contents(sink)); diff != "" {
 				t.Errorf("step %d %q: sink contents (-want +got):\n%s", i, st.name, diff)
 			}
 		}
@@ -250,7 +252,7 @@ addressType: IPv4
 // good, a bad and a good read.
 func TestReloadResultCounts(t *testing.T) {
 	dir := t.TempDir()
-	src, err := New(dir, "n", newRecordingSink(), prometheus.NewRegistry())
+	src, err := New(dir, "n", sinktest.New(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +269,7 @@ func TestReloadResultCounts(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
-	sink := newRecordingSink()
+	sink := sinktest.New()
 	if _, err := New(filepath.Join(t.TempDir(), "missing.yaml"), "n", sink, nil); err == nil {
 		t.Error("New accepted a path that does not exist")
 	}
@@ -283,7 +285,7 @@ func TestNewRejects(t *testing.T) {
 // watchHarness runs a Source and lets a test wait for the sink to reach a state.
 type watchHarness struct {
 	t       *testing.T
-	sink    *recordingSink
+	sink    *sinktest.Recorder
 	src     *Source
 	reloads chan ReloadResult
 	done    chan error
@@ -291,7 +293,7 @@ type watchHarness struct {
 
 func startWatching(t *testing.T, path string, opts ...Option) *watchHarness {
 	t.Helper()
-	h := &watchHarness{t: t, sink: newRecordingSink(), reloads: make(chan ReloadResult, 100), done: make(chan error, 1)}
+	h := &watchHarness{t: t, sink: sinktest.New(), reloads: make(chan ReloadResult, 100), done: make(chan error, 1)}
 	opts = append([]Option{WithDebounce(20 * time.Millisecond), WithReloadHook(func(r ReloadResult) { h.reloads <- r })}, opts...)
 	src, err := New(path, "kproxy-demo", h.sink, prometheus.NewRegistry(), opts...)
 	if err != nil {
@@ -332,13 +334,13 @@ func (h *watchHarness) waitFor(what string, want []string) {
 	h.t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
-		if cmp.Equal(want, h.sink.contents()) {
+		if cmp.Equal(want, contents(h.sink)) {
 			return
 		}
 		select {
 		case <-h.reloads:
 		case <-deadline:
-			h.t.Fatalf("%s: sink never reached the expected state (-want +got):\n%s", what, cmp.Diff(want, h.sink.contents()))
+			h.t.Fatalf("%s: sink never reached the expected state (-want +got):\n%s", what, cmp.Diff(want, contents(h.sink)))
 		}
 	}
 }
@@ -349,7 +351,7 @@ func TestWatchDirectory(t *testing.T) {
 	h := startWatching(t, dir)
 	h.waitReload()
 	h.waitFor("initial load", []string{"Service default/web 198.18.0.10:80"})
-	if ev := h.sink.take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
+	if ev := h.sink.Take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
 		t.Errorf("initial calls %q, want the update then synced", ev)
 	}
 
@@ -365,7 +367,7 @@ func TestWatchDirectory(t *testing.T) {
 	removeFile(t, dir, "web.yaml")
 	h.waitFor("file removed", []string{"Service default/dns 198.18.0.53:53"})
 
-	if ev := h.sink.take(); strings.Count(strings.Join(ev, "\n"), "synced") != 0 {
+	if ev := h.sink.Take(); strings.Count(strings.Join(ev, "\n"), "synced") != 0 {
 		t.Errorf("OnSynced called again after the initial load: %q", ev)
 	}
 }
@@ -399,7 +401,7 @@ func TestPeriodicResync(t *testing.T) {
 			t.Fatal("no periodic reloads")
 		}
 	}
-	if ev := h.sink.take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
+	if ev := h.sink.Take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
 		t.Errorf("calls %q: periodic re-reads of unchanged files must not reach the sink", ev)
 	}
 }

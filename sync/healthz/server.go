@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -72,10 +73,13 @@ type MetricsServerConfig struct {
 	// Configz, when not nil, is served as JSON at /configz: the effective
 	// configuration, already encoded.
 	Configz []byte
+	// Profiling serves net/http/pprof under /debug/pprof/ (--profiling).
+	Profiling bool
 }
 
 // NewMetricsServer listens on the configured address and will serve
-// /metrics, /healthz, /livez, /proxyMode and, if given, /configz.
+// /metrics, /healthz, /livez, /proxyMode and, if given, /configz and
+// /debug/pprof/.
 func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 	if cfg.Health == nil || cfg.Metrics == nil {
 		return nil, errors.New("metrics server: Health and Metrics are required")
@@ -100,6 +104,13 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 			w.Header().Set("X-Content-Type-Options", "nosniff")
 			_, _ = w.Write(configz)
 		})
+	}
+	if cfg.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return listen("metrics", cfg.Address, mux)
 }

@@ -91,6 +91,27 @@ func TestMetricsServer(t *testing.T) {
 	if _, _, b := fetch(t, base+"/metrics"); !strings.Contains(b, `kubeproxy_proxy_livez_total{code="200"} 1`) {
 		t.Error("/metrics does not count the /livez probe")
 	}
+	if code, _, _ := fetch(t, base+"/debug/pprof/"); code != 404 {
+		t.Errorf("/debug/pprof/ answered %d without --profiling, want 404", code)
+	}
+}
+
+func TestMetricsServerProfiling(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	m := metrics.New()
+	s, err := NewMetricsServer(MetricsServerConfig{
+		Address: "127.0.0.1:0", Health: New(time.Minute, m, nil), Metrics: m, ProxyMode: mode.IPTables, Profiling: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	code, _, body := fetch(t, "http://"+s.Addr().String()+"/debug/pprof/goroutine?debug=1")
+	if code != 200 || !strings.Contains(body, "goroutine profile:") {
+		t.Errorf("/debug/pprof/goroutine with --profiling = %d %.80q, want 200 and a goroutine profile", code, body)
+	}
 }
 
 func TestHealthServer(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -49,6 +51,11 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	// proxy state, so leftovers of the other modes go first.
 	if err := cleanup.Except(ctx, features, name); err != nil {
 		logger.Error(err, "Removing leftovers of other proxy modes failed; carrying on", "keep", name)
+	}
+
+	applyOOMScoreAdj(logger, cfg.OOMScoreAdj)
+	if cfg.Conntrack != (options.ConntrackConfig{}) {
+		logger.Info("Conntrack tuning is not implemented yet: the --conntrack-* settings were validated but are not applied")
 	}
 
 	proxyMode := newMode(name, logger)
@@ -149,6 +156,14 @@ func newMode(name mode.Name, logger klog.Logger) mode.Mode {
 	return preview.New(name, logger)
 }
 
+// applyOOMScoreAdj protects kproxy from the OOM killer as kube-proxy does
+// (--oom-score-adj, default -999). Failing to is worth a warning, not a stop.
+func applyOOMScoreAdj(logger klog.Logger, score int32) {
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(int(score))), 0); err != nil {
+		logger.Info("Could not set the OOM score adjustment; carrying on", "oomScoreAdj", score, "err", err)
+	}
+}
+
 type namedServer struct {
 	what   string
 	server *healthz.Server
@@ -181,6 +196,7 @@ func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metr
 		}
 		s, err := healthz.NewMetricsServer(healthz.MetricsServerConfig{
 			Address: cfg.MetricsBindAddress, Health: health, Metrics: m, ProxyMode: name, Configz: configz,
+			Profiling: cfg.EnableProfiling,
 		})
 		if err != nil {
 			set.close()
