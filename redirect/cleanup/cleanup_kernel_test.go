@@ -154,11 +154,14 @@ func TestCleanupAllOnKernel(t *testing.T) {
 	}
 	ctx := context.Background()
 	f := kernel.Detect(ctx)
-
+	// Neither probing nor cleaning a fresh namespace creates anything in it,
+	// not even empty tables.
+	assertPristine(t, "after Detect")
 	baseline := nodeState(t)
 	if err := All(ctx, f); err != nil {
 		t.Fatalf("cleanup of a clean namespace: %v", err)
 	}
+	assertPristine(t, "after cleanup of a clean namespace")
 	if got := nodeState(t); got != baseline {
 		t.Fatalf("cleanup of a clean namespace changed it (-before +after):\n%s", cmp.Diff(baseline, got))
 	}
@@ -242,9 +245,6 @@ func TestCleanupLegacyLeftovers(t *testing.T) {
 	}
 	ctx := context.Background()
 	restore(t, kernel.Legacy, kernel.IPv4, fixture(t, "kept-v4.save"))
-	// Probing registers the tables it creates a chain in; a first Detect
-	// puts those in the baseline, so only cleanup's work is compared.
-	kernel.Detect(ctx)
 	want := nodeState(t)
 	restore(t, kernel.Legacy, kernel.IPv4, leftoversOnly(t, fixture(t, "iptables-mode.save"), fixture(t, "kept-v4.save")))
 
@@ -257,5 +257,40 @@ func TestCleanupLegacyLeftovers(t *testing.T) {
 	}
 	if got := nodeState(t); got != want {
 		t.Errorf("legacy leftovers survived cleanup (-want +got):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// assertPristine fails unless the namespace holds what a fresh one does: every
+// iptables save prints nothing but comments, no ipset or nftables table
+// exists and lo is the only link.
+func assertPristine(t *testing.T, when string) {
+	t.Helper()
+	for _, fam := range kernel.Families() {
+		for _, be := range kernel.Backends() {
+			var rules []string
+			for _, line := range strings.Split(lab.Run(t, be.SaveCommand(fam)), "\n") {
+				if line != "" && !strings.HasPrefix(line, "#") {
+					rules = append(rules, line)
+				}
+			}
+			if len(rules) > 0 {
+				t.Errorf("%s: %s prints more than comments:\n%s", when, be.SaveCommand(fam), strings.Join(rules, "\n"))
+			}
+		}
+	}
+	if sets := strings.TrimSpace(lab.Run(t, "ipset", "list", "-n")); sets != "" {
+		t.Errorf("%s: ipsets exist: %s", when, sets)
+	}
+	if tables := strings.TrimSpace(lab.Run(t, "nft", "list", "tables")); tables != "" {
+		t.Errorf("%s: nftables tables exist: %s", when, tables)
+	}
+	var links []string
+	for _, line := range strings.Split(strings.TrimSpace(lab.Run(t, "ip", "-o", "link", "show")), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			links = append(links, strings.TrimSuffix(f[1], ":"))
+		}
+	}
+	if len(links) != 1 || links[0] != "lo" {
+		t.Errorf("%s: links %v, want only lo", when, links)
 	}
 }

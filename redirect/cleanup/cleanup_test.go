@@ -259,3 +259,56 @@ func TestCleanerLegacyBackend(t *testing.T) {
 		})
 	}
 }
+
+// TestCleanerOnlyReadsWhenNothingToClean: on a node without leftovers, be it
+// fresh (no tables at all) or holding only kubelet's and users' chains,
+// cleanup only reads: no iptables-restore (which would register empty nat
+// and filter tables in a backend that has none), no destroy, no delete.
+func TestCleanerOnlyReadsWhenNothingToClean(t *testing.T) {
+	notProbed := kernel.IPTables{NotProbed: true, Problem: kernel.LegacyNotProbed}
+	cases := []struct {
+		name string
+		save string // every backend's and family's iptables-save
+	}{
+		{name: "fresh namespace, no tables", save: ""},
+		{name: "only kubelet's chains", save: fixture(t, "kubelet-only.save")},
+		{name: "kubelet's and users' chains", save: fixture(t, "kept-v4.save")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl, r, l, _ := newFakes(c.save)
+			for _, s := range []string{"iptables-legacy-save", "ip6tables-nft-save", "ip6tables-legacy-save"} {
+				r.outputs[s] = c.save
+			}
+			r.outputs["ipset list -n"] = "user-allow\n"
+			r.outputs["nft list tables"] = "table ip user\ntable inet kube-proxy\n"
+			delete(l.links, "kube-ipvs0")
+			opened := false
+			cl.OpenIPVS = func() (IPVS, error) { opened = true; return &fakeIPVS{}, nil }
+			f := allFeatures()
+			f.IPv6.Legacy, f.IPv4.Legacy = notProbed, notProbed
+			if err := cl.All(context.Background(), f); err != nil {
+				t.Fatalf("All: %v", err)
+			}
+			reads := map[string]bool{"ipset list -n": true, "nft list tables": true}
+			for _, fam := range kernel.Families() {
+				for _, b := range kernel.Backends() {
+					reads[b.SaveCommand(fam)] = true
+				}
+			}
+			for _, call := range r.calls {
+				if !reads[call] {
+					t.Errorf("ran %q on a node with nothing to clean", call)
+				}
+			}
+			for cmd := range reads {
+				if !r.ran(cmd) {
+					t.Errorf("did not read %q: leftovers there would survive", cmd)
+				}
+			}
+			if len(r.stdin) != 0 || opened || len(l.links) != 1 {
+				t.Errorf("changed the node: restores %v, IPVS opened %t, links %v", r.stdin, opened, l.links)
+			}
+		})
+	}
+}

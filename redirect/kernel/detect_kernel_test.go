@@ -165,10 +165,14 @@ func assertPristine(t *testing.T) {
 	t.Helper()
 	for _, fam := range Families() {
 		for _, b := range Backends() {
+			var rules []string
 			for _, line := range strings.Split(lab.Run(t, b.SaveCommand(fam)), "\n") {
 				if line != "" && !strings.HasPrefix(line, "#") {
-					t.Errorf("%s prints %q in a namespace that should have no tables", b.SaveCommand(fam), line)
+					rules = append(rules, line)
 				}
+			}
+			if len(rules) > 0 {
+				t.Errorf("%s prints more than comments in a namespace that should have no tables:\n%s", b.SaveCommand(fam), strings.Join(rules, "\n"))
 			}
 		}
 	}
