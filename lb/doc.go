@@ -1,7 +1,27 @@
 // Package lb is the userspace data plane of --proxy-mode=userspace: the
-// balancer and the TCP, UDP and SCTP relays behind the portal rules that
-// redirect/ programs. It never imports redirect/.
+// balancer (lb/balancer), the TCP, UDP and SCTP relays (lb/tcprelay,
+// lb/udprelay, lb/sctprelay), proxy-port allocation (lb/ports) and the data
+// plane's metrics (lb/lbmetrics). The portal rules that steer Service traffic
+// to the relays are programmed by redirect/; lb never imports redirect.
 //
-// It holds no code yet: the userspace mode is issue 3. Until then kproxy runs
-// the mode as a preview (see sync/mode/preview) and says so at start.
+// This file holds the one seam the relays share with the balancer.
 package lb
+
+import "net/netip"
+
+// Picker chooses backends for one service port and traffic class. Relays hold
+// one per listener; the balancer implements it.
+type Picker interface {
+	// Pick returns the endpoints to try for a new connection or flow from
+	// client, in order: the balancer's choice first (the pinned endpoint when
+	// ClientIP affinity holds), then the fail-over candidates. An empty
+	// result means the service has no usable endpoint: refuse the client at
+	// once.
+	Pick(client netip.Addr) []netip.AddrPort
+	// Connected reports that a connection from client to endpoint was
+	// established, so affinity can pin it.
+	Connected(client netip.Addr, endpoint netip.AddrPort)
+	// Failed reports that dialling endpoint failed, so affinity that pinned
+	// it is dropped.
+	Failed(client netip.Addr, endpoint netip.AddrPort)
+}
