@@ -66,6 +66,8 @@ var ownedChains = []ownedChain{
 	{table: "nat", name: "KUBE-NODEPORT-CONTAINER", modes: userspaceOnly},
 	{table: "nat", name: "KUBE-NODEPORT-HOST", modes: userspaceOnly},
 	{table: "filter", name: "KUBE-NODEPORT-NON-LOCAL", modes: userspaceOnly},
+	{table: "filter", name: "KUBE-PROXY-PORTS", modes: userspaceOnly},
+	{table: "filter", name: "KUBE-PORTALS-FIREWALL", modes: userspaceOnly},
 
 	// Feature-probe leftovers (kernel.ProbeChain), in any table.
 	{table: "*", name: "KPROXY-PROBE", modes: noMode},

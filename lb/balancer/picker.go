@@ -1,0 +1,200 @@
+package balancer
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// pickState is one immutable generation of a picker's eligible endpoints.
+// ring holds them twice in a row, so ring[i:i+n] is the rotation starting at
+// endpoint i: Pick hands out sub-slices of it without allocating.
+type pickState struct {
+	ring []netip.AddrPort
+	n    int
+	// timeout is the ClientIP affinity timeout in nanoseconds, 0 when off.
+	timeout int64
+	// index maps each eligible endpoint to its position; only built when
+	// affinity is on, as only pinned picks need it.
+	index map[netip.AddrPort]int
+}
+
+func newPickState(eps []netip.AddrPort, affinity time.Duration) *pickState {
+	st := &pickState{n: len(eps), timeout: int64(affinity)}
+	if st.n == 0 {
+		return st
+	}
+	st.ring = make([]netip.AddrPort, 2*st.n)
+	copy(st.ring, eps)
+	copy(st.ring[st.n:], eps)
+	if st.timeout > 0 {
+		st.index = make(map[netip.AddrPort]int, st.n)
+		for i, ep := range eps {
+			st.index[ep] = i
+		}
+	}
+	return st
+}
+
+// sameAs says st would hand out exactly what o does.
+func (st *pickState) sameAs(o *pickState) bool {
+	if st.n != o.n || st.timeout != o.timeout {
+		return false
+	}
+	for i := range st.n {
+		if st.ring[i] != o.ring[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// rotation returns the eligible endpoints starting at i, capped so a caller's
+// append cannot write into the ring.
+func (st *pickState) rotation(i int) []netip.AddrPort { return st.ring[i : i+st.n : i+st.n] }
+
+// picker is the lb.Picker of one Key. The balancer swaps its state on Update;
+// the round-robin cursor and the affinity table outlive state swaps, so a
+// sync that does not change a port's eligible endpoints changes nothing a
+// client can observe.
+type picker struct {
+	state  atomic.Pointer[pickState]
+	cursor atomic.Uint64
+	clk    *clock
+	stats  *stats
+	aff    affinityTable
+}
+
+var _ lb.Picker = (*picker)(nil)
+
+func newPicker(clk *clock, st *stats, maxAffinity int) *picker {
+	p := &picker{clk: clk, stats: st}
+	p.aff.max = maxAffinity
+	p.state.Store(&pickState{})
+	return p
+}
+
+// Pick implements lb.Picker. The returned slice is shared with other callers
+// and later picks: callers must not modify it (appending is safe, it has no
+// spare capacity).
+func (p *picker) Pick(client netip.Addr) []netip.AddrPort {
+	st := p.state.Load()
+	if st.n == 0 {
+		return nil
+	}
+	if st.timeout > 0 {
+		if i, ok := p.pinned(client.Unmap(), st); ok {
+			return st.rotation(i)
+		}
+	}
+	if st.n == 1 {
+		return st.rotation(0)
+	}
+	return st.rotation(int((p.cursor.Add(1) - 1) % uint64(st.n)))
+}
+
+// pinned looks client's pin up, refreshing it on use.
+func (p *picker) pinned(client netip.Addr, st *pickState) (int, bool) {
+	now := p.clk.nanos()
+	p.aff.mu.Lock()
+	i, ok, dropped := p.aff.pinnedLocked(client, now, st.timeout, st.index)
+	p.aff.mu.Unlock()
+	if dropped > 0 {
+		p.stats.entries.Add(-int64(dropped))
+	}
+	return i, ok
+}
+
+// Connected implements lb.Picker: with ClientIP affinity on, it pins client to
+// endpoint (or refreshes the pin) until the affinity timeout passes unused.
+// Endpoints that are not eligible any more are not pinned.
+func (p *picker) Connected(client netip.Addr, endpoint netip.AddrPort) {
+	st := p.state.Load()
+	if st.timeout == 0 {
+		return
+	}
+	if _, ok := st.index[endpoint]; !ok {
+		return
+	}
+	now := p.clk.nanos()
+	p.aff.mu.Lock()
+	added, evicted := p.aff.pinLocked(client.Unmap(), endpoint, now)
+	p.aff.mu.Unlock()
+	p.stats.entries.Add(int64(added - evicted))
+	if evicted > 0 {
+		p.stats.evictions.Add(uint64(evicted))
+	}
+}
+
+// Failed implements lb.Picker: a pin of client to endpoint is dropped, so the
+// client's next pick round-robins.
+func (p *picker) Failed(client netip.Addr, endpoint netip.AddrPort) {
+	if p.state.Load().timeout == 0 {
+		return
+	}
+	p.aff.mu.Lock()
+	dropped := p.aff.unpinLocked(client.Unmap(), endpoint)
+	p.aff.mu.Unlock()
+	if dropped {
+		p.stats.entries.Add(-1)
+	}
+}
+
+// apply installs a new state, keeping the old one when nothing observable
+// changed, and drops pins the new state makes invalid.
+func (p *picker) apply(st *pickState) {
+	if old := p.state.Load(); st.sameAs(old) {
+		return
+	}
+	p.state.Store(st)
+	p.aff.mu.Lock()
+	var dropped int
+	if st.timeout == 0 {
+		dropped = p.aff.clearLocked()
+	} else {
+		dropped = p.aff.retainLocked(st.index)
+	}
+	p.aff.mu.Unlock()
+	p.stats.entries.Add(-int64(dropped))
+}
+
+// expire drops pins unused for the affinity timeout as of now.
+func (p *picker) expire(now int64) int {
+	st := p.state.Load()
+	if st.timeout == 0 {
+		return 0
+	}
+	p.aff.mu.Lock()
+	n := p.aff.expireLocked(now, st.timeout)
+	p.aff.mu.Unlock()
+	p.stats.entries.Add(-int64(n))
+	return n
+}
+
+// eligibleFor computes a picker's state for key from sp.
+func eligibleFor(sp *servicemap.ServicePort, key Key, topo topology) *pickState {
+	if sp == nil {
+		return &pickState{}
+	}
+	return newPickState(eligibleEndpoints(sp, key.Class, key.Family, topo), sp.AffinityTimeout)
+}
+
+// clock measures time in nanoseconds since the balancer was made, from an
+// injectable source (monotonic with time.Now).
+type clock struct {
+	now   func() time.Time
+	epoch time.Time
+}
+
+func (c *clock) nanos() int64         { return c.at(c.now()) }
+func (c *clock) at(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
+
+// stats are the balancer's counters, kept in atomics so the hot path never
+// touches a Prometheus collector.
+type stats struct {
+	entries   atomic.Int64
+	evictions atomic.Uint64
+}
