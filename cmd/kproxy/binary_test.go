@@ -3,13 +3,11 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,40 +18,15 @@ import (
 // These tests run the real kproxy binary, as an operator would, in fresh
 // network namespaces.
 
-// binaryEnv carries the path of the binary the outer test process built to
-// the test re-executed inside its namespace.
-const binaryEnv = "KPROXY_TEST_BINARY"
-
-// kproxyBinary builds kproxy once per test process (outside the namespace).
-var kproxyBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "kproxy-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "kproxy")
-	// go test puts its own toolchain first on PATH for the tests it runs.
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building kproxy: %w\n%s", err, out)
-	}
-	return bin, nil
-})
-
 // inNetnsWithBinary runs the test in a fresh namespace with the kproxy
 // binary built beforehand; it returns "" in the outer process.
 func inNetnsWithBinary(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv(binaryEnv); bin != "" {
-		if lab.InFreshNetns(t) {
-			t.Fatal("unreachable: the binary is only passed to the inner process")
-		}
-		return bin
+	bin := lab.KproxyBinary(t)
+	if lab.InFreshNetns(t, lab.KproxyBinaryEnv+"="+bin) {
+		return ""
 	}
-	bin, err := kproxyBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lab.InFreshNetns(t, binaryEnv+"="+bin)
-	return ""
+	return bin
 }
 
 func sampleManifest(t *testing.T) string {
@@ -86,7 +59,7 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "--services-file", sampleManifest(t), "--hostname-override", "kproxy-demo",
-		"--proxy-mode", "userspace")
+		"--proxy-mode", "iptables")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -123,8 +96,8 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 	var mode bytes.Buffer
 	_, _ = mode.ReadFrom(resp.Body)
 	resp.Body.Close()
-	if strings.TrimSpace(mode.String()) != "userspace" {
-		t.Errorf("/proxyMode = %q, want userspace", mode.String())
+	if strings.TrimSpace(mode.String()) != "iptables" {
+		t.Errorf("/proxyMode = %q, want iptables", mode.String())
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -14,8 +14,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/cmd/kproxy/options"
+	"kproxy.dev/kproxy/lb/ports"
+	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/redirect/cleanup"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/userspace"
 	"kproxy.dev/kproxy/sync/engine"
 	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
@@ -58,7 +61,10 @@ func Run(ctx context.Context, cfg *options.Config) error {
 		logger.Info("Conntrack tuning is not implemented yet: the --conntrack-* settings were validated but are not applied")
 	}
 
-	proxyMode := newMode(name, logger)
+	proxyMode, err := newMode(ctx, cfg, name, features, m)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if err := proxyMode.Close(); err != nil {
 			logger.Error(err, "Stopping the proxy mode")
@@ -148,12 +154,33 @@ func syncPeriods(cfg *options.Config, name mode.Name) (minSync, sync time.Durati
 	return minSync, sync
 }
 
-// newMode returns the mode's implementation. None exists yet: every mode runs
-// as a preview that logs what it would program, and says so.
-func newMode(name mode.Name, logger klog.Logger) mode.Mode {
+// newMode returns the mode's implementation. Modes not implemented yet run
+// as a preview that logs what they would program, and say so.
+func newMode(ctx context.Context, cfg *options.Config, name mode.Name, features kernel.Features, m *metrics.Metrics) (mode.Mode, error) {
+	logger := klog.FromContext(ctx)
+	if name == mode.Userspace {
+		if limit, err := tcprelay.RaiseNoFileLimit(); err != nil {
+			logger.Info("Could not raise the open-file limit; carrying on", "err", err)
+		} else {
+			logger.V(2).Info("Open-file limit", "soft", limit.NewSoft, "hard", limit.Hard)
+		}
+		var portRange ports.Range
+		if !cfg.PortRange.IsZero() {
+			portRange = ports.Range{Lo: uint16(cfg.PortRange.Base), Hi: uint16(cfg.PortRange.Last())}
+		}
+		um, err := userspace.New(ctx, userspace.Config{
+			Features: features, NodeName: cfg.NodeName, BindAddress: cfg.BindAddress,
+			NodePortAddresses: cfg.NodePortAddresses, NodePortPrimary: cfg.NodePortPrimary,
+			PortRange: portRange, UDPIdleTimeout: cfg.UDPIdleTimeout, Registerer: m.Registry(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("starting the userspace mode: %w", err)
+		}
+		return um, nil
+	}
 	logger.Info("This proxy mode is not implemented yet: kproxy builds the service map, serves health and metrics, "+
 		"and logs what it would program without touching the data path", "mode", name)
-	return preview.New(name, logger)
+	return preview.New(name, logger), nil
 }
 
 // applyOOMScoreAdj protects kproxy from the OOM killer as kube-proxy does

@@ -1,0 +1,227 @@
+// Package lbmetrics holds the userspace data plane's Prometheus metrics,
+// shared by the TCP, UDP and SCTP relays. Relays take per-protocol handles
+// (For) once, at construction, so the hot paths never look labels up.
+package lbmetrics
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const namespace = "kproxy"
+const subsystem = "userspace"
+
+// Label names.
+const (
+	LabelProtocol  = "protocol"
+	LabelDirection = "direction"
+	LabelReason    = "reason"
+)
+
+// Protocol label values.
+const (
+	ProtocolTCP  = "tcp"
+	ProtocolUDP  = "udp"
+	ProtocolSCTP = "sctp"
+)
+
+// Direction label values of BytesTotal.
+const (
+	DirectionToEndpoint = "to_endpoint"
+	DirectionToClient   = "to_client"
+)
+
+// Reason label values of RejectedTotal.
+const (
+	// ReasonNoEndpoints: the service port has no usable endpoint.
+	ReasonNoEndpoints = "no_endpoints"
+	// ReasonDirect: the client reached the proxy port without going through
+	// a portal (open-relay protection), or its original destination could
+	// not be read.
+	ReasonDirect = "direct"
+	// ReasonFDExhausted: the process ran out of file descriptors.
+	ReasonFDExhausted = "fd_exhausted"
+	// ReasonDialFailed: every endpoint tried refused or timed out.
+	ReasonDialFailed = "dial_failed"
+)
+
+// Metrics is the data plane's metric set. Create it once per process with New
+// and hand it to every relay.
+type Metrics struct {
+	ConnectionsActive *prometheus.GaugeVec   // {protocol}
+	ConnectionsTotal  *prometheus.CounterVec // {protocol}
+	BytesTotal        *prometheus.CounterVec // {protocol,direction}
+	DialFailuresTotal *prometheus.CounterVec // {protocol}: failed dial attempts, one per endpoint tried
+	RejectedTotal     *prometheus.CounterVec // {protocol,reason}
+	AcceptErrorsTotal *prometheus.CounterVec // {protocol}
+
+	UDPFlowsActive        prometheus.Gauge
+	UDPFlowsTotal         prometheus.Counter
+	UDPFlowEvictionsTotal prometheus.Counter
+
+	// SCTPUnservedServicePorts is the number of SCTP service ports the data
+	// plane cannot serve (the kernel has no SCTP sockets).
+	SCTPUnservedServicePorts prometheus.Gauge
+
+	perProtocol map[string]*Protocol
+}
+
+// Protocol is one protocol's pre-curried handles: plain counters and gauges,
+// no label lookup per use.
+type Protocol struct {
+	ConnectionsActive prometheus.Gauge
+	ConnectionsTotal  prometheus.Counter
+	BytesToEndpoint   prometheus.Counter
+	BytesToClient     prometheus.Counter
+	DialFailures      prometheus.Counter
+	AcceptErrors      prometheus.Counter
+
+	RejectedNoEndpoints prometheus.Counter
+	RejectedDirect      prometheus.Counter
+	RejectedFDExhausted prometheus.Counter
+	RejectedDialFailed  prometheus.Counter
+
+	protocol string
+	rejected *prometheus.CounterVec
+}
+
+// New creates the metrics and registers them on reg. A nil reg leaves them
+// unregistered (tests, benchmarks).
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		ConnectionsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "connections_active",
+			Help: "Proxied connections currently open, by protocol.",
+		}, []string{LabelProtocol}),
+		ConnectionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "connections_total",
+			Help: "Connections proxied to an endpoint, by protocol.",
+		}, []string{LabelProtocol}),
+		BytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "bytes_total",
+			Help: "Payload bytes relayed, by protocol and direction (to_endpoint, to_client).",
+		}, []string{LabelProtocol, LabelDirection}),
+		DialFailuresTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "dial_failures_total",
+			Help: "Failed attempts to connect to an endpoint, by protocol (one per endpoint tried).",
+		}, []string{LabelProtocol}),
+		RejectedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "rejected_total",
+			Help: "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed).",
+		}, []string{LabelProtocol, LabelReason}),
+		AcceptErrorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "accept_errors_total",
+			Help: "Errors accepting client connections, by protocol.",
+		}, []string{LabelProtocol}),
+		UDPFlowsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "udp_flows_active",
+			Help: "UDP flows currently in the flow tables.",
+		}),
+		UDPFlowsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "udp_flows_total",
+			Help: "UDP flows created.",
+		}),
+		UDPFlowEvictionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "udp_flow_evictions_total",
+			Help: "UDP flows evicted because a flow table was full (idle expiry is not counted).",
+		}),
+		SCTPUnservedServicePorts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "sctp_unserved_service_ports",
+			Help: "SCTP service ports that cannot be served because the kernel has no SCTP sockets.",
+		}),
+		perProtocol: make(map[string]*Protocol, 3),
+	}
+	// Curry the known protocols up front: their series exist (at 0) from the
+	// start and the map is read-only afterwards, so For needs no lock.
+	for _, p := range []string{ProtocolTCP, ProtocolUDP, ProtocolSCTP} {
+		m.perProtocol[p] = m.curry(p)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("registering userspace data-plane metrics: %w", err)
+	}
+	return m, nil
+}
+
+// Discard returns metrics registered nowhere, for callers that pass none.
+func Discard() *Metrics {
+	m, _ := New(nil) // cannot fail without a registerer
+	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.ConnectionsActive, m.ConnectionsTotal, m.BytesTotal, m.DialFailuresTotal,
+		m.RejectedTotal, m.AcceptErrorsTotal, m.UDPFlowsActive, m.UDPFlowsTotal,
+		m.UDPFlowEvictionsTotal, m.SCTPUnservedServicePorts,
+	}
+}
+
+// curry resolves every labelled series of one protocol; doing it here also
+// makes the series visible at 0 before the first event.
+func (m *Metrics) curry(protocol string) *Protocol {
+	p := &Protocol{
+		ConnectionsActive:   m.ConnectionsActive.WithLabelValues(protocol),
+		ConnectionsTotal:    m.ConnectionsTotal.WithLabelValues(protocol),
+		BytesToEndpoint:     m.BytesTotal.WithLabelValues(protocol, DirectionToEndpoint),
+		BytesToClient:       m.BytesTotal.WithLabelValues(protocol, DirectionToClient),
+		DialFailures:        m.DialFailuresTotal.WithLabelValues(protocol),
+		AcceptErrors:        m.AcceptErrorsTotal.WithLabelValues(protocol),
+		RejectedNoEndpoints: m.RejectedTotal.WithLabelValues(protocol, ReasonNoEndpoints),
+		RejectedDirect:      m.RejectedTotal.WithLabelValues(protocol, ReasonDirect),
+		RejectedFDExhausted: m.RejectedTotal.WithLabelValues(protocol, ReasonFDExhausted),
+		RejectedDialFailed:  m.RejectedTotal.WithLabelValues(protocol, ReasonDialFailed),
+		protocol:            protocol,
+		rejected:            m.RejectedTotal,
+	}
+	return p
+}
+
+// For returns the pre-curried handles of protocol (ProtocolTCP, ProtocolUDP
+// or ProtocolSCTP). Any other value gets its own handles, created here. A nil
+// *Metrics yields handles registered nowhere, so relays need no nil checks.
+func (m *Metrics) For(protocol string) *Protocol {
+	if m == nil {
+		return Discard().For(protocol)
+	}
+	if p, ok := m.perProtocol[protocol]; ok {
+		return p
+	}
+	return m.curry(protocol)
+}
+
+// Rejected returns the counter of one rejection reason (a Reason* constant;
+// other values get their own series).
+func (p *Protocol) Rejected(reason string) prometheus.Counter {
+	switch reason {
+	case ReasonNoEndpoints:
+		return p.RejectedNoEndpoints
+	case ReasonDirect:
+		return p.RejectedDirect
+	case ReasonFDExhausted:
+		return p.RejectedFDExhausted
+	case ReasonDialFailed:
+		return p.RejectedDialFailed
+	}
+	return p.rejected.WithLabelValues(p.protocol, reason)
+}

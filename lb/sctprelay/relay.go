@@ -1,0 +1,233 @@
+// Package sctprelay relays SCTP associations to service endpoints over
+// one-to-one (SOCK_STREAM) SCTP sockets, moving bytes like a TCP relay; no
+// multi-homing. Kernels without SCTP sockets are detected with Supported,
+// and the SCTP service ports that then go unserved are reported by
+// UnservedReporter.
+package sctprelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/lbmetrics"
+)
+
+// DefaultDialTimeout bounds one association attempt before failing over.
+const DefaultDialTimeout = 3 * time.Second
+
+// Config configures a Relay.
+type Config struct {
+	// Listener is the proxy socket; the relay owns it from New on.
+	Listener *Listener
+	Picker   lb.Picker
+	// DialTimeout bounds each endpoint attempt; 0 means DefaultDialTimeout.
+	DialTimeout time.Duration
+	Metrics     *lbmetrics.Metrics
+	Name        string
+}
+
+// Relay accepts associations on its listener and relays each to an
+// endpoint the picker chooses.
+type Relay struct {
+	cfg     Config
+	metrics *lbmetrics.Protocol
+
+	mu     sync.Mutex
+	picker lb.Picker
+	conns  map[*Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New prepares a relay; Serve runs it.
+func New(cfg Config) (*Relay, error) {
+	if cfg.Listener == nil || cfg.Picker == nil {
+		return nil, errors.New("sctp relay: listener and picker are required")
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	return &Relay{cfg: cfg, metrics: cfg.Metrics.For(lbmetrics.ProtocolSCTP), picker: cfg.Picker,
+		conns: map[*Conn]struct{}{}}, nil
+}
+
+// SetPicker replaces the picker for new associations.
+func (r *Relay) SetPicker(p lb.Picker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.picker = p
+}
+
+// Addr is the proxy socket's address.
+func (r *Relay) Addr() netip.AddrPort { return r.cfg.Listener.Addr() }
+
+// Serve accepts until ctx is cancelled or Close is called.
+func (r *Relay) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { _ = r.Close() })
+	defer stop()
+	for {
+		c, err := r.cfg.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil
+			}
+			r.metrics.AcceptErrors.Inc()
+			klog.ErrorS(err, "SCTP accept failed", "relay", r.cfg.Name)
+			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: do not spin
+			continue
+		}
+		if !r.track(c) {
+			c.Close()
+			return nil
+		}
+		r.wg.Add(1)
+		go r.handle(c)
+	}
+}
+
+func (r *Relay) track(c *Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	return true
+}
+
+func (r *Relay) untrack(c *Conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.conns, c)
+}
+
+// Close stops accepting, ends every relayed association and waits for them.
+func (r *Relay) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	err := r.cfg.Listener.Close()
+	r.wg.Wait()
+	if err != nil && !errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("sctp relay %s: %w", r.cfg.Name, err)
+	}
+	return nil
+}
+
+func (r *Relay) handle(client *Conn) {
+	defer r.wg.Done()
+	defer r.untrack(client)
+	r.mu.Lock()
+	picker := r.picker
+	r.mu.Unlock()
+	clientIP := client.RemoteAddr().Addr()
+	candidates := picker.Pick(clientIP)
+	if len(candidates) == 0 {
+		r.metrics.RejectedNoEndpoints.Inc()
+		client.Close()
+		return
+	}
+	var backend *Conn
+	for _, ep := range candidates {
+		c, err := Dial(ep, r.cfg.DialTimeout)
+		if err == nil {
+			backend = c
+			picker.Connected(clientIP, ep)
+			break
+		}
+		r.metrics.DialFailures.Inc()
+		picker.Failed(clientIP, ep)
+		klog.V(2).InfoS("SCTP endpoint failed, trying the next", "relay", r.cfg.Name, "endpoint", ep, "err", err)
+	}
+	if backend == nil {
+		r.metrics.RejectedDialFailed.Inc()
+		client.Close()
+		return
+	}
+	if !r.track(backend) {
+		backend.Close()
+		client.Close()
+		return
+	}
+	defer r.untrack(backend)
+	r.metrics.ConnectionsTotal.Inc()
+	r.metrics.ConnectionsActive.Inc()
+	defer r.metrics.ConnectionsActive.Dec()
+	toEndpoint, toClient := Pipe(client, backend)
+	r.metrics.BytesToEndpoint.Add(float64(toEndpoint))
+	r.metrics.BytesToClient.Add(float64(toClient))
+}
+
+// Stream is one side of a relayed connection: a byte stream that can be
+// half-closed. *Conn, *net.TCPConn and *net.UnixConn satisfy it.
+type Stream interface {
+	io.ReadWriteCloser
+	CloseWrite() error
+}
+
+// Pipe copies bytes both ways until both directions end. When one side's
+// reads end (EOF or error) the other side's write half is closed, so a
+// client's SHUTDOWN reaches the endpoint while the reply still flows. Both
+// streams are closed when Pipe returns; it reports the bytes moved each
+// way.
+func Pipe(client, endpoint Stream) (toEndpoint, toClient int64) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		toClient = copyHalf(client, endpoint)
+	}()
+	toEndpoint = copyHalf(endpoint, client)
+	wg.Wait()
+	client.Close()
+	endpoint.Close()
+	return toEndpoint, toClient
+}
+
+// copyHalf moves src to dst, then half-closes dst. If writing fails the
+// peer is gone: closing src too stops the opposite direction's writer.
+func copyHalf(dst, src Stream) int64 {
+	buf := make([]byte, 32<<10)
+	n, err := io.CopyBuffer(markWrites{dst}, struct{ io.Reader }{src}, buf)
+	var wErr *writeError
+	if errors.As(err, &wErr) {
+		src.Close()
+		dst.Close()
+		return n
+	}
+	_ = dst.CloseWrite()
+	return n
+}
+
+// markWrites wraps the writer's errors so copyHalf can tell them from the
+// reader's: io.CopyBuffer returns both unmarked. The struct wrappers also
+// keep CopyBuffer from using ReadFrom/WriteTo, which would bypass buf.
+type markWrites struct{ w io.Writer }
+
+func (m markWrites) Write(p []byte) (int, error) {
+	n, err := m.w.Write(p)
+	if err != nil {
+		err = &writeError{err}
+	}
+	return n, err
+}
+
+type writeError struct{ error }
+
+func (e *writeError) Unwrap() error { return e.error }

@@ -1,0 +1,224 @@
+package sctprelay
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Supported reports whether the kernel offers one-to-one SCTP sockets. It
+// opens and closes one socket, so the mode calls it once at start. An
+// absent protocol is (false, nil); anything else unexpected is returned.
+func Supported() (bool, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
+	if err != nil {
+		if protocolAbsent(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("probing for SCTP sockets: %w", err)
+	}
+	unix.Close(fd)
+	return true, nil
+}
+
+// protocolAbsent tells the errors socket(2) gives when the kernel has no
+// SCTP (module missing or blacklisted) from real failures.
+func protocolAbsent(err error) bool {
+	return errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.ESOCKTNOSUPPORT) ||
+		errors.Is(err, unix.EAFNOSUPPORT)
+}
+
+// sockaddr converts an address for bind(2)/connect(2); IPv4-mapped IPv6
+// addresses become IPv4 so the socket family matches.
+func sockaddr(ap netip.AddrPort) (family int, sa unix.Sockaddr, err error) {
+	if !ap.IsValid() {
+		return 0, nil, fmt.Errorf("invalid SCTP address %v", ap)
+	}
+	addr := ap.Addr().Unmap()
+	if addr.Is4() {
+		return unix.AF_INET, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: addr.As4()}, nil
+	}
+	if addr.Zone() != "" {
+		return 0, nil, fmt.Errorf("SCTP address %v: zoned addresses are not supported", ap)
+	}
+	return unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: addr.As16()}, nil
+}
+
+// addrPort converts what accept(2) or getsockname(2) returned.
+func addrPort(sa unix.Sockaddr) (netip.AddrPort, error) {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)), nil
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port)), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("unexpected socket address %T", sa)
+}
+
+// Conn is one SCTP association on a one-to-one socket. Reads and writes go
+// through Go's netpoller.
+type Conn struct {
+	file   *os.File
+	raw    syscall.RawConn
+	remote netip.AddrPort
+}
+
+func newConn(fd int, remote netip.AddrPort) (*Conn, error) {
+	f := os.NewFile(uintptr(fd), "sctp")
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("registering SCTP socket: %w", err)
+	}
+	return &Conn{file: f, raw: raw, remote: remote}, nil
+}
+
+func (c *Conn) Read(p []byte) (int, error)  { return c.file.Read(p) }
+func (c *Conn) Write(p []byte) (int, error) { return c.file.Write(p) }
+func (c *Conn) Close() error                { return c.file.Close() }
+
+// RemoteAddr is the peer's primary address.
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
+
+// CloseWrite sends SHUTDOWN once queued data is delivered; the peer reads
+// EOF while its replies still flow back, like TCP's half-close.
+func (c *Conn) CloseWrite() error {
+	var serr error
+	if err := c.raw.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_WR) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Listener accepts SCTP associations on a one-to-one socket.
+type Listener struct {
+	file *os.File
+	raw  syscall.RawConn
+	addr netip.AddrPort
+}
+
+// Listen binds a one-to-one SCTP socket to addr (port 0: kernel-chosen).
+func Listen(addr netip.AddrPort) (*Listener, error) {
+	family, sa, err := sockaddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
+	if err != nil {
+		return nil, fmt.Errorf("creating SCTP socket for %v: %w", addr, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("SCTP socket %v: SO_REUSEADDR: %w", addr, err)
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("binding SCTP socket to %v: %w", addr, err)
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("listening on SCTP %v: %w", addr, err)
+	}
+	bound, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("SCTP socket %v: getsockname: %w", addr, err)
+	}
+	local, err := addrPort(bound)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "sctp-listener")
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("registering SCTP listener: %w", err)
+	}
+	return &Listener{file: f, raw: raw, addr: local}, nil
+}
+
+// Addr is the bound address.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Accept waits for the next association; after Close it returns an error
+// wrapping os.ErrClosed.
+func (l *Listener) Accept() (*Conn, error) {
+	var (
+		nfd   int
+		peer  unix.Sockaddr
+		acErr error
+	)
+	err := l.raw.Read(func(fd uintptr) bool {
+		nfd, peer, acErr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		return !errors.Is(acErr, unix.EAGAIN)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if acErr != nil {
+		return nil, fmt.Errorf("accepting SCTP association: %w", acErr)
+	}
+	remote, _ := addrPort(peer) // informational only
+	return newConn(nfd, remote)
+}
+
+// Close stops accepting.
+func (l *Listener) Close() error { return l.file.Close() }
+
+// Dial opens an association to ep, waiting at most timeout for the
+// handshake.
+func Dial(ep netip.AddrPort, timeout time.Duration) (*Conn, error) {
+	family, sa, err := sockaddr(ep)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
+	if err != nil {
+		return nil, fmt.Errorf("creating SCTP socket for %v: %w", ep, err)
+	}
+	err = unix.Connect(fd, sa)
+	if err != nil && !errors.Is(err, unix.EINPROGRESS) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("connecting SCTP to %v: %w", ep, err)
+	}
+	c, err := newConn(fd, ep)
+	if err != nil {
+		return nil, err
+	}
+	if timeout > 0 {
+		_ = c.file.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	var soErr int
+	werr := c.raw.Write(func(fd uintptr) bool {
+		var gerr error
+		soErr, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		if gerr != nil {
+			soErr = int(unix.EINVAL)
+			return true
+		}
+		// Not yet writable and no error: the handshake is still running.
+		return soErr != 0 || writable(int(fd))
+	})
+	_ = c.file.SetWriteDeadline(time.Time{})
+	if werr == nil && soErr != 0 {
+		werr = syscall.Errno(soErr)
+	}
+	if werr != nil {
+		c.Close()
+		return nil, fmt.Errorf("connecting SCTP to %v: %w", ep, werr)
+	}
+	return c, nil
+}
+
+// writable polls fd without waiting.
+func writable(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	n, err := unix.Poll(pfd, 0)
+	return err == nil && n == 1 && pfd[0].Revents&unix.POLLOUT != 0
+}

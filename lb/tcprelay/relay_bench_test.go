@@ -1,0 +1,181 @@
+package tcprelay
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// The benchmarks compare, in one run and through the same REDIRECT portal:
+// kproxy's relay (hybrid: read/write, then splice after 64 KiB), the same
+// relay forced to read/write only and to splice only, a plain io.Copy relay
+// (what a naive Go proxy does; on Linux io.Copy between TCP sockets splices
+// too), and a direct connection to the backend. Client, relays and backend
+// share the process and the machine's cores, so absolute numbers understate
+// a real deployment; the ratios are the point.
+//
+// Run: sudo go test -run '^$' -bench . ./lb/tcprelay
+// Results of this run are quoted in relay.go next to the copy strategy.
+
+type benchVariant struct {
+	name string
+	addr netip.AddrPort
+}
+
+// benchSetup starts a backend running handler and every variant in front of
+// it, each behind its own portal.
+func benchSetup(b *testing.B, handler func(*net.TCPConn)) []benchVariant {
+	b.Helper()
+	setupNamespace(b)
+	backend := serve(b, handler)
+	variants := []benchVariant{{name: "direct", addr: backend}}
+	for _, v := range []struct {
+		name        string
+		spliceAfter int64
+	}{{"kproxy", 0}, {"rw-only", -1}, {"splice-only", 1}} {
+		tp := startProxy(b, Config{Picker: newPicker(backend), SpliceAfter: v.spliceAfter})
+		svc := vip()
+		portal(b, svc, tp.port)
+		variants = append(variants, benchVariant{name: v.name, addr: svc})
+	}
+	svc := vip()
+	portal(b, svc, ioCopyRelay(b, backend))
+	return append(variants, benchVariant{name: "iocopy", addr: svc})
+}
+
+// ioCopyRelay is the reference: a straightforward Go relay with io.Copy in
+// each direction and half-close, no open-relay check.
+func ioCopyRelay(b *testing.B, backend netip.AddrPort) uint16 {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(backend))
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{})
+				go func() { io.Copy(u, c); u.CloseWrite(); close(done) }()
+				io.Copy(c, u)
+				c.CloseWrite()
+				<-done
+			}()
+		}
+	}()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func report(b *testing.B, results map[string]float64, unit string) {
+	for name, v := range results {
+		b.ReportMetric(v, name+"-"+unit)
+	}
+	if ref := results["iocopy"]; ref > 0 {
+		b.ReportMetric(results["kproxy"]/ref, "kproxy/iocopy")
+		b.ReportMetric(results["rw-only"]/ref, "rw-only/iocopy")
+		b.ReportMetric(results["splice-only"]/ref, "splice-only/iocopy")
+	}
+}
+
+// BenchmarkRelayBulk streams b.N MiB through each variant and waits for the
+// backend to confirm it received everything.
+func BenchmarkRelayBulk(b *testing.B) {
+	if lab.InFreshNetns(b) {
+		return
+	}
+	variants := benchSetup(b, func(c *net.TCPConn) {
+		n, _ := io.Copy(io.Discard, c)
+		_ = binary.Write(c, binary.BigEndian, n)
+	})
+	chunk := make([]byte, 1<<20)
+	results := map[string]float64{}
+	b.ResetTimer()
+	for _, v := range variants {
+		c := dial(b, v.addr)
+		start := time.Now()
+		for range b.N {
+			if _, err := c.Write(chunk); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+		}
+		_ = c.CloseWrite()
+		var got int64
+		if err := binary.Read(c, binary.BigEndian, &got); err != nil || got != int64(b.N)*int64(len(chunk)) {
+			b.Fatalf("%s: backend confirmed %d bytes (%v), want %d", v.name, got, err, b.N*len(chunk))
+		}
+		results[v.name] = float64(b.N*len(chunk)) / time.Since(start).Seconds() / 1e6
+		c.Close()
+	}
+	report(b, results, "MB/s")
+}
+
+// BenchmarkRelayPingPong sends b.N 1 KiB requests, each answered by a 1 KiB
+// echo, over one keep-alive connection per variant.
+func BenchmarkRelayPingPong(b *testing.B) {
+	if lab.InFreshNetns(b) {
+		return
+	}
+	variants := benchSetup(b, echo)
+	req, resp := make([]byte, 1024), make([]byte, 1024)
+	results := map[string]float64{}
+	b.ResetTimer()
+	for _, v := range variants {
+		c := dial(b, v.addr)
+		start := time.Now()
+		for range b.N {
+			if _, err := c.Write(req); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			if _, err := io.ReadFull(c, resp); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+		}
+		results[v.name] = float64(b.N) / time.Since(start).Seconds()
+		c.Close()
+	}
+	report(b, results, "req/s")
+}
+
+// BenchmarkRelayConnect opens b.N connections per variant, each doing one
+// 1-byte round trip before closing.
+func BenchmarkRelayConnect(b *testing.B) {
+	if lab.InFreshNetns(b) {
+		return
+	}
+	variants := benchSetup(b, echo)
+	buf := make([]byte, 1)
+	results := map[string]float64{}
+	b.ResetTimer()
+	for _, v := range variants {
+		start := time.Now()
+		for range b.N {
+			c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(v.addr))
+			if err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			if _, err := c.Write(buf); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			c.Close()
+		}
+		results[v.name] = float64(b.N) / time.Since(start).Seconds()
+	}
+	report(b, results, "conn/s")
+}

@@ -1,0 +1,77 @@
+package udprelay
+
+import (
+	"net/netip"
+
+	"kproxy.dev/kproxy/lb"
+)
+
+// flow is one client's association with one endpoint: the client's address
+// on the proxy socket and a socket connected to the endpoint, whose replies
+// go back to the client.
+type flow struct {
+	client     netip.AddrPort
+	clientName rawName // the client's sockaddr as received, to address replies
+	endpoint   netip.AddrPort
+	picker     lb.Picker // the picker that chose endpoint, told of failures
+	fd         int       // connected upstream socket
+	lastActive int64     // relay clock (ns) of the last datagram either way
+
+	// prev and next order flows by lastActive, least recent first.
+	prev, next *flow
+}
+
+// flowTable indexes flows by client and by upstream socket and keeps them in
+// least-recently-active order, so idle expiry and eviction look only at the
+// head: O(1) per flow, no timer per flow or per packet. Only the relay's
+// event loop touches it, so it needs no lock.
+type flowTable struct {
+	byClient map[netip.AddrPort]*flow
+	byFD     map[int32]*flow
+	head     flow // sentinel: head.next is the least recently active flow
+}
+
+func newFlowTable() *flowTable {
+	t := &flowTable{byClient: make(map[netip.AddrPort]*flow), byFD: make(map[int32]*flow)}
+	t.head.next, t.head.prev = &t.head, &t.head
+	return t
+}
+
+func (t *flowTable) len() int { return len(t.byClient) }
+
+func (t *flowTable) add(f *flow) {
+	t.byClient[f.client] = f
+	t.byFD[int32(f.fd)] = f
+	t.pushBack(f)
+}
+
+func (t *flowTable) remove(f *flow) {
+	delete(t.byClient, f.client)
+	delete(t.byFD, int32(f.fd))
+	f.prev.next, f.next.prev = f.next, f.prev
+	f.prev, f.next = nil, nil
+}
+
+// touch marks f active at now, moving it to the back of the order.
+func (t *flowTable) touch(f *flow, now int64) {
+	f.lastActive = now
+	if t.head.prev == f {
+		return
+	}
+	f.prev.next, f.next.prev = f.next, f.prev
+	t.pushBack(f)
+}
+
+func (t *flowTable) pushBack(f *flow) {
+	f.prev, f.next = t.head.prev, &t.head
+	t.head.prev.next = f
+	t.head.prev = f
+}
+
+// oldest returns the least recently active flow, or nil.
+func (t *flowTable) oldest() *flow {
+	if t.head.next == &t.head {
+		return nil
+	}
+	return t.head.next
+}

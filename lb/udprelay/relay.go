@@ -1,0 +1,644 @@
+// Package udprelay relays UDP datagrams from a proxy socket to service
+// endpoints and back.
+//
+// Each client address gets a flow: a socket connected to the endpoint the
+// picker chose, so the endpoint's replies arrive on that socket and are sent
+// to the client from the proxy socket (for REDIRECTed traffic the kernel's
+// conntrack rewrites their source back to the service address). Flows expire
+// after IdleTimeout without traffic either way and are bounded by MaxFlows,
+// the least recently active one being evicted first.
+//
+// One relay is one event loop on one goroutine: an epoll set holding the
+// proxy socket and every upstream socket. Client datagrams are read with
+// recvmmsg(2) and replies written with sendmmsg(2), so a busy relay makes
+// about two system calls per datagram pair instead of the six or more of a
+// goroutine-per-flow relay parked on Go's netpoller.
+//
+// Open-relay protection is not done here: for UDP the original destination
+// of a REDIRECTed datagram cannot be read from the socket
+// (IP_RECVORIGDSTADDR reports the address after NAT), so the guard is the
+// kernel filter rule the portals install, which drops datagrams reaching a
+// proxy port without having been DNATed (`-m conntrack ! --ctstate DNAT`).
+package udprelay
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/lbmetrics"
+)
+
+const (
+	// DefaultIdleTimeout is kube-proxy's --udp-timeout default.
+	DefaultIdleTimeout = 250 * time.Millisecond
+	// DefaultMaxFlows bounds a relay's flow table when Config.MaxFlows is 0.
+	DefaultMaxFlows = 16384
+	// DefaultBatchSize is how many datagrams one recvmmsg/sendmmsg moves.
+	DefaultBatchSize = 16
+	// BufferSize holds the largest UDP payload (65,507 bytes over IPv4,
+	// 65,527 over IPv6) whole.
+	BufferSize = 65536
+
+	// maxEvents is the epoll_wait batch.
+	maxEvents = 128
+	// maxReadsPerEvent bounds how many replies one upstream socket may
+	// deliver per loop turn, so one chatty endpoint cannot starve the rest.
+	maxReadsPerEvent = 64
+)
+
+// Config configures a Relay.
+type Config struct {
+	// Conn is the bound proxy socket. The relay owns it from New on and
+	// closes it in Close.
+	Conn *net.UDPConn
+	// Picker chooses the endpoint of each new flow; SetPicker swaps it.
+	Picker lb.Picker
+	// IdleTimeout closes a flow after this long without a datagram in
+	// either direction (--udp-timeout); 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxFlows bounds the flow table; 0 means DefaultMaxFlows. When it is
+	// full the least recently active flow is evicted and counted.
+	MaxFlows int
+	// Metrics receives the relay's counters; nil counts nowhere.
+	Metrics *lbmetrics.Metrics
+	// Name identifies the relay in logs, e.g. the service port name.
+	Name string
+	// BatchSize is the number of datagrams per recvmmsg/sendmmsg; 0 means
+	// DefaultBatchSize, 1 turns batching off (benchmarks compare).
+	BatchSize int
+}
+
+// Relay is a running UDP relay for one proxy socket. Its methods are safe to
+// call from any goroutine.
+type Relay struct {
+	name    string
+	conn    *net.UDPConn
+	proxyFD int // a dup of conn's descriptor, owned by the relay
+	epollFD int
+	// epollFile registers the epoll set with Go's netpoller, so an idle
+	// relay parks its goroutine instead of blocking a thread in epoll_wait.
+	epollFile *os.File
+	epollRC   syscall.RawConn
+	waitFn    func(fd uintptr) bool
+	ready     int
+	waitErr   error
+	wakeFD    int // eventfd: Close, context cancellation and requests
+	idle      int64
+	maxFlows  int
+	epoch     time.Time
+	picker    atomic.Pointer[pickerBox]
+
+	metrics   *lbmetrics.Protocol
+	flowGauge prometheus.Gauge
+	flowCount prometheus.Counter
+	evictions prometheus.Counter
+
+	flowsNow atomic.Int64 // mirrors flows.len() for FlowCount
+
+	mu       sync.Mutex
+	serving  bool
+	closed   bool
+	stop     bool
+	dropTo   []netip.AddrPort // endpoints whose flows the loop must close
+	loopDone chan struct{}
+
+	// Owned by the event loop.
+	flows   *flowTable
+	in, out batch
+	events  []unix.EpollEvent
+}
+
+type pickerBox struct{ lb.Picker }
+
+// batch is a set of mmsghdrs with their buffers and addresses, reused for
+// every recvmmsg or sendmmsg.
+type batch struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	names []rawName
+	bufs  [][]byte
+	flows []*flow // out only: which flow each reply belongs to
+	n     int
+}
+
+func newBatch(size int) batch {
+	b := batch{
+		hdrs:  make([]mmsghdr, size),
+		iovs:  make([]unix.Iovec, size),
+		names: make([]rawName, size),
+		bufs:  make([][]byte, size),
+		flows: make([]*flow, size),
+	}
+	for i := range size {
+		b.bufs[i] = make([]byte, BufferSize)
+		b.iovs[i].Base = &b.bufs[i][0]
+		b.hdrs[i].hdr.Iov = &b.iovs[i]
+		b.hdrs[i].hdr.Iovlen = 1
+	}
+	return b
+}
+
+// New prepares a relay on cfg.Conn; Serve runs it.
+func New(cfg Config) (*Relay, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("udp relay: no proxy socket")
+	}
+	if cfg.Picker == nil {
+		return nil, errors.New("udp relay: no picker")
+	}
+	if cfg.IdleTimeout < 0 || cfg.MaxFlows < 0 || cfg.BatchSize < 0 {
+		return nil, fmt.Errorf("udp relay %s: negative idle timeout, flow bound or batch size", cfg.Name)
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxFlows == 0 {
+		cfg.MaxFlows = DefaultMaxFlows
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = lbmetrics.Discard()
+	}
+	r := &Relay{
+		name:      cfg.Name,
+		conn:      cfg.Conn,
+		proxyFD:   -1,
+		epollFD:   -1,
+		wakeFD:    -1,
+		idle:      int64(cfg.IdleTimeout),
+		maxFlows:  cfg.MaxFlows,
+		epoch:     time.Now(),
+		metrics:   m.For(lbmetrics.ProtocolUDP),
+		flowGauge: m.UDPFlowsActive,
+		flowCount: m.UDPFlowsTotal,
+		evictions: m.UDPFlowEvictionsTotal,
+		loopDone:  make(chan struct{}),
+		flows:     newFlowTable(),
+		in:        newBatch(cfg.BatchSize),
+		out:       newBatch(cfg.BatchSize),
+		events:    make([]unix.EpollEvent, maxEvents),
+	}
+	r.picker.Store(&pickerBox{cfg.Picker})
+	if err := r.openFDs(); err != nil {
+		r.closeFDs()
+		return nil, fmt.Errorf("udp relay %s: %w", cfg.Name, err)
+	}
+	return r, nil
+}
+
+func (r *Relay) openFDs() error {
+	rc, err := r.conn.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("reading proxy socket descriptor: %w", err)
+	}
+	var dupErr error
+	if err := rc.Control(func(fd uintptr) {
+		// The loop uses its own descriptor so the socket stays valid until
+		// the loop is done with it, whoever closes Conn.
+		r.proxyFD, dupErr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return fmt.Errorf("reading proxy socket descriptor: %w", err)
+	}
+	if dupErr != nil {
+		r.proxyFD = -1
+		return fmt.Errorf("duplicating proxy socket descriptor: %w", dupErr)
+	}
+	if r.epollFD, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return fmt.Errorf("creating epoll set: %w", err)
+	}
+	if err := unix.SetNonblock(r.epollFD, true); err != nil {
+		return fmt.Errorf("making epoll set non-blocking: %w", err)
+	}
+	r.epollFile = os.NewFile(uintptr(r.epollFD), "udp-relay-epoll")
+	if r.epollRC, err = r.epollFile.SyscallConn(); err != nil {
+		return fmt.Errorf("registering epoll set with the netpoller: %w", err)
+	}
+	r.waitFn = r.pollEvents
+	if r.wakeFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return fmt.Errorf("creating eventfd: %w", err)
+	}
+	for _, fd := range []int{r.proxyFD, r.wakeFD} {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(r.epollFD, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			return fmt.Errorf("adding descriptor to epoll set: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *Relay) closeFDs() {
+	if r.epollFile != nil {
+		r.epollFile.Close()
+		r.epollFile, r.epollFD = nil, -1
+	}
+	for _, fd := range []*int{&r.proxyFD, &r.epollFD, &r.wakeFD} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// SetPicker replaces the picker for new flows; existing flows keep their
+// endpoint until they expire (CloseFlowsTo ends them sooner).
+func (r *Relay) SetPicker(p lb.Picker) {
+	if p != nil {
+		r.picker.Store(&pickerBox{p})
+	}
+}
+
+// CloseFlowsTo closes every flow to endpoint, so its clients' next datagrams
+// pick again; call it when an endpoint goes away.
+func (r *Relay) CloseFlowsTo(endpoint netip.AddrPort) {
+	r.mu.Lock()
+	r.dropTo = append(r.dropTo, endpoint)
+	r.wakeLocked()
+	r.mu.Unlock()
+}
+
+// FlowCount returns the number of flows in the table.
+func (r *Relay) FlowCount() int { return int(r.flowsNow.Load()) }
+
+// Addr returns the proxy socket's address.
+func (r *Relay) Addr() netip.AddrPort { return r.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+// Serve relays until ctx is cancelled or Close is called, then closes every
+// flow. It returns nil on a requested stop; it may be called once.
+func (r *Relay) Serve(ctx context.Context) error {
+	r.mu.Lock()
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return net.ErrClosed
+	case r.serving:
+		r.mu.Unlock()
+		return fmt.Errorf("udp relay %s: Serve called twice", r.name)
+	}
+	r.serving = true
+	r.mu.Unlock()
+	defer close(r.loopDone)
+
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.requestStop()
+		case <-stopWatch:
+		}
+	}()
+	err := r.loop()
+	r.closeAllFlows()
+	return err
+}
+
+// Close stops Serve, closes every flow and the proxy socket.
+func (r *Relay) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	serving := r.serving
+	r.mu.Unlock()
+	r.requestStop()
+	if serving {
+		<-r.loopDone
+	}
+	r.mu.Lock()
+	r.closeFDs()
+	r.mu.Unlock()
+	if err := r.conn.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("udp relay %s: closing proxy socket: %w", r.name, err)
+	}
+	return nil
+}
+
+func (r *Relay) requestStop() {
+	r.mu.Lock()
+	r.stop = true
+	r.wakeLocked()
+	r.mu.Unlock()
+}
+
+func (r *Relay) wake() {
+	r.mu.Lock()
+	r.wakeLocked()
+	r.mu.Unlock()
+}
+
+// wakeLocked interrupts epoll_wait. r.mu guards wakeFD against Close.
+func (r *Relay) wakeLocked() {
+	if r.wakeFD < 0 {
+		return
+	}
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	// EAGAIN means the counter is already non-zero: the loop will wake.
+	_, _ = unix.Write(r.wakeFD, one[:])
+}
+
+// now is the relay's monotonic clock in nanoseconds.
+func (r *Relay) now() int64 { return int64(time.Since(r.epoch)) }
+
+func (r *Relay) loop() error {
+	var deadline time.Time
+	for {
+		n, err := r.wait(&deadline)
+		if err != nil {
+			return fmt.Errorf("udp relay %s: waiting for events: %w", r.name, err)
+		}
+		now := r.now()
+		for _, ev := range r.events[:n] {
+			switch int(ev.Fd) {
+			case r.wakeFD:
+				if r.handleWake() {
+					return nil
+				}
+			case r.proxyFD:
+				r.readClients(now)
+			default:
+				if f := r.flows.byFD[ev.Fd]; f != nil {
+					r.readEndpoint(f, now)
+				}
+			}
+		}
+		r.flushReplies()
+		r.expire(now)
+	}
+}
+
+// wait returns the number of ready events, parking on the netpoller until
+// there are some or the oldest flow is due to expire (then it returns 0).
+// *deadline carries the read deadline last set, to skip redundant updates.
+func (r *Relay) wait(deadline *time.Time) (int, error) {
+	var want time.Time
+	if f := r.flows.oldest(); f != nil {
+		want = r.epoch.Add(time.Duration(f.lastActive + r.idle))
+	}
+	// Re-arm only when the wanted deadline is earlier (or none is set): a
+	// deadline that fires early just wakes the loop to re-arm, which is
+	// cheaper than resetting a timer on every turn as flows stay active.
+	if want.IsZero() != deadline.IsZero() || want.Before(*deadline) || !time.Now().Before(*deadline) {
+		if err := r.epollFile.SetReadDeadline(want); err != nil {
+			return 0, err
+		}
+		*deadline = want
+	}
+	r.ready, r.waitErr = 0, nil
+	if err := r.epollRC.Read(r.waitFn); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return r.ready, r.waitErr
+}
+
+// pollEvents collects ready events without blocking; returning false parks
+// the goroutine until the epoll set becomes readable.
+func (r *Relay) pollEvents(fd uintptr) bool {
+	n, err := unix.EpollWait(int(fd), r.events, 0)
+	if errors.Is(err, unix.EINTR) {
+		return false
+	}
+	r.ready, r.waitErr = n, err
+	return n > 0 || err != nil
+}
+
+// handleWake serves requests from other goroutines; it reports whether the
+// loop must stop.
+func (r *Relay) handleWake() bool {
+	var buf [8]byte
+	_, _ = unix.Read(r.wakeFD, buf[:])
+	r.mu.Lock()
+	stop, dropTo := r.stop, r.dropTo
+	r.dropTo = nil
+	r.mu.Unlock()
+	if stop {
+		return true
+	}
+	for _, ep := range dropTo {
+		for f := r.flows.oldest(); f != nil && f != &r.flows.head; {
+			next := f.next
+			if f.endpoint == ep {
+				r.closeFlow(f)
+			}
+			f = next
+		}
+	}
+	return false
+}
+
+// readClients moves one batch of client datagrams to their endpoints.
+func (r *Relay) readClients(now int64) {
+	b := &r.in
+	for i := range b.hdrs {
+		b.iovs[i].Len = BufferSize
+		b.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&b.names[i].sa))
+		b.hdrs[i].hdr.Namelen = uint32(unsafe.Sizeof(b.names[i].sa))
+		b.hdrs[i].hdr.Flags = 0
+	}
+	n, err := recvmmsg(r.proxyFD, b.hdrs)
+	if err != nil {
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+			klog.V(4).InfoS("UDP relay read failed", "relay", r.name, "err", err)
+		}
+		return
+	}
+	var relayed int
+	for i := range n {
+		h := &b.hdrs[i]
+		b.names[i].len = h.hdr.Namelen
+		client, err := b.names[i].addrPort()
+		if err != nil {
+			continue
+		}
+		f := r.flows.byClient[client]
+		if f == nil {
+			if f = r.newFlow(client, &b.names[i], now); f == nil {
+				continue
+			}
+		}
+		r.flows.touch(f, now)
+		if _, err := unix.Write(f.fd, b.bufs[i][:h.len]); err != nil {
+			r.sendFailed(f, err)
+			continue
+		}
+		relayed += int(h.len)
+	}
+	if relayed > 0 {
+		r.metrics.BytesToEndpoint.Add(float64(relayed))
+	}
+}
+
+// sendFailed handles an error writing to an endpoint: a refusal (the ICMP
+// port-unreachable of an earlier datagram) ends the flow; a full socket
+// buffer drops the datagram, as the kernel would.
+func (r *Relay) sendFailed(f *flow, err error) {
+	if endpointFailed(err) {
+		r.endpointRefused(f)
+		return
+	}
+	klog.V(5).InfoS("UDP datagram to endpoint dropped", "relay", r.name, "endpoint", f.endpoint, "err", err)
+}
+
+// endpointFailed tells errors that mean the endpoint is gone (an ICMP
+// error for an earlier datagram, reported on the connected socket) from
+// transient ones (full buffers, signals).
+func endpointFailed(err error) bool {
+	switch {
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR),
+		errors.Is(err, unix.ENOBUFS), errors.Is(err, unix.ENOMEM):
+		return false
+	}
+	return true
+}
+
+func (r *Relay) endpointRefused(f *flow) {
+	klog.V(4).InfoS("UDP endpoint refused, closing flow", "relay", r.name, "client", f.client, "endpoint", f.endpoint)
+	r.metrics.DialFailures.Inc()
+	f.picker.Failed(f.client.Addr().Unmap(), f.endpoint)
+	r.closeFlow(f)
+}
+
+// newFlow picks an endpoint for client and connects a socket to it. It
+// returns nil, counted, when there is no endpoint or none can be connected.
+func (r *Relay) newFlow(client netip.AddrPort, name *rawName, now int64) *flow {
+	picker := r.picker.Load().Picker
+	clientIP := client.Addr().Unmap()
+	candidates := picker.Pick(clientIP)
+	if len(candidates) == 0 {
+		r.metrics.RejectedNoEndpoints.Inc()
+		return nil
+	}
+	if r.flows.len() >= r.maxFlows {
+		if oldest := r.flows.oldest(); oldest != nil {
+			r.closeFlow(oldest)
+			r.evictions.Inc()
+		}
+	}
+	for _, ep := range candidates {
+		fd, err := dialUDP(ep)
+		if err != nil {
+			klog.V(4).InfoS("UDP endpoint unusable", "relay", r.name, "endpoint", ep, "err", err)
+			r.metrics.DialFailures.Inc()
+			picker.Failed(clientIP, ep)
+			continue
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(r.epollFD, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			unix.Close(fd)
+			klog.ErrorS(err, "Cannot watch UDP upstream socket", "relay", r.name, "endpoint", ep)
+			continue
+		}
+		f := &flow{client: client, clientName: *name, endpoint: ep, picker: picker, fd: fd, lastActive: now}
+		r.flows.add(f)
+		r.flowsNow.Add(1)
+		r.flowGauge.Inc()
+		r.flowCount.Inc()
+		picker.Connected(clientIP, ep)
+		return f
+	}
+	r.metrics.RejectedDialFailed.Inc()
+	return nil
+}
+
+// readEndpoint queues the replies waiting on f's upstream socket.
+func (r *Relay) readEndpoint(f *flow, now int64) {
+	b := &r.out
+	for range maxReadsPerEvent {
+		if b.n == len(b.hdrs) {
+			r.flushReplies()
+		}
+		n, err := unix.Read(f.fd, b.bufs[b.n])
+		if err != nil {
+			if endpointFailed(err) {
+				r.endpointRefused(f)
+			}
+			return // EAGAIN: drained
+		}
+		b.iovs[b.n].Len = uint64(n)
+		b.hdrs[b.n].hdr.Name = (*byte)(unsafe.Pointer(&f.clientName.sa))
+		b.hdrs[b.n].hdr.Namelen = f.clientName.len
+		b.flows[b.n] = f
+		b.n++
+		r.flows.touch(f, now)
+	}
+}
+
+// flushReplies sends the queued replies to their clients from the proxy
+// socket. A full send buffer drops the rest, as the kernel would.
+func (r *Relay) flushReplies() {
+	b := &r.out
+	var sentBytes uint64
+	for start := 0; start < b.n; {
+		sent, err := sendmmsg(r.proxyFD, b.hdrs[start:b.n])
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EAGAIN) {
+				klog.V(5).InfoS("UDP replies dropped: send buffer full", "relay", r.name, "dropped", b.n-start)
+				break
+			}
+			// The first message failed on its own (e.g. its client's
+			// route vanished): skip it.
+			klog.V(5).InfoS("UDP reply dropped", "relay", r.name, "client", b.flows[start].client, "err", err)
+			start++
+			continue
+		}
+		for i := start; i < start+sent; i++ {
+			sentBytes += b.iovs[i].Len
+		}
+		start += sent
+	}
+	for i := range b.n {
+		b.flows[i] = nil
+	}
+	b.n = 0
+	if sentBytes > 0 {
+		r.metrics.BytesToClient.Add(float64(sentBytes))
+	}
+}
+
+// expire closes flows idle for IdleTimeout, oldest first.
+func (r *Relay) expire(now int64) {
+	for f := r.flows.oldest(); f != nil && now-f.lastActive >= r.idle; f = r.flows.oldest() {
+		klog.V(5).InfoS("UDP flow expired", "relay", r.name, "client", f.client, "endpoint", f.endpoint)
+		r.closeFlow(f)
+	}
+}
+
+func (r *Relay) closeFlow(f *flow) {
+	r.flows.remove(f)
+	_ = unix.EpollCtl(r.epollFD, unix.EPOLL_CTL_DEL, f.fd, nil)
+	unix.Close(f.fd)
+	r.flowsNow.Add(-1)
+	r.flowGauge.Dec()
+}
+
+func (r *Relay) closeAllFlows() {
+	for f := r.flows.oldest(); f != nil; f = r.flows.oldest() {
+		r.closeFlow(f)
+	}
+}

@@ -1,0 +1,299 @@
+// Package userspace is --proxy-mode=userspace: portal rules (redirect/portal)
+// steer Service traffic to relays in this process (lb/), which forward it to
+// endpoints the balancer picks. It is the only package that joins redirect/
+// and lb/; lb never imports redirect.
+package userspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb/balancer"
+	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/ports"
+	"kproxy.dev/kproxy/lb/sctprelay"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/portal"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// Config is what the userspace mode needs from the command line and the
+// kernel probe.
+type Config struct {
+	Features kernel.Features
+	NodeName string
+	// BindAddress, when specific, is the node address locally generated
+	// service traffic is DNATed to; otherwise the node's first global
+	// address of each family is used.
+	BindAddress netip.Addr
+	// NodePortAddresses is --nodeport-addresses; NodePortPrimary is its
+	// special value "primary" (the node's host IPs only).
+	NodePortAddresses []netip.Prefix
+	NodePortPrimary   bool
+	PortRange         ports.Range
+	UDPIdleTimeout    time.Duration
+	Registerer        prometheus.Registerer
+	// LocalAddresses lists the node's addresses; nil reads them from the
+	// interfaces at each sync. Tests set it.
+	LocalAddresses func() ([]netip.Addr, error)
+	// Applier returns the portal applier of a family; nil means the real
+	// kernel through the detected iptables backend. Tests pass fakes.
+	Applier func(kernel.Family) (Applier, error)
+	// Opener claims NodePorts; nil means real sockets.
+	Opener portal.Opener
+}
+
+// Applier writes one family's portal rules.
+type Applier interface {
+	Apply(ctx context.Context, rs *portal.Ruleset, full bool) error
+}
+
+// Mode is the userspace proxy mode.
+type Mode struct {
+	cfg      Config
+	logger   klog.Logger
+	metrics  *lbmetrics.Metrics
+	balancer *balancer.Balancer
+	alloc    *ports.Allocator
+	claimer  *portal.Claimer
+	unserved *sctprelay.UnservedReporter
+	families []kernel.Family
+	appliers map[kernel.Family]Applier
+
+	// ctx scopes the relays' Serve loops; cancel stops them all.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// relays is owned by Sync, which the engine never runs concurrently.
+	relays map[balancer.Key]*relay
+}
+
+// New checks the kernel can run the mode and prepares it; nothing is
+// programmed until the first Sync.
+func New(ctx context.Context, cfg Config) (*Mode, error) {
+	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
+	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[kernel.Family]Applier{}}
+	var err error
+	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("userspace mode metrics: %w", err)
+	}
+	if m.balancer, err = balancer.New(balancer.Config{NodeName: cfg.NodeName, Registerer: cfg.Registerer}); err != nil {
+		return nil, fmt.Errorf("userspace mode balancer: %w", err)
+	}
+	m.alloc = ports.NewAllocator(cfg.PortRange)
+	opener := cfg.Opener
+	if opener == nil {
+		opener = portal.SocketOpener{}
+	}
+	m.claimer = portal.NewClaimer(opener)
+	m.unserved = sctprelay.NewUnservedReporter(m.metrics.SCTPUnservedServicePorts)
+	if m.cfg.LocalAddresses == nil {
+		m.cfg.LocalAddresses = interfaceAddresses
+	}
+
+	for _, fam := range kernel.Families() {
+		ipt := cfg.Features.Chosen(fam)
+		if !ipt.Usable || !(ipt.Redirect && ipt.DNAT) {
+			logger.Info("Not proxying this IP family: its iptables cannot REDIRECT and DNAT", "family", fam, "iptables", ipt.String())
+			continue
+		}
+		var a Applier
+		if cfg.Applier != nil {
+			a, err = cfg.Applier(fam)
+		} else {
+			a, err = portal.NewApplier(portal.Config{Family: fam, Backend: cfg.Features.Backend})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("userspace mode, %s portals: %w", fam, err)
+		}
+		m.families = append(m.families, fam)
+		m.appliers[fam] = a
+	}
+	if len(m.families) == 0 {
+		return nil, errors.New("userspace mode: no IP family has iptables with REDIRECT and DNAT")
+	}
+	if !cfg.Features.SCTP.Present {
+		logger.Info("SCTP sockets are absent from this kernel: SCTP service ports will not be served; TCP and UDP are",
+			"detail", cfg.Features.SCTP.Detail)
+	}
+	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go m.balancer.RunSweeper(m.ctx, time.Minute)
+	return m, nil
+}
+
+func (m *Mode) Name() mode.Name { return mode.Userspace }
+
+// Sync brings relays, portal rules and NodePort claims in line with snap.
+// Problems confined to one service port (a NodePort someone else holds, no
+// proxy port left) are logged and leave the other ports working; only a
+// failure to write the rules fails the sync.
+func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
+	m.balancer.Update(snap)
+	local, err := m.cfg.LocalAddresses()
+	if err != nil {
+		return fmt.Errorf("listing the node's addresses: %w", err)
+	}
+	node := m.node(snap, local)
+
+	var portErrs []error
+	want := m.wantedRelays(snap, node)
+	for key, spec := range want {
+		if r, ok := m.relays[key]; ok {
+			r.update(spec, m.balancer.Picker(key))
+			continue
+		}
+		r, err := m.startRelay(key, spec)
+		if err != nil {
+			portErrs = append(portErrs, err)
+			continue
+		}
+		m.relays[key] = r
+	}
+	for key, r := range m.relays {
+		if _, ok := want[key]; !ok {
+			r.close(m.alloc)
+			delete(m.relays, key)
+		}
+	}
+	// UDP flows pinned to an endpoint that went away must pick again, as
+	// conntrack entries would be flushed in the kernel modes.
+	for _, stale := range changes.StaleEndpoints {
+		for key, r := range m.relays {
+			if key.Port == stale.ServicePort {
+				r.closeFlowsTo(stale.Endpoint.AddrPort())
+			}
+		}
+	}
+
+	var sctpUnserved []servicemap.ServicePortName
+	var claims []portal.Claim
+	var applyErrs []error
+	for _, fam := range m.families {
+		if _, ok := hostIPOf(node.HostIPs, fam); !ok {
+			// No address to DNAT local traffic to: the node does not use
+			// this family, so nothing of it is programmed.
+			continue
+		}
+		portals := portal.PortalsFrom(snap, func(name servicemap.ServicePortName) (portal.ProxyPorts, bool) {
+			return m.proxyPorts(name, fam)
+		})
+		rs, err := portal.Build(fam, node, portals)
+		if err != nil {
+			portErrs = append(portErrs, err)
+		}
+		if err := m.appliers[fam].Apply(ctx, rs, changes.Full); err != nil {
+			applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
+		}
+		claims = append(claims, rs.Claims...)
+	}
+	for name := range snap.All() {
+		if name.Protocol == v1.ProtocolSCTP && !m.cfg.Features.SCTP.Present {
+			sctpUnserved = append(sctpUnserved, name)
+		}
+	}
+	for _, name := range m.unserved.Update(sctpUnserved) {
+		m.logger.Info("Cannot serve SCTP service port: this kernel has no SCTP sockets", "servicePort", name.String())
+	}
+	if err := m.claimer.Sync(claims); err != nil {
+		portErrs = append(portErrs, err)
+	}
+	if len(portErrs) > 0 {
+		m.logger.Error(errors.Join(portErrs...), "Some service ports are not fully served")
+	}
+	return errors.Join(applyErrs...)
+}
+
+// Close stops the relays. The portal rules stay (a restarted kproxy takes
+// them over); --cleanup or another mode removes them.
+func (m *Mode) Close() error {
+	m.cancel()
+	var errs []error
+	for key, r := range m.relays {
+		r.close(m.alloc)
+		delete(m.relays, key)
+	}
+	m.wg.Wait()
+	errs = append(errs, m.claimer.Close())
+	return errors.Join(errs...)
+}
+
+// proxyPorts is the portal lookup: the listener ports of a service port's
+// relays in one family, if it has any.
+func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam kernel.Family) (portal.ProxyPorts, bool) {
+	bf := balancerFamily(fam)
+	var pp portal.ProxyPorts
+	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.Internal, Family: bf}]; ok {
+		pp.Internal = r.port
+	}
+	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.External, Family: bf}]; ok {
+		pp.External = r.port
+	}
+	return pp, pp.Internal != 0 || pp.External != 0
+}
+
+// node gathers what the portal rules need to know about this node.
+func (m *Mode) node(snap *servicemap.Snapshot, local []netip.Addr) portal.Node {
+	n := portal.Node{LocalAddresses: local, NodePortAddresses: m.cfg.NodePortAddresses}
+	n.HostIPs = hostIPs(m.cfg.BindAddress, snap.Node, local)
+	if m.cfg.NodePortPrimary {
+		for _, ip := range n.HostIPs {
+			n.NodePortAddresses = append(n.NodePortAddresses, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	return n
+}
+
+// hostIPs picks, per family, the address locally generated service traffic
+// is DNATed to: --bind-address when specific, else the Node's own address
+// when it is local, else the first global unicast address.
+func hostIPs(bind netip.Addr, node *servicemap.NodeInfo, local []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, is4 := range []bool{true, false} {
+		pick := func(candidates []netip.Addr) (netip.Addr, bool) {
+			for _, a := range candidates {
+				if a.Is4() == is4 && a.IsGlobalUnicast() && slices.Contains(local, a) {
+					return a, true
+				}
+			}
+			return netip.Addr{}, false
+		}
+		var nodeAddrs []netip.Addr
+		if node != nil {
+			nodeAddrs = node.Addresses
+		}
+		for _, candidates := range [][]netip.Addr{{bind}, nodeAddrs, local} {
+			if a, ok := pick(candidates); ok {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func hostIPOf(ips []netip.Addr, fam kernel.Family) (netip.Addr, bool) {
+	for _, ip := range ips {
+		if ip.Is4() == (fam == kernel.IPv4) {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func balancerFamily(fam kernel.Family) balancer.Family {
+	if fam == kernel.IPv6 {
+		return balancer.IPv6
+	}
+	return balancer.IPv4
+}
