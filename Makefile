@@ -41,10 +41,14 @@ test: deps tools build
 unit:
 	$(GO) test -count=1 ./...
 
-# Runs kproxy in a throwaway network namespace on the sample manifest and
-# shows what it serves and the service map it builds.
-demo: deps build
-	./bench/lab/demo.sh bin/kproxy deploy/samples/services.yaml
+# Builds the network-namespace lab, runs kproxy in userspace mode on
+# deploy/samples/lab.yaml and shows traffic balanced and affinity held.
+demo: deps
+	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root (network namespaces, iptables): run sudo make demo"; exit 1; fi
+	@report=$$(mktemp); \
+	KPROXY_DEMO_REPORT=$$report $(GO) test -count=1 -run '^TestDemo$$' ./bench/demo/ >/dev/null || \
+		{ $(GO) test -count=1 -v -run '^TestDemo$$' ./bench/demo/; exit 1; }; \
+	cat $$report; rm -f $$report
 
 bench: deps tools
 	$(GO) test -run '^$$' -bench . -benchmem ./...
