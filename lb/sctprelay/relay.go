@@ -200,34 +200,23 @@ func Pipe(client, endpoint Stream) (toEndpoint, toClient int64) {
 	return toEndpoint, toClient
 }
 
-// copyHalf moves src to dst, then half-closes dst. If writing fails the
-// peer is gone: closing src too stops the opposite direction's writer.
+// copyHalf moves src to dst, then half-closes dst.
 func copyHalf(dst, src Stream) int64 {
 	buf := make([]byte, 32<<10)
-	n, err := io.CopyBuffer(markWrites{dst}, struct{ io.Reader }{src}, buf)
-	var wErr *writeError
-	if errors.As(err, &wErr) {
+	n, err := io.CopyBuffer(onlyWriter{dst}, struct{ io.Reader }{src}, buf)
+	if err != nil {
+		// A failed write (peer gone) or a failed read (e.g. a reset): the
+		// association is over both ways, and closing both streams stops
+		// the opposite direction's copy too.
 		src.Close()
 		dst.Close()
 		return n
 	}
-	_ = dst.CloseWrite()
+	_ = dst.CloseWrite() // clean EOF: pass the half-close on
 	return n
 }
 
-// markWrites wraps the writer's errors so copyHalf can tell them from the
-// reader's: io.CopyBuffer returns both unmarked. The struct wrappers also
-// keep CopyBuffer from using ReadFrom/WriteTo, which would bypass buf.
-type markWrites struct{ w io.Writer }
+// onlyWriter hides ReadFrom so io.CopyBuffer uses its buffer.
+type onlyWriter struct{ w io.Writer }
 
-func (m markWrites) Write(p []byte) (int, error) {
-	n, err := m.w.Write(p)
-	if err != nil {
-		err = &writeError{err}
-	}
-	return n, err
-}
-
-type writeError struct{ error }
-
-func (e *writeError) Unwrap() error { return e.error }
+func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
