@@ -10,7 +10,8 @@ import (
 )
 
 // BenchmarkBuildAndRender measures a full sync's rule computation for 5,000
-// NodePort services with one external IP each: Build plus the restore payload.
+// NodePort services with one external IP each: Build plus the restore
+// payload, with all, a tenth or none of them refusing for want of endpoints.
 func BenchmarkBuildAndRender(b *testing.B) {
 	var svcs []*v1.Service
 	for i := range 5000 {
@@ -22,16 +23,28 @@ func BenchmarkBuildAndRender(b *testing.B) {
 		}, port("http", v1.ProtocolTCP, 80, int32(30000+i%2768))))
 	}
 	snap := snapshotOf(b, svcs...)
-	portals := PortalsFrom(snap, sequentialProxyPorts(snap, false))
-	b.ReportAllocs()
-	b.ResetTimer()
-	var size int
-	for b.Loop() {
-		rs, err := Build(kernel.IPv4, testNode, portals)
-		if err != nil {
-			b.Fatal(err)
-		}
-		size = len(Payload(rs, nil))
+	for _, tc := range []struct {
+		name string
+		// every is how often a service port has no endpoints (0: never).
+		every int
+	}{{"all-served", 0}, {"every-10th-without-endpoints", 10}, {"none-served", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			portals := PortalsFrom(snap, sequentialProxyPorts(snap, false))
+			for i := range portals {
+				if tc.every > 0 && i%tc.every == 0 {
+					portals[i].Endpoints = ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints}
+				}
+			}
+			b.ReportAllocs()
+			var size int
+			for b.Loop() {
+				rs, err := Build(kernel.IPv4, testNode, portals)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(Payload(rs, nil))
+			}
+			b.ReportMetric(float64(size), "payload-bytes")
+		})
 	}
-	b.ReportMetric(float64(size), "payload-bytes")
 }

@@ -1,7 +1,8 @@
 // Package portal programs the userspace mode's "portals": the iptables rules
 // that steer Service traffic (cluster IPs, externalIPs, LoadBalancer ingress
 // IPs, NodePorts) to the ports kproxy's relays listen on, the filter rules
-// that keep those ports from being an open relay, and the sockets that claim
+// that keep those ports from being an open relay and refuse clients of
+// service ports without endpoints at once, and the sockets that claim
 // NodePorts so nothing else on the node can take them.
 //
 // The desired state is a pure function (Build) of the service ports, their
@@ -26,8 +27,10 @@ const (
 	// ChainNodePortHost (nat, from OUTPUT for local destinations) redirects
 	// NodePort traffic the node itself generates.
 	ChainNodePortHost = "KUBE-NODEPORT-HOST"
-	// ChainProxyPorts (filter, from INPUT) refuses packets addressed straight
-	// to a proxy port: only traffic a portal redirected may reach the relays.
+	// ChainProxyPorts (filter, from INPUT) decides what may reach a proxy
+	// port: packets addressed straight to one are refused (only traffic a
+	// portal redirected may reach the relays), and so are new connections a
+	// portal redirected for a traffic class without endpoints (see refuse).
 	ChainProxyPorts = "KUBE-PROXY-PORTS"
 	// ChainFirewall (filter, from INPUT, FORWARD and OUTPUT) refuses traffic
 	// to LoadBalancer IPs from sources outside loadBalancerSourceRanges.

@@ -26,10 +26,74 @@ type ProxyPorts struct {
 	External uint16
 }
 
-// Portal is one service port and the proxy ports its traffic goes to.
+// Portal is one service port, the proxy ports its traffic goes to, and
+// whether each traffic class has endpoints to forward to.
 type Portal struct {
 	Port  *servicemap.ServicePort
 	Proxy ProxyPorts
+	// Endpoints is the zero value (both classes served) unless the caller
+	// knows a class has no usable endpoint; see EndpointStateOf.
+	Endpoints ClassEndpoints
+}
+
+// EndpointState says whether one traffic class of a service port has an
+// endpoint its relay could forward to, and if not, how its clients are
+// turned away. The values follow kube-proxy's iptables mode.
+type EndpointState uint8
+
+const (
+	// HasEndpoints: the class is served; the zero value.
+	HasEndpoints EndpointState = iota
+	// NoLocalEndpoints: a Local traffic policy leaves the class without an
+	// endpoint although other nodes have usable ones. New connections are
+	// dropped silently (kube-proxy's "has no local endpoints" DROP), so a
+	// client retries instead of concluding the service is down.
+	NoLocalEndpoints
+	// NoEndpoints: the service port has no usable endpoint anywhere. New
+	// connections are refused at once: a TCP reset, an ICMP port
+	// unreachable for UDP and SCTP (kube-proxy's "has no endpoints" REJECT).
+	NoEndpoints
+)
+
+func (s EndpointState) String() string {
+	switch s {
+	case HasEndpoints:
+		return "has endpoints"
+	case NoLocalEndpoints:
+		return "has no local endpoints"
+	case NoEndpoints:
+		return "has no endpoints"
+	}
+	return fmt.Sprintf("EndpointState(%d)", uint8(s))
+}
+
+// ClassEndpoints holds the EndpointState of each traffic class, like
+// ProxyPorts holds their proxy ports.
+type ClassEndpoints struct {
+	// Internal is the state of cluster-IP traffic (internalTrafficPolicy).
+	Internal EndpointState
+	// External is the state of NodePort, externalIP and LoadBalancer IP
+	// traffic (externalTrafficPolicy).
+	External EndpointState
+}
+
+// EndpointStateOf classifies one traffic class of sp in family fam, given
+// whether the balancer has an endpoint for it (usable). When it has none,
+// the class is NoLocalEndpoints if some endpoint of the family would serve
+// under a Cluster policy (ready, or serving and terminating), as only a
+// Local policy can then have emptied the class; otherwise NoEndpoints.
+func EndpointStateOf(sp *servicemap.ServicePort, fam kernel.Family, usable bool) EndpointState {
+	if usable {
+		return HasEndpoints
+	}
+	if sp != nil {
+		for _, ep := range sp.Endpoints {
+			if familyOf(ep.Addr) == fam && (ep.Ready || (ep.Serving && ep.Terminating)) {
+				return NoLocalEndpoints
+			}
+		}
+	}
+	return NoEndpoints
 }
 
 // Node is what the rules need to know about this node.
@@ -184,24 +248,33 @@ func (b *builder) add(p Portal) error {
 			b.portal(ip, netip.Prefix{}, sp.Port, proto, comment, pp)
 		}
 		b.guard(proto, pp, comment)
+		for _, ip := range clusterIPs {
+			b.refuse(p.Endpoints.Internal, ip, sp.Port, proto, sp.Name, pp)
+		}
 	}
 	pp := p.Proxy.External
 	if pp == 0 {
 		return nil
 	}
 	external := false
+	state := p.Endpoints.External
 	for _, ip := range ofFamily(sp.ExternalIPs, b.fam) {
 		b.portal(ip, netip.Prefix{}, sp.Port, proto, comment, pp)
 		b.claimIfLocal(ip, sp, proto)
+		b.refuse(state, ip, sp.Port, proto, sp.Name, pp)
 		external = true
 	}
 	for _, ip := range ofFamily(sp.LoadBalancerIPs, b.fam) {
-		b.loadBalancer(ip, sp, proto, comment, pp)
+		if b.loadBalancer(ip, sp, proto, comment, pp) {
+			b.refuse(state, ip, sp.Port, proto, sp.Name, pp)
+		}
 		b.claimIfLocal(ip, sp, proto)
 		external = true
 	}
 	if sp.NodePort != 0 {
-		b.nodePort(sp, proto, comment, pp)
+		for _, dst := range b.nodePort(sp, proto, comment, pp) {
+			b.refuse(state, dst, sp.NodePort, proto, sp.Name, pp)
+		}
 		external = true
 	}
 	if external {
@@ -226,25 +299,30 @@ func (b *builder) portal(dst netip.Addr, src netip.Prefix, port uint16, proto, c
 // destination first) is rejected in the filter table, so a refused client
 // learns at once instead of its packets being routed on towards the real
 // load balancer. Ranges of the other family do not count: a service whose
-// ranges are all of the other family admits no source of this one.
-func (b *builder) loadBalancer(ip netip.Addr, sp *servicemap.ServicePort, proto, comment string, proxyPort uint16) {
+// ranges are all of the other family admits no source of this one. It
+// reports whether any source is redirected.
+func (b *builder) loadBalancer(ip netip.Addr, sp *servicemap.ServicePort, proto, comment string, proxyPort uint16) bool {
 	if len(sp.LoadBalancerSourceRanges) == 0 {
 		b.portal(ip, netip.Prefix{}, sp.Port, proto, comment, proxyPort)
-		return
+		return true
 	}
+	redirected := false
 	for _, r := range sp.LoadBalancerSourceRanges {
 		if familyOf(r.Addr()) == b.fam {
 			b.portal(ip, r.Masked(), sp.Port, proto, comment, proxyPort)
+			redirected = true
 		}
 	}
 	args := append(destMatch(netip.Prefix{}, ip, proto, comment, sp.Port), reject(b.fam, proto)...)
 	b.rs.Filter.Rules = append(b.rs.Filter.Rules, Rule{Chain: ChainFirewall, Args: args})
+	return redirected
 }
 
-// nodePort writes the NodePort rules and claims the port. Without
-// --nodeport-addresses the chains are only entered for local destinations
-// (the jump rule's addrtype match), so the rules match the port alone.
-func (b *builder) nodePort(sp *servicemap.ServicePort, proto, comment string, proxyPort uint16) {
+// nodePort writes the NodePort rules and claims the port, and returns the
+// destinations it matched. Without --nodeport-addresses the chains are only
+// entered for local destinations (the jump rule's addrtype match), so the
+// rules match the port alone: the one destination is the zero Addr.
+func (b *builder) nodePort(sp *servicemap.ServicePort, proto, comment string, proxyPort uint16) []netip.Addr {
 	var dsts []netip.Addr
 	if len(b.node.NodePortAddresses) == 0 {
 		dsts = []netip.Addr{{}}
@@ -261,6 +339,7 @@ func (b *builder) nodePort(sp *servicemap.ServicePort, proto, comment string, pr
 	if len(dsts) > 0 {
 		b.rs.Claims = append(b.rs.Claims, Claim{Family: b.fam, Protocol: sp.Name.Protocol, Port: sp.NodePort, Owner: sp.Name})
 	}
+	return dsts
 }
 
 // guard refuses packets that reach proxyPort without having been redirected
@@ -276,6 +355,55 @@ func (b *builder) guard(proto string, proxyPort uint16, comment string) {
 	args := []string{"-p", proto, "-m", "comment", "--comment", comment, "-m", proto, "--dport", strconv.Itoa(int(proxyPort)),
 		"-m", "conntrack", "!", "--ctstate", "DNAT"}
 	b.rs.Filter.Rules = append(b.rs.Filter.Rules, Rule{Chain: ChainProxyPorts, Args: append(args, reject(b.fam, proto)...)})
+}
+
+// refuse turns away new connections of a traffic class without endpoints
+// (state other than HasEndpoints) that a portal steered from dst:port (a
+// zero dst: any local address, for NodePorts) to proxyPort.
+//
+// Where the refusal happens matters, because the nat table has already
+// rewritten the destination by the time a filter chain could REJECT. Two
+// designs were possible:
+//
+//   - Leave such ports without portals and REJECT the original destination
+//     in filter OUTPUT (the node's own clients) and FORWARD (everyone else).
+//     But a cluster IP is not a local address: a packet from another host
+//     is only FORWARDed when the node has IP forwarding on and a route for
+//     the VIP, neither of which the userspace mode needs or sets up, so
+//     those clients would wait for a timeout.
+//   - Keep the portal and refuse in filter INPUT, where every portal's
+//     traffic arrives: REDIRECT (PREROUTING) and DNAT to the host IP
+//     (OUTPUT, then back in over lo) both make it local. This is the one
+//     that refuses at once from the client host and from the node itself,
+//     whatever the node's forwarding setup.
+//
+// So the rule lives in KUBE-PROXY-PORTS (filter INPUT), which already
+// decides who may reach the proxy ports, and matches the proxy port plus the
+// conntrack original destination, so a proxy port shared by two classes or
+// services refuses only the destinations without endpoints. The REJECT's
+// reset or ICMP error is attached to the connection's conntrack entry, so
+// NAT rewrites its source back to the address the client used and the
+// client's socket accepts it as the answer. Only NEW connections are
+// matched, as kube-proxy does: established ones (kept by the relay while,
+// say, every endpoint turned unready) are left alone.
+func (b *builder) refuse(state EndpointState, dst netip.Addr, port uint16, proto string, name servicemap.ServicePortName, proxyPort uint16) {
+	var target []string
+	switch state {
+	case NoEndpoints:
+		target = reject(b.fam, proto)
+	case NoLocalEndpoints:
+		target = []string{"-j", "DROP"}
+	default:
+		return
+	}
+	// iptables-save prints --ctorigdst without a prefix length.
+	args := []string{"-p", proto, "-m", "comment", "--comment", portComment(name) + " " + state.String(),
+		"-m", proto, "--dport", strconv.Itoa(int(proxyPort)), "-m", "conntrack", "--ctstate", "NEW"}
+	if dst.IsValid() {
+		args = append(args, "--ctorigdst", dst.String())
+	}
+	args = append(args, "--ctorigdstport", strconv.Itoa(int(port)))
+	b.rs.Filter.Rules = append(b.rs.Filter.Rules, Rule{Chain: ChainProxyPorts, Args: append(args, target...)})
 }
 
 func (b *builder) claimIfLocal(ip netip.Addr, sp *servicemap.ServicePort, proto string) {

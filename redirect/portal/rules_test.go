@@ -110,6 +110,8 @@ func TestBuildGolden(t *testing.T) {
 		svcs   []*v1.Service
 		node   Node
 		shared bool
+		// endpoints, when set, gives each portal its endpoint states.
+		endpoints func(*servicemap.ServicePort) ClassEndpoints
 	}{
 		{
 			name: "clusterip-tcp-udp",
@@ -178,6 +180,46 @@ func TestBuildGolden(t *testing.T) {
 			node:   testNode,
 			shared: true,
 		},
+		{
+			// Every destination of both classes, in both families, refused.
+			name: "no-endpoints",
+			svcs: []*v1.Service{
+				service("default", "empty", func(s *v1.Service) {
+					clusterIPs("198.18.0.30", "fd00:18::30")(s)
+					s.Spec.Type = v1.ServiceTypeLoadBalancer
+					s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+					s.Spec.LoadBalancerSourceRanges = []string{"198.19.2.0/24"}
+					s.Spec.ExternalIPs = []string{"198.18.5.30", "198.19.1.1"}
+					s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.9.30"}, {IP: "fd00:18::9:30"}}
+				}, port("http", v1.ProtocolTCP, 80, 30080), port("dns", v1.ProtocolUDP, 53, 30053)),
+				service("default", "served", clusterIPs("198.18.0.31"), port("", v1.ProtocolTCP, 80, 0)),
+			},
+			node: testNode,
+			endpoints: func(sp *servicemap.ServicePort) ClassEndpoints {
+				if sp.Name.Name == "served" {
+					return ClassEndpoints{}
+				}
+				return ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints}
+			},
+		},
+		{
+			// externalTrafficPolicy: Local without a local endpoint: the
+			// external destinations are dropped, the cluster IP is served,
+			// and the shared proxy port only drops what is external.
+			name: "no-local-endpoints",
+			svcs: []*v1.Service{service("default", "local", func(s *v1.Service) {
+				s.Spec.Type = v1.ServiceTypeNodePort
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.ExternalIPs = []string{"198.18.5.40"}
+			}, port("http", v1.ProtocolTCP, 80, 30081))},
+			node: func() Node {
+				n := testNode
+				n.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}
+				return n
+			}(),
+			shared:    true,
+			endpoints: func(*servicemap.ServicePort) ClassEndpoints { return ClassEndpoints{External: NoLocalEndpoints} },
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,7 +227,13 @@ func TestBuildGolden(t *testing.T) {
 			if snap.Len() == 0 {
 				t.Fatal("the service map produced no service ports")
 			}
-			got := render(t, tc.node, PortalsFrom(snap, sequentialProxyPorts(snap, tc.shared)))
+			portals := PortalsFrom(snap, sequentialProxyPorts(snap, tc.shared))
+			if tc.endpoints != nil {
+				for i := range portals {
+					portals[i].Endpoints = tc.endpoints(portals[i].Port)
+				}
+			}
+			got := render(t, tc.node, portals)
 			path := filepath.Join("testdata", tc.name+".golden")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {

@@ -188,6 +188,9 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 		portals := portal.PortalsFrom(snap, func(name servicemap.ServicePortName) (portal.ProxyPorts, bool) {
 			return m.proxyPorts(name, fam)
 		})
+		for i := range portals {
+			portals[i].Endpoints = m.endpointStates(portals[i].Port, fam)
+		}
 		rs, err := portal.Build(fam, node, portals)
 		if err != nil {
 			portErrs = append(portErrs, err)
@@ -240,6 +243,21 @@ func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam kernel.Family) (p
 		pp.External = r.port
 	}
 	return pp, pp.Internal != 0 || pp.External != 0
+}
+
+// endpointStates asks the balancer (through the relays' pickers, updated at
+// the start of Sync) whether each traffic class of sp has an endpoint in
+// fam, so the portals refuse clients of classes without one at once.
+func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam kernel.Family) portal.ClassEndpoints {
+	var e portal.ClassEndpoints
+	bf := balancerFamily(fam)
+	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.Internal, Family: bf}]; ok {
+		e.Internal = portal.EndpointStateOf(sp, fam, r.hasEndpoints(sp))
+	}
+	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.External, Family: bf}]; ok {
+		e.External = portal.EndpointStateOf(sp, fam, r.hasEndpoints(sp))
+	}
+	return e
 }
 
 // node gathers what the portal rules need to know about this node.

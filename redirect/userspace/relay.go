@@ -90,6 +90,27 @@ type relay struct {
 	tcp  *tcprelay.Proxy
 	udp  *udprelay.Relay
 	sctp *sctprelay.Relay
+
+	// picker is the relay's current picker. usableFor and usable cache
+	// whether it had an endpoint when last asked, for that *ServicePort:
+	// whether a class is empty depends on the port alone (topology hints
+	// only ever narrow a non-empty set), snapshots share unchanged ports,
+	// and asking is a Pick, which moves the round-robin cursor, so a sync
+	// only asks about ports that changed. Only Sync touches these fields.
+	picker    lb.Picker
+	usableFor *servicemap.ServicePort
+	usable    bool
+}
+
+// hasEndpoints says whether the relay's picker has an endpoint for a new
+// client of sp. Pick with the zero client reads no affinity pin (no client
+// has the zero address) and pins nothing.
+func (r *relay) hasEndpoints(sp *servicemap.ServicePort) bool {
+	if r.usableFor != sp || sp == nil {
+		r.usableFor = sp
+		r.usable = len(r.picker.Pick(netip.Addr{})) > 0
+	}
+	return r.usable
 }
 
 // startRelay opens the proxy socket on the wildcard address of the key's
@@ -103,6 +124,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 		any = netip.IPv6Unspecified()
 	}
 	picker := m.balancer.Picker(key)
+	r.picker = picker
 	name := key.String()
 	switch spec.protocol {
 	case v1.ProtocolTCP:
@@ -176,6 +198,9 @@ func (m *Mode) serve(fn func()) {
 // back gets a new one.
 func (r *relay) update(spec relaySpec, picker lb.Picker) {
 	r.spec.Store(&spec)
+	if picker != r.picker {
+		r.picker, r.usableFor = picker, nil
+	}
 	switch {
 	case r.tcp != nil:
 		r.tcp.SetPicker(picker)

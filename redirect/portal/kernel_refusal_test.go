@@ -1,0 +1,189 @@
+package portal
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// dialFunc dials from one host of the lab.
+type dialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+func tcpHello(dial dialFunc, to string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := dial(ctx, "tcp4", to)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
+}
+
+// udpPing sends one datagram on a connected socket and reads the answer: an
+// ICMP port unreachable for it shows up as ECONNREFUSED on the read.
+func udpPing(dial dialFunc, to string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := dial(ctx, "udp4", to)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 16)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
+}
+
+// TestNoEndpointsRefusedOnKernel programs portals for a service without
+// endpoints next to served ones, all sharing the same two proxy ports (a TCP
+// server and a UDP echo standing in for the relays), and checks, from the
+// client host (PREROUTING → REDIRECT → INPUT) and from the node itself
+// (OUTPUT → DNAT → lo → INPUT), that a TCP SYN to the empty service is
+// answered by a reset (ECONNREFUSED) and a UDP datagram by an ICMP port
+// unreachable (ECONNREFUSED on the connected socket), while the served
+// services on the same proxy ports still answer. The node's IP forwarding
+// is off: the refusal must not rely on it.
+func TestNoEndpointsRefusedOnKernel(t *testing.T) {
+	for _, be := range kernel.Backends() {
+		t.Run(string(be), func(t *testing.T) {
+			if lab.InFreshNetns(t) {
+				return
+			}
+			if _, err := exec.LookPath(be.RestoreCommand(kernel.IPv4)); err != nil {
+				t.Skipf("%s not installed", be.RestoreCommand(kernel.IPv4))
+			}
+			topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 1})
+			lab.Run(t, "sysctl", "-qw", "net.ipv4.ip_forward=0")
+			tcpPort, udpPort := tcpServer(t), udpEcho(t)
+
+			nodePort := func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort }
+			empty := service("default", "empty", func(s *v1.Service) { clusterIPs("198.18.0.30")(s); nodePort(s) },
+				port("http", v1.ProtocolTCP, 80, 30090), port("dns", v1.ProtocolUDP, 53, 30053))
+			web := service("default", "web", func(s *v1.Service) { clusterIPs("198.18.0.31")(s); nodePort(s) },
+				port("http", v1.ProtocolTCP, 80, 30080), port("dns", v1.ProtocolUDP, 53, 30054))
+			local := service("default", "local", func(s *v1.Service) {
+				clusterIPs("198.18.0.32")(s)
+				nodePort(s)
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			}, port("http", v1.ProtocolTCP, 80, 30091))
+			states := map[string]ClassEndpoints{
+				"empty": {Internal: NoEndpoints, External: NoEndpoints},
+				"local": {External: NoLocalEndpoints},
+			}
+			portals := PortalsFrom(snapshotOf(t, empty, web, local), func(n servicemap.ServicePortName) (ProxyPorts, bool) {
+				if n.Protocol == v1.ProtocolUDP {
+					return ProxyPorts{Internal: udpPort, External: udpPort}, true
+				}
+				return ProxyPorts{Internal: tcpPort, External: tcpPort}, true
+			})
+			for i := range portals {
+				portals[i].Endpoints = states[portals[i].Port.Name.Name]
+			}
+			node := Node{HostIPs: []netip.Addr{topo.Node.IPv4}, LocalAddresses: []netip.Addr{topo.Node.IPv4, topo.Node.PodIPv4}}
+			rs, err := Build(kernel.IPv4, node, portals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := NewApplier(Config{Family: kernel.IPv4, Backend: be})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Apply(context.Background(), rs, true); err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+
+			var d net.Dialer
+			hosts := []struct {
+				name string
+				dial dialFunc
+			}{
+				{"client host", topo.Client.DialContext},
+				{"node itself", d.DialContext},
+			}
+			nodeAddr := func(port int) string { return netip.AddrPortFrom(topo.Node.IPv4, uint16(port)).String() }
+			for _, h := range hosts {
+				for _, to := range []string{"198.18.0.30:80", nodeAddr(30090)} {
+					if got, err := tcpHello(h.dial, to); !errors.Is(err, syscall.ECONNREFUSED) {
+						t.Errorf("%s: TCP to %s (no endpoints): %q, %v; want connection refused", h.name, to, got, err)
+					}
+				}
+				for _, to := range []string{"198.18.0.30:53", nodeAddr(30053)} {
+					if got, err := udpPing(h.dial, to); !errors.Is(err, syscall.ECONNREFUSED) {
+						t.Errorf("%s: UDP to %s (no endpoints): %q, %v; want connection refused (ICMP port unreachable)", h.name, to, got, err)
+					}
+				}
+				// The same proxy ports still serve the services that have
+				// endpoints, and the cluster IP of the Local-policy one.
+				for _, to := range []string{"198.18.0.31:80", nodeAddr(30080), "198.18.0.32:80"} {
+					if got, err := tcpHello(h.dial, to); err != nil || got != "hello" {
+						t.Errorf("%s: TCP to %s (served): %q, %v; want the server's hello", h.name, to, got, err)
+					}
+				}
+				for _, to := range []string{"198.18.0.31:53", nodeAddr(30054)} {
+					if got, err := udpPing(h.dial, to); err != nil || got != "ping" {
+						t.Errorf("%s: UDP to %s (served): %q, %v; want the echo", h.name, to, got, err)
+					}
+				}
+			}
+
+			// externalTrafficPolicy: Local with no local endpoint: the
+			// NodePort's SYN is dropped, neither refused nor relayed.
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			c, err := topo.Client.DialContext(ctx, "tcp4", nodeAddr(30091))
+			cancel()
+			if err == nil {
+				c.Close()
+				t.Errorf("TCP to the Local-policy NodePort without local endpoints connected; want it dropped")
+			} else if errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("TCP to the Local-policy NodePort without local endpoints was refused; want it dropped")
+			}
+			if n := ruleHits(t, be, "default/local:http has no local endpoints"); n == 0 {
+				t.Errorf("the DROP rule of default/local counted no packet")
+			}
+			if n := ruleHits(t, be, "default/empty:http has no endpoints"); n == 0 {
+				t.Errorf("the REJECT rules of default/empty:http counted no packet")
+			}
+		})
+	}
+}
+
+// ruleHits sums the packet counters of the filter rules whose comment is
+// comment.
+func ruleHits(t *testing.T, be kernel.Backend, comment string) int {
+	t.Helper()
+	total := 0
+	for _, line := range strings.Split(lab.Run(t, be.SaveCommand(kernel.IPv4), "-c", "-t", "filter"), "\n") {
+		if !strings.Contains(line, `"`+comment+`"`) || !strings.HasPrefix(line, "[") {
+			continue
+		}
+		counters, _, _ := strings.Cut(strings.TrimPrefix(line, "["), "]")
+		pkts, _, _ := strings.Cut(counters, ":")
+		n, err := strconv.Atoi(pkts)
+		if err != nil {
+			t.Fatalf("parsing the counters of %q: %v", line, err)
+		}
+		total += n
+	}
+	return total
+}
