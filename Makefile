@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build deps tools test unit race demo bench lint clean
+.PHONY: all build deps tools test unit race demo bench bench-dataplane lint clean
 
 all: build
 
@@ -49,9 +49,22 @@ demo: deps
 	KPROXY_DEMO_REPORT=$$report $(GO) test -count=1 -run '^TestDemo$$' ./bench/demo/ >/dev/null || \
 		{ $(GO) test -count=1 -v -run '^TestDemo$$' ./bench/demo/; exit 1; }; \
 	cat $$report; rm -f $$report
+	@echo; echo "== The data-plane benchmark table (about 2-4 minutes)"
+	@$(MAKE) --no-print-directory bench-dataplane >/dev/null 2>&1 || { echo "the benchmark failed: run make bench-dataplane"; exit 1; }
+	@cat $(DATAPLANE_TABLE)
 
+# Micro-benchmarks of every package, then the data-plane table (direct, DNAT,
+# kproxy userspace, a Go io.Copy relay and HAProxy in one lab; measured once
+# per run, about 2-4 minutes), printed and kept in bin/dataplane-table.md.
+DATAPLANE_TABLE := $(CURDIR)/bin/dataplane-table.md
 bench: deps tools
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v /bench/dataplane)
+	$(MAKE) --no-print-directory bench-dataplane
+
+bench-dataplane: deps
+	@mkdir -p bin
+	KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
+	@cat $(DATAPLANE_TABLE)
 
 STATICCHECK := $(CURDIR)/bin/staticcheck
 lint:

@@ -1,0 +1,901 @@
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// relayProcessArg makes the test binary run the reference relay instead of
+// tests (see TestMain): the relay gets a process of its own, so its RSS and
+// CPU are measured like HAProxy's and kproxy's, apart from the benchmark's.
+const relayProcessArg = "dataplane-reference-relay"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == relayProcessArg {
+		if err := runRelayProcess(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "reference relay: %v\n", err)
+		}
+		// Returning without m.Run exits 0; the benchmark notices a relay
+		// that stopped on its own by its exit, with this log.
+		return
+	}
+	m.Run()
+}
+
+func runRelayProcess(args []string) error {
+	var specs []RelaySpec
+	for _, a := range args {
+		s, err := ParseRelaySpec(a)
+		if err != nil {
+			return err
+		}
+		specs = append(specs, s)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	r, err := StartCopyRelay(specs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "reference relay listening on %v\n", r.Addrs())
+	return r.Run(ctx)
+}
+
+// Benchmark settings: the whole table must finish within about 4 minutes.
+const (
+	runSeconds  = 5               // each iperf3 and wrk run
+	udpDuration = 4 * time.Second // each UDP request/response run
+	udpFlows    = 16
+	udpPayload  = 64
+	wrkConns    = 32
+	wrkThreads  = 2
+	// wantIdleConns is the issue's idle-connection count. Each proxied
+	// connection costs the proxy two descriptors, so it needs
+	// RLIMIT_NOFILE above 20,000; where the hard limit is lower and cannot
+	// be raised (no CAP_SYS_RESOURCE, as in some containers) the row uses
+	// as many as fit and says so.
+	wantIdleConns = 10000
+	// noFileLimit is the RLIMIT_NOFILE (soft and hard) the benchmark
+	// process asks for; every proxy it starts inherits it.
+	noFileLimit = 200000
+	// fdHeadroom is what a proxy needs besides its connections: listeners,
+	// epoll, log, metrics server, pipes.
+	fdHeadroom = 256
+)
+
+// Service ports, the same on every VIP.
+const (
+	iperfPort = lab.IperfPort
+	httpPort  = lab.NginxPort
+	udpPort   = lab.UDPPlainEchoPort
+)
+
+// The VIPs, one per path, and the fixed proxy ports of the reference relay
+// and HAProxy (below the ephemeral range this benchmark sets, so kproxy's
+// kernel-chosen ports cannot collide with them).
+var (
+	dnatVIP    = netip.MustParseAddr("198.18.1.1")
+	kproxyVIP  = netip.MustParseAddr("198.18.2.1")
+	iocopyVIP  = netip.MustParseAddr("198.18.3.1")
+	haproxyVIP = netip.MustParseAddr("198.18.4.1")
+)
+
+const (
+	iocopyIperfPort, iocopyHTTPPort, iocopyUDPPort = 7001, 7002, 7003
+	haproxyIperfPort, haproxyHTTPPort              = 7101, 7102
+)
+
+// dataPath is one path under test: where the client sends each kind of
+// traffic, and the proxy process if there is one.
+type dataPath struct {
+	path       Path
+	vip        netip.Addr
+	udp        bool // the path relays UDP (HAProxy does not)
+	proxy      *lab.Process
+	proxyPorts []string // for the log
+}
+
+func (p *dataPath) addr(port int) string {
+	return netip.AddrPortFrom(p.vip, uint16(port)).String()
+}
+
+type bench struct {
+	topo    *lab.Topology
+	backend *lab.Host
+	paths   []*dataPath
+	table   *Table
+
+	// idleConns is the number of idle connections the RSS row opens.
+	idleConns int
+
+	mu       sync.Mutex
+	measured map[string][]reported // group/path → metrics, so a re-run reports, not re-measures
+}
+
+func rows(idleConns int) []Row {
+	return []Row{
+		{ID: "bulk-1-stream", Title: "bulk TCP, iperf3, 1 stream", Unit: "Gbit/s", Decimals: 2, MinRatio: 0.85},
+		{ID: "bulk-8-streams", Title: "bulk TCP, iperf3 -P 8", Unit: "Gbit/s", Decimals: 2, MinRatio: 0.85},
+		{ID: "keepalive-rate", Title: "keep-alive requests, wrk", Unit: "req/s", Decimals: 0, MinRatio: 0.70},
+		{ID: "keepalive-p50", Title: "keep-alive p50 latency", Unit: "ms", Decimals: 3, LowerIsBetter: true, NoRatio: true},
+		{ID: "keepalive-p99", Title: "keep-alive p99 latency", Unit: "ms", Decimals: 3, LowerIsBetter: true, NoRatio: true},
+		{ID: "newconn-rate", Title: "new-connection requests, wrk", Unit: "req/s", Decimals: 0, MinRatio: 0.90},
+		{ID: "newconn-p50", Title: "new-connection p50 latency", Unit: "ms", Decimals: 3, LowerIsBetter: true, NoRatio: true},
+		{ID: "newconn-p99", Title: "new-connection p99 latency", Unit: "ms", Decimals: 3, LowerIsBetter: true, NoRatio: true},
+		{ID: "udp-rate", Title: "UDP request/response, 64 B, 16 flows", Unit: "req/s", Decimals: 0, MinRatio: 0.70},
+		{ID: "idle-conn-rss", Title: fmt.Sprintf("proxy RSS per idle proxied TCP connection (%d open)", idleConns), Unit: "KiB/conn", Decimals: 2,
+			LowerIsBetter: true, MaxValue: 16, NoRatio: true},
+		{ID: "idle-conn-fds", Title: "descriptors per idle proxied TCP connection", Unit: "fds/conn", Decimals: 2,
+			LowerIsBetter: true, NoRatio: true},
+	}
+}
+
+// BenchmarkDataPlane builds one lab and measures every row for every path;
+// see the package documentation. Numbers are measured once per invocation
+// (run with -benchtime 1x).
+func BenchmarkDataPlane(b *testing.B) {
+	bin := lab.KproxyBinary(b)
+	if lab.InFreshNetns(b, lab.KproxyBinaryEnv+"="+bin) {
+		return
+	}
+	for _, tool := range []string{"iperf3", "wrk", "haproxy", "nginx", "iptables", "sysctl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Fatalf("%s is needed (`make deps` installs it): %v", tool, err)
+		}
+	}
+	bn := setUp(b, bin)
+
+	groups := []struct {
+		name string
+		m    measurement
+	}{
+		{"bulk-1-stream", bn.iperf(1)},
+		{"bulk-8-streams", bn.iperf(8)},
+		{"keepalive", bn.wrk(false)},
+		{"newconn", bn.wrk(true)},
+		{"udp-rate", bn.udpRate},
+		{"idle-conn-rss", bn.idleRSS},
+	}
+	// KPROXY_DATAPLANE_ONLY=name[,name] runs some groups only (the inner
+	// run in the namespace cannot take a -bench sub-pattern).
+	only := os.Getenv("KPROXY_DATAPLANE_ONLY")
+	for _, g := range groups {
+		if only != "" && !slices.Contains(strings.Split(only, ","), g.name) {
+			continue
+		}
+		b.Run(g.name, func(b *testing.B) { bn.eachPath(b, g.name, g.m) })
+	}
+
+	md := bn.table.Markdown()
+	fmt.Printf("\n%s\n", md)
+	if out := os.Getenv("KPROXY_BENCH_TABLE"); out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+			b.Errorf("writing the table to KPROXY_BENCH_TABLE=%s: %v", out, err)
+		}
+	}
+}
+
+// measurement is one row for one path: it reports its metrics through
+// b.ReportMetric and records them with record(rowID, value).
+type measurement func(b *testing.B, p *dataPath, record func(row string, v float64, unit string))
+
+// eachPath runs m as one sub-benchmark per path. A sub-benchmark invoked
+// again (b.N > 1 under a time-based -benchtime) reports its first
+// measurement instead of measuring again.
+func (bn *bench) eachPath(b *testing.B, group string, m measurement) {
+	for _, p := range bn.paths {
+		b.Run(string(p.path), func(b *testing.B) {
+			key := group + "/" + string(p.path)
+			bn.mu.Lock()
+			done, ok := bn.measured[key]
+			bn.mu.Unlock()
+			if ok {
+				for _, r := range done {
+					b.ReportMetric(r.value, r.unit)
+				}
+				return
+			}
+			var got []reported
+			m(b, p, func(row string, v float64, unit string) {
+				b.ReportMetric(v, unit)
+				bn.table.Set(row, p.path, v)
+				got = append(got, reported{v, unit})
+			})
+			bn.mu.Lock()
+			bn.measured[key] = got
+			bn.mu.Unlock()
+		})
+	}
+}
+
+type reported struct {
+	value float64
+	unit  string
+}
+
+// setUp builds the lab, the rules and the proxies, and checks that every
+// path answers before anything is measured.
+func setUp(b *testing.B, kproxyBin string) *bench {
+	bn := &bench{idleConns: raiseNoFile(b), measured: map[string][]reported{}}
+	bn.table = &Table{Rows: rows(bn.idleConns)}
+	bn.topo = lab.NewTopology(b, lab.TopologyOptions{Backends: 1})
+	bn.backend = bn.topo.Backends[0]
+	lab.StartServers(b, bn.topo, lab.ServerOptions{LargeFileBytes: 1})
+
+	// Room for 10,000 idle connections per proxy plus the new-connection
+	// runs' churn: more ephemeral ports, TIME_WAIT reuse for outgoing
+	// connections, and conntrack's TIME_WAIT entries expiring quickly so the
+	// runs do not fill the (global) conntrack table.
+	for _, h := range []*lab.Host{bn.topo.Node, bn.topo.Client} {
+		h.MustExec("sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=10000 65000", "net.ipv4.tcp_tw_reuse=1")
+	}
+
+	backend := bn.backend.IPv4
+	bn.paths = []*dataPath{
+		{path: Direct, vip: backend, udp: true},
+		{path: DNAT, vip: dnatVIP, udp: true},
+		{path: Kproxy, vip: kproxyVIP, udp: true},
+		{path: IOCopy, vip: iocopyVIP, udp: true},
+		{path: HAProxy, vip: haproxyVIP},
+	}
+	var nat []string
+	for _, pr := range []struct {
+		proto string
+		port  int
+	}{{"tcp", iperfPort}, {"tcp", httpPort}, {"udp", udpPort}} {
+		nat = append(nat, fmt.Sprintf("-A PREROUTING -d %s/32 -p %s -m %s --dport %d -j DNAT --to-destination %s",
+			dnatVIP, pr.proto, pr.proto, pr.port, netip.AddrPortFrom(backend, uint16(pr.port))))
+	}
+	redirects := []struct {
+		vip             netip.Addr
+		proto           string
+		port, proxyPort int
+	}{
+		{iocopyVIP, "tcp", iperfPort, iocopyIperfPort}, {iocopyVIP, "tcp", httpPort, iocopyHTTPPort}, {iocopyVIP, "udp", udpPort, iocopyUDPPort},
+		{haproxyVIP, "tcp", iperfPort, haproxyIperfPort}, {haproxyVIP, "tcp", httpPort, haproxyHTTPPort},
+	}
+	var filter []string
+	for _, r := range redirects {
+		nat = append(nat, fmt.Sprintf("-A PREROUTING -d %s/32 -p %s -m %s --dport %d -j REDIRECT --to-ports %d",
+			r.vip, r.proto, r.proto, r.port, r.proxyPort))
+		// kproxy's guard: only redirected traffic may reach a proxy port.
+		reject := "--reject-with icmp-port-unreachable"
+		if r.proto == "tcp" {
+			reject = "--reject-with tcp-reset"
+		}
+		filter = append(filter, fmt.Sprintf("-A INPUT -p %s -m %s --dport %d -m conntrack ! --ctstate DNAT -j REJECT %s",
+			r.proto, r.proto, r.proxyPort, reject))
+	}
+	restore := "*nat\n" + strings.Join(nat, "\n") + "\nCOMMIT\n*filter\n" + strings.Join(filter, "\n") + "\nCOMMIT\n"
+	cmd := exec.Command("iptables-restore", "--noflush")
+	cmd.Stdin = strings.NewReader(restore)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("installing the benchmark's DNAT and REDIRECT rules: %v\n%s\nrules:\n%s", err, out, restore)
+	}
+	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait"); err == nil {
+		bn.topo.Node.MustExec("sysctl", "-q", "-w", "net.netfilter.nf_conntrack_tcp_timeout_time_wait=2")
+	}
+
+	bn.pathOf(Kproxy).proxy = startKproxy(b, bn.topo, kproxyBin, backend)
+
+	iocopy := bn.pathOf(IOCopy)
+	iocopy.proxy = bn.topo.Node.Start(os.Args[0], relayProcessArg,
+		RelaySpec{"tcp", netip.MustParseAddrPort(fmt.Sprintf("0.0.0.0:%d", iocopyIperfPort)), netip.AddrPortFrom(backend, iperfPort)}.String(),
+		RelaySpec{"tcp", netip.MustParseAddrPort(fmt.Sprintf("0.0.0.0:%d", iocopyHTTPPort)), netip.AddrPortFrom(backend, httpPort)}.String(),
+		RelaySpec{"udp", netip.MustParseAddrPort(fmt.Sprintf("0.0.0.0:%d", iocopyUDPPort)), netip.AddrPortFrom(backend, udpPort)}.String())
+	for _, port := range []int{iocopyIperfPort, iocopyHTTPPort} {
+		if err := iocopy.proxy.WaitListening("tcp", port, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	haproxy := bn.pathOf(HAProxy)
+	haproxy.proxy = startHAProxy(b, bn.topo, backend, bn.idleConns+16)
+
+	// Every path must answer HTTP with the backend's name, and UDP with the
+	// datagram, before anything is measured.
+	for _, p := range bn.paths {
+		bn.checkPath(b, p)
+	}
+	bn.table.Header = machineHeader()
+	bn.table.Notes = []string{
+		fmt.Sprintf("Lab: client → node → one backend (backend-1: nginx, iperf3 -s, a Go UDP echo) over veth and a bridge, MTU 1500; every path uses the same backend. %d cores shared by client, proxies and servers.", runtime.NumCPU()),
+		fmt.Sprintf("iperf3 and wrk runs last %d s each; wrk: %d connections, %d threads, GET / (a 10-byte body); new connections with `Connection: close`. UDP: a Go client, %d flows, one %d-byte datagram outstanding per flow, %v.", runSeconds, wrkConns, wrkThreads, udpFlows, udpPayload, udpDuration),
+		fmt.Sprintf("RSS: VmRSS of the proxy process with %d idle keep-alive connections (one request each, then idle) minus VmRSS before, divided by %d. Percentages are of the iptables DNAT path in this run.", bn.idleConns, bn.idleConns),
+		"The Go io.Copy relay and HAProxy sit behind the same kind of REDIRECT rule kproxy writes (plus its conntrack --ctstate DNAT guard); HAProxy has no UDP.",
+	}
+	return bn
+}
+
+func (bn *bench) pathOf(p Path) *dataPath {
+	for _, dp := range bn.paths {
+		if dp.path == p {
+			return dp
+		}
+	}
+	return nil
+}
+
+// raiseNoFile lifts RLIMIT_NOFILE, the hard limit too when the process may
+// (root with CAP_SYS_RESOURCE), else the soft limit to the hard one. It goes
+// through syscall.Setrlimit, so the proxies started afterwards inherit it.
+// It returns how many idle proxied connections fit in a proxy.
+func raiseNoFile(b *testing.B) int {
+	lim := syscall.Rlimit{Cur: noFileLimit, Max: noFileLimit}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			b.Fatalf("reading RLIMIT_NOFILE: %v", err)
+		}
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			b.Fatalf("raising RLIMIT_NOFILE to its hard limit %d: %v", lim.Max, err)
+		}
+		b.Logf("RLIMIT_NOFILE hard limit is %d and cannot be raised (no CAP_SYS_RESOURCE?): a proxy fits %d proxied connections, not %d",
+			lim.Max, (lim.Max-fdHeadroom)/2, wantIdleConns)
+	}
+	return int(min(wantIdleConns, (lim.Max-fdHeadroom)/2))
+}
+
+// kproxyServices is the services file for the kproxy path: one Service on
+// kproxyVIP with the three benchmark ports, its only endpoint the backend.
+func kproxyServices(backend netip.Addr) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Node
+metadata: {name: node}
+status: {addresses: [{type: InternalIP, address: 198.19.0.1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: bench, namespace: default}
+spec:
+  clusterIP: %[1]s
+  ports:
+  - {name: iperf, port: %[3]d, protocol: TCP, targetPort: %[3]d}
+  - {name: http, port: %[4]d, protocol: TCP, targetPort: %[4]d}
+  - {name: udp, port: %[5]d, protocol: UDP, targetPort: %[5]d}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: bench-1
+  namespace: default
+  labels: {kubernetes.io/service-name: bench}
+addressType: IPv4
+ports:
+- {name: iperf, port: %[3]d, protocol: TCP}
+- {name: http, port: %[4]d, protocol: TCP}
+- {name: udp, port: %[5]d, protocol: UDP}
+endpoints:
+- {addresses: [%[2]s], nodeName: other}
+`, kproxyVIP, backend, iperfPort, httpPort, udpPort)
+}
+
+func startKproxy(b *testing.B, topo *lab.Topology, bin string, backend netip.Addr) *lab.Process {
+	file := filepath.Join(b.TempDir(), "services.yaml")
+	if err := os.WriteFile(file, []byte(kproxyServices(backend)), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	p := topo.Node.Start(bin, "--proxy-mode=userspace", "--services-file="+file, "--hostname-override=node",
+		"--iptables-min-sync-period=0", "-v=1")
+	// Ready once its portal for the VIP is in the nat table.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-p.Exited():
+			b.Fatalf("kproxy exited before programming its portals: %v\n%s", p.Err(), p.Log())
+		default:
+		}
+		save, _ := topo.Node.Exec("iptables-save", "-t", "nat")
+		if strings.Count(save, "-d "+kproxyVIP.String()+"/32") >= 3 {
+			return p
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("kproxy did not program portals for %s within 20 s; nat table:\n%s\nkproxy log:\n%s", kproxyVIP, save, p.Log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// haproxyConfig: mode tcp with splice-auto, threads = cores, timeouts long
+// enough for the idle-connection row, no logging. maxconn covers the idle
+// connections; maxpipes is kept small (pipes serve only connections that are
+// splicing at the moment) so HAProxy's descriptor budget fits RLIMIT_NOFILE.
+func haproxyConfig(backend netip.Addr, maxconn int) string {
+	return fmt.Sprintf(`global
+	maxconn %d
+	maxpipes 32
+	nbthread %d
+defaults
+	mode tcp
+	option splice-auto
+	timeout connect 5s
+	timeout client 1h
+	timeout server 1h
+listen iperf
+	bind 0.0.0.0:%d
+	server b1 %s
+listen http
+	bind 0.0.0.0:%d
+	server b1 %s
+`, maxconn, runtime.NumCPU(), haproxyIperfPort, netip.AddrPortFrom(backend, iperfPort), haproxyHTTPPort, netip.AddrPortFrom(backend, httpPort))
+}
+
+func startHAProxy(b *testing.B, topo *lab.Topology, backend netip.Addr, maxconn int) *lab.Process {
+	cfg := filepath.Join(b.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(backend, maxconn)), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := exec.Command("haproxy", "-c", "-f", cfg).CombinedOutput(); err != nil {
+		b.Fatalf("haproxy rejects its config: %v\n%s", err, out)
+	}
+	// -db: stay in the foreground, one process (no master-worker), so the
+	// pid Start returns is the one whose RSS is measured.
+	p := topo.Node.Start("haproxy", "-db", "-f", cfg)
+	for _, port := range []int{haproxyIperfPort, haproxyHTTPPort} {
+		if err := p.WaitListening("tcp", port, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return p
+}
+
+// checkPath fails the benchmark, with the proxy's log, unless the path
+// answers HTTP (and UDP where it relays UDP). kproxy may need a moment after
+// its rules appear, so this retries for a few seconds.
+func (bn *bench) checkPath(b *testing.B, p *dataPath) {
+	b.Helper()
+	var lastErr error
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if lastErr = bn.probe(p); lastErr == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	log := ""
+	if p.proxy != nil {
+		log = "\nproxy log:\n" + p.proxy.Log()
+	}
+	save, _ := bn.topo.Node.Exec("iptables-save")
+	b.Fatalf("path %s (%s) does not work: %v%s\nnode rules:\n%s", p.path.Title(), p.vip, lastErr, log, save)
+}
+
+func (bn *bench) probe(p *dataPath) error {
+	client := bn.topo.Client.HTTPClient()
+	client.Timeout = 2 * time.Second
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://" + p.addr(httpPort) + "/")
+	if err != nil {
+		return fmt.Errorf("HTTP: %w", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || strings.TrimSpace(string(body)) != bn.backend.Name {
+		return fmt.Errorf("HTTP GET / answered %q (%v), want %q", body, err, bn.backend.Name)
+	}
+	if !p.udp {
+		return nil
+	}
+	conn, err := bn.topo.Client.Dial("udp", p.addr(udpPort))
+	if err != nil {
+		return fmt.Errorf("UDP: %w", err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	msg := []byte("dataplane-probe")
+	if _, err := conn.Write(msg); err != nil {
+		return fmt.Errorf("UDP: %w", err)
+	}
+	buf := make([]byte, 256)
+	n, err := conn.Read(buf)
+	if err != nil || !bytes.Equal(buf[:n], msg) {
+		return fmt.Errorf("UDP echo answered %q (%v), want %q", buf[:n], err, msg)
+	}
+	return nil
+}
+
+// alive fails the benchmark if the path's proxy has exited.
+func alive(b *testing.B, p *dataPath) {
+	b.Helper()
+	if p.proxy == nil {
+		return
+	}
+	select {
+	case <-p.proxy.Exited():
+		b.Fatalf("%s exited: %v\n%s", p.proxy, p.proxy.Err(), p.proxy.Log())
+	default:
+	}
+}
+
+func (bn *bench) iperf(streams int) measurement {
+	row := "bulk-1-stream"
+	if streams > 1 {
+		row = "bulk-8-streams"
+	}
+	return func(b *testing.B, p *dataPath, record func(string, float64, string)) {
+		alive(b, p)
+		cmd := bn.topo.Client.Command("iperf3", "-c", p.vip.String(), "-p", strconv.Itoa(iperfPort),
+			"-t", strconv.Itoa(runSeconds), "-P", strconv.Itoa(streams), "-J")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, runErr := cmd.Output()
+		res, err := ParseIperf3JSON(out)
+		if err != nil {
+			b.Fatalf("iperf3 through %s: %v (exit: %v)\nstderr: %s%s", p.path.Title(), err, runErr, stderr.String(), proxyLog(p))
+		}
+		record(row, res.ReceivedBitsPerSecond/1e9, "Gbit/s")
+		b.Logf("%s: %.2f Gbit/s, %d retransmits, %d streams", p.path.Title(), res.ReceivedBitsPerSecond/1e9, res.Retransmits, res.Streams)
+		alive(b, p)
+	}
+}
+
+func (bn *bench) wrk(newConnections bool) measurement {
+	prefix := "keepalive"
+	if newConnections {
+		prefix = "newconn"
+	}
+	return func(b *testing.B, p *dataPath, record func(string, float64, string)) {
+		alive(b, p)
+		args := []string{"-t", strconv.Itoa(wrkThreads), "-c", strconv.Itoa(wrkConns), "-d", strconv.Itoa(runSeconds) + "s", "--latency"}
+		if newConnections {
+			args = append(args, "-H", "Connection: close")
+		}
+		args = append(args, "http://"+p.addr(httpPort)+"/")
+		out, err := bn.topo.Client.Exec("wrk", args...)
+		if err != nil {
+			b.Fatalf("wrk through %s: %v%s", p.path.Title(), err, proxyLog(p))
+		}
+		res, err := ParseWrk(out)
+		if err != nil {
+			b.Fatalf("wrk through %s: %v%s", p.path.Title(), err, proxyLog(p))
+		}
+		if res.Non2xx > 0 || res.Requests == 0 {
+			b.Fatalf("wrk through %s: %d requests, %d not 2xx/3xx:\n%s%s", p.path.Title(), res.Requests, res.Non2xx, out, proxyLog(p))
+		}
+		if res.SocketErrors > 0 {
+			b.Logf("wrk through %s reported %d socket errors:\n%s", p.path.Title(), res.SocketErrors, out)
+		}
+		record(prefix+"-rate", res.RequestsPerSecond, "req/s")
+		record(prefix+"-p50", float64(res.P50)/float64(time.Millisecond), "p50-ms")
+		record(prefix+"-p99", float64(res.P99)/float64(time.Millisecond), "p99-ms")
+		alive(b, p)
+	}
+}
+
+// udpRate runs udpFlows closed-loop flows from the client, each with one
+// datagram outstanding, for udpDuration and counts the replies. A datagram
+// lost on the way waits out a short deadline and is counted as lost.
+func (bn *bench) udpRate(b *testing.B, p *dataPath, record func(string, float64, string)) {
+	if !p.udp {
+		b.Skipf("%s does not relay UDP", p.path.Title())
+	}
+	alive(b, p)
+	conns := make([]net.Conn, 0, udpFlows)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	err := bn.topo.Client.InNetns(func() error {
+		for range udpFlows {
+			c, err := net.Dial("udp", p.addr(udpPort))
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatalf("UDP flows to %s: %v", p.path.Title(), err)
+	}
+	var replies, lost atomic.Int64
+	stop := time.Now().Add(udpDuration)
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg, buf := make([]byte, udpPayload), make([]byte, 2048)
+			for time.Now().Before(stop) {
+				if _, err := c.Write(msg); err != nil {
+					lost.Add(1)
+					continue
+				}
+				_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				if n, err := c.Read(buf); err != nil || n != udpPayload {
+					lost.Add(1)
+					continue
+				}
+				replies.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if replies.Load() == 0 {
+		b.Fatalf("no UDP replies through %s (%d lost)%s", p.path.Title(), lost.Load(), proxyLog(p))
+	}
+	if lost.Load() > 0 {
+		b.Logf("%s: %d datagrams lost of %d", p.path.Title(), lost.Load(), replies.Load()+lost.Load())
+	}
+	record("udp-rate", float64(replies.Load())/udpDuration.Seconds(), "req/s")
+	alive(b, p)
+}
+
+// idleRSS opens bn.idleConns keep-alive connections through the path, makes
+// one request on each, leaves them idle and reads the proxy's RSS growth.
+// A calibration with a few connections first measures the proxy's
+// descriptors per connection (the plain io.Copy relay holds splice pipes
+// while idle): a proxy that could not hold bn.idleConns within its
+// RLIMIT_NOFILE is measured with as many as fit, and the table says so.
+func (bn *bench) idleRSS(b *testing.B, p *dataPath, record func(string, float64, string)) {
+	if p.proxy == nil {
+		b.Skipf("%s has no proxy process", p.path.Title())
+	}
+	alive(b, p)
+	pid := p.proxy.Pid()
+	fdsBefore := countFDs(b, pid)
+	limit := openFileLimit(b, pid)
+	b.Logf("%s holds %d descriptors (%d sockets) before, may open %d", p.proxy, fdsBefore, countSockets(pid), limit)
+
+	const calibration = 100
+	conns := bn.openIdle(b, p, calibration)
+	waitFor(5*time.Second, func() bool { return countFDs(b, pid) >= fdsBefore+2*calibration })
+	time.Sleep(300 * time.Millisecond)
+	fdsPerConn := float64(countFDs(b, pid)-fdsBefore) / calibration
+	bn.closeIdle(b, pid, fdsBefore, conns)
+	// A descriptor closing meanwhile (an earlier probe's) can make it read
+	// a hair under 2; well under means connections are not being proxied.
+	if fdsPerConn < 1.5 {
+		b.Fatalf("%s holds %.2f descriptors per proxied connection, want 2 or more (is it proxying?)", p.proxy, fdsPerConn)
+	}
+	fdsPerConn = max(fdsPerConn, 2)
+	n := bn.idleConns
+	// Beyond its two sockets a proxy may hold pooled descriptors the
+	// calibration reused rather than opened (Go's splice pipes), so extras
+	// are budgeted at half as much again.
+	budget := fdsPerConn
+	if fdsPerConn > 2.05 {
+		budget = 2 + 1.5*(fdsPerConn-2) + 1
+	}
+	if fit := int(float64(limit-fdsBefore-fdHeadroom/2) / budget); fit < n {
+		n = fit
+		note := fmt.Sprintf("with %d connections: %.1f descriptors each, RLIMIT_NOFILE %d", n, fdsPerConn, limit)
+		bn.table.Annotate("idle-conn-rss", p.path, note)
+		b.Logf("%s: measured %s", p.proxy, note)
+	}
+
+	before := readRSS(b, pid)
+	conns = bn.openIdle(b, p, n)
+	defer bn.closeIdle(b, pid, fdsBefore, conns)
+	if !waitFor(30*time.Second, func() bool { return countFDs(b, pid) >= fdsBefore+2*n }) {
+		b.Fatalf("%s holds %d descriptors with %d connections open (had %d before), want at least %d more",
+			p.proxy, countFDs(b, pid), n, fdsBefore, 2*n)
+	}
+	time.Sleep(time.Second) // settle: lazily freed buffers, a GC cycle
+	after := readRSS(b, pid)
+	alive(b, p)
+	perConn := float64(after-before) / float64(n)
+	b.Logf("%s: %d descriptors before, %.2f per connection; VmRSS %d KiB before, %d KiB with %d idle connections: %.2f KiB per connection",
+		p.proxy, fdsBefore, fdsPerConn, before, after, n, perConn)
+	record("idle-conn-rss", perConn, "KiB/conn")
+	record("idle-conn-fds", fdsPerConn, "fds/conn")
+}
+
+// openIdle opens n connections from the client through the path and makes
+// one keep-alive request on each; it fails the benchmark unless all work.
+func (bn *bench) openIdle(b *testing.B, p *dataPath, n int) []net.Conn {
+	b.Helper()
+	addr := p.addr(httpPort)
+	conns := make([]net.Conn, 0, n)
+	err := bn.topo.Client.InNetns(func() error {
+		for range n {
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return fmt.Errorf("connection %d: %w", len(conns)+1, err)
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, c := range conns {
+			c.Close()
+		}
+		b.Fatalf("opening %d connections through %s: %v%s", n, p.path.Title(), err, proxyLog(p))
+	}
+	// One request per connection, so each carries traffic before idling.
+	var failed atomic.Int64
+	var errMu sync.Mutex
+	var firstErr error
+	work := make(chan net.Conn)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := []byte("GET / HTTP/1.1\r\nHost: " + addr + "\r\n\r\n")
+			for c := range work {
+				if err := requestOnce(c, req, bn.backend.Name); err != nil {
+					failed.Add(1)
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, c := range conns {
+		work <- c
+	}
+	close(work)
+	wg.Wait()
+	if k := failed.Load(); k > 0 {
+		for _, c := range conns {
+			c.Close()
+		}
+		b.Fatalf("%d of %d requests on idle connections through %s failed, first: %v%s", k, n, p.path.Title(), firstErr, proxyLog(p))
+	}
+	return conns
+}
+
+// closeIdle closes conns and waits for the proxy to close its sockets, so
+// the next measurement starts clean. (Pipes may stay: Go keeps splice pipes
+// in a pool until a garbage collection.)
+func (bn *bench) closeIdle(b *testing.B, pid, fdsBefore int, conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
+	if !waitFor(30*time.Second, func() bool { return countSockets(pid) <= fdsBefore+64 }) {
+		b.Logf("pid %d still holds %d sockets 30 s after its connections closed", pid, countSockets(pid))
+	}
+}
+
+// countSockets counts pid's socket descriptors.
+func countSockets(pid int) int {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range entries {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n
+}
+
+// requestOnce sends a GET on c and reads the whole response, leaving c open.
+func requestOnce(c net.Conn, req []byte, want string) error {
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write(req); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(string(body)); got != want {
+		return fmt.Errorf("answer %q, want %q", got, want)
+	}
+	return nil
+}
+
+func readRSS(b *testing.B, pid int) int64 {
+	b.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatalf("reading the proxy's status: %v", err)
+	}
+	kib, err := ParseVmRSS(string(status))
+	if err != nil {
+		b.Fatalf("pid %d: %v", pid, err)
+	}
+	return kib
+}
+
+// openFileLimit reads the soft "Max open files" of pid.
+func openFileLimit(b *testing.B, pid int) int {
+	b.Helper()
+	limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		b.Fatalf("reading the proxy's limits: %v", err)
+	}
+	for line := range strings.Lines(string(limits)) {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if n, err := strconv.Atoi(f[0]); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	b.Fatalf("no Max open files line in /proc/%d/limits:\n%s", pid, limits)
+	return 0
+}
+
+func countFDs(b *testing.B, pid int) int {
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		b.Logf("listing descriptors of pid %d: %v", pid, err)
+		return -1
+	}
+	return len(entries)
+}
+
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func proxyLog(p *dataPath) string {
+	if p.proxy == nil {
+		return ""
+	}
+	log := p.proxy.Log()
+	if len(log) > 4000 {
+		log = "…" + log[len(log)-4000:]
+	}
+	return "\nlog of " + p.proxy.String() + ":\n" + log
+}
+
+// machineHeader is the table's first lines: when and on what it ran.
+func machineHeader() []string {
+	kernel := "unknown"
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		kernel = strings.TrimSpace(string(out))
+	}
+	cpu := "unknown"
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(info)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return []string{
+		"**kproxy data-plane benchmark** (`go test -run '^$' -bench DataPlane -benchtime 1x ./bench/dataplane/`)",
+		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		fmt.Sprintf("Machine: %s, %d CPUs, Linux %s, %s", cpu, runtime.NumCPU(), kernel, runtime.Version()),
+	}
+}

@@ -1,0 +1,31 @@
+// Package dataplane holds the data-plane benchmark of issue 3: one lab
+// (bench/lab: a client, the node, one backend) and five ways from the client
+// to the backend's servers, each on its own service VIP so they coexist:
+//
+//   - direct: the client addresses the backend itself (routed by the node);
+//   - iptables DNAT: a hand-written nat PREROUTING DNAT rule, VIP → backend;
+//   - kproxy userspace: the real kproxy binary, --proxy-mode=userspace, fed
+//     a services file;
+//   - Go io.Copy relay: the naive Go proxy (accept, dial, two io.Copy
+//     goroutines; a per-flow UDP relay), run as its own process behind a
+//     REDIRECT rule of the kind kproxy writes;
+//   - HAProxy (Debian package, mode tcp, option splice-auto) behind the same
+//     kind of REDIRECT rule.
+//
+// Every path uses the same single backend (backend-1), for every row: the
+// comparison is about what sits between client and server, not about
+// balancing. BenchmarkDataPlane measures bulk TCP (iperf3, 1 and 8 streams),
+// keep-alive and new-connection request rates with p50/p99 latency (wrk
+// against nginx), UDP request/response rate (a Go client, 64-byte datagrams,
+// 16 flows) and the proxy's RSS per idle proxied TCP connection, then prints
+// a Markdown table with ratios against the DNAT path measured in the same
+// run (and writes it to $KPROXY_BENCH_TABLE when set).
+//
+// Each number is measured once per benchmark invocation, whatever b.N is:
+// run it with -benchtime 1x, as `make bench` should:
+//
+//	sudo go test -run '^$' -bench DataPlane -benchtime 1x ./bench/dataplane/
+//
+// This file's package also holds the Go io.Copy relay (relay.go) and the
+// parsers and table renderer the benchmark uses.
+package dataplane

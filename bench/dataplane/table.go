@@ -1,0 +1,210 @@
+package dataplane
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Path is one way from the client to the backend.
+type Path string
+
+const (
+	Direct  Path = "direct"
+	DNAT    Path = "dnat"
+	Kproxy  Path = "kproxy"
+	IOCopy  Path = "iocopy"
+	HAProxy Path = "haproxy"
+)
+
+// Paths lists the paths in table column order.
+func Paths() []Path { return []Path{Direct, DNAT, Kproxy, IOCopy, HAProxy} }
+
+// Title is the path's column heading.
+func (p Path) Title() string {
+	switch p {
+	case Direct:
+		return "direct"
+	case DNAT:
+		return "iptables DNAT"
+	case Kproxy:
+		return "kproxy userspace"
+	case IOCopy:
+		return "Go io.Copy relay"
+	case HAProxy:
+		return "HAProxy splice-auto"
+	}
+	return string(p)
+}
+
+// Row is one measured quantity.
+type Row struct {
+	// ID names the sub-benchmark ("bulk-1-stream").
+	ID    string
+	Title string
+	// Unit is the b.ReportMetric unit and the table's unit.
+	Unit string
+	// LowerIsBetter is set for latencies and memory.
+	LowerIsBetter bool
+	// Decimals is how many fraction digits the table shows.
+	Decimals int
+	// MinRatio, when set, is kproxy's target as a fraction of DNAT's value.
+	MinRatio float64
+	// MaxValue, when set, is kproxy's target as an absolute ceiling.
+	MaxValue float64
+	// NoRatio leaves out the "% of DNAT" next to values (latencies, or rows
+	// DNAT has no value for).
+	NoRatio bool
+}
+
+// Table collects one run's values and renders them.
+type Table struct {
+	Rows []Row
+	// Header lines (date, kernel, CPU, settings), printed above the table.
+	Header []string
+	// Notes are printed below it.
+	Notes  []string
+	values map[string]map[Path]float64
+	notes  map[string]map[Path]string
+}
+
+// Annotate attaches a remark to the value of row for path, shown in its cell.
+func (t *Table) Annotate(row string, p Path, note string) {
+	if t.notes == nil {
+		t.notes = map[string]map[Path]string{}
+	}
+	if t.notes[row] == nil {
+		t.notes[row] = map[Path]string{}
+	}
+	t.notes[row][p] = note
+}
+
+// Set records the value of row for path.
+func (t *Table) Set(row string, p Path, v float64) {
+	if t.values == nil {
+		t.values = map[string]map[Path]float64{}
+	}
+	if t.values[row] == nil {
+		t.values[row] = map[Path]float64{}
+	}
+	t.values[row][p] = v
+}
+
+// Get returns the value of row for path, if measured.
+func (t *Table) Get(row string, p Path) (float64, bool) {
+	v, ok := t.values[row][p]
+	return v, ok
+}
+
+// Ratio returns path's value over DNAT's for row.
+func (t *Table) Ratio(row string, p Path) (float64, bool) {
+	v, ok := t.Get(row, p)
+	d, dok := t.Get(row, DNAT)
+	if !ok || !dok || d == 0 {
+		return 0, false
+	}
+	return v / d, true
+}
+
+// Markdown renders the header, the table and the notes.
+func (t *Table) Markdown() string {
+	var b strings.Builder
+	for _, h := range t.Header {
+		fmt.Fprintf(&b, "%s  \n", h)
+	}
+	if len(t.Header) > 0 {
+		b.WriteString("\n")
+	}
+	b.WriteString("| measurement |")
+	for _, p := range Paths() {
+		fmt.Fprintf(&b, " %s |", p.Title())
+	}
+	b.WriteString(" kproxy target | kproxy vs HAProxy |\n|---|")
+	for range Paths() {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---|---|\n")
+	for _, r := range t.Rows {
+		fmt.Fprintf(&b, "| %s (%s) |", r.Title, r.Unit)
+		for _, p := range Paths() {
+			fmt.Fprintf(&b, " %s |", t.cell(r, p))
+		}
+		fmt.Fprintf(&b, " %s | %s |\n", t.target(r), t.versusHAProxy(r))
+	}
+	if len(t.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range t.Notes {
+			fmt.Fprintf(&b, "%s  \n", n)
+		}
+	}
+	return b.String()
+}
+
+func (t *Table) cell(r Row, p Path) string {
+	v, ok := t.Get(r.ID, p)
+	if !ok {
+		return "—"
+	}
+	s := formatValue(v, r.Decimals)
+	if ratio, ok := t.Ratio(r.ID, p); ok && !r.NoRatio && p != DNAT {
+		s += fmt.Sprintf(" (%.0f%%)", 100*ratio)
+	}
+	if note := t.notes[r.ID][p]; note != "" {
+		s += " [" + note + "]"
+	}
+	return s
+}
+
+// target says whether kproxy met the row's target, with the number it is
+// judged on.
+func (t *Table) target(r Row) string {
+	switch {
+	case r.MinRatio > 0:
+		ratio, ok := t.Ratio(r.ID, Kproxy)
+		if !ok {
+			return fmt.Sprintf("≥ %.0f%% of DNAT: not measured", 100*r.MinRatio)
+		}
+		return fmt.Sprintf("≥ %.0f%% of DNAT: %.0f%% %s", 100*r.MinRatio, 100*ratio, mark(ratio >= r.MinRatio))
+	case r.MaxValue > 0:
+		v, ok := t.Get(r.ID, Kproxy)
+		if !ok {
+			return fmt.Sprintf("≤ %s: not measured", formatValue(r.MaxValue, r.Decimals))
+		}
+		return fmt.Sprintf("≤ %s: %s %s", formatValue(r.MaxValue, r.Decimals), formatValue(v, r.Decimals), mark(v <= r.MaxValue))
+	}
+	return ""
+}
+
+func (t *Table) versusHAProxy(r Row) string {
+	k, kok := t.Get(r.ID, Kproxy)
+	h, hok := t.Get(r.ID, HAProxy)
+	if !kok || !hok || h == 0 {
+		return "—"
+	}
+	if k == h {
+		return "even (1.00×)"
+	}
+	ahead := k > h
+	if r.LowerIsBetter {
+		ahead = k < h
+	}
+	word := "behind"
+	if ahead {
+		word = "ahead"
+	}
+	return fmt.Sprintf("%s (%.2f×) %s", word, k/h, mark(ahead))
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "✓"
+	}
+	return "✗"
+}
+
+func formatValue(v float64, decimals int) string {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("%.*f", decimals, v)
+}
