@@ -53,7 +53,8 @@ func InFreshNetns(tb testing.TB, env ...string) (ranOutside bool) {
 	args := []string{"--net", "--", os.Args[0], "-test.run", pattern, "-test.count", "1"}
 	if isBenchmark {
 		args = []string{"--net", "--", os.Args[0], "-test.run", "^$", "-test.bench", pattern,
-			"-test.benchtime", flagValue("test.benchtime", "1s"), "-test.benchmem"}
+			"-test.benchtime", flagValue("test.benchtime", "1s"), "-test.count", flagValue("test.count", "1"),
+			"-test.benchmem"}
 	}
 	if testing.Verbose() {
 		args = append(args, "-test.v")
