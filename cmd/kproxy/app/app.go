@@ -50,6 +50,15 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	}
 	defer servers.close()
 
+	// The tracker and the engine need each other: the tracker's change
+	// callback notifies the engine, which reads snapshots from the tracker.
+	var eng *engine.Engine
+	tracker := servicemap.NewTracker(cfg.NodeName, func() { eng.Notify() })
+	src, err := newSource(ctx, cfg, tracker, m)
+	if err != nil {
+		return err
+	}
+
 	// Nothing above touched the kernel; from here on kproxy owns the node's
 	// proxy state, so leftovers of the other modes go first.
 	if err := cleanup.Except(ctx, features, name); err != nil {
@@ -71,10 +80,6 @@ func Run(ctx context.Context, cfg *options.Config) error {
 		}
 	}()
 
-	// The tracker and the engine need each other: the tracker's change
-	// callback notifies the engine, which reads snapshots from the tracker.
-	var eng *engine.Engine
-	tracker := servicemap.NewTracker(cfg.NodeName, func() { eng.Notify() })
 	eng, err = engine.New(engine.Config{
 		Map: tracker, Mode: proxyMode, Metrics: m, Health: health,
 		MinSyncPeriod: minSync, SyncPeriod: syncPeriod,
@@ -83,22 +88,22 @@ func Run(ctx context.Context, cfg *options.Config) error {
 		return fmt.Errorf("setting up the sync engine: %w", err)
 	}
 
-	src, err := newSource(ctx, cfg, tracker, m)
-	if err != nil {
-		return err
-	}
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 4)
+	errs := make(chan error, len(servers.list)+2)
+	// Every part runs until ctx ends; one that stops before is a failure
+	// that stops kproxy, even if it stopped without an error.
 	goFn := func(what string, fn func(context.Context) error) {
 		go func() {
 			err := fn(ctx)
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+				errs <- nil
+			case err == nil:
+				errs <- fmt.Errorf("%s stopped unexpectedly", what)
+			default:
 				errs <- fmt.Errorf("%s: %w", what, err)
-				return
 			}
-			errs <- nil
 		}()
 	}
 	running := 0

@@ -318,3 +318,23 @@ func rulesOnly(save string) string {
 	}
 	return b.String()
 }
+
+func TestRunRejectsBadKubeconfigBeforeTouchingTheKernel(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("this: is: not a kubeconfig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Leftovers of another mode, which a successful start would remove.
+	lab.Run(t, "iptables", "-t", "nat", "-N", "KUBE-PORTALS-CONTAINER")
+	before := rulesOnly(lab.Run(t, "iptables-nft-save"))
+	err := Run(context.Background(), config(t, "--kubeconfig="+kubeconfig, "--proxy-mode=iptables"))
+	if err == nil || !strings.Contains(err.Error(), kubeconfig) {
+		t.Fatalf("Run with a malformed kubeconfig returned %v, want an error naming %s", err, kubeconfig)
+	}
+	if after := rulesOnly(lab.Run(t, "iptables-nft-save")); after != before {
+		t.Errorf("a start refused for its kubeconfig changed the tables:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
