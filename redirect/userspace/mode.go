@@ -146,7 +146,23 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	}
 	node := m.node(snap, local)
 
-	var portErrs []error
+	portErrs := m.syncRelays(snap, node, changes)
+	claims, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
+	portErrs = append(portErrs, buildErrs...)
+	m.reportUnservedSCTP(snap)
+	if err := m.claimer.Sync(claims); err != nil {
+		portErrs = append(portErrs, err)
+	}
+	if len(portErrs) > 0 {
+		m.logger.Error(errors.Join(portErrs...), "Some service ports are not fully served")
+	}
+	return applyErr
+}
+
+// syncRelays starts the relays snap needs, updates the running ones, stops
+// the ones no longer needed, and moves UDP flows off departed endpoints.
+func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, changes *servicemap.ChangeSet) []error {
+	var errs []error
 	want := m.wantedRelays(snap, node)
 	for key, spec := range want {
 		if r, ok := m.relays[key]; ok {
@@ -155,7 +171,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 		}
 		r, err := m.startRelay(key, spec)
 		if err != nil {
-			portErrs = append(portErrs, err)
+			errs = append(errs, err)
 			continue
 		}
 		m.relays[key] = r
@@ -175,10 +191,14 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 			}
 		}
 	}
+	return errs
+}
 
-	var sctpUnserved []servicemap.ServicePortName
+// syncPortals writes each family's portal rules and returns the NodePort
+// claims they need, the per-port problems, and a failure to write.
+func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full bool) ([]portal.Claim, []error, error) {
 	var claims []portal.Claim
-	var applyErrs []error
+	var portErrs, applyErrs []error
 	for _, fam := range m.families {
 		if _, ok := hostIPOf(node.HostIPs, fam); !ok {
 			// No address to DNAT local traffic to: the node does not use
@@ -195,40 +215,39 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 		if err != nil {
 			portErrs = append(portErrs, err)
 		}
-		if err := m.appliers[fam].Apply(ctx, rs, changes.Full); err != nil {
+		if err := m.appliers[fam].Apply(ctx, rs, full); err != nil {
 			applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
 		}
 		claims = append(claims, rs.Claims...)
 	}
+	return claims, portErrs, errors.Join(applyErrs...)
+}
+
+// reportUnservedSCTP counts and logs (once each) the SCTP service ports a
+// kernel without SCTP sockets cannot serve.
+func (m *Mode) reportUnservedSCTP(snap *servicemap.Snapshot) {
+	if m.cfg.Features.SCTP.Present {
+		return
+	}
+	var unserved []servicemap.ServicePortName
 	for name := range snap.All() {
-		if name.Protocol == v1.ProtocolSCTP && !m.cfg.Features.SCTP.Present {
-			sctpUnserved = append(sctpUnserved, name)
+		if name.Protocol == v1.ProtocolSCTP {
+			unserved = append(unserved, name)
 		}
 	}
-	for _, name := range m.unserved.Update(sctpUnserved) {
-		m.logger.Info("Cannot serve SCTP service port: this kernel has no SCTP sockets", "servicePort", name.String())
-	}
-	if err := m.claimer.Sync(claims); err != nil {
-		portErrs = append(portErrs, err)
-	}
-	if len(portErrs) > 0 {
-		m.logger.Error(errors.Join(portErrs...), "Some service ports are not fully served")
-	}
-	return errors.Join(applyErrs...)
+	m.unserved.Update(unserved)
 }
 
 // Close stops the relays. The portal rules stay (a restarted kproxy takes
 // them over); --cleanup or another mode removes them.
 func (m *Mode) Close() error {
 	m.cancel()
-	var errs []error
 	for key, r := range m.relays {
 		r.close(m.alloc)
 		delete(m.relays, key)
 	}
 	m.wg.Wait()
-	errs = append(errs, m.claimer.Close())
-	return errors.Join(errs...)
+	return m.claimer.Close()
 }
 
 // proxyPorts is the portal lookup: the listener ports of a service port's
