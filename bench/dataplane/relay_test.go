@@ -41,26 +41,12 @@ func TestCopyRelay(t *testing.T) {
 			}()
 		}
 	}()
-	echo, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, from, err := echo.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			_, _ = echo.WriteToUDPAddrPort(buf[:n], from)
-		}
-	}()
+	echo := lab.ServeUDPEcho(t, "127.0.0.1:0")
 
 	loopback := netip.MustParseAddrPort("127.0.0.1:0")
 	r, err := StartCopyRelay([]RelaySpec{
 		{Network: "tcp", Listen: loopback, Upstream: ln.Addr().(*net.TCPAddr).AddrPort()},
-		{Network: "udp", Listen: loopback, Upstream: echo.LocalAddr().(*net.UDPAddr).AddrPort()},
+		{Network: "udp", Listen: loopback, Upstream: echo},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,14 +6,11 @@ package demo
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
 )
@@ -38,7 +35,7 @@ func TestDemo(t *testing.T) {
 	topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
 	lab.StartServers(t, topo, lab.ServerOptions{NoIperf: true})
 	kp := topo.Node.Start(bin, "--proxy-mode=userspace", "--services-file="+manifest, "--hostname-override=node")
-	waitForSync(t, kp)
+	lab.WaitSynced(t, kp, 1)
 
 	var r report
 	r.line("kproxy --proxy-mode=userspace --services-file=deploy/samples/lab.yaml, on the lab's node (198.19.0.1);")
@@ -51,19 +48,19 @@ func TestDemo(t *testing.T) {
 	}
 	r.line("")
 
-	web := count(t, 9, func() (string, error) { return get(topo.Client, "http://198.18.0.10/") })
+	web := count(t, 9, func() (string, error) { return lab.HTTPGet(topo.Client, "http://198.18.0.10/") })
 	r.line("9 HTTP requests to demo/web (198.18.0.10:80), new connection each: %s", web)
 	if len(web) != 3 {
 		t.Errorf("round-robin reached %d backends, want 3: %s", len(web), web)
 	}
-	nodePort := count(t, 6, func() (string, error) { return get(topo.Client, "http://198.19.0.1:30080/") })
+	nodePort := count(t, 6, func() (string, error) { return lab.HTTPGet(topo.Client, "http://198.19.0.1:30080/") })
 	r.line("6 HTTP requests to the NodePort 198.19.0.1:30080:                 %s", nodePort)
-	sticky := count(t, 9, func() (string, error) { return get(topo.Client, "http://198.18.0.20/") })
+	sticky := count(t, 9, func() (string, error) { return lab.HTTPGet(topo.Client, "http://198.18.0.20/") })
 	r.line("9 HTTP requests to demo/sticky (ClientIP affinity):               %s", sticky)
 	if len(sticky) != 1 {
 		t.Errorf("affinity did not hold: %s", sticky)
 	}
-	echo := count(t, 9, func() (string, error) { return udp(topo.Client, "198.18.0.53:53") })
+	echo := count(t, 9, func() (string, error) { return backendName(topo.Client, "198.18.0.53:53") })
 	r.line("9 UDP datagrams to demo/echo (198.18.0.53:53), new socket each:   %s", echo)
 	if len(echo) != 3 {
 		t.Errorf("UDP round-robin reached %d backends, want 3: %s", len(echo), echo)
@@ -101,84 +98,29 @@ func (c tally) String() string {
 	return strings.Join(parts, "  ")
 }
 
+// count asks n times and tallies the answers.
 func count(t *testing.T, n int, ask func() (string, error)) tally {
 	t.Helper()
-	c := tally{}
-	for range n {
-		answer, err := ask()
-		if err != nil {
-			t.Fatalf("request failed: %v", err)
-		}
-		c[answer]++
-	}
-	return c
+	return tally(lab.Spread(t, n, ask))
 }
 
-func get(h *lab.Host, url string) (string, error) {
-	client := h.HTTPClient()
-	client.Timeout = 3 * time.Second
-	client.Transport.(*http.Transport).DisableKeepAlives = true
-	resp, err := client.Get(url)
+// backendName asks the UDP echo at addr from h and returns the name of the
+// backend that answered (the first word of the reply).
+func backendName(h *lab.Host, addr string) (string, error) {
+	reply, err := lab.UDPAsk(h, addr, "hello")
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return strings.TrimSpace(string(body)), err
-}
-
-func udp(h *lab.Host, addr string) (string, error) {
-	conn, err := h.Dial("udp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Write([]byte("hello")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 512)
-	n, err := conn.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	name, _, _ := strings.Cut(string(buf[:n]), " ")
+	name, _, _ := strings.Cut(reply, " ")
 	return name, nil
-}
-
-func waitForSync(t *testing.T, kp *lab.Process) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-kp.Exited():
-			t.Fatalf("kproxy exited: %v\n%s", kp.Err(), kp.Log())
-		default:
-		}
-		if m := metrics(t, "kubeproxy_sync_proxy_rules_duration_seconds_count"); len(m) == 1 && !strings.HasSuffix(m[0], " 0") {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("kproxy did not sync within 15s:\n%s", kp.Log())
 }
 
 // metrics returns the samples of the named metric families.
 func metrics(t *testing.T, names ...string) []string {
 	t.Helper()
-	resp, err := http.Get("http://127.0.0.1:10249/metrics")
+	samples, err := lab.MetricSamples(names...)
 	if err != nil {
-		return nil
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var out []string
-	for _, line := range strings.Split(string(body), "\n") {
-		for _, n := range names {
-			if strings.HasPrefix(line, n+" ") || strings.HasPrefix(line, n+"{") {
-				out = append(out, line)
-			}
-		}
-	}
-	return out
+	return samples
 }

@@ -67,14 +67,6 @@ func endpoint(addr string, opts ...endpointOpt) discovery.Endpoint {
 // the portals get: REJECT when nothing serves anywhere, DROP when only a
 // Local policy empties the class.
 func TestEndpointStateOfWithTheBalancer(t *testing.T) {
-	web := func(mutate func(*v1.Service)) *v1.Service {
-		return service("default", "web", func(s *v1.Service) {
-			s.Spec.Type = v1.ServiceTypeNodePort
-			if mutate != nil {
-				mutate(s)
-			}
-		}, port("http", v1.ProtocolTCP, 80, 30080))
-	}
 	etpLocal := func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal }
 	itpLocal := func(s *v1.Service) {
 		p := v1.ServiceInternalTrafficPolicyLocal
@@ -88,44 +80,44 @@ func TestEndpointStateOfWithTheBalancer(t *testing.T) {
 	}{
 		{
 			name:   "ready endpoint elsewhere serves both classes",
-			svc:    web(nil),
+			svc:    nodePortWeb(nil),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4, endpoint("198.19.1.11", onNode("node-b")))},
 			want:   ClassEndpoints{},
 		},
 		{
 			name: "no slice at all",
-			svc:  web(nil),
+			svc:  nodePortWeb(nil),
 			want: ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},
 		{
 			name: "only unready, not serving endpoints",
-			svc:  web(nil),
+			svc:  nodePortWeb(nil),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
 				endpoint("198.19.1.11", onNode("node-a"), conditions(false, false, false)))},
 			want: ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},
 		{
 			name: "serving-terminating fallback still serves",
-			svc:  web(nil),
+			svc:  nodePortWeb(nil),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
 				endpoint("198.19.1.11", onNode("node-b"), conditions(false, true, true)))},
 			want: ClassEndpoints{},
 		},
 		{
 			name:   "externalTrafficPolicy Local, endpoints only elsewhere",
-			svc:    web(etpLocal),
+			svc:    nodePortWeb(etpLocal),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4, endpoint("198.19.1.11", onNode("node-b")))},
 			want:   ClassEndpoints{External: NoLocalEndpoints},
 		},
 		{
 			name:   "internalTrafficPolicy Local, endpoints only elsewhere",
-			svc:    web(itpLocal),
+			svc:    nodePortWeb(itpLocal),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4, endpoint("198.19.1.11", onNode("node-b")))},
 			want:   ClassEndpoints{Internal: NoLocalEndpoints},
 		},
 		{
 			name: "externalTrafficPolicy Local, a local serving-terminating endpoint",
-			svc:  web(etpLocal),
+			svc:  nodePortWeb(etpLocal),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
 				endpoint("198.19.1.11", onNode("node-b")),
 				endpoint("198.19.1.12", onNode("node-a"), conditions(false, true, true)))},
@@ -133,14 +125,14 @@ func TestEndpointStateOfWithTheBalancer(t *testing.T) {
 		},
 		{
 			name: "both policies Local, nothing ready anywhere",
-			svc:  web(func(s *v1.Service) { etpLocal(s); itpLocal(s) }),
+			svc:  nodePortWeb(func(s *v1.Service) { etpLocal(s); itpLocal(s) }),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
 				endpoint("198.19.1.11", onNode("node-b"), conditions(false, false, true)))},
 			want: ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},
 		{
 			name:   "endpoints of the other family only",
-			svc:    web(nil),
+			svc:    nodePortWeb(nil),
 			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv6, endpoint("fd00:19:1::11", onNode("node-a")))},
 			want:   ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,44 +15,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/sync/servicemap"
 )
-
-// dialFunc dials from one host of the lab.
-type dialFunc func(ctx context.Context, network, address string) (net.Conn, error)
-
-func tcpHello(dial dialFunc, to string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := dial(ctx, "tcp4", to)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 16)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
-}
-
-// udpPing sends one datagram on a connected socket and reads the answer: an
-// ICMP port unreachable for it shows up as ECONNREFUSED on the read.
-func udpPing(dial dialFunc, to string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := dial(ctx, "udp4", to)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte("ping")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 16)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
-}
 
 // TestNoEndpointsRefusedOnKernel programs portals for a service without
 // endpoints next to served ones, all sharing the same two proxy ports (a TCP
@@ -67,15 +29,12 @@ func udpPing(dial dialFunc, to string) (string, error) {
 func TestNoEndpointsRefusedOnKernel(t *testing.T) {
 	for _, be := range kernel.Backends() {
 		t.Run(string(be), func(t *testing.T) {
-			if lab.InFreshNetns(t) {
+			if onKernel(t, be) {
 				return
-			}
-			if _, err := exec.LookPath(be.RestoreCommand(kernel.IPv4)); err != nil {
-				t.Skipf("%s not installed", be.RestoreCommand(kernel.IPv4))
 			}
 			topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 1})
 			lab.Run(t, "sysctl", "-qw", "net.ipv4.ip_forward=0")
-			tcpPort, udpPort := tcpServer(t), udpEcho(t)
+			_, _, proxy := standInRelays(t)
 
 			nodePort := func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort }
 			empty := service("default", "empty", func(s *v1.Service) { clusterIPs("198.18.0.30")(s); nodePort(s) },
@@ -91,12 +50,7 @@ func TestNoEndpointsRefusedOnKernel(t *testing.T) {
 				"empty": {Internal: NoEndpoints, External: NoEndpoints},
 				"local": {External: NoLocalEndpoints},
 			}
-			portals := PortalsFrom(snapshotOf(t, empty, web, local), func(n servicemap.ServicePortName) (ProxyPorts, bool) {
-				if n.Protocol == v1.ProtocolUDP {
-					return ProxyPorts{Internal: udpPort, External: udpPort}, true
-				}
-				return ProxyPorts{Internal: tcpPort, External: tcpPort}, true
-			})
+			portals := PortalsFrom(snapshotOf(t, empty, web, local), proxy)
 			for i := range portals {
 				portals[i].Endpoints = states[portals[i].Port.Name.Name]
 			}
@@ -113,35 +67,34 @@ func TestNoEndpointsRefusedOnKernel(t *testing.T) {
 				t.Fatalf("Apply: %v", err)
 			}
 
-			var d net.Dialer
 			hosts := []struct {
 				name string
-				dial dialFunc
+				dial lab.Dialer
 			}{
-				{"client host", topo.Client.DialContext},
-				{"node itself", d.DialContext},
+				{"client host", topo.Client},
+				{"node itself", &net.Dialer{}},
 			}
 			nodeAddr := func(port int) string { return netip.AddrPortFrom(topo.Node.IPv4, uint16(port)).String() }
 			for _, h := range hosts {
 				for _, to := range []string{"198.18.0.30:80", nodeAddr(30090)} {
-					if got, err := tcpHello(h.dial, to); !errors.Is(err, syscall.ECONNREFUSED) {
+					if got, err := lab.TCPGreeting(h.dial, to); !errors.Is(err, syscall.ECONNREFUSED) {
 						t.Errorf("%s: TCP to %s (no endpoints): %q, %v; want connection refused", h.name, to, got, err)
 					}
 				}
 				for _, to := range []string{"198.18.0.30:53", nodeAddr(30053)} {
-					if got, err := udpPing(h.dial, to); !errors.Is(err, syscall.ECONNREFUSED) {
+					if got, err := lab.UDPAsk(h.dial, to, "ping"); !errors.Is(err, syscall.ECONNREFUSED) {
 						t.Errorf("%s: UDP to %s (no endpoints): %q, %v; want connection refused (ICMP port unreachable)", h.name, to, got, err)
 					}
 				}
 				// The same proxy ports still serve the services that have
 				// endpoints, and the cluster IP of the Local-policy one.
 				for _, to := range []string{"198.18.0.31:80", nodeAddr(30080), "198.18.0.32:80"} {
-					if got, err := tcpHello(h.dial, to); err != nil || got != "hello" {
+					if got, err := lab.TCPGreeting(h.dial, to); err != nil || got != "hello" {
 						t.Errorf("%s: TCP to %s (served): %q, %v; want the server's hello", h.name, to, got, err)
 					}
 				}
 				for _, to := range []string{"198.18.0.31:53", nodeAddr(30054)} {
-					if got, err := udpPing(h.dial, to); err != nil || got != "ping" {
+					if got, err := lab.UDPAsk(h.dial, to, "ping"); err != nil || got != "ping" {
 						t.Errorf("%s: UDP to %s (served): %q, %v; want the echo", h.name, to, got, err)
 					}
 				}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -18,103 +17,55 @@ import (
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// setUpNode gives the namespace two node addresses on a veth link (this
-// kernel has no dummy links) and a route for the service range, so connections to service IPs leave through
-// OUTPUT, where the portals catch them.
-func setUpNode(t *testing.T) {
-	t.Helper()
-	lab.Run(t, "ip", "link", "add", "node0", "type", "veth", "peer", "name", "node1")
-	lab.Run(t, "ip", "link", "set", "node1", "up")
-	lab.Run(t, "ip", "addr", "add", "198.19.0.1/24", "dev", "node0")
-	lab.Run(t, "ip", "addr", "add", "198.19.0.2/24", "dev", "node0")
-	lab.Run(t, "ip", "link", "set", "node0", "up")
-	lab.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "node0")
+// from dials from the test's namespace (the node), from source address ip
+// unless it is empty.
+func from(ip string) lab.Dialer {
+	if ip == "" {
+		return &net.Dialer{}
+	}
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 }
 
-// tcpServer accepts connections and writes "hello" to each.
-func tcpServer(t *testing.T) uint16 {
+// onKernel starts a subtest that programs be: it re-runs the subtest in a
+// fresh network namespace (true in the outer process, which must return)
+// and skips it where be's tools are not installed.
+func onKernel(t *testing.T, be kernel.Backend) (ranOutside bool) {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
+	if lab.InFreshNetns(t) {
+		return true
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("hello"))
-			c.Close()
+	if _, err := exec.LookPath(be.RestoreCommand(kernel.IPv4)); err != nil {
+		t.Skipf("%s not installed", be.RestoreCommand(kernel.IPv4))
+	}
+	return false
+}
+
+// proxyPortFunc is how PortalsFrom learns each service port's proxy ports.
+type proxyPortFunc = func(servicemap.ServicePortName) (ProxyPorts, bool)
+
+// standInRelays starts, on every address of the namespace, a TCP server
+// saying "hello" and a UDP echo standing in for the relays, and returns
+// their ports and the lookup that sends every TCP service port to the first
+// and every UDP one to the second, for both traffic classes.
+func standInRelays(t *testing.T) (tcpPort, udpPort uint16, proxy proxyPortFunc) {
+	t.Helper()
+	tcpPort, udpPort = lab.ServeGreeting(t, "0.0.0.0:0", "hello").Port(), lab.ServeUDPEcho(t, "0.0.0.0:0").Port()
+	return tcpPort, udpPort, func(n servicemap.ServicePortName) (ProxyPorts, bool) {
+		if n.Protocol == v1.ProtocolUDP {
+			return ProxyPorts{Internal: udpPort, External: udpPort}, true
 		}
-	}()
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
-}
-
-// udpEcho echoes datagrams back to their sender.
-func udpEcho(t *testing.T) uint16 {
-	t.Helper()
-	pc, err := net.ListenPacket("udp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
+		return ProxyPorts{Internal: tcpPort, External: tcpPort}, true
 	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(buf[:n], from)
-		}
-	}()
-	return uint16(pc.LocalAddr().(*net.UDPAddr).Port)
-}
-
-func dialTCP(from, to string) (string, error) {
-	d := net.Dialer{Timeout: 5 * time.Second}
-	if from != "" {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
-	}
-	c, err := d.Dial("tcp4", to)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 16)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
-}
-
-func udpRoundTrip(to string) (string, error) {
-	c, err := net.Dial("udp4", to)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte("ping")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 16)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
 }
 
 func TestPortalsOnKernel(t *testing.T) {
 	for _, be := range kernel.Backends() {
 		t.Run(string(be), func(t *testing.T) {
-			if lab.InFreshNetns(t) {
+			if onKernel(t, be) {
 				return
 			}
-			if _, err := exec.LookPath(be.RestoreCommand(kernel.IPv4)); err != nil {
-				t.Skipf("%s not installed", be.RestoreCommand(kernel.IPv4))
-			}
-			setUpNode(t)
-			tcpPort, udpPort := tcpServer(t), udpEcho(t)
+			lab.AddNodeLink(t, "198.19.0.1/24", "198.19.0.2/24")
+			tcpPort, udpPort, proxy := standInRelays(t)
 
 			web := service("default", "web", func(s *v1.Service) {
 				s.Spec.Type = v1.ServiceTypeLoadBalancer
@@ -122,12 +73,6 @@ func TestPortalsOnKernel(t *testing.T) {
 				s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.9.9"}}
 			}, port("http", v1.ProtocolTCP, 80, 30080))
 			dns := service("kube-system", "dns", clusterIPs("198.18.0.53"), port("dns", v1.ProtocolUDP, 53, 0))
-			proxy := func(n servicemap.ServicePortName) (ProxyPorts, bool) {
-				if n.Protocol == v1.ProtocolUDP {
-					return ProxyPorts{Internal: udpPort, External: udpPort}, true
-				}
-				return ProxyPorts{Internal: tcpPort, External: tcpPort}, true
-			}
 			node := Node{HostIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}
 			build := func(svcs ...*v1.Service) *Ruleset {
 				rs, err := Build(kernel.IPv4, node, PortalsFrom(snapshotOf(t, svcs...), proxy))
@@ -171,26 +116,26 @@ func TestPortalsOnKernel(t *testing.T) {
 
 			// Through the portals the servers answer, from the address used.
 			for _, to := range []string{"198.18.0.10:80", "198.19.0.1:30080", "198.19.0.2:30080"} {
-				if got, err := dialTCP("", to); err != nil || got != "hello" {
+				if got, err := lab.TCPGreeting(from(""), to); err != nil || got != "hello" {
 					t.Errorf("TCP to %s: %q, %v; want the server's hello", to, got, err)
 				}
 			}
-			if got, err := udpRoundTrip("198.18.0.53:53"); err != nil || got != "ping" {
+			if got, err := lab.UDPAsk(from(""), "198.18.0.53:53", "ping"); err != nil || got != "ping" {
 				t.Errorf("UDP to the cluster IP: %q, %v; want the echo", got, err)
 			}
 			// loadBalancerSourceRanges: only 198.19.0.2 may use the LB IP.
-			if got, err := dialTCP("198.19.0.2", "198.18.9.9:80"); err != nil || got != "hello" {
+			if got, err := lab.TCPGreeting(from("198.19.0.2"), "198.18.9.9:80"); err != nil || got != "hello" {
 				t.Errorf("TCP to the LB IP from an allowed source: %q, %v", got, err)
 			}
-			if _, err := dialTCP("198.19.0.1", "198.18.9.9:80"); !errors.Is(err, syscall.ECONNREFUSED) {
+			if _, err := lab.TCPGreeting(from("198.19.0.1"), "198.18.9.9:80"); !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("TCP to the LB IP from outside the source ranges: %v, want connection refused", err)
 			}
 
 			// Straight to a proxy port: refused, not relayed.
-			if _, err := dialTCP("", netip.AddrPortFrom(netip.MustParseAddr("198.19.0.1"), tcpPort).String()); !errors.Is(err, syscall.ECONNREFUSED) {
+			if _, err := lab.TCPGreeting(from(""), netip.AddrPortFrom(netip.MustParseAddr("198.19.0.1"), tcpPort).String()); !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("direct TCP connection to the proxy port: %v, want connection refused", err)
 			}
-			if _, err := udpRoundTrip(netip.AddrPortFrom(netip.MustParseAddr("198.19.0.1"), udpPort).String()); !errors.Is(err, syscall.ECONNREFUSED) {
+			if _, err := lab.UDPAsk(from(""), netip.AddrPortFrom(netip.MustParseAddr("198.19.0.1"), udpPort).String(), "ping"); !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("direct UDP datagram to the proxy port: %v, want connection refused", err)
 			}
 

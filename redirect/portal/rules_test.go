@@ -47,6 +47,17 @@ func service(ns, name string, mutate func(*v1.Service), ports ...v1.ServicePort)
 	return s
 }
 
+// nodePortWeb is default/web, a NodePort service with port http (80, node
+// port 30080), changed further by mutate unless it is nil.
+func nodePortWeb(mutate func(*v1.Service)) *v1.Service {
+	return service("default", "web", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		if mutate != nil {
+			mutate(s)
+		}
+	}, port("http", v1.ProtocolTCP, 80, 30080))
+}
+
 func port(name string, proto v1.Protocol, p, nodePort int32) v1.ServicePort {
 	return v1.ServicePort{Name: name, Protocol: proto, Port: p, NodePort: nodePort, TargetPort: intstr.FromInt32(8080)}
 }
@@ -97,14 +108,6 @@ func render(t *testing.T, node Node, portals []Portal) string {
 }
 
 func TestBuildGolden(t *testing.T) {
-	web := func(mutate func(*v1.Service)) *v1.Service {
-		return service("default", "web", func(s *v1.Service) {
-			s.Spec.Type = v1.ServiceTypeNodePort
-			if mutate != nil {
-				mutate(s)
-			}
-		}, port("http", v1.ProtocolTCP, 80, 30080))
-	}
 	cases := []struct {
 		name   string
 		svcs   []*v1.Service
@@ -121,12 +124,12 @@ func TestBuildGolden(t *testing.T) {
 		},
 		{
 			name: "nodeport-all-addresses",
-			svcs: []*v1.Service{web(nil)},
+			svcs: []*v1.Service{nodePortWeb(nil)},
 			node: testNode,
 		},
 		{
 			name: "nodeport-addresses",
-			svcs: []*v1.Service{web(nil)},
+			svcs: []*v1.Service{nodePortWeb(nil)},
 			node: func() Node {
 				n := testNode
 				n.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24"), netip.MustParsePrefix("fd00::/64")}

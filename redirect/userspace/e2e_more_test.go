@@ -41,14 +41,12 @@ func startFileLab(t *testing.T, render func(backends []string) string) *lab3 {
 	l := &lab3{}
 	l.topo = lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
 	l.servers = lab.StartServers(t, l.topo, lab.ServerOptions{NoIperf: true})
-	for _, b := range l.topo.Backends {
-		l.backends = append(l.backends, b.IPv4.String())
-	}
+	l.backends = backendIPs(l.topo)
 	l.manifest = filepath.Join(t.TempDir(), "services.yaml")
 	l.write(t, render(l.backends))
 	l.kproxy = l.topo.Node.Start(bin, "--proxy-mode=userspace", "--services-file="+l.manifest,
 		"--hostname-override=node", "--iptables-min-sync-period=0", "-v=2")
-	l.waitSynced(t, 1)
+	lab.WaitSynced(t, l.kproxy, 1)
 	return l
 }
 
@@ -277,7 +275,7 @@ func TestUserspaceLoadBalancerIngress(t *testing.T) {
 		{"LoadBalancer ingress IP admitting the client's range", "http://" + lbAllowedIP + "/"},
 		{"ClusterIP of the service refusing the client's range", "http://" + lbDeniedVIP + "/"},
 	} {
-		seen := spread(t, 6, func() (string, error) { return get(client, tc.url) })
+		seen := lab.Spread(t, 6, func() (string, error) { return lab.HTTPGet(client, tc.url) })
 		wantAllBackends(t, tc.what+" from the client", seen, false)
 	}
 	dialRefused(t, client, "LoadBalancer ingress IP outside loadBalancerSourceRanges", lbDeniedIP+":80")
@@ -302,9 +300,9 @@ func TestUserspaceMultiPortNamedTargetPorts(t *testing.T) {
 		return
 	}
 	for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
-		seen := spread(t, 6, func() (string, error) { return get(from, "http://"+multiVIP+"/") })
+		seen := lab.Spread(t, 6, func() (string, error) { return lab.HTTPGet(from, "http://"+multiVIP+"/") })
 		wantAllBackends(t, "port web (nginx) from "+from.Name, seen, false)
-		seen = spread(t, 6, func() (string, error) {
+		seen = lab.Spread(t, 6, func() (string, error) {
 			return digest(from, multiVIP+":7002", "upload through the second port of "+multiVIP)
 		})
 		wantAllBackends(t, "port upload (TCP digest server) from "+from.Name, seen, false)
@@ -336,15 +334,15 @@ func TestUserspaceTerminatingEndpoints(t *testing.T) {
 	}
 	client := l.topo.Client
 	t.Run("only serving-terminating endpoints still serve", func(t *testing.T) {
-		seen := spread(t, 9, func() (string, error) { return get(client, "http://"+termAllVIP+"/") })
+		seen := lab.Spread(t, 9, func() (string, error) { return lab.HTTPGet(client, "http://"+termAllVIP+"/") })
 		wantAllBackends(t, "serving-terminating endpoints", seen, false)
 	})
 	t.Run("a ready endpoint is preferred to terminating ones", func(t *testing.T) {
-		seen := spread(t, 9, func() (string, error) { return get(client, "http://"+termMixedVIP+"/") })
+		seen := lab.Spread(t, 9, func() (string, error) { return lab.HTTPGet(client, "http://"+termMixedVIP+"/") })
 		wantOnly(t, "one ready endpoint among terminating ones", seen, "backend-2")
 	})
 	t.Run("terminating endpoints that stopped serving are not used", func(t *testing.T) {
-		answer, err := get(client, "http://"+termGoneVIP+"/")
+		answer, err := lab.HTTPGet(client, "http://"+termGoneVIP+"/")
 		wantRefused(t, "a service whose endpoints all stopped serving", answer, err)
 	})
 }
@@ -372,7 +370,7 @@ func TestUserspaceInternalTrafficPolicyLocal(t *testing.T) {
 		return
 	}
 	for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
-		seen := spread(t, 9, func() (string, error) { return get(from, "http://"+localVIP+"/") })
+		seen := lab.Spread(t, 9, func() (string, error) { return lab.HTTPGet(from, "http://"+localVIP+"/") })
 		wantOnly(t, "internalTrafficPolicy=Local from "+from.Name, seen, "backend-2")
 
 		wantNotServed(t, from, "internalTrafficPolicy=Local without local endpoints from "+from.Name, localNoneVIP+":80")
@@ -455,7 +453,7 @@ func TestUserspaceUDPEndpointRemoval(t *testing.T) {
 		return slices.Clone(replies[min(i, len(replies)):])
 	}
 
-	eventually(t, "the first replies", func() (bool, string) { return len(since(0)) >= 5, "" })
+	lab.Eventually(t, "the first replies", func() (bool, string) { return len(since(0)) >= 5, "" })
 	first := since(0)
 	pinned := first[0].backend
 	for _, r := range first {
@@ -470,9 +468,9 @@ func TestUserspaceUDPEndpointRemoval(t *testing.T) {
 			remaining = append(remaining, ip)
 		}
 	}
-	syncs := syncCount(t)
+	syncs := lab.SyncCount(t)
 	l.write(t, render(remaining))
-	l.waitSynced(t, syncs+1)
+	lab.WaitSynced(t, l.kproxy, syncs+1)
 	synced := time.Now()
 	mark := len(since(0))
 
@@ -502,26 +500,12 @@ func TestUserspaceUDPEndpointRemoval(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// From then on the flow stays on a remaining backend.
-	eventually(t, "more replies after the move", func() (bool, string) { return len(since(mark)) >= 10, "" })
+	lab.Eventually(t, "more replies after the move", func() (bool, string) { return len(since(mark)) >= 10, "" })
 	for _, r := range since(mark) {
 		if r.backend == pinned {
 			t.Fatalf("%s answered the flow again after it was removed: %v", pinned, since(mark))
 		}
 	}
-}
-
-// syncCount reads how many syncs kproxy has finished.
-func syncCount(t *testing.T) int {
-	t.Helper()
-	v, ok := metric("kubeproxy_sync_proxy_rules_duration_seconds_count")
-	if !ok {
-		t.Fatal("kproxy's sync count is not in /metrics")
-	}
-	var n int
-	if _, err := fmt.Sscan(v, &n); err != nil {
-		t.Fatalf("sync count %q: %v", v, err)
-	}
-	return n
 }
 
 // The API server tests run the same core cases with kproxy watching a real
@@ -551,25 +535,6 @@ func apiService(name, clusterIP, portName string, port, target int32, proto v1.P
 	}
 }
 
-// within is eventually with the bound the issue asks for, instead of the
-// generous one used for setup.
-func within(t *testing.T, bound time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	start := time.Now()
-	var last string
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		if time.Since(start) > bound {
-			t.Fatalf("%s did not happen within %v; last seen: %s", what, bound, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 const (
 	apiGoneVIP = "198.18.0.90"
 	apiLateVIP = "198.18.0.91"
@@ -582,10 +547,7 @@ func TestUserspaceAPIServer(t *testing.T) {
 	}
 	topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
 	lab.StartServers(t, topo, lab.ServerOptions{NoIperf: true})
-	var backends []string
-	for _, b := range topo.Backends {
-		backends = append(backends, b.IPv4.String())
-	}
+	backends := backendIPs(topo)
 	api := lab.StartAPIServer(t)
 	client := api.Client
 	lab.CreateNode(t, client, "node", nodeIP)
@@ -621,11 +583,11 @@ func TestUserspaceAPIServer(t *testing.T) {
 		}
 	}
 	askHTTP := func(vip string) func() (string, error) {
-		return func() (string, error) { return get(topo.Client, "http://"+vip+"/") }
+		return func() (string, error) { return lab.HTTPGet(topo.Client, "http://"+vip+"/") }
 	}
 	askWeb, askGone, askLate := askHTTP(webVIP), askHTTP(apiGoneVIP), askHTTP(apiLateVIP)
-	askEcho := func() (string, error) { return udpAsk(topo.Client, echoVIP+":53", "ping") }
-	eventually(t, "kproxy to serve the services from the API server", func() (bool, string) {
+	askEcho := func() (string, error) { return lab.UDPAsk(topo.Client, echoVIP+":53", "ping") }
+	lab.Eventually(t, "kproxy to serve the services from the API server", func() (bool, string) {
 		alive()
 		web, err := trySpread(3, askWeb)
 		if err != nil {
@@ -636,14 +598,14 @@ func TestUserspaceAPIServer(t *testing.T) {
 	})
 
 	t.Run("round-robin over TCP and UDP", func(t *testing.T) {
-		seen := spread(t, 9, askWeb)
+		seen := lab.Spread(t, 9, askWeb)
 		wantAllBackends(t, "TCP ClusterIP", seen, false)
 		for name, n := range seen {
 			if n != 3 {
 				t.Errorf("TCP ClusterIP: %s answered %d of 9, want 3 (round-robin)", name, n)
 			}
 		}
-		wantAllBackends(t, "UDP ClusterIP", spread(t, 9, askEcho), true)
+		wantAllBackends(t, "UDP ClusterIP", lab.Spread(t, 9, askEcho), true)
 	})
 
 	setWebBackends := func(t *testing.T, ips []string) {
@@ -659,7 +621,7 @@ func TestUserspaceAPIServer(t *testing.T) {
 
 	t.Run("an endpoint removal takes effect within seconds", func(t *testing.T) {
 		setWebBackends(t, backends[:2])
-		within(t, 3*time.Second, "backend-3 leaving the rotation", func() (bool, string) {
+		lab.Within(t, 3*time.Second, "backend-3 leaving the rotation", func() (bool, string) {
 			seen, err := trySpread(6, askWeb)
 			return err == nil && len(seen) == 2 && seen["backend-3"] == 0, fmt.Sprint(seen, err)
 		})
@@ -672,7 +634,7 @@ func TestUserspaceAPIServer(t *testing.T) {
 		if err := endpointSlices.Delete(ctx, "gone-1", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		within(t, 3*time.Second, "the deleted service's portal going away", func() (bool, string) {
+		lab.Within(t, 3*time.Second, "the deleted service's portal going away", func() (bool, string) {
 			save := topo.Node.MustExec("iptables-save", "-t", "nat")
 			return !strings.Contains(save, apiGoneVIP+"/32"), save
 		})
@@ -680,20 +642,14 @@ func TestUserspaceAPIServer(t *testing.T) {
 			t.Fatalf("the deleted service still answered: %q", answer)
 		}
 		// The other services are untouched.
-		if seen := spread(t, 6, askWeb); len(seen) != 2 {
+		if seen := lab.Spread(t, 6, askWeb); len(seen) != 2 {
 			t.Fatalf("web after another service's deletion reached %v, want backend-1 and backend-2", seen)
 		}
 	})
 
 	t.Run("an API server outage keeps traffic flowing", func(t *testing.T) {
 		portals := func() string { // the nat table without iptables-save's dated comments
-			var b strings.Builder
-			for _, line := range strings.SplitAfter(topo.Node.MustExec("iptables-save", "-t", "nat"), "\n") {
-				if !strings.HasPrefix(line, "#") {
-					b.WriteString(line)
-				}
-			}
-			return b.String()
+			return lab.WithoutComments(topo.Node.MustExec("iptables-save", "-t", "nat"))
 		}
 		before := portals()
 		api.Stop()
@@ -704,11 +660,11 @@ func TestUserspaceAPIServer(t *testing.T) {
 		for range 3 {
 			time.Sleep(time.Second)
 			alive()
-			seen := spread(t, 6, askWeb)
+			seen := lab.Spread(t, 6, askWeb)
 			if len(seen) != 2 || seen["backend-3"] != 0 {
 				t.Fatalf("TCP during the outage reached %v, want backend-1 and backend-2 as programmed", seen)
 			}
-			if seen := spread(t, 6, askEcho); len(seen) != 3 {
+			if seen := lab.Spread(t, 6, askEcho); len(seen) != 3 {
 				t.Fatalf("UDP during the outage reached %v, want all 3 backends as programmed", seen)
 			}
 		}
@@ -725,7 +681,7 @@ func TestUserspaceAPIServer(t *testing.T) {
 		setWebBackends(t, backends)
 		createHTTP("late", apiLateVIP, backends[2:])
 		changed := time.Now()
-		within(t, 2*time.Minute, "an endpoint addition and a new service after the API server came back", func() (bool, string) {
+		lab.Within(t, 2*time.Minute, "an endpoint addition and a new service after the API server came back", func() (bool, string) {
 			alive()
 			web, err := trySpread(6, askWeb)
 			if err != nil {

@@ -1,7 +1,6 @@
 package userspace_test
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -121,25 +119,20 @@ type lab3 struct {
 }
 
 // startLab builds the topology, starts the servers and runs kproxy on the
-// node in userspace mode. It returns nil in the outer test process.
+// node in userspace mode, on manifest with the given affinity timeout. It
+// returns nil in the outer test process.
 func startLab(t *testing.T, stickyTimeout int) *lab3 {
 	t.Helper()
-	bin := lab.KproxyBinary(t)
-	if lab.InFreshNetns(t, lab.KproxyBinaryEnv+"="+bin) {
-		return nil
+	return startFileLab(t, func(backends []string) string { return manifest(backends, stickyTimeout) })
+}
+
+// backendIPs lists the backends' IPv4 addresses, backend-1 first.
+func backendIPs(topo *lab.Topology) []string {
+	var ips []string
+	for _, b := range topo.Backends {
+		ips = append(ips, b.IPv4.String())
 	}
-	l := &lab3{}
-	l.topo = lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
-	l.servers = lab.StartServers(t, l.topo, lab.ServerOptions{NoIperf: true})
-	for _, b := range l.topo.Backends {
-		l.backends = append(l.backends, b.IPv4.String())
-	}
-	l.manifest = filepath.Join(t.TempDir(), "services.yaml")
-	l.write(t, manifest(l.backends, stickyTimeout))
-	l.kproxy = l.topo.Node.Start(bin, "--proxy-mode=userspace", "--services-file="+l.manifest,
-		"--hostname-override=node", "--iptables-min-sync-period=0", "-v=2")
-	l.waitSynced(t, 1)
-	return l
+	return ips
 }
 
 func (l *lab3) write(t *testing.T, content string) {
@@ -151,98 +144,6 @@ func (l *lab3) write(t *testing.T, content string) {
 	if err := os.Rename(tmp, l.manifest); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// metric reads one sample from kproxy's /metrics on the node.
-func metric(name string) (string, bool) {
-	resp, err := http.Get("http://127.0.0.1:10249/metrics")
-	if err != nil {
-		return "", false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// waitSynced waits until kproxy finished at least n syncs.
-func (l *lab3) waitSynced(t *testing.T, n int) {
-	t.Helper()
-	eventually(t, fmt.Sprintf("kproxy to finish %d sync(s)", n), func() (bool, string) {
-		select {
-		case <-l.kproxy.Exited():
-			t.Fatalf("kproxy exited: %v\n%s", l.kproxy.Err(), l.kproxy.Log())
-		default:
-		}
-		v, ok := metric("kubeproxy_sync_proxy_rules_duration_seconds_count")
-		var got int
-		fmt.Sscan(v, &got)
-		return ok && got >= n, v
-	})
-}
-
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
-}
-
-// get fetches url from host with a fresh connection and returns the body.
-func get(h *lab.Host, url string) (string, error) {
-	client := h.HTTPClient()
-	client.Timeout = 3 * time.Second
-	client.Transport.(*http.Transport).DisableKeepAlives = true
-	resp, err := client.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return strings.TrimSpace(string(body)), err
-}
-
-// udpAsk sends one datagram from host to addr and returns the reply.
-func udpAsk(h *lab.Host, addr, msg string) (string, error) {
-	conn, err := h.Dial("udp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Write([]byte(msg)); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 2048)
-	n, err := conn.Read(buf)
-	return string(buf[:n]), err
-}
-
-// spread asks n times and counts the answers.
-func spread(t *testing.T, n int, ask func() (string, error)) map[string]int {
-	t.Helper()
-	seen := map[string]int{}
-	for range n {
-		got, err := ask()
-		if err != nil {
-			t.Fatalf("request failed: %v", err)
-		}
-		seen[got]++
-	}
-	return seen
 }
 
 func wantAllBackends(t *testing.T, what string, seen map[string]int, prefix bool) {
@@ -267,14 +168,14 @@ func TestUserspaceClusterIPRoundRobin(t *testing.T) {
 		return
 	}
 	for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
-		seen := spread(t, 9, func() (string, error) { return get(from, "http://"+webVIP+"/") })
+		seen := lab.Spread(t, 9, func() (string, error) { return lab.HTTPGet(from, "http://"+webVIP+"/") })
 		wantAllBackends(t, "TCP ClusterIP from "+from.Name, seen, false)
 		for name, n := range seen {
 			if n != 3 {
 				t.Errorf("TCP ClusterIP from %s: %s answered %d of 9, want 3 (round-robin)", from.Name, name, n)
 			}
 		}
-		seen = spread(t, 9, func() (string, error) { return udpAsk(from, echoVIP+":53", "ping") })
+		seen = lab.Spread(t, 9, func() (string, error) { return lab.UDPAsk(from, echoVIP+":53", "ping") })
 		wantAllBackends(t, "UDP ClusterIP from "+from.Name, seen, true)
 	}
 }
@@ -288,7 +189,7 @@ func TestUserspaceNodePortAndExternalIP(t *testing.T) {
 		fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort),
 		"http://" + externalIP + "/",
 	} {
-		seen := spread(t, 6, func() (string, error) { return get(l.topo.Client, url) })
+		seen := lab.Spread(t, 6, func() (string, error) { return lab.HTTPGet(l.topo.Client, url) })
 		wantAllBackends(t, url+" from the client", seen, false)
 	}
 	// The NodePort is claimed with a real socket: nothing else can take it.
@@ -339,39 +240,39 @@ func TestUserspaceEndpointChangesAndAffinity(t *testing.T) {
 		return
 	}
 	t.Run("affinity pins a client", func(t *testing.T) {
-		seen := spread(t, 6, func() (string, error) { return get(l.topo.Client, "http://"+stickyVIP+"/") })
+		seen := lab.Spread(t, 6, func() (string, error) { return lab.HTTPGet(l.topo.Client, "http://"+stickyVIP+"/") })
 		if len(seen) != 1 {
 			t.Fatalf("ClientIP affinity: one client reached %v, want a single backend", seen)
 		}
 	})
 	t.Run("affinity expires after its timeout", func(t *testing.T) {
-		first, err := get(l.topo.Client, "http://"+stickyVIP+"/")
+		first, err := lab.HTTPGet(l.topo.Client, "http://"+stickyVIP+"/")
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the pin to expire and another backend to answer", func() (bool, string) {
+		lab.Eventually(t, "the pin to expire and another backend to answer", func() (bool, string) {
 			time.Sleep(2200 * time.Millisecond) // longer than the 2 s affinity timeout, unused
-			got, err := get(l.topo.Client, "http://"+stickyVIP+"/")
+			got, err := lab.HTTPGet(l.topo.Client, "http://"+stickyVIP+"/")
 			return err == nil && got != first, got
 		})
 	})
 	t.Run("a removed endpoint stops getting traffic", func(t *testing.T) {
 		l.write(t, manifest(l.backends[:2], 2))
-		eventually(t, "backend-3 to leave the rotation", func() (bool, string) {
-			seen := spread(t, 6, func() (string, error) { return get(l.topo.Client, "http://"+webVIP+"/") })
+		lab.Eventually(t, "backend-3 to leave the rotation", func() (bool, string) {
+			seen := lab.Spread(t, 6, func() (string, error) { return lab.HTTPGet(l.topo.Client, "http://"+webVIP+"/") })
 			return seen["backend-3"] == 0 && len(seen) == 2, fmt.Sprint(seen)
 		})
 	})
 	t.Run("an added endpoint gets traffic", func(t *testing.T) {
 		l.write(t, manifest(l.backends, 2))
-		eventually(t, "backend-3 to rejoin the rotation", func() (bool, string) {
-			seen := spread(t, 6, func() (string, error) { return get(l.topo.Client, "http://"+webVIP+"/") })
+		lab.Eventually(t, "backend-3 to rejoin the rotation", func() (bool, string) {
+			seen := lab.Spread(t, 6, func() (string, error) { return lab.HTTPGet(l.topo.Client, "http://"+webVIP+"/") })
 			return len(seen) == 3, fmt.Sprint(seen)
 		})
 	})
 	t.Run("a deleted service stops answering", func(t *testing.T) {
 		l.write(t, strings.Replace(manifest(l.backends, 2), "name: web,", "name: web-renamed,", 1))
-		eventually(t, "the old portal to go away", func() (bool, string) {
+		lab.Eventually(t, "the old portal to go away", func() (bool, string) {
 			save := l.topo.Node.MustExec("iptables-save", "-t", "nat")
 			return !strings.Contains(save, `"default/web:http"`), save
 		})
@@ -417,19 +318,11 @@ func TestUserspaceCleanupRestoresTables(t *testing.T) {
 		return
 	}
 	topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
-	var backends []string
-	for _, b := range topo.Backends {
-		backends = append(backends, b.IPv4.String())
-	}
+	backends := backendIPs(topo)
 	dumps := func() string {
 		var b strings.Builder
 		for _, cmd := range []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"} {
-			out := topo.Node.MustExec(cmd)
-			for _, line := range strings.SplitAfter(out, "\n") {
-				if !strings.HasPrefix(line, "#") {
-					b.WriteString(line)
-				}
-			}
+			b.WriteString(lab.WithoutComments(topo.Node.MustExec(cmd)))
 		}
 		return b.String()
 	}
@@ -446,7 +339,7 @@ func TestUserspaceCleanupRestoresTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	kp := topo.Node.Start(bin, "--proxy-mode=userspace", "--services-file="+file, "--hostname-override=node")
-	eventually(t, "kproxy to program portals", func() (bool, string) {
+	lab.Eventually(t, "kproxy to program portals", func() (bool, string) {
 		save := topo.Node.MustExec("iptables-save", "-t", "nat")
 		return strings.Contains(save, "KUBE-PORTALS-CONTAINER") && strings.Contains(save, webVIP), save
 	})

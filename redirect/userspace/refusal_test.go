@@ -53,44 +53,11 @@ func TestUserspaceModeRefusesWhileNoEndpoints(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	lab.Run(t, "ip", "link", "add", "node0", "type", "veth", "peer", "name", "node1")
-	lab.Run(t, "ip", "link", "set", "node1", "up")
-	lab.Run(t, "ip", "addr", "add", "198.19.0.1/24", "dev", "node0")
-	lab.Run(t, "ip", "link", "set", "node0", "up")
-	lab.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "node0")
+	lab.AddNodeLink(t, "198.19.0.1/24")
 
 	// The backend: a TCP server saying hello and a UDP echo on the node.
-	ln, err := net.Listen("tcp4", "198.19.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("hello"))
-			c.Close()
-		}
-	}()
-	pc, err := net.ListenPacket("udp4", "198.19.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(buf[:n], from)
-		}
-	}()
-	tcpPort, udpPort := int32(ln.Addr().(*net.TCPAddr).Port), int32(pc.LocalAddr().(*net.UDPAddr).Port)
+	tcpPort := int32(lab.ServeGreeting(t, "198.19.0.1:0", "hello").Port())
+	udpPort := int32(lab.ServeUDPEcho(t, "198.19.0.1:0").Port())
 
 	features := kernel.Detect(context.Background())
 	m, err := userspace.New(context.Background(), userspace.Config{
@@ -116,32 +83,9 @@ func TestUserspaceModeRefusesWhileNoEndpoints(t *testing.T) {
 			t.Fatalf("Sync: %v", err)
 		}
 	}
-	var d net.Dialer
-	tcp := func() (string, error) {
-		c, err := d.Dial("tcp4", "198.18.0.40:80")
-		if err != nil {
-			return "", err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		buf := make([]byte, 16)
-		n, err := c.Read(buf)
-		return string(buf[:n]), err
-	}
-	udp := func() (string, error) {
-		c, err := d.Dial("udp4", "198.18.0.40:53")
-		if err != nil {
-			return "", err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Write([]byte("ping")); err != nil {
-			return "", err
-		}
-		buf := make([]byte, 16)
-		n, err := c.Read(buf)
-		return string(buf[:n]), err
-	}
+	node := &net.Dialer{}
+	tcp := func() (string, error) { return lab.TCPGreeting(node, "198.18.0.40:80") }
+	udp := func() (string, error) { return lab.UDPAsk(node, "198.18.0.40:53", "ping") }
 	wantRefused := func(when string) {
 		t.Helper()
 		if got, err := tcp(); !errors.Is(err, syscall.ECONNREFUSED) {

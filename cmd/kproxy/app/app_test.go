@@ -115,31 +115,6 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen:\n%s", what, last)
-}
-
-func metricLine(body, name string) string {
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			return line
-		}
-	}
-	return ""
-}
-
 func TestRunFromServicesFile(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
@@ -160,10 +135,9 @@ func TestRunFromServicesFile(t *testing.T) {
 		<-done
 	})
 
-	eventually(t, "the first sync to show in /metrics", func() (bool, string) {
-		_, body := get(t, metricsURL+"/metrics")
-		line := metricLine(body, "kproxy_service_ports")
-		return line == "kproxy_service_ports 2", line
+	lab.Eventually(t, "the first sync to show in /metrics", func() (bool, string) {
+		v, ok := lab.Metric("kproxy_service_ports")
+		return ok && v == "2", v
 	})
 
 	code, body := get(t, healthzURL+"/healthz")
@@ -216,10 +190,9 @@ func TestRunFromServicesFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	eventually(t, "the edited file to reach the map", func() (bool, string) {
-		_, body := get(t, metricsURL+"/metrics")
-		line := metricLine(body, "kproxy_service_ports")
-		return line == "kproxy_service_ports 3", line
+	lab.Eventually(t, "the edited file to reach the map", func() (bool, string) {
+		v, ok := lab.Metric("kproxy_service_ports")
+		return ok && v == "3", v
 	})
 	if !strings.Contains(logs.String(), `"servicePort"="shop/api:https/TCP"`) {
 		t.Errorf("the new service was not logged:\n%s", logs.String())
@@ -248,7 +221,7 @@ func TestRunRefusesModeTheKernelLacks(t *testing.T) {
 	if err := os.WriteFile(manifest, []byte(twoServices), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := rulesOnly(lab.Run(t, "iptables-nft-save"))
+	before := lab.WithoutComments(lab.Run(t, "iptables-nft-save"))
 	err := Run(context.Background(), config(t, "--services-file="+manifest, "--proxy-mode=ipvs"))
 	if err == nil {
 		t.Fatal("Run in ipvs mode succeeded on a kernel without IPVS")
@@ -258,7 +231,7 @@ func TestRunRefusesModeTheKernelLacks(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
-	if after := rulesOnly(lab.Run(t, "iptables-nft-save")); after != before {
+	if after := lab.WithoutComments(lab.Run(t, "iptables-nft-save")); after != before {
 		t.Errorf("a refused start changed the nat/filter tables:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
@@ -294,7 +267,7 @@ func TestCleanupOnCleanNamespaceChangesNothing(t *testing.T) {
 	saves := []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"}
 	before := map[string]string{}
 	for _, s := range saves {
-		before[s] = rulesOnly(lab.Run(t, s))
+		before[s] = lab.WithoutComments(lab.Run(t, s))
 	}
 	for round := 1; round <= 2; round++ {
 		if err := Cleanup(context.Background(), config(t, "--cleanup")); err != nil {
@@ -302,39 +275,8 @@ func TestCleanupOnCleanNamespaceChangesNothing(t *testing.T) {
 		}
 	}
 	for _, s := range saves {
-		if after := rulesOnly(lab.Run(t, s)); after != before[s] {
+		if after := lab.WithoutComments(lab.Run(t, s)); after != before[s] {
 			t.Errorf("%s changed after cleanup of a clean namespace:\nbefore:\n%s\nafter:\n%s", s, before[s], after)
 		}
-	}
-}
-
-// rulesOnly drops iptables-save's comment lines, which carry timestamps.
-func rulesOnly(save string) string {
-	var b strings.Builder
-	for _, line := range strings.SplitAfter(save, "\n") {
-		if !strings.HasPrefix(line, "#") {
-			b.WriteString(line)
-		}
-	}
-	return b.String()
-}
-
-func TestRunRejectsBadKubeconfigBeforeTouchingTheKernel(t *testing.T) {
-	if lab.InFreshNetns(t) {
-		return
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte("this: is: not a kubeconfig"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Leftovers of another mode, which a successful start would remove.
-	lab.Run(t, "iptables", "-t", "nat", "-N", "KUBE-PORTALS-CONTAINER")
-	before := rulesOnly(lab.Run(t, "iptables-nft-save"))
-	err := Run(context.Background(), config(t, "--kubeconfig="+kubeconfig, "--proxy-mode=iptables"))
-	if err == nil || !strings.Contains(err.Error(), kubeconfig) {
-		t.Fatalf("Run with a malformed kubeconfig returned %v, want an error naming %s", err, kubeconfig)
-	}
-	if after := rulesOnly(lab.Run(t, "iptables-nft-save")); after != before {
-		t.Errorf("a start refused for its kubeconfig changed the tables:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }

@@ -1,0 +1,297 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Probes: the small clients, servers and waits that end-to-end tests drive
+// the data plane with. They live here, not in each test package, so every
+// test asks the same question the same way.
+
+// KproxyMetricsURL is where kproxy (like kube-proxy) serves /metrics by
+// default; the tests run it in their own network namespace, so the default
+// port is free.
+const KproxyMetricsURL = "http://127.0.0.1:10249/metrics"
+
+// SyncCountMetric counts kproxy's finished syncs.
+const SyncCountMetric = "kubeproxy_sync_proxy_rules_duration_seconds_count"
+
+// EventuallyTimeout bounds Eventually: generous, as it waits for setup
+// (processes starting, files being watched), not for what a test measures.
+const EventuallyTimeout = 15 * time.Second
+
+// pollInterval is how often Eventually and Within ask again.
+const pollInterval = 50 * time.Millisecond
+
+// Dialer dials from somewhere: a *Host of the topology, or a *net.Dialer in
+// the test's own namespace (with LocalAddr set, from a chosen source address).
+type Dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Eventually polls cond until it holds, failing tb after EventuallyTimeout
+// with what it waited for and cond's last detail.
+func Eventually(tb testing.TB, what string, cond func() (ok bool, detail string)) {
+	tb.Helper()
+	Within(tb, EventuallyTimeout, what, cond)
+}
+
+// Within polls cond until it holds, failing tb once bound has passed without
+// it; cond is asked at least once. Use it where the bound is what the test
+// checks, Eventually where it only waits.
+func Within(tb testing.TB, bound time.Duration, what string, cond func() (ok bool, detail string)) {
+	tb.Helper()
+	start := time.Now()
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Since(start) > bound {
+			tb.Fatalf("%s did not happen within %v; last seen:\n%s", what, bound, detail)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// Spread asks n times and counts the answers (typically backend names),
+// failing tb at the first failed request.
+func Spread(tb testing.TB, n int, ask func() (string, error)) map[string]int {
+	tb.Helper()
+	seen := map[string]int{}
+	for i := range n {
+		got, err := ask()
+		if err != nil {
+			tb.Fatalf("request %d of %d failed: %v", i+1, n, err)
+		}
+		seen[got]++
+	}
+	return seen
+}
+
+// HTTPGet fetches url from h on a new connection (keep-alives off, so every
+// request is balanced afresh) with a 3 s timeout, and returns the body
+// without surrounding white space.
+func HTTPGet(h *Host, url string) (string, error) {
+	client := h.HTTPClient()
+	client.Timeout = 3 * time.Second
+	client.Transport.(*http.Transport).DisableKeepAlives = true
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(body)), err
+}
+
+// UDPAsk sends msg as one datagram to addr on a connected socket and returns
+// the one datagram that answers it, waiting at most 2 s. An ICMP port
+// unreachable for msg shows up as ECONNREFUSED.
+func UDPAsk(d Dialer, addr, msg string) (string, error) {
+	conn, err := dialBounded(d, "udp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, msg); err != nil {
+		return "", err
+	}
+	buf := make([]byte, MaxUDPPayload)
+	n, err := conn.Read(buf)
+	return string(buf[:n]), err
+}
+
+// TCPGreeting connects to addr over TCP and returns what the server sends
+// first (one read of up to 512 bytes), waiting at most 5 s to connect and 5 s
+// more for the answer. A refused connection (a reset answering the SYN) is
+// ECONNREFUSED.
+func TCPGreeting(d Dialer, addr string) (string, error) {
+	conn, err := dialBounded(d, "tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	buf := make([]byte, 512)
+	n, err := conn.Read(buf)
+	return string(buf[:n]), err
+}
+
+// dialBounded dials addr with d within timeout, and gives the connection's
+// reads and writes the same timeout from then on.
+func dialBounded(d Dialer, network, addr string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	return conn, nil
+}
+
+// ServeGreeting listens on TCP address addr (such as "0.0.0.0:0") in the
+// current network namespace and writes greeting to every connection, then
+// closes it; the counterpart of TCPGreeting. The listener closes when the
+// test ends. It returns the address listened on.
+func ServeGreeting(tb testing.TB, addr, greeting string) netip.AddrPort {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		tb.Fatalf("listening for the greeting server: %v", err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, greeting)
+			c.Close()
+		}
+	}()
+	ap := ln.Addr().(*net.TCPAddr).AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// ServeUDPEcho binds UDP address addr (such as "0.0.0.0:0") in the current
+// network namespace and sends every datagram back to its sender unchanged;
+// the counterpart of UDPAsk. The socket closes when the test ends. It
+// returns the address bound.
+func ServeUDPEcho(tb testing.TB, addr string) netip.AddrPort {
+	tb.Helper()
+	pc, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		tb.Fatalf("binding the UDP echo server: %v", err)
+	}
+	tb.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+	ap := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// MetricSamples scrapes kproxy's /metrics in the current network namespace
+// and returns the sample lines of the named metric families, labelled or
+// not, in the order served.
+func MetricSamples(families ...string) ([]string, error) {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(KproxyMetricsURL)
+	if err != nil {
+		return nil, fmt.Errorf("scraping kproxy's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping kproxy's metrics: %s", resp.Status)
+	}
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, f := range families {
+			if strings.HasPrefix(line, f+" ") || strings.HasPrefix(line, f+"{") {
+				out = append(out, line)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading kproxy's metrics: %w", err)
+	}
+	return out, nil
+}
+
+// Metric returns the value of kproxy's unlabelled sample name, and false if
+// /metrics cannot be read or lacks it (as before kproxy listens).
+func Metric(name string) (string, bool) {
+	samples, err := MetricSamples(name)
+	if err != nil {
+		return "", false
+	}
+	for _, s := range samples {
+		if v, ok := strings.CutPrefix(s, name+" "); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// SyncCount returns how many syncs kproxy has finished, failing tb if its
+// /metrics does not say.
+func SyncCount(tb testing.TB) int {
+	tb.Helper()
+	v, ok := Metric(SyncCountMetric)
+	if !ok {
+		tb.Fatalf("kproxy's sync count (%s) is not in %s", SyncCountMetric, KproxyMetricsURL)
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil {
+		tb.Fatalf("kproxy's sync count %q: %v", v, err)
+	}
+	return n
+}
+
+// WaitSynced waits until kproxy, running as kp, has finished at least n
+// syncs, failing tb (with kproxy's log) if it exits first or takes longer
+// than EventuallyTimeout.
+func WaitSynced(tb testing.TB, kp *Process, n int) {
+	tb.Helper()
+	Eventually(tb, fmt.Sprintf("kproxy to finish %d sync(s)", n), func() (bool, string) {
+		select {
+		case <-kp.Exited():
+			tb.Fatalf("kproxy exited: %v\n%s", kp.Err(), kp.Log())
+		default:
+		}
+		v, ok := Metric(SyncCountMetric)
+		var got int
+		_, err := fmt.Sscan(v, &got)
+		return ok && err == nil && got >= n, v
+	})
+}
+
+// WithoutComments drops the comment lines of iptables-save output, which
+// carry timestamps, so two dumps compare equal when the rules are.
+func WithoutComments(save string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(save, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// AddNodeLink makes the test's own network namespace a bare node for kernel
+// tests that need no topology: a veth link node0 (this kernel has no dummy
+// links) holding the given addresses (CIDR, such as "198.19.0.1/24"), its
+// peer node1 up, and a route for the service range 198.18.0.0/16 through it,
+// so connections to service IPs leave through OUTPUT, where portal and
+// refusal rules catch them.
+func AddNodeLink(tb testing.TB, cidrs ...string) {
+	tb.Helper()
+	Run(tb, "ip", "link", "add", "node0", "type", "veth", "peer", "name", "node1")
+	Run(tb, "ip", "link", "set", "node1", "up")
+	for _, cidr := range cidrs {
+		Run(tb, "ip", "addr", "add", cidr, "dev", "node0")
+	}
+	Run(tb, "ip", "link", "set", "node0", "up")
+	Run(tb, "ip", "route", "add", "198.18.0.0/16", "dev", "node0")
+}
