@@ -109,11 +109,10 @@ const (
 // dataPath is one path under test: where the client sends each kind of
 // traffic, and the proxy process if there is one.
 type dataPath struct {
-	path       Path
-	vip        netip.Addr
-	udp        bool // the path relays UDP (HAProxy does not)
-	proxy      *lab.Process
-	proxyPorts []string // for the log
+	path  Path
+	vip   netip.Addr
+	udp   bool // the path relays UDP (HAProxy does not)
+	proxy *lab.Process
 }
 
 func (p *dataPath) addr(port int) string {

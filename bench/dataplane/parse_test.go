@@ -132,9 +132,8 @@ func TestParseVmRSS(t *testing.T) {
 }
 
 func TestParseRelaySpec(t *testing.T) {
-	good := RelaySpec{Network: "udp"}
-	var err error
-	if good, err = ParseRelaySpec("udp,0.0.0.0:7003,198.19.1.11:9001"); err != nil {
+	good, err := ParseRelaySpec("udp,0.0.0.0:7003,198.19.1.11:9001")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if good.String() != "udp,0.0.0.0:7003,198.19.1.11:9001" {

@@ -368,12 +368,6 @@ func (r *Relay) requestStop() {
 	r.mu.Unlock()
 }
 
-func (r *Relay) wake() {
-	r.mu.Lock()
-	r.wakeLocked()
-	r.mu.Unlock()
-}
-
 // wakeLocked interrupts epoll_wait. r.mu guards wakeFD against Close.
 func (r *Relay) wakeLocked() {
 	if r.wakeFD < 0 {
