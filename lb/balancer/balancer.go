@@ -117,7 +117,7 @@ type Balancer struct {
 
 	mu    sync.Mutex // guards the fields below; never taken by Pick
 	snap  *servicemap.Snapshot
-	topo  topology
+	topo  servicemap.Topology
 	ports map[servicemap.ServicePortName]*portPickers
 	// sorted holds the values of ports in name order, for Update's walk.
 	sorted []*portPickers
@@ -145,7 +145,7 @@ func New(cfg Config) (*Balancer, error) {
 		nodeName:    cfg.NodeName,
 		maxAffinity: maxAffinity,
 		clk:         clock{now: now, epoch: now()},
-		topo:        topology{nodeName: cfg.NodeName},
+		topo:        servicemap.Topology{NodeName: cfg.NodeName},
 		ports:       map[servicemap.ServicePortName]*portPickers{},
 	}
 	if cfg.Registerer != nil {
@@ -187,7 +187,7 @@ func (b *Balancer) register(reg prometheus.Registerer) error {
 func (b *Balancer) Update(snap *servicemap.Snapshot) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	topo := topologyOf(b.nodeName, snap)
+	topo := servicemap.TopologyOf(b.nodeName, snap)
 	topoChanged := topo != b.topo
 	b.snap, b.topo = snap, topo
 
@@ -197,7 +197,7 @@ func (b *Balancer) Update(snap *servicemap.Snapshot) {
 		for i < len(b.sorted) {
 			pp := b.sorted[i]
 			if pp.sp == sp { // same port, unchanged
-				if topoChanged && usesHints(sp) {
+				if topoChanged && sp.UsesHints() {
 					pp.recompute(topo)
 				}
 				i++
@@ -235,7 +235,7 @@ func (b *Balancer) retire(pp *portPickers) {
 }
 
 // recompute refreshes every picker of the port from pp.sp.
-func (pp *portPickers) recompute(topo topology) {
+func (pp *portPickers) recompute(topo servicemap.Topology) {
 	for c := range numClasses {
 		for f := range numFamilies {
 			if p := pp.pickers[c][f]; p != nil {

@@ -175,7 +175,7 @@ func (p *picker) expire(now int64) int {
 }
 
 // eligibleFor computes a picker's state for key from sp.
-func eligibleFor(sp *servicemap.ServicePort, key Key, topo topology) *pickState {
+func eligibleFor(sp *servicemap.ServicePort, key Key, topo servicemap.Topology) *pickState {
 	if sp == nil {
 		return &pickState{}
 	}
