@@ -39,6 +39,10 @@ const (
 	DefaultMinSyncPeriod = time.Second
 	DefaultSyncPeriod    = 30 * time.Second
 	DefaultBurst         = 2
+	// DefaultFullSyncPeriod is kube-proxy's: periodic syncs rewrite
+	// everything at most this often; in between they only let the mode
+	// verify its kernel state (an iptables canary, for instance).
+	DefaultFullSyncPeriod = time.Hour
 )
 
 // Config configures an Engine. Map, Mode, Metrics and Health are required.
@@ -51,9 +55,14 @@ type Config struct {
 	// MinSyncPeriod is the least time between syncs once Burst is spent.
 	// Zero means DefaultMinSyncPeriod; use a negative value for no limit.
 	MinSyncPeriod time.Duration
-	// SyncPeriod is the longest time without a sync; a sync caused only by
-	// it is a full resync. Zero means DefaultSyncPeriod.
+	// SyncPeriod is the longest time without a sync. A periodic sync always
+	// reaches the mode, even with nothing changed, so it can check that its
+	// kernel state is intact; it is a full resync when the last full one
+	// is FullSyncPeriod old. Zero means DefaultSyncPeriod.
 	SyncPeriod time.Duration
+	// FullSyncPeriod: see SyncPeriod. Zero means DefaultFullSyncPeriod; a
+	// negative value makes every periodic sync full.
+	FullSyncPeriod time.Duration
 	// Burst is how many syncs may run back to back; zero means DefaultBurst.
 	Burst int
 	// RetryInterval is how long after a failed sync it is retried (never
@@ -74,10 +83,13 @@ type Engine struct {
 	clock   clock.Clock
 	runner  *runner.Runner
 
+	fullSyncPeriod time.Duration
+
 	// Owned by the sync function, which the runner never runs concurrently.
 	failed   *servicemap.ChangeSet // changes of a failed sync, to merge into the next
 	sawNode  bool                  // a Node object was seen in some snapshot
 	modeSeen bool                  // the mode has had one successful sync
+	lastFull time.Time             // end of the last successful full sync
 
 	mu       sync.Mutex
 	lastGood *servicemap.Snapshot
@@ -99,6 +111,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.SyncPeriod == 0 {
 		cfg.SyncPeriod = DefaultSyncPeriod
 	}
+	if cfg.FullSyncPeriod == 0 {
+		cfg.FullSyncPeriod = DefaultFullSyncPeriod
+	}
 	if cfg.Burst == 0 {
 		cfg.Burst = DefaultBurst
 	}
@@ -115,6 +130,8 @@ func New(cfg Config) (*Engine, error) {
 		health:  cfg.Health,
 		clock:   cfg.Clock,
 		synced:  make(chan struct{}),
+
+		fullSyncPeriod: cfg.FullSyncPeriod,
 	}
 	r, err := runner.New(runner.Config{
 		Name:          "sync-" + string(cfg.Mode.Name()),
@@ -202,10 +219,11 @@ func (e *Engine) sync(ctx context.Context) error {
 		e.failed.Merge(changes)
 		changes, e.failed = e.failed, nil
 	}
-	if !e.modeSeen || reason == runner.Periodic {
+	periodic := reason == runner.Periodic
+	if !e.modeSeen || (periodic && e.clock.Now().Sub(e.lastFull) >= e.fullSyncPeriod) {
 		changes.Full = true
 	}
-	if changes.Empty() {
+	if changes.Empty() && !periodic {
 		// Nothing the mode must act on (events that changed nothing): the
 		// mode's state already matches this snapshot.
 		e.metrics.ServiceChangesTotal.Add(float64(changes.ServiceChanges))
@@ -229,6 +247,9 @@ func (e *Engine) sync(ctx context.Context) error {
 	}
 
 	e.modeSeen = true
+	if changes.Full {
+		e.lastFull = end
+	}
 	e.health.Updated()
 	e.recordSuccess(snap, changes, end)
 	e.advance(snap)

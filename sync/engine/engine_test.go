@@ -162,7 +162,8 @@ func TestSyncSequence(t *testing.T) {
 		queue    *servicemap.ChangeSet
 		fail     bool
 		reason   runner.Reason
-		wantCall *call // nil: the mode is not called
+		advance  time.Duration // the clock moves this much before the step
+		wantCall *call         // nil: the mode is not called
 		wantErr  bool
 		wantLast uint64 // LastSynced generation; 0: none yet
 	}
@@ -193,9 +194,18 @@ func TestSyncSequence(t *testing.T) {
 				{synced: true, wantCall: &call{Generation: 1, Full: true}, wantLast: 1},
 				{synced: true, wantLast: 2},
 				{synced: true, queue: &servicemap.ChangeSet{ServiceChanges: 1}, wantLast: 3}, // an event that changed nothing
-				{synced: true, reason: runner.Periodic, wantCall: &call{Generation: 4, Full: true}, wantLast: 4},
+				{synced: true, reason: runner.Periodic, wantCall: &call{Generation: 4}, wantLast: 4},
 				{synced: true, reason: runner.Periodic, queue: &servicemap.ChangeSet{Changed: []servicemap.ServicePortName{a}},
-					wantCall: &call{Generation: 5, Full: true, Changed: []servicemap.ServicePortName{a}}, wantLast: 5},
+					wantCall: &call{Generation: 5, Changed: []servicemap.ServicePortName{a}}, wantLast: 5},
+			},
+		},
+		{
+			name: "a periodic sync is full once the last full sync is an hour old",
+			steps: []step{
+				{synced: true, wantCall: &call{Generation: 1, Full: true}, wantLast: 1},
+				{synced: true, reason: runner.Periodic, advance: 59 * time.Minute, wantCall: &call{Generation: 2}, wantLast: 2},
+				{synced: true, reason: runner.Periodic, advance: time.Minute, wantCall: &call{Generation: 3, Full: true}, wantLast: 3},
+				{synced: true, reason: runner.Periodic, advance: 30 * time.Second, wantCall: &call{Generation: 4}, wantLast: 4},
 			},
 		},
 		{
@@ -243,6 +253,7 @@ func TestSyncSequence(t *testing.T) {
 				if s.queue != nil {
 					f.smap.queue(s.queue)
 				}
+				f.clock.Step(s.advance)
 				if s.fail {
 					f.mode.failNext(1)
 					failures++
