@@ -71,17 +71,26 @@ type Config struct {
 	RetryInterval time.Duration
 	// Clock defaults to the wall clock.
 	Clock clock.Clock
+	// ServiceHealth, if set, is given every snapshot the mode is given, to
+	// serve the health-check node ports of externalTrafficPolicy=Local
+	// services (sync/servicehealth).
+	ServiceHealth interface {
+		Sync(*servicemap.Snapshot) error
+	}
 }
 
 // Engine runs mode syncs. Create it with New, wire the map's change
 // callback to Notify, and call Run.
 type Engine struct {
-	smap    ServiceMap
-	mode    mode.Mode
-	metrics *metrics.Metrics
-	health  *healthz.Health
-	clock   clock.Clock
-	runner  *runner.Runner
+	smap      ServiceMap
+	mode      mode.Mode
+	metrics   *metrics.Metrics
+	health    *healthz.Health
+	clock     clock.Clock
+	runner    *runner.Runner
+	svcHealth interface {
+		Sync(*servicemap.Snapshot) error
+	}
 
 	fullSyncPeriod time.Duration
 
@@ -132,6 +141,7 @@ func New(cfg Config) (*Engine, error) {
 		synced:  make(chan struct{}),
 
 		fullSyncPeriod: cfg.FullSyncPeriod,
+		svcHealth:      cfg.ServiceHealth,
 	}
 	r, err := runner.New(runner.Config{
 		Name:          "sync-" + string(cfg.Mode.Name()),
@@ -237,6 +247,11 @@ func (e *Engine) sync(ctx context.Context) error {
 	start := e.clock.Now()
 	err := e.mode.Sync(ctx, snap, changes)
 	end := e.clock.Now()
+	if e.svcHealth != nil {
+		if herr := e.svcHealth.Sync(snap); herr != nil {
+			logger.Error(herr, "Some health-check node ports cannot be served")
+		}
+	}
 	e.metrics.SyncDuration.Observe(end.Sub(start).Seconds())
 	if err != nil {
 		e.failed = changes

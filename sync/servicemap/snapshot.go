@@ -21,6 +21,24 @@ type Snapshot struct {
 	ports []*ServicePort
 }
 
+// NewSnapshot assembles a snapshot from ready-made service ports, for
+// tests and tools that have no API objects; the Tracker makes the real ones.
+// Ports are sorted by name; a later port replaces an earlier one of the same
+// name. The caller must not modify the ports afterwards.
+func NewSnapshot(generation uint64, node *NodeInfo, ports ...*ServicePort) *Snapshot {
+	sorted := slices.Clone(ports)
+	slices.SortStableFunc(sorted, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
+	out := sorted[:0]
+	for _, p := range sorted {
+		if n := len(out); n > 0 && out[n-1].Name == p.Name {
+			out[n-1] = p
+			continue
+		}
+		out = append(out, p)
+	}
+	return &Snapshot{Generation: generation, Node: node, ports: out}
+}
+
 // Get returns one service port.
 func (s *Snapshot) Get(name ServicePortName) (*ServicePort, bool) {
 	if s == nil {

@@ -1,0 +1,206 @@
+// Package servicehealth serves the health-check node ports of
+// externalTrafficPolicy=Local LoadBalancer services, the way kube-proxy
+// does: cloud load balancers probe each node's port and send traffic only to
+// nodes that answer 200, which a node does while it has ready local
+// endpoints for the service and its proxy is healthy.
+package servicehealth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Addresses are the addresses to listen on (--nodeport-addresses,
+	// resolved); empty means every address.
+	Addresses []netip.Addr
+	// ProxyHealthy reports whether the proxy itself is healthy (in sync and
+	// the node not being deleted); nil means always.
+	ProxyHealthy func() bool
+	// Listen opens a listener; nil means net.Listen. Tests inject failures.
+	Listen func(network, address string) (net.Listener, error)
+	Logger klog.Logger
+}
+
+// Server runs one HTTP listener set per health-check node port.
+type Server struct {
+	cfg Config
+
+	mu       sync.Mutex
+	services map[types.NamespacedName]*service
+}
+
+// service is one health-checked service and its listeners.
+type service struct {
+	name      types.NamespacedName
+	port      uint16
+	servers   []*http.Server
+	mu        sync.Mutex
+	endpoints int // ready endpoints on this node
+}
+
+// New returns a Server with nothing to serve yet.
+func New(cfg Config) *Server {
+	if cfg.Listen == nil {
+		cfg.Listen = net.Listen
+	}
+	if cfg.ProxyHealthy == nil {
+		cfg.ProxyHealthy = func() bool { return true }
+	}
+	return &Server{cfg: cfg, services: map[types.NamespacedName]*service{}}
+}
+
+// wanted is, per service with a health-check node port, the port and its
+// ready local endpoints (over all the service's ports, each endpoint once).
+type wanted struct {
+	port      uint16
+	endpoints map[netip.AddrPort]bool
+}
+
+// Sync opens listeners for new health-check node ports, closes the ones no
+// longer wanted and updates the local endpoint counts. A port that cannot be
+// opened is reported in the returned error; the others are served anyway.
+func (s *Server) Sync(snap *servicemap.Snapshot) error {
+	want := map[types.NamespacedName]*wanted{}
+	for _, sp := range snap.All() {
+		if sp.HealthCheckNodePort == 0 {
+			continue
+		}
+		w, ok := want[sp.Name.NamespacedName]
+		if !ok {
+			w = &wanted{port: sp.HealthCheckNodePort, endpoints: map[netip.AddrPort]bool{}}
+			want[sp.Name.NamespacedName] = w
+		}
+		for _, ep := range sp.Endpoints {
+			if ep.IsLocal && ep.Ready {
+				w.endpoints[netip.AddrPortFrom(ep.Addr, 0)] = true
+			}
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for name, svc := range s.services {
+		if w, ok := want[name]; !ok || w.port != svc.port {
+			svc.close()
+			delete(s.services, name)
+		}
+	}
+	for name, w := range want {
+		svc, ok := s.services[name]
+		if !ok {
+			var err error
+			if svc, err = s.open(name, w.port); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.services[name] = svc
+		}
+		svc.mu.Lock()
+		svc.endpoints = len(w.endpoints)
+		svc.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// open starts serving name's health check on port at every address.
+func (s *Server) open(name types.NamespacedName, port uint16) (*service, error) {
+	svc := &service{name: name, port: port}
+	addrs := []string{net.JoinHostPort("", strconv.Itoa(int(port)))}
+	if len(s.cfg.Addresses) > 0 {
+		addrs = addrs[:0]
+		for _, a := range s.cfg.Addresses {
+			addrs = append(addrs, netip.AddrPortFrom(a, port).String())
+		}
+	}
+	for _, addr := range addrs {
+		ln, err := s.cfg.Listen("tcp", addr)
+		if err != nil {
+			svc.close()
+			return nil, fmt.Errorf("health-check node port %d of service %s on %s: %w", port, name, addr, err)
+		}
+		srv := &http.Server{Handler: s.handler(svc), ReadHeaderTimeout: 5 * time.Second}
+		svc.servers = append(svc.servers, srv)
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.cfg.Logger.Error(err, "Health-check node port stopped serving", "service", name, "address", addr)
+			}
+		}()
+	}
+	s.cfg.Logger.V(2).Info("Serving a health-check node port", "service", name, "port", port, "addresses", addrs)
+	return svc, nil
+}
+
+func (svc *service) close() {
+	for _, srv := range svc.servers {
+		_ = srv.Shutdown(context.Background())
+	}
+}
+
+// response is kube-proxy's health-check body.
+type response struct {
+	Service struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"service"`
+	LocalEndpoints      int  `json:"localEndpoints"`
+	ServiceProxyHealthy bool `json:"serviceProxyHealthy"`
+}
+
+func (s *Server) handler(svc *service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var resp response
+		resp.Service.Namespace, resp.Service.Name = svc.name.Namespace, svc.name.Name
+		svc.mu.Lock()
+		resp.LocalEndpoints = svc.endpoints
+		svc.mu.Unlock()
+		resp.ServiceProxyHealthy = s.cfg.ProxyHealthy()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if resp.LocalEndpoints > 0 && resp.ServiceProxyHealthy {
+			w.WriteHeader(http.StatusOK)
+		} else {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(resp)
+	})
+}
+
+// Ports lists the health-check node ports being served, sorted.
+func (s *Server) Ports() []uint16 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []uint16
+	for _, svc := range s.services {
+		out = append(out, svc.port)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Close stops every listener.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, svc := range s.services {
+		svc.close()
+		delete(s.services, name)
+	}
+	return nil
+}

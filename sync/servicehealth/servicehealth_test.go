@@ -1,0 +1,148 @@
+package servicehealth
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// freePort asks the kernel for a loopback port that is free right now.
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func port(name, portName string, hc uint16, eps ...servicemap.Endpoint) *servicemap.ServicePort {
+	return &servicemap.ServicePort{
+		Name:                servicemap.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}, Port: portName, Protocol: v1.ProtocolTCP},
+		HealthCheckNodePort: hc,
+		ExternalPolicyLocal: hc != 0,
+		Endpoints:           eps,
+	}
+}
+
+func ep(addr string, local, ready bool) servicemap.Endpoint {
+	return servicemap.Endpoint{Addr: netip.MustParseAddr(addr), Port: 80, IsLocal: local, Ready: ready, Serving: ready}
+}
+
+// probe does what a cloud load balancer does.
+func probe(t *testing.T, p uint16) (int, response) {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", p))
+	if err != nil {
+		t.Fatalf("probing health-check port %d: %v", p, err)
+	}
+	defer resp.Body.Close()
+	var body response
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decoding the body: %v", err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	return resp.StatusCode, body
+}
+
+func TestServesLocalEndpointHealth(t *testing.T) {
+	hc := freePort(t)
+	var healthy atomic.Bool
+	healthy.Store(true)
+	s := New(Config{Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, ProxyHealthy: healthy.Load})
+	t.Cleanup(func() { s.Close() })
+
+	steps := []struct {
+		name      string
+		ports     []*servicemap.ServicePort
+		unhealthy bool
+		wantCode  int
+		wantEps   int
+	}{
+		{
+			name: "two ready local endpoints, counted once across the service's ports",
+			ports: []*servicemap.ServicePort{
+				port("lb", "http", hc, ep("198.19.1.11", true, true), ep("198.19.1.12", true, true), ep("198.19.2.11", false, true)),
+				port("lb", "https", hc, ep("198.19.1.11", true, true)),
+			},
+			wantCode: 200, wantEps: 2,
+		},
+		{
+			name:     "only a not-ready local endpoint",
+			ports:    []*servicemap.ServicePort{port("lb", "http", hc, ep("198.19.1.11", true, false), ep("198.19.2.11", false, true))},
+			wantCode: 503, wantEps: 0,
+		},
+		{
+			name:      "local endpoints but the proxy is unhealthy",
+			ports:     []*servicemap.ServicePort{port("lb", "http", hc, ep("198.19.1.11", true, true))},
+			unhealthy: true,
+			wantCode:  503, wantEps: 1,
+		},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			healthy.Store(!st.unhealthy)
+			if err := s.Sync(servicemap.NewSnapshot(1, nil, st.ports...)); err != nil {
+				t.Fatal(err)
+			}
+			code, body := probe(t, hc)
+			if code != st.wantCode || body.LocalEndpoints != st.wantEps || body.ServiceProxyHealthy == st.unhealthy {
+				t.Errorf("got %d %+v, want %d with %d local endpoints, proxy healthy %v", code, body, st.wantCode, st.wantEps, !st.unhealthy)
+			}
+			if body.Service.Namespace != "ns" || body.Service.Name != "lb" {
+				t.Errorf("service = %+v", body.Service)
+			}
+		})
+	}
+
+	// The service goes away: its port closes.
+	if err := s.Sync(servicemap.NewSnapshot(2, nil, port("other", "", 0, ep("198.19.1.11", true, true)))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", hc)); err == nil {
+		t.Errorf("health-check port %d still answers after its service went away", hc)
+	}
+	if got := s.Ports(); len(got) != 0 {
+		t.Errorf("Ports() = %v, want none", got)
+	}
+}
+
+func TestAPortThatCannotBeOpenedDoesNotStopTheOthers(t *testing.T) {
+	good, bad := freePort(t), freePort(t)
+	s := New(Config{
+		Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		Listen: func(network, addr string) (net.Listener, error) {
+			if addr == fmt.Sprintf("127.0.0.1:%d", bad) {
+				return nil, errors.New("address already in use")
+			}
+			return net.Listen(network, addr)
+		},
+	})
+	t.Cleanup(func() { s.Close() })
+	err := s.Sync(servicemap.NewSnapshot(1, nil,
+		port("a", "", good, ep("198.19.1.11", true, true)),
+		port("b", "", bad, ep("198.19.1.12", true, true))))
+	if err == nil {
+		t.Fatal("Sync reported no error for the port that could not be opened")
+	}
+	want := fmt.Sprintf("health-check node port %d of service ns/b on 127.0.0.1:%d: address already in use", bad, bad)
+	if err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+	if code, _ := probe(t, good); code != 200 {
+		t.Errorf("the good port answered %d", code)
+	}
+}
