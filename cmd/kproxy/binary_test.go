@@ -99,6 +99,10 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 	if strings.TrimSpace(mode.String()) != "iptables" {
 		t.Errorf("/proxyMode = %q, want iptables", mode.String())
 	}
+	rules, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+	if err != nil || !strings.Contains(string(rules), `--comment "shop/web:http cluster IP"`) {
+		t.Errorf("the sample's shop/web service is not in the nat table (%v):\n%s", err, rules)
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -114,9 +118,7 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 	log := out.String()
 	for _, want := range []string{
 		`"Using proxy mode"`,
-		`not implemented yet`,
-		`"Would program service port"`,
-		`servicePort="shop/web:http/TCP"`,
+		`"kproxy started"`,
 		`"kproxy stopped"`,
 	} {
 		if !strings.Contains(log, want) {

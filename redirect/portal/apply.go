@@ -4,31 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"sync"
 
-	"github.com/coreos/go-iptables/iptables"
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 )
-
-// JumpRules is the part of go-iptables the Applier uses to hook its chains
-// into the built-in ones; *iptables.IPTables implements it, and so does
-// fakeiptables.Fake.
-type JumpRules interface {
-	Exists(table, chain string, rulespec ...string) (bool, error)
-	Insert(table, chain string, pos int, rulespec ...string) error
-	Append(table, chain string, rulespec ...string) error
-}
-
-// Jump is one rule in a built-in chain that enters one of kproxy's chains.
-type Jump struct {
-	Table, Chain string
-	// First: inserted at the top of Chain; otherwise appended.
-	First bool
-	Args  []string
-}
 
 const (
 	portalsComment  = "handle ClusterIPs; NOTE: this must be before the NodePort rules"
@@ -40,12 +22,12 @@ const (
 // PREROUTING and OUTPUT, NodePorts (which match broadly, on local
 // destinations) last, so a service IP that is also local is served as a
 // service IP.
-func Jumps() []Jump {
+func Jumps() []restore.Jump {
 	nodePort := func(target string) []string {
 		return []string{"-m", "addrtype", "--dst-type", "LOCAL", "-m", "comment", "--comment", nodePortComment, "-j", target}
 	}
 	firewall := []string{"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "kproxy loadBalancerSourceRanges", "-j", ChainFirewall}
-	return []Jump{
+	return []restore.Jump{
 		{Table: TableNAT, Chain: "PREROUTING", First: true, Args: []string{"-m", "comment", "--comment", portalsComment, "-j", ChainPortalsContainer}},
 		{Table: TableNAT, Chain: "OUTPUT", First: true, Args: []string{"-m", "comment", "--comment", portalsComment, "-j", ChainPortalsHost}},
 		{Table: TableNAT, Chain: "PREROUTING", Args: nodePort(ChainNodePortContainer)},
@@ -64,15 +46,14 @@ type Config struct {
 	// Runner runs iptables-restore and iptables-save; nil means kernel.ExecRunner.
 	Runner kernel.Runner
 	// Jumps ensures the jump rules; nil means go-iptables on Backend's binary.
-	Jumps JumpRules
+	Jumps restore.JumpRules
 }
 
 // Applier writes Rulesets of one family into the kernel.
 type Applier struct {
 	fam     kernel.Family
-	backend kernel.Backend
-	runner  kernel.Runner
-	jumps   JumpRules
+	restore *restore.Runner
+	jumps   restore.JumpRules
 
 	mu sync.Mutex
 	// jumpsOK: the jump rules were found or made since the last full sync.
@@ -82,30 +63,15 @@ type Applier struct {
 // NewApplier checks cfg and, without cfg.Jumps, opens go-iptables on the
 // backend's binary. Nothing is written until Apply.
 func NewApplier(cfg Config) (*Applier, error) {
-	if cfg.Family != kernel.IPv4 && cfg.Family != kernel.IPv6 {
-		return nil, fmt.Errorf("portal applier: unknown IP family %q", cfg.Family)
+	r, err := restore.NewRunner(cfg.Family, cfg.Backend, cfg.Runner)
+	if err != nil {
+		return nil, fmt.Errorf("portal applier: %w", err)
 	}
-	if cfg.Backend != kernel.NFT && cfg.Backend != kernel.Legacy {
-		return nil, fmt.Errorf("portal applier: unknown iptables backend %q", cfg.Backend)
-	}
-	a := &Applier{fam: cfg.Family, backend: cfg.Backend, runner: cfg.Runner, jumps: cfg.Jumps}
-	if a.runner == nil {
-		a.runner = kernel.ExecRunner{}
-	}
+	a := &Applier{fam: cfg.Family, restore: r, jumps: cfg.Jumps}
 	if a.jumps == nil {
-		path, err := exec.LookPath(cfg.Backend.Command(cfg.Family))
-		if err != nil {
+		if a.jumps, err = restore.OpenJumpRules(cfg.Family, cfg.Backend); err != nil {
 			return nil, fmt.Errorf("portal applier: %w", err)
 		}
-		proto := iptables.ProtocolIPv4
-		if cfg.Family == kernel.IPv6 {
-			proto = iptables.ProtocolIPv6
-		}
-		ipt, err := iptables.New(iptables.Path(path), iptables.IPFamily(proto), iptables.Timeout(5))
-		if err != nil {
-			return nil, fmt.Errorf("portal applier: opening %s: %w", path, err)
-		}
-		a.jumps = ipt
 	}
 	return a, nil
 }
@@ -115,7 +81,7 @@ func NewApplier(cfg Config) (*Applier, error) {
 // failure) it also removes stale chains of an older userspace proxy and
 // re-checks the jump rules from the built-in chains, which someone may have
 // flushed; otherwise the jumps are only checked until they were once in
-// place. A failed restore is a *RestoreError naming the failing rule; the
+// place. A failed restore is a *restore.Error naming the failing rule; the
 // chains then keep their previous contents and the caller retries.
 func (a *Applier) Apply(ctx context.Context, rs *Ruleset, full bool) error {
 	if rs == nil {
@@ -134,47 +100,21 @@ func (a *Applier) Apply(ctx context.Context, rs *Ruleset, full bool) error {
 			return err
 		}
 	}
-	payload := Payload(rs, stale)
-	cmd := a.backend.RestoreCommand(a.fam)
-	if _, err := a.runner.Run(ctx, payload, cmd, "--noflush", "--wait=5"); err != nil {
-		var ce *kernel.CommandError
-		stderr := ""
-		if errors.As(err, &ce) {
-			stderr = ce.Stderr
-		}
-		return newRestoreError(cmd, payload, stderr, err)
+	if err := a.restore.Restore(ctx, Payload(rs, stale)); err != nil {
+		return err
 	}
 	for _, s := range stale {
 		klog.InfoS("Removed a stale userspace-proxy chain", "family", a.fam, "table", s.Table, "chain", s.Name)
 	}
 	if !a.jumpsOK {
-		if err := a.ensureJumps(); err != nil {
-			return err
+		added, err := restore.EnsureJumps(a.jumps, Jumps())
+		for _, j := range added {
+			klog.InfoS("Added a portal jump rule", "family", a.fam, "table", j.Table, "chain", j.Chain, "target", j.Target())
+		}
+		if err != nil {
+			return fmt.Errorf("portal jump rules: %w", err)
 		}
 		a.jumpsOK = true
-	}
-	return nil
-}
-
-// ensureJumps adds each missing jump rule.
-func (a *Applier) ensureJumps() error {
-	for _, j := range Jumps() {
-		ok, err := a.jumps.Exists(j.Table, j.Chain, j.Args...)
-		if err != nil {
-			return fmt.Errorf("checking the %s jump rule in %s/%s: %w", j.Args[len(j.Args)-1], j.Table, j.Chain, err)
-		}
-		if ok {
-			continue
-		}
-		if j.First {
-			err = a.jumps.Insert(j.Table, j.Chain, 1, j.Args...)
-		} else {
-			err = a.jumps.Append(j.Table, j.Chain, j.Args...)
-		}
-		if err != nil {
-			return fmt.Errorf("adding the %s jump rule to %s/%s: %w", j.Args[len(j.Args)-1], j.Table, j.Chain, err)
-		}
-		klog.InfoS("Added a portal jump rule", "family", a.fam, "table", j.Table, "chain", j.Chain, "target", j.Args[len(j.Args)-1])
 	}
 	return nil
 }
@@ -183,11 +123,11 @@ func (a *Applier) ensureJumps() error {
 func (a *Applier) findStale(ctx context.Context) ([]StaleChain, error) {
 	var out []StaleChain
 	for table := range staleChainNames() {
-		save, err := a.runner.Run(ctx, nil, a.backend.SaveCommand(a.fam), "-t", table)
+		save, err := a.restore.Save(ctx, table)
 		if err != nil {
-			return nil, fmt.Errorf("reading the %s table to find stale chains: %w", table, err)
+			return nil, fmt.Errorf("looking for stale chains: %w", err)
 		}
-		out = append(out, findStale(table, string(save))...)
+		out = append(out, findStale(table, save)...)
 	}
 	return out, nil
 }

@@ -8,13 +8,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/portal/fakeiptables"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 func newFakeApplier(t *testing.T) (*Applier, *fakeiptables.Fake) {
 	t.Helper()
-	fake := fakeiptables.New()
+	fake := fakeiptables.New(kernel.IPv4)
 	a, err := NewApplier(Config{Family: kernel.IPv4, Backend: kernel.NFT, Runner: fake, Jumps: fake})
 	if err != nil {
 		t.Fatal(err)
@@ -127,9 +128,9 @@ func TestApplyNamesTheFailingRule(t *testing.T) {
 	bad := Rule{Chain: ChainPortalsHost, Args: []string{"-d", "198.18.0.99/32", "-j", "KUBE-NOWHERE"}}
 	rs.NAT.Rules = append(rs.NAT.Rules, bad)
 	err := a.Apply(context.Background(), rs, true)
-	var re *RestoreError
+	var re *restore.Error
 	if !errors.As(err, &re) {
-		t.Fatalf("Apply = %v, want a *RestoreError", err)
+		t.Fatalf("Apply = %v, want a *restore.Error", err)
 	}
 	if re.Rule != bad.String() {
 		t.Errorf("error names %q, want the bad rule %q (full error: %v)", re.Rule, bad.String(), err)
@@ -147,47 +148,5 @@ func TestApplyRejectsMismatchedFamily(t *testing.T) {
 	rs := &Ruleset{Family: kernel.IPv6}
 	if err := a.Apply(context.Background(), rs, true); err == nil {
 		t.Fatal("an IPv4 applier accepted an IPv6 ruleset")
-	}
-}
-
-func TestRestoreErrorMapping(t *testing.T) {
-	payload := []byte("*nat\n:KUBE-PORTALS-HOST - [0:0]\n-A KUBE-PORTALS-HOST -p tcp -j KUBE-GONE\n-A KUBE-PORTALS-HOST -p tcp -j ACCEPT\nCOMMIT\n")
-	cases := []struct {
-		name     string
-		stderr   string
-		wantLine int
-		wantRule string
-	}{
-		{
-			name:     "legacy reports the rule's own line",
-			stderr:   "iptables-restore v1.8.9 (legacy): Couldn't load target `KUBE-GONE':No such file or directory\n\nError occurred at line: 3\nTry `iptables-restore -h' or 'iptables-restore --help' for more information.\n",
-			wantLine: 3, wantRule: "-A KUBE-PORTALS-HOST -p tcp -j KUBE-GONE",
-		},
-		{
-			name:     "nft reports the COMMIT; the rule naming the chain is blamed",
-			stderr:   "iptables-nft-restore v1.8.9 (nf_tables): Chain 'KUBE-GONE' does not exist\nError occurred at line: 5\nTry `iptables-nft-restore -h' or 'iptables-nft-restore --help' for more information.\n",
-			wantLine: 3, wantRule: "-A KUBE-PORTALS-HOST -p tcp -j KUBE-GONE",
-		},
-		{
-			name:     "missing COMMIT points past the end",
-			stderr:   "iptables-nft-restore: COMMIT expected at line 6\n",
-			wantLine: 6, wantRule: "(past the end of the input)",
-		},
-		{
-			name:     "no line number",
-			stderr:   "iptables-restore: cannot open lock file\n",
-			wantLine: 0, wantRule: "",
-		},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			re := newRestoreError("iptables-restore", payload, tc.stderr, errors.New("exit status 2"))
-			if re.Line != tc.wantLine || re.Rule != tc.wantRule {
-				t.Errorf("line %d rule %q, want line %d rule %q", re.Line, re.Rule, tc.wantLine, tc.wantRule)
-			}
-			if strings.Contains(re.Error(), "Try `") {
-				t.Errorf("usage hint kept in %q", re.Error())
-			}
-		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -170,9 +171,9 @@ func TestApplyReportsTheKernelsComplaint(t *testing.T) {
 		{Chain: ChainPortalsHost, Args: []string{"-p", "tcp", "-j", "KUBE-NOWHERE"}},
 	}}, Filter: Table{Name: TableFilter, Chains: filterChains()}}
 	err = a.Apply(context.Background(), rs, true)
-	var re *RestoreError
+	var re *restore.Error
 	if !errors.As(err, &re) {
-		t.Fatalf("Apply = %v, want a *RestoreError", err)
+		t.Fatalf("Apply = %v, want a *restore.Error", err)
 	}
 	if want := "-A KUBE-PORTALS-HOST -p tcp -j KUBE-NOWHERE"; re.Rule != want {
 		t.Errorf("the error names %q, want %q: %v", re.Rule, want, err)

@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	m.claimer = portal.NewClaimer(opener)
 	m.unserved = sctprelay.NewUnservedReporter(m.metrics.SCTPUnservedServicePorts)
 	if m.cfg.LocalAddresses == nil {
-		m.cfg.LocalAddresses = interfaceAddresses
+		m.cfg.LocalAddresses = kernel.InterfaceAddresses
 	}
 
 	for _, fam := range kernel.Families() {

@@ -23,6 +23,7 @@ import (
 	"kproxy.dev/kproxy/lb/balancer"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/portal"
+	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -221,10 +222,10 @@ func TestSyncProgramsRelaysPortalsAndClaims(t *testing.T) {
 	}
 
 	// A failed apply fails the sync and names the failure.
-	v4.fail = &portal.RestoreError{Command: "iptables-nft-restore", Line: 7, Rule: "-A KUBE-PORTALS-HOST ...", Message: "bad rule"}
+	v4.fail = &restore.Error{Command: "iptables-nft-restore", Line: 7, Rule: "-A KUBE-PORTALS-HOST ...", Message: "bad rule"}
 	tr.OnServiceUpdate(service("web", "198.18.0.10", v1.ProtocolTCP, 0))
 	err = sync()
-	var re *portal.RestoreError
+	var re *restore.Error
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "IPv4 portals") {
 		t.Fatalf("sync with a failing restore = %v, want the RestoreError wrapped with the family", err)
 	}

@@ -243,18 +243,3 @@ func addrPort(a net.Addr) uint16 {
 	}
 	return 0
 }
-
-// interfaceAddresses lists the node's addresses.
-func interfaceAddresses() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr().Unmap())
-		}
-	}
-	return out, nil
-}

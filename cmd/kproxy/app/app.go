@@ -24,6 +24,7 @@ import (
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/mode/preview"
+	"kproxy.dev/kproxy/sync/servicehealth"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -80,9 +81,16 @@ func Run(ctx context.Context, cfg *options.Config) error {
 		}
 	}()
 
+	svcHealth := servicehealth.New(servicehealth.Config{
+		Addresses:    nodePortListenAddresses(cfg),
+		ProxyHealthy: func() bool { return health.Status().Healthy && health.NodeEligible() },
+		Logger:       logger,
+	})
+	defer svcHealth.Close()
+
 	eng, err = engine.New(engine.Config{
 		Map: tracker, Mode: proxyMode, Metrics: m, Health: health,
-		MinSyncPeriod: minSync, SyncPeriod: syncPeriod,
+		MinSyncPeriod: minSync, SyncPeriod: syncPeriod, ServiceHealth: svcHealth,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up the sync engine: %w", err)
@@ -182,6 +190,13 @@ func newMode(ctx context.Context, cfg *options.Config, name mode.Name, features 
 			return nil, fmt.Errorf("starting the userspace mode: %w", err)
 		}
 		return um, nil
+	}
+	if name == mode.IPTables {
+		im, err := newIPTablesMode(ctx, cfg, features, m)
+		if err != nil {
+			return nil, fmt.Errorf("starting the iptables mode: %w", err)
+		}
+		return im, nil
 	}
 	logger.Info("This proxy mode is not implemented yet: kproxy builds the service map, serves health and metrics, "+
 		"and logs what it would program without touching the data path", "mode", name)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -115,6 +116,16 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// iptablesSave dumps this namespace's IPv4 tables.
+func iptablesSave(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("iptables-save").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables-save: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
 func TestRunFromServicesFile(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
@@ -170,14 +181,17 @@ func TestRunFromServicesFile(t *testing.T) {
 		}
 	}
 
-	out := logs.String()
+	// The iptables mode programmed both services: a DNAT path for web, a
+	// refusal for dns, which has no endpoints.
+	rules := iptablesSave(t)
 	for _, want := range []string{
-		`"msg"="This proxy mode is not implemented yet`,
-		`"servicePort"="shop/web:http/TCP" "clusterIPs"="198.18.0.10" "port"=80 "endpoints"="198.19.1.11:8080(local) 198.19.2.12:8080"`,
-		`"servicePort"="kube-system/dns:dns/UDP" "clusterIPs"="198.18.0.53" "port"=53 "endpoints"=""`,
+		`-A KUBE-SERVICES -d 198.18.0.10/32 -p tcp -m comment --comment "shop/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-`,
+		`-j DNAT --to-destination 198.19.1.11:8080`,
+		`-j DNAT --to-destination 198.19.2.12:8080`,
+		`-A KUBE-SERVICES -d 198.18.0.53/32 -p udp -m comment --comment "kube-system/dns:dns has no endpoints" -m udp --dport 53 -j REJECT`,
 	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("log lacks %s\nlog:\n%s", want, out)
+		if !strings.Contains(rules, want) {
+			t.Errorf("iptables-save lacks %s\n%s", want, rules)
 		}
 	}
 
@@ -194,8 +208,8 @@ func TestRunFromServicesFile(t *testing.T) {
 		v, ok := lab.Metric("kproxy_service_ports")
 		return ok && v == "3", v
 	})
-	if !strings.Contains(logs.String(), `"servicePort"="shop/api:https/TCP"`) {
-		t.Errorf("the new service was not logged:\n%s", logs.String())
+	if rules := iptablesSave(t); !strings.Contains(rules, `-d 198.18.0.40/32 -p tcp -m comment --comment "shop/api:https has no endpoints"`) {
+		t.Errorf("the new service was not programmed:\n%s", rules)
 	}
 
 	cancel()

@@ -1,0 +1,406 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/redirect/iptables/rules"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// canaryChain is the empty chain whose absence shows that someone flushed a
+// table kproxy writes to (kube-proxy's name, so operators' tools agree).
+const canaryChain = "KUBE-PROXY-CANARY"
+
+// canaryTables are the tables holding a canary.
+var canaryTables = []rules.Table{rules.Mangle, rules.NAT, rules.Filter}
+
+// family is the iptables mode for one IP family: what it last wrote, and how
+// to write the next sync.
+type family struct {
+	fam      kernel.Family
+	tables   Tables
+	newModel func(rules.Config) (RuleModel, error)
+	base     rules.Config // the configured part; topology and node IPs come from snapshots
+	nodeName string
+	// localAddrs lists the node's interface addresses (nil: not needed).
+	localAddrs func() ([]netip.Addr, error)
+	maxChains  int
+	metrics    *modeMetrics
+	logger     klog.Logger
+
+	// State of the last successful sync; model is nil before the first.
+	model    RuleModel
+	modelCfg rules.Config
+	applied  map[servicemap.ServicePortName]*rules.PortRules
+	needFull bool
+}
+
+// RuleModel is what the mode needs from the rule builder; *rules.Builder
+// implements it.
+type RuleModel interface {
+	ForPort(sp *servicemap.ServicePort) (rules.PortRules, error)
+	SharedChains() []rules.SharedChain
+	Jumps() []rules.Jump
+}
+
+// configFor completes the configured rules.Config with what the snapshot
+// says about this node.
+func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
+	cfg := f.base
+	cfg.Topology = servicemap.TopologyOf(f.nodeName, snap)
+	cfg.LargeCluster = endpointCount(snap) > largeClusterEndpoints
+	if len(cfg.NodePortAddresses) > 0 && f.localAddrs != nil {
+		addrs, err := f.localAddrs()
+		if err != nil {
+			return cfg, fmt.Errorf("listing the node's addresses for --nodeport-addresses: %w", err)
+		}
+		cfg.InterfaceAddrs = nil
+		for _, a := range addrs {
+			if servicemap.IsIPv6(a) == (f.fam == kernel.IPv6) {
+				cfg.InterfaceAddrs = append(cfg.InterfaceAddrs, a.Unmap())
+			}
+		}
+		slices.SortFunc(cfg.InterfaceAddrs, netip.Addr.Compare)
+	}
+	if len(cfg.NodeIPs) == 0 && snap != nil && snap.Node != nil {
+		for _, a := range snap.Node.Addresses {
+			if servicemap.IsIPv6(a) == (f.fam == kernel.IPv6) {
+				cfg.NodeIPs = append(cfg.NodeIPs, a)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// largeClusterEndpoints is kube-proxy's threshold for its large-cluster
+// mode (rules without comments; see rules.Config.LargeCluster).
+const largeClusterEndpoints = 1000
+
+func endpointCount(snap *servicemap.Snapshot) int {
+	n := 0
+	for _, sp := range snap.All() {
+		n += len(sp.Endpoints)
+	}
+	return n
+}
+
+// sync brings this family's rules in line with snap.
+func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
+	cfg, err := f.configFor(snap)
+	if err != nil {
+		return f.failed(err)
+	}
+	full := changes.Full || f.needFull || f.model == nil || !configEqual(cfg, f.modelCfg)
+	if !full {
+		intact, err := f.canariesIntact(ctx)
+		if err != nil {
+			return f.failed(fmt.Errorf("checking the canary chains: %w", err))
+		}
+		if !intact {
+			f.logger.Info("A canary chain is gone: someone flushed iptables; rewriting every rule", "family", f.fam)
+			f.needFull, full = true, true
+		}
+	}
+	if full {
+		model, err := f.newModel(cfg)
+		if err != nil {
+			return fmt.Errorf("%s rule model: %w", f.fam, err)
+		}
+		// The kernel is read for leftovers only when what is there is not
+		// known: at start, after a failure, after someone flushed.
+		readKernel := f.model == nil || f.needFull
+		start := time.Now()
+		err = f.fullSync(ctx, snap, model, readKernel)
+		f.metrics.fullDuration.Observe(time.Now().Sub(start).Seconds())
+		if err != nil {
+			f.metrics.restoreFailures.Inc()
+			return f.failed(err)
+		}
+		f.model, f.modelCfg, f.needFull = model, cfg, false
+	} else {
+		start := time.Now()
+		err := f.partialSync(ctx, snap, changes)
+		f.metrics.partialDuration.Observe(time.Now().Sub(start).Seconds())
+		if err != nil {
+			f.metrics.restoreFailures.Inc()
+			f.metrics.partialRestoreFailures.Inc()
+			return f.failed(err)
+		}
+	}
+	f.reportRuleCounts()
+	return nil
+}
+
+// failed marks the state unknown: the next sync is a full one.
+func (f *family) failed(err error) error {
+	f.needFull = true
+	return fmt.Errorf("%s: %w", f.fam, err)
+}
+
+// portRules builds the rules of every port of snap, sorted by name. A port
+// the builder rejects keeps what was last programmed for it, if anything:
+// bad input for one service never takes down the others, nor its own
+// previous rules.
+func (f *family) portRules(snap *servicemap.Snapshot, model RuleModel, names []servicemap.ServicePortName) (map[servicemap.ServicePortName]*rules.PortRules, error) {
+	out := make(map[servicemap.ServicePortName]*rules.PortRules, len(names))
+	var errs []error
+	for _, name := range names {
+		sp, ok := snap.Get(name)
+		if !ok {
+			out[name] = nil
+			continue
+		}
+		pr, err := model.ForPort(sp)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("service port %s: %w", name, err))
+			f.metrics.portErrors.Inc()
+			out[name] = f.applied[name] // keep the last good rules
+			continue
+		}
+		out[name] = &pr
+	}
+	return out, errors.Join(errs...)
+}
+
+// fullSync rewrites every chain kproxy owns. On nf_tables a restore's cost
+// grows with the square of the chains it declares, so large rule sets go in
+// several transactions of at most maxChains chains, ordered so every
+// intermediate state is consistent: first the shared chains that do not
+// exist yet (empty), then the service ports' own chains, then the shared
+// chains rewritten to jump to them, then stale chains removed. Traffic of a
+// service follows either its old rules or its new ones throughout.
+func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model RuleModel, readKernel bool) error {
+	existing, err := f.existingChains(ctx, readKernel)
+	if err != nil {
+		return err
+	}
+
+	names := make([]servicemap.ServicePortName, 0, snap.Len())
+	for name := range snap.All() {
+		names = append(names, name)
+	}
+	want, portErr := f.portRules(snap, model, names)
+	if portErr != nil {
+		f.logger.Error(portErr, "Some service ports cannot be programmed; they keep their previous rules", "family", f.fam)
+	}
+	shared := model.SharedChains()
+
+	var payloads []*payload
+	first := newPayload()
+	for _, sc := range shared {
+		if !existing[sc.Table][sc.Name] {
+			first.section(sc.Table).declare = append(first.section(sc.Table).declare, sc.Name)
+			first.chains++
+		}
+	}
+	payloads = append(payloads, first)
+
+	portShared := sharedRules{}
+	current := newPayload()
+	payloads = append(payloads, current)
+	keep := map[sharedKey]bool{}
+	for _, name := range slices.SortedFunc(maps.Keys(want), servicemap.ServicePortName.Compare) {
+		pr := want[name]
+		if pr == nil {
+			continue
+		}
+		if f.maxChains > 0 && current.chains > 0 && current.chains+len(pr.Chains) > f.maxChains {
+			current = newPayload()
+			payloads = append(payloads, current)
+		}
+		for _, c := range pr.Chains {
+			current.writeChain(c)
+			keep[sharedKey{c.Table, c.Name}] = true
+		}
+		for _, r := range pr.Shared {
+			portShared.add(r)
+		}
+	}
+
+	if f.maxChains > 0 && current.chains > 0 {
+		current = newPayload()
+		payloads = append(payloads, current)
+	}
+	current.writeShared(shared, portShared)
+	for _, t := range []rules.Table{rules.NAT, rules.Filter} {
+		for _, name := range slices.Sorted(maps.Keys(existing[t])) {
+			if isPerPortChain(name) && !keep[sharedKey{t, name}] {
+				if f.maxChains > 0 && current.chains >= f.maxChains {
+					current = newPayload()
+					payloads = append(payloads, current)
+				}
+				current.removeChain(t, name)
+			}
+		}
+	}
+
+	if f.maxChains <= 0 {
+		// One transaction: the first payload's empty declarations are
+		// redundant with the rewrite of every shared chain.
+		payloads = []*payload{merge(payloads[1:])}
+	}
+	for i, p := range payloads {
+		if p.empty() {
+			continue
+		}
+		if err := f.tables.Restore(ctx, p.bytes()); err != nil {
+			return fmt.Errorf("full sync, restore %d of %d: %w", i+1, len(payloads), err)
+		}
+	}
+	if err := f.tables.EnsureJumps(ctx, model.Jumps()); err != nil {
+		return fmt.Errorf("ensuring the jump rules: %w", err)
+	}
+	f.applied = make(map[servicemap.ServicePortName]*rules.PortRules, len(want))
+	for name, pr := range want {
+		if pr != nil {
+			f.applied[name] = pr
+		}
+	}
+	return nil
+}
+
+// existingChains returns, per table, the chains present: read from the
+// kernel, or, when the kernel is known to hold what the last sync wrote,
+// taken from that.
+func (f *family) existingChains(ctx context.Context, readKernel bool) (map[rules.Table]map[string]bool, error) {
+	existing := map[rules.Table]map[string]bool{rules.NAT: {}, rules.Filter: {}, rules.Mangle: {}}
+	if !readKernel {
+		for _, pr := range f.applied {
+			for _, c := range pr.Chains {
+				existing[c.Table][c.Name] = true
+			}
+		}
+		for _, sc := range f.model.SharedChains() {
+			existing[sc.Table][sc.Name] = true
+		}
+		return existing, nil
+	}
+	for t := range existing {
+		dump, err := f.tables.Save(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s table: %w", t, err)
+		}
+		for _, name := range chainsInDump(dump) {
+			existing[t][name] = true
+		}
+	}
+	return existing, nil
+}
+
+// partialSync rewrites only what changed for the changed and removed ports,
+// in one transaction when it is small enough (nearly always), touching the
+// shared chains rule by rule.
+func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
+	names := slices.Clone(changes.Changed)
+	for _, sp := range changes.Removed {
+		names = append(names, sp.Name)
+	}
+	slices.SortFunc(names, servicemap.ServicePortName.Compare)
+	names = slices.Compact(names)
+	want, portErr := f.portRules(snap, f.model, names)
+	if portErr != nil {
+		f.logger.Error(portErr, "Some service ports cannot be programmed; they keep their previous rules", "family", f.fam)
+	}
+	hasTail := sharedHasTail(f.model.SharedChains())
+	var payloads []*payload
+	current := newPayload()
+	payloads = append(payloads, current)
+	for _, name := range names {
+		old, new := f.applied[name], want[name]
+		if old == new {
+			continue
+		}
+		diff := newPayload()
+		diff.portDiff(old, new, hasTail)
+		if f.maxChains > 0 && current.chains > 0 && current.chains+diff.chains > f.maxChains {
+			current = newPayload()
+			payloads = append(payloads, current)
+		}
+		current.append(diff)
+	}
+	for i, p := range payloads {
+		if p.empty() {
+			continue
+		}
+		if err := f.tables.Restore(ctx, p.bytes()); err != nil {
+			return fmt.Errorf("partial sync of %d service ports, restore %d of %d: %w", len(names), i+1, len(payloads), err)
+		}
+	}
+	for name, pr := range want {
+		if pr == nil {
+			delete(f.applied, name)
+		} else {
+			f.applied[name] = pr
+		}
+	}
+	return nil
+}
+
+// canariesIntact says whether every canary chain still exists.
+func (f *family) canariesIntact(ctx context.Context) (bool, error) {
+	for _, t := range canaryTables {
+		ok, err := f.tables.ChainExists(ctx, t, canaryChain)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// reportRuleCounts sets kubeproxy_sync_proxy_rules_iptables_total per table.
+func (f *family) reportRuleCounts() {
+	counts := map[rules.Table]int{}
+	for _, pr := range f.applied {
+		for _, c := range pr.Chains {
+			counts[c.Table] += len(c.Rules)
+		}
+		for _, r := range pr.Shared {
+			counts[r.Table]++
+		}
+	}
+	for _, sc := range f.model.SharedChains() {
+		counts[sc.Table] += len(sc.Tail)
+	}
+	for _, t := range []rules.Table{rules.NAT, rules.Filter} {
+		f.metrics.rulesTotal.WithLabelValues(string(t), string(f.fam)).Set(float64(counts[t]))
+	}
+}
+
+// merge concatenates payloads into one transaction.
+func merge(ps []*payload) *payload {
+	out := newPayload()
+	for _, p := range ps {
+		out.append(p)
+	}
+	return out
+}
+
+// append adds q's content after p's.
+func (p *payload) append(q *payload) {
+	for t, s := range q.tables {
+		d := p.section(t)
+		d.declare = append(d.declare, s.declare...)
+		d.lines = append(d.lines, s.lines...)
+		d.remove = append(d.remove, s.remove...)
+	}
+	p.chains += q.chains
+}
+
+// configEqual compares two rule configs; any difference changes rules of
+// every port, so it takes a full sync.
+func configEqual(a, b rules.Config) bool {
+	return a.Family == b.Family && a.MasqueradeBit == b.MasqueradeBit && a.MasqueradeAll == b.MasqueradeAll &&
+		slices.Equal(a.ClusterCIDRs, b.ClusterCIDRs) && slices.Equal(a.NodePortAddresses, b.NodePortAddresses) &&
+		slices.Equal(a.NodeIPs, b.NodeIPs) && slices.Equal(a.InterfaceAddrs, b.InterfaceAddrs) &&
+		a.LocalhostNodePorts == b.LocalhostNodePorts && a.ConntrackTCPBeLiberal == b.ConntrackTCPBeLiberal &&
+		a.RandomFully == b.RandomFully && a.LargeCluster == b.LargeCluster && a.Topology == b.Topology
+}

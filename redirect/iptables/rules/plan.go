@@ -1,0 +1,291 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// maxNameLen bounds "ns/name:port" so that the longest comment built from
+// it ("other traffic to <name> will be dropped by KUBE-PROXY-FIREWALL")
+// stays within the comment match's 255 characters.
+const maxNameLen = 255 - len("other traffic to  will be dropped by KUBE-PROXY-FIREWALL")
+
+// portPlan is what kube-proxy decides about one service port in one family,
+// before any text is written.
+type portPlan struct {
+	name  string // "ns/name:port": comments, and the hash input with proto
+	proto string // "tcp", "udp" or "sctp"
+	hash  [hashLen]byte
+
+	clusterIP           netip.Addr
+	port                uint16
+	nodePort            uint16
+	healthCheckNodePort uint16
+	externalIPs         []netip.Addr
+	lbIPs               []netip.Addr
+	sourceRanges        []netip.Prefix
+	affinitySeconds     uint64 // 0: no ClientIP affinity
+
+	// clusterEPs and localEPs are the endpoints of the Cluster and Local
+	// traffic policies (nil when the port never uses that policy);
+	// reachable is their union, one KUBE-SEP chain each.
+	clusterEPs, localEPs, reachable []servicemap.Endpoint
+
+	hasEndpoints bool // usable endpoints anywhere in the cluster
+	hasInternal  bool // cluster IP traffic has somewhere to go
+	hasExternal  bool // external traffic from outside the node has somewhere to go
+	// internalLocal and externalLocal: the policy chain for that kind of
+	// traffic is KUBE-SVL (traffic policy Local), else KUBE-SVC.
+	internalLocal, externalLocal bool
+
+	usesClusterChain  bool // KUBE-SVC
+	usesLocalChain    bool // KUBE-SVL
+	usesExternalChain bool // KUBE-EXT
+	usesFirewallChain bool // KUBE-FW
+	// allowFromNode: a source range holds a node IP, so the LoadBalancer
+	// IPs themselves are allowed as sources (a node reaching its own VIP
+	// loops back with the VIP as source).
+	allowFromNode bool
+}
+
+// plan decides everything about sp for the Builder's family; ok is false
+// when sp has no cluster IP of the family and contributes nothing.
+func (b *Builder) plan(sp *servicemap.ServicePort) (p portPlan, ok bool, err error) {
+	p.clusterIP, ok = b.clusterIP(sp)
+	if !ok {
+		return p, false, nil
+	}
+	if p.proto, err = protocolOf(sp.Name.Protocol); err != nil {
+		return p, false, err
+	}
+	if sp.Port == 0 {
+		return p, false, errors.New("port 0 cannot be programmed")
+	}
+	if err := checkName(sp.Name); err != nil {
+		return p, false, err
+	}
+	if p.affinitySeconds, err = affinitySeconds(sp.AffinityTimeout); err != nil {
+		return p, false, err
+	}
+	p.name = portNameString(sp.Name)
+	portHashInto(&p.hash, p.name, p.proto)
+	p.port, p.nodePort, p.healthCheckNodePort = sp.Port, sp.NodePort, sp.HealthCheckNodePort
+	p.externalIPs = b.addrsOfFamily(sp.ExternalIPs)
+	p.lbIPs = b.addrsOfFamily(sp.LoadBalancerIPs)
+	p.sourceRanges = b.sourceRanges(sp.LoadBalancerSourceRanges)
+
+	b.categorize(&p, sp)
+	for _, ep := range p.reachable {
+		if !ep.Addr.IsValid() || ep.Port == 0 {
+			return p, false, fmt.Errorf("endpoint %s cannot be a DNAT destination", ep)
+		}
+	}
+	return p, true, nil
+}
+
+// categorize sorts the endpoints into kube-proxy's policy sets and decides
+// which chains the port needs.
+func (b *Builder) categorize(p *portPlan, sp *servicemap.ServicePort) {
+	// Accessibility is per family, as each family is its own kube-proxy.
+	accessible := sp.NodePort != 0 || len(p.externalIPs) > 0 || len(p.lbIPs) > 0
+	// Cluster endpoints are needed for Cluster policies and, with
+	// externalTrafficPolicy Local, to short-circuit node-local clients.
+	usesCluster := !sp.InternalPolicyLocal || accessible
+	usesLocal := sp.InternalPolicyLocal || (sp.ExternalPolicyLocal && accessible)
+	if usesCluster {
+		p.clusterEPs = sp.EligibleEndpoints(b.v6, false, b.cfg.Topology)
+	}
+	if usesLocal {
+		p.localEPs = sp.EligibleEndpoints(b.v6, true, b.cfg.Topology)
+	}
+	p.reachable = union(sp.Endpoints, p.clusterEPs, p.localEPs)
+	// kube-proxy orders endpoints by their "ip:port" text; the same order
+	// gives each endpoint the same --probability rule as kube-proxy's.
+	p.clusterEPs = sortedAsText(p.clusterEPs)
+	p.localEPs = sortedAsText(p.localEPs)
+	p.reachable = sortedAsText(p.reachable)
+
+	p.hasEndpoints = b.anyUsable(sp.Endpoints)
+	p.internalLocal, p.externalLocal = sp.InternalPolicyLocal, sp.ExternalPolicyLocal
+	p.hasInternal = p.hasEndpoints && (!p.internalLocal || len(p.localEPs) > 0)
+	p.hasExternal = p.hasEndpoints && (!p.externalLocal || len(p.localEPs) > 0)
+
+	p.usesClusterChain = len(p.clusterEPs) > 0
+	p.usesLocalChain = len(p.localEPs) > 0
+	// KUBE-EXT exists even without endpoints for external traffic: its
+	// short-circuit for node-local clients still applies.
+	p.usesExternalChain = p.hasEndpoints && accessible
+	p.usesFirewallChain = p.hasEndpoints && len(p.lbIPs) > 0 && len(p.sourceRanges) > 0
+	for _, r := range p.sourceRanges {
+		if slices.ContainsFunc(b.cfg.NodeIPs, func(ip netip.Addr) bool { return r.Contains(ip.Unmap()) }) {
+			p.allowFromNode = true
+		}
+	}
+}
+
+// anyUsable says whether any endpoint of the family can take traffic
+// somewhere in the cluster: ready, or serving while terminating.
+func (b *Builder) anyUsable(eps []servicemap.Endpoint) bool {
+	for _, ep := range eps {
+		if servicemap.IsIPv6(ep.Addr) == b.v6 && (ep.Ready || ep.ServingTerminating()) {
+			return true
+		}
+	}
+	return false
+}
+
+// union merges two lists drawn in order from all into one list in all's
+// order, each endpoint once. When one list holds the other, it is returned
+// as is.
+func union(all, a, b []servicemap.Endpoint) []servicemap.Endpoint {
+	switch {
+	case len(b) == 0:
+		return a
+	case len(a) == 0:
+		return b
+	}
+	// Walk all once to count, so that the usual case (one list holds the
+	// other) costs no allocation.
+	n := 0
+	walkUnion(all, a, b, func(servicemap.Endpoint) { n++ })
+	switch n {
+	case len(a):
+		return a
+	case len(b):
+		return b
+	}
+	out := make([]servicemap.Endpoint, 0, n)
+	walkUnion(all, a, b, func(ep servicemap.Endpoint) { out = append(out, ep) })
+	return out
+}
+
+func walkUnion(all, a, b []servicemap.Endpoint, visit func(servicemap.Endpoint)) {
+	i, j := 0, 0
+	for _, ep := range all {
+		key := ep.AddrPort()
+		inA := i < len(a) && a[i].AddrPort() == key
+		inB := j < len(b) && b[j].AddrPort() == key
+		if inA {
+			i++
+		}
+		if inB {
+			j++
+		}
+		if inA || inB {
+			visit(ep)
+		}
+	}
+}
+
+// sortedAsText returns eps ordered by their "ip:port" text, copying them
+// only when they are not in that order already: the lists may share
+// memory with the snapshot, which must not change.
+func sortedAsText(eps []servicemap.Endpoint) []servicemap.Endpoint {
+	if slices.IsSortedFunc(eps, compareAsText) {
+		return eps
+	}
+	eps = slices.Clone(eps)
+	slices.SortFunc(eps, compareAsText)
+	return eps
+}
+
+// compareAsText compares endpoints as strings "ip:port" ("[ip]:port").
+func compareAsText(a, b servicemap.Endpoint) int {
+	var ab, bb [64]byte
+	return bytes.Compare(appendEndpoint(ab[:0], a.AddrPort()), appendEndpoint(bb[:0], b.AddrPort()))
+}
+
+// clusterIP returns sp's cluster IP of the Builder's family.
+func (b *Builder) clusterIP(sp *servicemap.ServicePort) (netip.Addr, bool) {
+	for _, ip := range sp.ClusterIPs {
+		if ip.IsValid() && servicemap.IsIPv6(ip) == b.v6 {
+			return ip.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// addrsOfFamily returns the addresses of the Builder's family, without
+// copying when all are.
+func (b *Builder) addrsOfFamily(as []netip.Addr) []netip.Addr {
+	keep := func(a netip.Addr) bool { return a.IsValid() && servicemap.IsIPv6(a) == b.v6 }
+	if !slices.ContainsFunc(as, func(a netip.Addr) bool { return !keep(a) }) {
+		return as
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if keep(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// sourceRanges returns the ranges of the Builder's family; a zero-length
+// range means every source is allowed, the same as no range at all.
+func (b *Builder) sourceRanges(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range ps {
+		if !r.IsValid() || servicemap.IsIPv6(r.Addr()) != b.v6 {
+			continue
+		}
+		if r.Bits() == 0 {
+			return nil
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func protocolOf(p v1.Protocol) (string, error) {
+	switch p {
+	case v1.ProtocolTCP:
+		return "tcp", nil
+	case v1.ProtocolUDP:
+		return "udp", nil
+	case v1.ProtocolSCTP:
+		return "sctp", nil
+	}
+	return "", fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p)
+}
+
+// affinitySeconds converts the ClientIP affinity timeout to the recent
+// match's --seconds.
+func affinitySeconds(d time.Duration) (uint64, error) {
+	switch {
+	case d == 0:
+		return 0, nil
+	case d < time.Second:
+		return 0, fmt.Errorf("ClientIP affinity timeout %s is under the recent match's 1 s resolution", d)
+	case d/time.Second > math.MaxUint32:
+		return 0, fmt.Errorf("ClientIP affinity timeout %s is beyond the recent match's limit", d)
+	}
+	return uint64(d / time.Second), nil
+}
+
+// checkName refuses names that would not survive in a quoted iptables
+// comment. Kubernetes names never contain such characters, but a services
+// file is not checked by an API server.
+func checkName(n servicemap.ServicePortName) error {
+	for _, part := range [...]struct{ what, s string }{{"namespace", n.Namespace}, {"name", n.Name}, {"port name", n.Port}} {
+		for i := 0; i < len(part.s); i++ {
+			c := part.s[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+				return fmt.Errorf("%s %q: only letters, digits, '-', '.' and '_' can go into an iptables comment", part.what, part.s)
+			}
+		}
+	}
+	if l := len(portNameString(n)); l > maxNameLen {
+		return fmt.Errorf("%q is %d characters long; iptables comments allow %d for it", portNameString(n), l, maxNameLen)
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"kproxy.dev/kproxy/redirect/kernel"
+)
+
+// Validate checks a Config; the error names every bad field.
+func Validate(cfg Config) error {
+	var errs []error
+	if cfg.Family != kernel.IPv4 && cfg.Family != kernel.IPv6 {
+		errs = append(errs, fmt.Errorf("unknown Family %q (want %s or %s)", cfg.Family, kernel.IPv4, kernel.IPv6))
+		// Every address check below depends on the family.
+		return errors.Join(errs...)
+	}
+	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
+		errs = append(errs, fmt.Errorf("MasqueradeBit: %d is outside 0-31", cfg.MasqueradeBit))
+	}
+	errs = append(errs, checkPrefixes("ClusterCIDRs", cfg.ClusterCIDRs, cfg.Family)...)
+	errs = append(errs, checkPrefixes("NodePortAddresses", cfg.NodePortAddresses, cfg.Family)...)
+	errs = append(errs, checkAddrs("NodeIPs", cfg.NodeIPs, cfg.Family)...)
+	errs = append(errs, checkAddrs("InterfaceAddrs", cfg.InterfaceAddrs, cfg.Family)...)
+	return errors.Join(errs...)
+}
+
+func checkPrefixes(field string, ps []netip.Prefix, fam kernel.Family) []error {
+	var errs []error
+	for i, p := range ps {
+		switch {
+		case !p.IsValid():
+			errs = append(errs, fmt.Errorf("%s[%d]: not a valid prefix", field, i))
+		case p.Addr().Is4In6():
+			errs = append(errs, fmt.Errorf("%s[%d]: %s is an IPv4-mapped IPv6 prefix; write it as IPv4", field, i, p))
+		case familyOf(p.Addr()) != fam:
+			errs = append(errs, fmt.Errorf("%s[%d]: %s is not an %s prefix", field, i, p, fam))
+		}
+	}
+	return errs
+}
+
+func checkAddrs(field string, as []netip.Addr, fam kernel.Family) []error {
+	var errs []error
+	for i, a := range as {
+		switch {
+		case !a.IsValid():
+			errs = append(errs, fmt.Errorf("%s[%d]: not a valid address", field, i))
+		case a.Zone() != "":
+			errs = append(errs, fmt.Errorf("%s[%d]: %s has a zone, which iptables cannot match", field, i, a))
+		case familyOf(a) != fam:
+			errs = append(errs, fmt.Errorf("%s[%d]: %s is not an %s address", field, i, a, fam))
+		}
+	}
+	return errs
+}
+
+// familyOf treats IPv4-mapped IPv6 addresses as IPv4, as the service map
+// does (servicemap.IsIPv6).
+func familyOf(a netip.Addr) kernel.Family {
+	if a.Unmap().Is4() {
+		return kernel.IPv4
+	}
+	return kernel.IPv6
+}
