@@ -120,7 +120,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		readKernel := f.model == nil || f.needFull
 		start := time.Now()
 		err = f.fullSync(ctx, snap, model, readKernel)
-		f.metrics.fullDuration.Observe(time.Now().Sub(start).Seconds())
+		f.metrics.fullDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
 			f.metrics.restoreFailures.Inc()
 			return f.failed(err)
@@ -129,7 +129,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	} else {
 		start := time.Now()
 		err := f.partialSync(ctx, snap, changes)
-		f.metrics.partialDuration.Observe(time.Now().Sub(start).Seconds())
+		f.metrics.partialDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
 			f.metrics.restoreFailures.Inc()
 			f.metrics.partialRestoreFailures.Inc()
