@@ -82,16 +82,52 @@ func Spread(tb testing.TB, n int, ask func() (string, error)) map[string]int {
 // request is balanced afresh) with a 3 s timeout, and returns the body
 // without surrounding white space.
 func HTTPGet(h *Host, url string) (string, error) {
-	client := h.HTTPClient()
-	client.Timeout = 3 * time.Second
-	client.Transport.(*http.Transport).DisableKeepAlives = true
+	_, body, err := HTTPGetStatus(h, url)
+	return body, err
+}
+
+// HTTPGetStatus is HTTPGet dialling with d (a *Host, or FromAddress for a
+// chosen source address) that also returns the status code; a non-2xx
+// status is not an error.
+func HTTPGetStatus(d Dialer, url string) (status int, body string, err error) {
+	client := &http.Client{
+		Timeout:   3 * time.Second,
+		Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true, DisableCompression: true},
+	}
 	resp, err := client.Get(url)
 	if err != nil {
-		return "", err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return strings.TrimSpace(string(body)), err
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(data)), err
+}
+
+// FromAddress returns a Dialer that dials from h with source address src,
+// which must be one of h's addresses: a second client behind one host.
+func FromAddress(h *Host, src netip.Addr) Dialer { return sourceDialer{h, src} }
+
+type sourceDialer struct {
+	h   *Host
+	src netip.Addr
+}
+
+func (s sourceDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var conn net.Conn
+	err := s.h.InNetns(func() (err error) {
+		d := net.Dialer{}
+		if strings.HasPrefix(network, "udp") {
+			d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(s.src, 0))
+		} else {
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(s.src, 0))
+		}
+		conn, err = d.DialContext(ctx, network, address)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dialling %s from %s on %s: %w", address, s.src, s.h.Name, err)
+	}
+	return conn, nil
 }
 
 // UDPAsk sends msg as one datagram to addr on a connected socket and returns

@@ -36,6 +36,10 @@ const (
 
 	// LargeFileURLPath is where nginx serves the shared large file.
 	LargeFileURLPath = "/data/large.bin"
+	// ClientAddressURLPath answers "<backend name> <client address>\n": the
+	// source address the backend saw, to tell a NATed path from one that
+	// keeps the client's address.
+	ClientAddressURLPath = "/client-address"
 	// MaxUDPPayload is the largest IPv4 UDP payload.
 	MaxUDPPayload = 65507
 
@@ -178,9 +182,12 @@ http {
 		location /data/ {
 			alias %[10]s/;
 		}
+		location = %[11]s {
+			return 200 "%[9]s $remote_addr\n";
+		}
 	}
 }
-`, dir, tmp("body"), tmp("proxy"), tmp("fastcgi"), tmp("uwsgi"), tmp("scgi"), NginxPort, listen6, h.Name, dataDir)
+`, dir, tmp("body"), tmp("proxy"), tmp("fastcgi"), tmp("uwsgi"), tmp("scgi"), NginxPort, listen6, h.Name, dataDir, ClientAddressURLPath)
 }
 
 // writePseudoRandomFile writes size bytes of a fixed pseudo-random stream

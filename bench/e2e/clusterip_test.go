@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+func TestClusterIP(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m)
+		if l == nil {
+			return
+		}
+		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
+			l.wantBalanced(t, "TCP ClusterIP from "+from.Name, askHTTP(from, "http://"+webVIP+"/"))
+			l.wantBalanced(t, "UDP ClusterIP from "+from.Name, askUDP(from, echoVIP+":53"))
+		}
+	})
+}
+
+func TestRefusals(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m)
+		if l == nil {
+			return
+		}
+		t.Run("no endpoints is refused at once", func(t *testing.T) {
+			for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
+				dialRefused(t, from, "TCP to a service without endpoints from "+from.Name, emptyVIP+":80")
+				// A datagram the node itself sends and a REJECT rule stops in
+				// OUTPUT fails its send with EPERM; one from elsewhere comes
+				// back as an ICMP port unreachable (ECONNREFUSED).
+				answer, err := lab.UDPAsk(from, emptyVIP+":53", "ping")
+				if !errors.Is(err, syscall.ECONNREFUSED) && !(from == l.topo.Node && errors.Is(err, syscall.EPERM)) {
+					t.Errorf("UDP to a service without endpoints from %s: answer %q, error %v; want it refused", from.Name, answer, err)
+				}
+			}
+		})
+		if !m.relays {
+			return
+		}
+		t.Run("a direct connection to a proxy port is refused", func(t *testing.T) {
+			save := l.natRules(t)
+			match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(webVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(save)
+			if match == nil {
+				t.Fatalf("no REDIRECT portal for %s in:\n%s", webVIP, save)
+			}
+			conn, err := l.topo.Client.Dial("tcp", net.JoinHostPort(nodeIP, match[1]))
+			if err != nil {
+				t.Logf("the connection to proxy port %s was refused: %v", match[1], err)
+				return
+			}
+			defer conn.Close()
+			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if n, err := conn.Read(make([]byte, 1)); err == nil || n > 0 {
+				t.Fatalf("a client connecting straight to proxy port %s was relayed", match[1])
+			}
+		})
+	})
+}
+
+func TestNodePortAndExternalIP(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m)
+		if l == nil {
+			return
+		}
+		for _, url := range []string{
+			fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort),
+			"http://" + externalIP + "/",
+		} {
+			l.wantBalanced(t, url+" from the client", askHTTP(l.topo.Client, url))
+		}
+		if m.relays {
+			// The relay holds the NodePort with a real socket, so nothing
+			// else can take it.
+			if ln, err := net.Listen("tcp", fmt.Sprintf(":%d", webNodePort)); err == nil {
+				ln.Close()
+				t.Errorf("port %d could be bound by another program; kproxy should hold it", webNodePort)
+			}
+		}
+	})
+}

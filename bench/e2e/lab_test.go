@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// The lab of one case in one mode: the topology, the servers on the
+// backends, and kproxy on the node fed by a services file.
+
+// Fixed addresses of the lab (see bench/lab): the node's address on the
+// client link, and the client's.
+const (
+	nodeIP   = "198.19.0.1"
+	clientIP = "198.19.0.2"
+)
+
+// e2eLab is one case's lab, built inside the case's own network namespace.
+type e2eLab struct {
+	mode     proxyMode
+	bin      string // the kproxy binary
+	topo     *lab.Topology
+	backends []string // the backends' IPv4 addresses, backend-1 first
+	manifest string   // the services file kproxy watches
+	kproxy   *lab.Process
+}
+
+// startLab builds the lab for mode m with the services file render makes from
+// the backends' addresses, and runs kproxy on it with the common flags plus
+// extraArgs, waiting for its first sync. It returns nil in the outer test
+// process (see lab.InFreshNetns), where the caller must return at once.
+func startLab(t *testing.T, m proxyMode, render func(backends []string) string, extraArgs ...string) *e2eLab {
+	t.Helper()
+	l := newLab(t, m, render)
+	if l != nil {
+		l.runKproxy(t, nil, extraArgs...)
+	}
+	return l
+}
+
+// newLab is startLab without kproxy, for cases that prepare the node first;
+// they call runKproxy. With a nil render there is no services file (kproxy
+// will watch an API server).
+func newLab(t *testing.T, m proxyMode, render func(backends []string) string) *e2eLab {
+	t.Helper()
+	bin := lab.KproxyBinary(t)
+	if lab.InFreshNetns(t, lab.KproxyBinaryEnv+"="+bin) {
+		return nil
+	}
+	l := &e2eLab{mode: m, bin: bin}
+	l.topo = lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
+	quietRedirects(t)
+	lab.StartServers(t, l.topo, lab.ServerOptions{NoIperf: true})
+	for _, b := range l.topo.Backends {
+		l.backends = append(l.backends, b.IPv4.String())
+	}
+	if render != nil {
+		l.manifest = filepath.Join(t.TempDir(), "services.yaml")
+		l.write(t, render(l.backends))
+	}
+	return l
+}
+
+// quietRedirects stops the node sending ICMP redirects. In the lab the
+// node's default route points back at the client, so a packet for a service
+// IP that no rule rewrites leaves by the link it came in on, and the kernel
+// tells the client so; that redirect spends the client's ICMP rate-limit
+// token, and the port-unreachable of a REJECT rule that follows is dropped,
+// turning a refusal into a timeout. A real node's clients do not route
+// service IPs through it.
+func quietRedirects(t *testing.T) {
+	t.Helper()
+	for _, link := range []string{"all", "to-client", "br-pods"} {
+		path := "/proc/sys/net/ipv4/conf/" + link + "/send_redirects"
+		if err := os.WriteFile(path, []byte("0"), 0o644); err != nil {
+			t.Fatalf("turning off ICMP redirects on the node: %v", err)
+		}
+	}
+}
+
+// kproxyArgs are the flags every case runs kproxy with in mode m: no
+// minimum interval between syncs, so changes land at once, and no conntrack
+// table sizing, as nf_conntrack_max cannot be written inside a namespace.
+func kproxyArgs(m proxyMode, source string) []string {
+	return []string{"--proxy-mode=" + m.name, source, "--hostname-override=node",
+		"--iptables-min-sync-period=0", "--conntrack-max-per-core=0", "-v=2"}
+}
+
+// runKproxy starts kproxy on the services file with env (KEY=value) added
+// to its environment and extraArgs after the common flags, and waits for its
+// first sync.
+func (l *e2eLab) runKproxy(t *testing.T, env []string, extraArgs ...string) {
+	t.Helper()
+	l.runKproxyOn(t, "--services-file="+l.manifest, env, extraArgs...)
+}
+
+// runKproxyOn is runKproxy with another source flag (such as --kubeconfig).
+func (l *e2eLab) runKproxyOn(t *testing.T, source string, env []string, extraArgs ...string) {
+	t.Helper()
+	args := append(kproxyArgs(l.mode, source), extraArgs...)
+	if len(env) > 0 {
+		// env(1) execs kproxy, so the process (and its pid) is kproxy's.
+		l.kproxy = l.topo.Node.Start("env", append(append(env, l.bin), args...)...)
+	} else {
+		l.kproxy = l.topo.Node.Start(l.bin, args...)
+	}
+	// Registered after kproxy's own cleanup, so it runs first: the state
+	// is dumped while kproxy still runs.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the node's state when the case failed:\n%s", l.kernelState())
+		}
+	})
+	lab.WaitSynced(t, l.kproxy, 1)
+}
+
+// kernelState dumps the node's IPv4 rules and conntrack table for a failure
+// report; a command that fails shows its error in place.
+func (l *e2eLab) kernelState() string {
+	var b strings.Builder
+	for _, cmd := range [][]string{{"iptables-save"}, {"conntrack", "-L"}} {
+		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
+		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
+	}
+	return b.String()
+}
+
+// write replaces the services file atomically, so kproxy never reads half
+// of it.
+func (l *e2eLab) write(t *testing.T, content string) {
+	t.Helper()
+	tmp := l.manifest + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatalf("writing the services file: %v", err)
+	}
+	if err := os.Rename(tmp, l.manifest); err != nil {
+		t.Fatalf("replacing the services file: %v", err)
+	}
+}
+
+// alive fails t with kproxy's log if kproxy has exited.
+func (l *e2eLab) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case <-l.kproxy.Exited():
+		t.Fatalf("kproxy exited: %v\n%s", l.kproxy.Err(), l.kproxy.Log())
+	default:
+	}
+}
+
+// natRules is the node's IPv4 nat table as iptables-save prints it, without
+// the dated comment lines.
+func (l *e2eLab) natRules(t *testing.T) string {
+	t.Helper()
+	return lab.WithoutComments(l.topo.Node.MustExec("iptables-save", "-t", "nat"))
+}
+
+// isBackend says whether an answer names one of the lab's backends.
+func (l *e2eLab) isBackend(name string) bool {
+	for _, b := range l.topo.Backends {
+		if b.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// backendsExcept returns the backends' addresses without the named ones'.
+func (l *e2eLab) backendsExcept(names ...string) []string {
+	var out []string
+	for i, ip := range l.backends {
+		if !slices.Contains(names, l.topo.Backends[i].Name) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}

@@ -1,0 +1,56 @@
+package e2e
+
+import "testing"
+
+// proxyMode is one --proxy-mode the suite runs, with the traits that decide
+// which assertions apply to it. Cases assert on traits rather than names, so
+// a new mode states what it is once, here.
+type proxyMode struct {
+	name string
+	// exactRoundRobin: new connections go to the endpoints in turn (the
+	// userspace balancer). Otherwise the kernel picks one at random, and
+	// only "every endpoint is reached" can be asserted.
+	exactRoundRobin bool
+	// relays: traffic passes through kproxy's own sockets (proxy ports
+	// reached through portal rules, NodePorts held with real sockets), so
+	// backends see the node as the source; its LoadBalancer source-range
+	// firewall rejects where kube-proxy's drops.
+	relays bool
+	// keepsClientAddress: kernel NAT that, under
+	// externalTrafficPolicy=Local, leaves the client's address in place.
+	keepsClientAddress bool
+	// iptablesRules: kube-proxy's iptables rule model, written with
+	// iptables-restore, checked through canary chains, and counted in the
+	// kubeproxy_sync_proxy_rules_iptables_* metrics.
+	iptablesRules bool
+}
+
+// proxyModes lists the modes every case runs in, in run order.
+func proxyModes() []proxyMode {
+	return []proxyMode{
+		{name: "userspace", exactRoundRobin: true, relays: true},
+		{name: "iptables", keepsClientAddress: true, iptablesRules: true},
+	}
+}
+
+// forEachMode runs body as one subtest per proxy mode.
+func forEachMode(t *testing.T, body func(t *testing.T, m proxyMode)) {
+	t.Helper()
+	forModes(t, func(proxyMode) bool { return true }, body)
+}
+
+// forModes runs body as one subtest per proxy mode that applies; the other
+// modes get no subtest, as the case means nothing for them.
+func forModes(t *testing.T, applies func(proxyMode) bool, body func(t *testing.T, m proxyMode)) {
+	t.Helper()
+	ran := false
+	for _, m := range proxyModes() {
+		if applies(m) {
+			ran = true
+			t.Run(m.name, func(t *testing.T) { body(t, m) })
+		}
+	}
+	if !ran {
+		t.Skip("no proxy mode has the traits this case needs")
+	}
+}
