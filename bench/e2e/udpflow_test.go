@@ -104,9 +104,6 @@ func (f *udpFlow) close() {
 
 func TestUDPEndpointRemoval(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		if m.name == "iptables" {
-			t.Skip("TODO(issue 5): the iptables mode needs conntrack cleanup of stale UDP flows, being wired in now")
-		}
 		render := func(backends []string) string {
 			svc := serviceDoc("udp", "clusterIP: "+udpVIP+", ports: [{name: dns, port: 53, protocol: UDP, targetPort: 9000}]", "")
 			return docs(nodeDoc, svc, sliceDoc("udp-1", "udp", "{name: dns, port: 9000, protocol: UDP}", remoteEndpoints(backends, "")...))

@@ -77,6 +77,18 @@ type Config struct {
 	ServiceHealth interface {
 		Sync(*servicemap.Snapshot) error
 	}
+	// Observers are told about every successful mode sync, in order (such
+	// as conntrack cleanup, which must follow the rules it cleans up after).
+	Observers []SyncObserver
+}
+
+// SyncObserver acts on the state a mode has just programmed. AfterSync runs
+// on the engine's sync goroutine, after the mode's Sync succeeded and before
+// waiters learn of it; it gets the snapshot now in force and the changes the
+// mode applied (merged over failed syncs), which it must not modify. It
+// handles its own failures: the sync has already succeeded.
+type SyncObserver interface {
+	AfterSync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet)
 }
 
 // Engine runs mode syncs. Create it with New, wire the map's change
@@ -91,6 +103,7 @@ type Engine struct {
 	svcHealth interface {
 		Sync(*servicemap.Snapshot) error
 	}
+	observers []SyncObserver
 
 	fullSyncPeriod time.Duration
 
@@ -142,6 +155,7 @@ func New(cfg Config) (*Engine, error) {
 
 		fullSyncPeriod: cfg.FullSyncPeriod,
 		svcHealth:      cfg.ServiceHealth,
+		observers:      cfg.Observers,
 	}
 	r, err := runner.New(runner.Config{
 		Name:          "sync-" + string(cfg.Mode.Name()),
@@ -264,6 +278,9 @@ func (e *Engine) sync(ctx context.Context) error {
 	e.modeSeen = true
 	if changes.Full {
 		e.lastFull = end
+	}
+	for _, o := range e.observers {
+		o.AfterSync(ctx, snap, changes)
 	}
 	e.health.Updated()
 	e.recordSuccess(snap, changes, end)

@@ -67,8 +67,10 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	}
 
 	applyOOMScoreAdj(logger, cfg.OOMScoreAdj)
-	if cfg.Conntrack != (options.ConntrackConfig{}) {
-		logger.Info("Conntrack tuning is not implemented yet: the --conntrack-* settings were validated but are not applied")
+	// Before the mode starts: the iptables mode reads back
+	// nf_conntrack_tcp_be_liberal.
+	if tunesConntrack(name) {
+		tuneConntrack(logger, cfg.Conntrack)
 	}
 
 	proxyMode, err := newMode(ctx, cfg, name, features, m)
@@ -88,9 +90,12 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	})
 	defer svcHealth.Close()
 
+	observers, closeObservers := conntrackObservers(logger, name, m, syncPeriod)
+	defer closeObservers()
+
 	eng, err = engine.New(engine.Config{
 		Map: tracker, Mode: proxyMode, Metrics: m, Health: health,
-		MinSyncPeriod: minSync, SyncPeriod: syncPeriod, ServiceHealth: svcHealth,
+		MinSyncPeriod: minSync, SyncPeriod: syncPeriod, ServiceHealth: svcHealth, Observers: observers,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up the sync engine: %w", err)

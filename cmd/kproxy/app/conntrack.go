@@ -1,0 +1,75 @@
+package app
+
+import (
+	"runtime"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/cmd/kproxy/options"
+	"kproxy.dev/kproxy/conntrack"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/engine"
+	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/mode"
+)
+
+// tuneConntrack applies the --conntrack-* settings as kube-proxy does at
+// start. What cannot be set (a read-only /proc/sys, nf_conntrack_max inside
+// a network namespace) is one warning; nothing else depends on it.
+func tuneConntrack(logger klog.Logger, cfg options.ConntrackConfig) {
+	changes, err := conntrack.Tune(conntrack.FileParams{}, conntrack.Settings{
+		MaxPerCore:            int(cfg.MaxPerCore),
+		Min:                   int(cfg.Min),
+		TCPEstablishedTimeout: cfg.TCPEstablishedTimeout,
+		TCPCloseWaitTimeout:   cfg.TCPCloseWaitTimeout,
+		TCPBeLiberal:          cfg.TCPBeLiberal,
+		UDPTimeout:            cfg.UDPTimeout,
+		UDPStreamTimeout:      cfg.UDPStreamTimeout,
+	}, runtime.NumCPU())
+	for _, c := range changes {
+		logger.Info("Set conntrack parameter", "parameter", c.Path, "value", c.New, "previous", c.Old)
+	}
+	if err != nil {
+		logger.Info("Warning: some conntrack settings could not be applied; carrying on without them", "err", err)
+	}
+}
+
+// conntrackObservers returns the sync observer that deletes stale conntrack
+// flows after each sync, for the modes whose traffic conntrack tracks
+// through NAT (none for a preview), and a function that releases it. Not
+// being able to clean up is a warning, not a reason to stop.
+//
+// Reconciliation is due after half the mode's sync period, so every
+// periodic sync reconciles however its timing jitters, and busier times
+// reconcile no more than twice per period.
+func conntrackObservers(logger klog.Logger, name mode.Name, m *metrics.Metrics, syncPeriod time.Duration) ([]engine.SyncObserver, func()) {
+	var dp conntrack.Dataplane
+	switch name {
+	case mode.IPTables:
+		dp = conntrack.KernelNAT
+	case mode.Userspace:
+		dp = conntrack.LocalRelays
+	default:
+		return nil, func() {}
+	}
+	table, err := conntrack.NewNetlinkTable()
+	if err != nil {
+		logger.Info("Warning: stale UDP flows will not be cleaned from conntrack", "err", err)
+		return nil, func() {}
+	}
+	cleaner, err := conntrack.New(conntrack.Config{
+		Table: table, Dataplane: dp, LocalAddresses: kernel.InterfaceAddresses,
+		ReconcileInterval: syncPeriod / 2, Registerer: m.Registry(),
+	})
+	if err != nil {
+		_ = table.Close()
+		logger.Info("Warning: stale UDP flows will not be cleaned from conntrack", "err", err)
+		return nil, func() {}
+	}
+	return []engine.SyncObserver{cleaner}, func() { _ = table.Close() }
+}
+
+// tunesConntrack says whether mode name programs the data path, and so
+// gets kube-proxy's conntrack settings; a preview touches nothing.
+func tunesConntrack(name mode.Name) bool { return name == mode.IPTables || name == mode.Userspace }

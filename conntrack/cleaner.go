@@ -1,0 +1,176 @@
+package conntrack
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// DefaultReconcileInterval is how often a Cleaner reconciles when its
+// Config does not say: kube-proxy's default sync period, so a node with
+// defaults reconciles at about every periodic sync.
+const DefaultReconcileInterval = 30 * time.Second
+
+// Config configures a Cleaner. Table is required.
+type Config struct {
+	Table     Table
+	Dataplane Dataplane
+	// LocalAddresses lists the node's addresses; nil means unknown (node
+	// ports then match on any address, and LocalRelays reconciliation
+	// accepts any answering address).
+	LocalAddresses func() ([]netip.Addr, error)
+	// BoundUDPPorts lists the local ports UDP sockets are bound to, for
+	// LocalRelays reconciliation; nil means BoundUDPPorts.
+	BoundUDPPorts func() ([]uint16, error)
+	// ReconcileInterval is the least time between reconciliations, which
+	// also happen at the first sync and every full one. Zero means
+	// DefaultReconcileInterval.
+	ReconcileInterval time.Duration
+	// Registerer receives the metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Cleaner deletes stale conntrack flows after each successful sync. Its
+// AfterSync is meant as a sync/engine observer, which the engine calls from
+// its one sync goroutine: a Cleaner is not safe for concurrent use.
+type Cleaner struct {
+	cfg     Config
+	metrics *cleanupMetrics
+
+	prev *servicemap.Snapshot
+	// pending holds, per family, the filters of passes that failed, to be
+	// sent again with the next pass.
+	pending       map[Family][]Filter
+	lastReconcile time.Time
+}
+
+// New checks cfg and returns a Cleaner.
+func New(cfg Config) (*Cleaner, error) {
+	if cfg.Table == nil {
+		return nil, errors.New("conntrack cleaner: no table")
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = DefaultReconcileInterval
+	}
+	if cfg.BoundUDPPorts == nil {
+		cfg.BoundUDPPorts = BoundUDPPorts
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m, err := newCleanupMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Cleaner{cfg: cfg, metrics: m, pending: map[Family][]Filter{}}, nil
+}
+
+// AfterSync deletes the flows the sync of snap (applying changes) made
+// stale, plus, when due, every UDP flow reconciliation finds wrong.
+// Failures are logged, counted and retried with the next call; they never
+// stop the caller.
+func (c *Cleaner) AfterSync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) {
+	logger := klog.FromContext(ctx).WithValues("component", "conntrack")
+	start := c.cfg.Now()
+	filters := FiltersFor(c.prev, snap, changes)
+	c.prev = snap
+	reconcile := c.lastReconcile.IsZero() || (changes != nil && changes.Full) ||
+		start.Sub(c.lastReconcile) >= c.cfg.ReconcileInterval
+
+	reqs := c.requests(logger, snap, filters, reconcile)
+	if len(reqs) == 0 {
+		if reconcile {
+			c.lastReconcile = start // nothing to reconcile is reconciled
+		}
+		return
+	}
+	deleted, failed := 0, false
+	for _, req := range reqs {
+		n, err := c.cfg.Table.Delete(req)
+		deleted += n
+		if err != nil {
+			failed = true
+			c.pending[req.Family] = req.Filters
+			c.metrics.failures.Inc()
+			logger.Error(err, "Deleting stale conntrack flows failed; will retry after the next sync",
+				"family", req.Family, "filters", len(req.Filters), "reconcile", req.Reconcile != nil)
+			continue
+		}
+		delete(c.pending, req.Family)
+	}
+	if reconcile && !failed {
+		c.lastReconcile = start
+	}
+	took := c.cfg.Now().Sub(start)
+	c.metrics.deleted.Add(float64(deleted))
+	c.metrics.duration.Observe(took.Seconds())
+	logger.V(2).Info("Cleaned up conntrack after a sync", "deletedFlows", deleted, "filters", len(filters),
+		"reconciled", reconcile, "duration", took)
+}
+
+// requests builds one request per family that has something to select:
+// this sync's filters, those pending from failed passes, and, when
+// reconcile is set, the family's expectations.
+func (c *Cleaner) requests(logger klog.Logger, snap *servicemap.Snapshot, filters []Filter, reconcile bool) []*Request {
+	local := c.localAddresses(logger)
+	var bound []uint16
+	if reconcile && c.cfg.Dataplane == LocalRelays {
+		var err error
+		if bound, err = c.cfg.BoundUDPPorts(); err != nil {
+			// Without it a flow to a dead relay port looks healthy; the
+			// other checks still run.
+			logger.Error(err, "Reconciling conntrack without checking relay ports")
+		}
+	}
+	var reqs []*Request
+	for _, fam := range Families() {
+		req := &Request{Family: fam, Filters: c.withPending(fam, filters), Local: local}
+		if reconcile {
+			req.Reconcile = ExpectationsOf(snap, fam, c.cfg.Dataplane, bound)
+		}
+		if !req.Empty() {
+			reqs = append(reqs, req)
+		}
+	}
+	return reqs
+}
+
+// withPending returns fam's filters from filters plus those still pending.
+func (c *Cleaner) withPending(fam Family, filters []Filter) []Filter {
+	set := filterSet{}
+	for _, f := range filters {
+		if f.Dst.Family == fam {
+			set.add(f)
+		}
+	}
+	for _, f := range c.pending[fam] {
+		set.add(f)
+	}
+	return set.list()
+}
+
+// localAddresses returns the node's addresses, or nil (any address) when
+// they are unknown.
+func (c *Cleaner) localAddresses(logger klog.Logger) []netip.Addr {
+	if c.cfg.LocalAddresses == nil {
+		return nil
+	}
+	addrs, err := c.cfg.LocalAddresses()
+	if err != nil {
+		logger.Error(err, "Cleaning conntrack as if every address were the node's")
+		return nil
+	}
+	if addrs == nil {
+		addrs = []netip.Addr{} // known to be none, unlike nil
+	}
+	return slices.Clone(addrs)
+}

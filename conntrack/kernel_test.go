@@ -1,0 +1,139 @@
+package conntrack
+
+import (
+	"errors"
+	"io/fs"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// Each test here runs in a fresh network namespace with its own conntrack
+// table (lab.InFreshNetns), as root.
+
+func TestNetlinkTableOnKernel(t *testing.T) {
+	vip := ServiceAddress(ap("198.18.0.10:53"))
+	vip6 := ServiceAddress(ap("[fd00:18::10]:53"))
+	pinned := flow(UDP, "198.19.0.2:40001", "198.18.0.10:53", "198.19.1.11:9000")
+	other := flow(UDP, "198.19.0.2:40002", "198.18.0.10:53", "198.19.1.12:9000")
+	refused := flow(UDP, "198.19.0.2:40003", "198.18.0.10:53", "198.18.0.10:53")
+	nodePort := flow(UDP, "198.19.0.2:40004", "198.19.0.1:30053", "198.19.1.11:9000")
+	elsewhere := flow(UDP, "198.19.0.2:40005", "203.0.113.9:30053", "203.0.113.9:30053")
+	tcpFlow := flow(TCP, "198.19.0.2:40006", "198.18.0.10:53", "198.19.1.11:9000")
+	pinned6 := flow(UDP, "[fd00:19::2]:40001", "[fd00:18::10]:53", "[fd00:19:1::11]:9000")
+	all := []Flow{pinned, other, refused, nodePort, elsewhere, tcpFlow, pinned6}
+	node := addrs("198.19.0.1", "127.0.0.1")
+
+	tests := []struct {
+		name string
+		req  Request
+		gone []Flow
+	}{
+		{"every UDP flow to a service address", Request{Family: IPv4, Filters: []Filter{AllFlowsTo(UDP, vip)}},
+			[]Flow{pinned, other, refused}},
+		{"an endpoint's flows, on the service address and the node port", Request{Family: IPv4, Local: node,
+			Filters: []Filter{FlowsAnsweredBy(UDP, vip, ap("198.19.1.11:9000")), FlowsAnsweredBy(UDP, NodePortOf(IPv4, 30053), ap("198.19.1.11:9000"))}},
+			[]Flow{pinned, nodePort}},
+		{"untranslated flows", Request{Family: IPv4, Local: node,
+			Filters: []Filter{UntranslatedFlowsTo(UDP, vip), UntranslatedFlowsTo(UDP, NodePortOf(IPv4, 30053))}},
+			[]Flow{refused}},
+		{"IPv6", Request{Family: IPv6, Filters: []Filter{AllFlowsTo(UDP, vip6)}}, []Flow{pinned6}},
+		{"reconciliation", Request{Family: IPv4, Local: node, Reconcile: &Expectations{Endpoints: map[Destination][]netip.AddrPort{
+			vip: {ap("198.19.1.12:9000")}, NodePortOf(IPv4, 30053): {ap("198.19.1.11:9000")},
+		}}}, []Flow{pinned, refused}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if lab.InFreshNetns(t) {
+				return
+			}
+			h := netfilterHandle(t)
+			if err := insertFlows(h, all...); err != nil {
+				t.Fatal(err)
+			}
+			table, err := NewNetlinkTable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer table.Close()
+
+			n, err := table.Delete(&tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, f := range all {
+				if !slices.Contains(tt.gone, f) {
+					want = append(want, f.String())
+				}
+			}
+			slices.Sort(want)
+			if diff := cmp.Diff(want, kernelFlows(t, h)); diff != "" {
+				t.Errorf("flows left in the kernel (-want +got):\n%s", diff)
+			}
+			if n != len(tt.gone) {
+				t.Errorf("Delete reported %d deleted, want %d", n, len(tt.gone))
+			}
+		})
+	}
+}
+
+func TestTuneOnKernel(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	// A namespace can set its own timeouts but not the table size.
+	changes, err := Tune(FileParams{}, Settings{MaxPerCore: 32768, Min: 131072,
+		TCPEstablishedTimeout: 2 * time.Hour, UDPTimeout: 45 * time.Second, UDPStreamTimeout: 150 * time.Second,
+		TCPBeLiberal: true}, 2)
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("Tune error = %v, want nf_conntrack_max refused with a permission error", err)
+	}
+	want := map[string]int{
+		TCPEstablishedTimeoutPath: 7200, UDPTimeoutPath: 45, UDPStreamTimeoutPath: 150, TCPBeLiberalPath: 1,
+	}
+	for path, v := range want {
+		got, err := FileParams{}.Get(path)
+		if err != nil || got != v {
+			t.Errorf("%s = %d (%v), want %d", path, got, err, v)
+		}
+	}
+	var changed []string
+	for _, c := range changes {
+		changed = append(changed, c.Path)
+	}
+	slices.Sort(changed)
+	wantChanged := []string{TCPBeLiberalPath, TCPEstablishedTimeoutPath, UDPTimeoutPath, UDPStreamTimeoutPath}
+	slices.Sort(wantChanged)
+	if diff := cmp.Diff(wantChanged, changed); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+}
+
+func TestBoundUDPPortsOnKernel(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(conn.LocalAddr().(*net.UDPAddr).Port)
+	ports, err := BoundUDPPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ports, port) {
+		t.Errorf("bound UDP ports %v lack the socket's port %d", ports, port)
+	}
+	conn.Close()
+	if ports, err = BoundUDPPorts(); err != nil || slices.Contains(ports, port) {
+		t.Errorf("bound UDP ports %v (%v) still hold port %d after its socket closed", ports, err, port)
+	}
+}
