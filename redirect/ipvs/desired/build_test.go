@@ -1,0 +1,162 @@
+package desired
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// realServersOf returns "addr:port" of the real servers of the service at key.
+func realServersOf(t *testing.T, st *State, key string) []string {
+	t.Helper()
+	for _, s := range st.Services {
+		if s.Key.String() == key {
+			var out []string
+			for _, rs := range s.RealServers {
+				out = append(out, rs.AddrPort().String())
+			}
+			return out
+		}
+	}
+	t.Fatalf("no virtual server %s in:\n%s", key, Dump(st))
+	return nil
+}
+
+func TestRealServersFollowTrafficPolicies(t *testing.T) {
+	eps := endpoints(ep("198.19.1.11:80"), ep("198.19.1.12:80", local), ep("198.19.1.13:80", terminating))
+	tests := []struct {
+		name string
+		port *servicemap.ServicePort
+		key  string
+		want []string
+	}{
+		{"cluster policy: ready ones", port("d", "a", 80, "198.18.0.1", eps), "TCP/198.18.0.1:80",
+			[]string{"198.19.1.11:80", "198.19.1.12:80"}},
+		{"internal Local: local ready one", port("d", "a", 80, "198.18.0.1", eps, internalLocal()), "TCP/198.18.0.1:80",
+			[]string{"198.19.1.12:80"}},
+		{"internal Local without local endpoints: none", port("d", "a", 80, "198.18.0.1", internalLocal(),
+			endpoints(ep("198.19.1.11:80"))), "TCP/198.18.0.1:80", nil},
+		{"external Local leaves the cluster IP alone", port("d", "a", 80, "198.18.0.1", eps, nodePort(30000), externalLocal(0)),
+			"TCP/198.18.0.1:80", []string{"198.19.1.11:80", "198.19.1.12:80"}},
+		{"external Local narrows the NodePort", port("d", "a", 80, "198.18.0.1", eps, nodePort(30000), externalLocal(0)),
+			"TCP/198.19.0.1:30000", []string{"198.19.1.12:80"}},
+		{"serving-terminating fallback", port("d", "a", 80, "198.18.0.1",
+			endpoints(ep("198.19.1.13:80", terminating))), "TCP/198.18.0.1:80", []string{"198.19.1.13:80"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := realServersOf(t, mustBuild(t, v4Config(), tt.port), tt.key)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("real servers = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestVirtualServerOptions(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       Config
+		port      *servicemap.ServicePort
+		wantFlags uint32
+		wantTO    uint32
+		wantSched string
+	}{
+		{"default scheduler", v4Config(), port("d", "a", 80, "198.18.0.1"), 0, 0, "rr"},
+		{"affinity is persistence", v4Config(), port("d", "a", 80, "198.18.0.1", affinity(90*time.Second)), FlagPersistent, 90, "rr"},
+		{"mh hashes the port", with(v4Config(), func(c *Config) { c.Scheduler = "mh" }), port("d", "a", 80, "198.18.0.1"), FlagMHPort, 0, "mh"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := mustBuild(t, tt.cfg, tt.port)
+			if len(st.Services) != 1 {
+				t.Fatalf("got %d virtual servers, want 1", len(st.Services))
+			}
+			vs := st.Services[0].VirtualServer
+			if vs.Flags != tt.wantFlags || vs.Timeout != tt.wantTO || vs.Scheduler != tt.wantSched {
+				t.Errorf("got %s, want flags %#x timeout %d scheduler %s", DescribeVirtualServer(vs), tt.wantFlags, tt.wantTO, tt.wantSched)
+			}
+		})
+	}
+}
+
+func TestNodePortAddresses(t *testing.T) {
+	local := addrs("127.0.0.1", "198.19.0.1", "198.19.2.1")
+	tests := []struct {
+		name string
+		npa  []netip.Prefix
+		want []netip.Addr
+	}{
+		{"empty: every local address", nil, local},
+		{"a /0 matches all too", prefixes("0.0.0.0/0"), local},
+		{"restricted, loopback left out", prefixes("198.19.2.0/24", "127.0.0.0/8"), addrs("198.19.2.1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := with(v4Config(), func(c *Config) { c.LocalAddrs, c.NodePortAddresses = local, tt.npa })
+			if got := nodePortIPs(cfg); !slices.Equal(got, tt.want) {
+				t.Errorf("nodePortIPs = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSetNameIPv6(t *testing.T) {
+	tests := []struct{ base, want string }{
+		{SetClusterIP, "KUBE-6-CLUSTER-IP"},
+		{SetLBSourceCIDR, "KUBE-6-LOAD-BALANCER-SOURCE-CID"}, // cut to 31
+		{"OTHER", "OTHER"},
+	}
+	for _, tt := range tests {
+		if got := SetName(tt.base, kernel.IPv6); got != tt.want || len(got) > maxSetName {
+			t.Errorf("SetName(%s, IPv6) = %q, want %q", tt.base, got, tt.want)
+		}
+		if got := SetName(tt.base, kernel.IPv4); got != tt.base {
+			t.Errorf("SetName(%s, IPv4) = %q, want it unchanged", tt.base, got)
+		}
+	}
+}
+
+func TestValidateNamesEveryBadField(t *testing.T) {
+	cfg := v4Config()
+	cfg.MasqueradeBit = 40
+	cfg.LocalAddrs = addrs("fd00::1")
+	cfg.ClusterCIDRs = prefixes("fd00::/64")
+	_, err := Build(cfg, snapshot())
+	if err == nil {
+		t.Fatal("Build accepted a bad config")
+	}
+	for _, field := range []string{"MasqueradeBit", "LocalAddrs[0]", "ClusterCIDRs[0]"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error %q does not name %s", err, field)
+		}
+	}
+	if _, err := Build(Config{Family: "IPv5"}, snapshot()); err == nil || !strings.Contains(err.Error(), "IPv5") {
+		t.Errorf("unknown family: err = %v", err)
+	}
+}
+
+func TestEntryString(t *testing.T) {
+	a, b := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.19.1.1")
+	tests := []struct {
+		e    Entry
+		want string
+	}{
+		{Entry{Port: 30080}, "30080"},
+		{Entry{IP: a}, "198.18.0.1"},
+		{Entry{IP: a, Protocol: "TCP", Port: 80}, "198.18.0.1,tcp:80"},
+		{Entry{IP: a, Protocol: "SCTP", Port: 80, IP2: b}, "198.18.0.1,sctp:80,198.19.1.1"},
+		{Entry{IP: a, Protocol: "UDP", Port: 53, Net: netip.MustParsePrefix("10.0.0.0/8")}, "198.18.0.1,udp:53,10.0.0.0/8"},
+		{Entry{IP: netip.MustParseAddr("fd00::1"), Protocol: "TCP", Port: 80}, "fd00::1,tcp:80"},
+	}
+	for _, tt := range tests {
+		if got := tt.e.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}

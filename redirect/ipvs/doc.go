@@ -1,0 +1,12 @@
+// Package ipvs is the root of the IPVS proxy mode. Its sub-packages split the
+// mode by job:
+//
+//   - desired: from a service-map snapshot and the node's configuration, the
+//     state the kernel should hold (virtual servers, real servers, addresses
+//     on kube-ipvs0, ipset members, the static iptables layer, sysctls). Pure.
+//   - handles: the narrow interfaces over the IPVS handle, the dummy link's
+//     addresses and ipsets, with their real netlink implementations.
+//   - fakeipvs: in-memory fakes of those interfaces that fail like the kernel.
+//   - reconcile: applies the difference between desired and current state,
+//     one virtual server at a time, with graceful termination of real servers.
+package ipvs

@@ -1,0 +1,176 @@
+package fakeipvs
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/vishvananda/netlink/nl"
+
+	"kproxy.dev/kproxy/redirect/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/ipvs/handles"
+	"kproxy.dev/kproxy/redirect/kernel"
+)
+
+type fakeSet struct {
+	spec    desired.SetSpec
+	members map[desired.Entry]bool
+}
+
+// IPSets is a fake handles.IPSets. Referenced marks sets iptables rules
+// still use, which the kernel refuses to destroy.
+type IPSets struct {
+	Counter
+	Hook Hook
+
+	mu         sync.Mutex
+	sets       map[string]*fakeSet
+	referenced map[string]bool
+}
+
+var _ handles.IPSets = (*IPSets)(nil)
+
+func (s *IPSets) begin(op, target string) error {
+	s.count(op)
+	if s.Hook != nil {
+		if err := s.Hook(op, target); err != nil {
+			return fmt.Errorf("%s %s: %w", op, target, err)
+		}
+	}
+	return nil
+}
+
+// SetReferenced marks or unmarks a set as used by an iptables rule.
+func (s *IPSets) SetReferenced(name string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.referenced == nil {
+		s.referenced = make(map[string]bool)
+	}
+	s.referenced[name] = on
+}
+
+func (s *IPSets) Create(spec desired.SetSpec) error {
+	if err := s.begin("Create", spec.Name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sets[spec.Name]; ok {
+		return syscall.EEXIST
+	}
+	if s.sets == nil {
+		s.sets = make(map[string]*fakeSet)
+	}
+	s.sets[spec.Name] = &fakeSet{spec: spec, members: make(map[desired.Entry]bool)}
+	return nil
+}
+
+func (s *IPSets) Destroy(name string) error {
+	if err := s.begin("Destroy", name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sets[name]; !ok {
+		return syscall.ENOENT
+	}
+	if s.referenced[name] {
+		return handles.ErrSetBusy
+	}
+	delete(s.sets, name)
+	return nil
+}
+
+func (s *IPSets) List(name string) ([]desired.Entry, error) {
+	if err := s.begin("List", name); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, ok := s.sets[name]
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	out := make([]desired.Entry, 0, len(set.members))
+	for e := range set.members {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, desired.Entry.Compare)
+	return out, nil
+}
+
+func (s *IPSets) member(op, name string, e desired.Entry, apply func(*fakeSet) error) error {
+	if err := s.begin(op, name+" "+e.String()); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, ok := s.sets[name]
+	if !ok {
+		return syscall.ENOENT
+	}
+	if err := checkEntry(set.spec, e); err != nil {
+		return err
+	}
+	return apply(set)
+}
+
+func (s *IPSets) Add(name string, e desired.Entry) error {
+	return s.member("Add", name, e, func(set *fakeSet) error {
+		if set.members[e] {
+			return handles.ErrSetMember
+		}
+		set.members[e] = true
+		return nil
+	})
+}
+
+func (s *IPSets) Del(name string, e desired.Entry) error {
+	return s.member("Del", name, e, func(set *fakeSet) error {
+		if !set.members[e] {
+			return handles.ErrSetMember
+		}
+		delete(set.members, e)
+		return nil
+	})
+}
+
+// checkEntry refuses an entry whose shape or family does not fit the set,
+// as the kernel's set types do.
+func checkEntry(spec desired.SetSpec, e desired.Entry) error {
+	hasIP, hasProto := e.IP.IsValid(), e.Protocol != ""
+	var fits bool
+	switch spec.Type {
+	case desired.BitmapPort:
+		fits = !hasIP && !hasProto
+	case desired.HashIP:
+		fits = hasIP && !hasProto
+	case desired.HashIPPort:
+		fits = hasIP && hasProto && !e.IP2.IsValid() && !e.Net.IsValid()
+	case desired.HashIPPortIP:
+		fits = hasIP && hasProto && e.IP2.IsValid()
+	case desired.HashIPPortNet:
+		fits = hasIP && hasProto && e.Net.IsValid()
+	}
+	if !fits {
+		return nl.IPSetError(nl.IPSET_ERR_PROTOCOL)
+	}
+	if hasIP && e.IP.Is6() != (spec.Family == kernel.IPv6) {
+		return nl.IPSetError(nl.IPSET_ERR_INVALID_FAMILY)
+	}
+	return nil
+}
+
+// Names lists the existing sets, sorted.
+func (s *IPSets) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.sets))
+	for n := range s.sets {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
