@@ -196,8 +196,8 @@ func TestRestoreRefusals(t *testing.T) {
 		},
 		{
 			name:    "a match the fake does not model",
-			payload: "*filter\n:KUBE-A - [0:0]\n-A KUBE-A -m set --match-set foo dst -j ACCEPT\nCOMMIT\n",
-			want:    "Couldn't load match `set':No such file or directory (fakeiptables models", partial: true, wantCode: 2,
+			payload: "*filter\n:KUBE-A - [0:0]\n-A KUBE-A -m owner --uid-owner 0 -j ACCEPT\nCOMMIT\n",
+			want:    "Couldn't load match `owner':No such file or directory (fakeiptables models", partial: true, wantCode: 2,
 		},
 		{
 			name:    "--dport without -m tcp, which the real tool would add",

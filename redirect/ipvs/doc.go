@@ -1,5 +1,9 @@
-// Package ipvs is the root of the IPVS proxy mode. Its sub-packages split the
-// mode by job:
+// Package ipvs is kube-proxy's IPVS proxy mode. Mode (a sync/mode.Mode)
+// runs, per family and per sync: desired.Build, reconcile.Sync, one
+// iptables-restore of the static layer when its text changed (or on a full
+// sync or after a failed restore) with the jumps into it, and the sysctls
+// the mode needs; a background loop drains removed TCP real servers. Its
+// sub-packages split the rest by job:
 //
 //   - desired: from a service-map snapshot and the node's configuration, the
 //     state the kernel should hold (virtual servers, real servers, addresses

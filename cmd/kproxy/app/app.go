@@ -23,7 +23,6 @@ import (
 	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
-	"kproxy.dev/kproxy/sync/mode/preview"
 	"kproxy.dev/kproxy/sync/servicehealth"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -172,8 +171,7 @@ func syncPeriods(cfg *options.Config, name mode.Name) (minSync, sync time.Durati
 	return minSync, sync
 }
 
-// newMode returns the mode's implementation. Modes not implemented yet run
-// as a preview that logs what they would program, and say so.
+// newMode returns the mode's implementation.
 func newMode(ctx context.Context, cfg *options.Config, name mode.Name, features kernel.Features, m *metrics.Metrics) (mode.Mode, error) {
 	logger := klog.FromContext(ctx)
 	if name == mode.Userspace {
@@ -203,9 +201,14 @@ func newMode(ctx context.Context, cfg *options.Config, name mode.Name, features 
 		}
 		return im, nil
 	}
-	logger.Info("This proxy mode is not implemented yet: kproxy builds the service map, serves health and metrics, "+
-		"and logs what it would program without touching the data path", "mode", name)
-	return preview.New(name, logger), nil
+	if name == mode.IPVS {
+		vm, err := newIPVSMode(ctx, cfg, features, m)
+		if err != nil {
+			return nil, fmt.Errorf("starting the ipvs mode: %w", err)
+		}
+		return vm, nil
+	}
+	return nil, fmt.Errorf("unknown proxy mode %q", name)
 }
 
 // applyOOMScoreAdj protects kproxy from the OOM killer as kube-proxy does

@@ -46,7 +46,7 @@ func tuneConntrack(logger klog.Logger, cfg options.ConntrackConfig) {
 func conntrackObservers(logger klog.Logger, name mode.Name, m *metrics.Metrics, syncPeriod time.Duration) ([]engine.SyncObserver, func()) {
 	var dp conntrack.Dataplane
 	switch name {
-	case mode.IPTables:
+	case mode.IPTables, mode.IPVS:
 		dp = conntrack.KernelNAT
 	case mode.Userspace:
 		dp = conntrack.LocalRelays
@@ -71,5 +71,7 @@ func conntrackObservers(logger klog.Logger, name mode.Name, m *metrics.Metrics, 
 }
 
 // tunesConntrack says whether mode name programs the data path, and so
-// gets kube-proxy's conntrack settings; a preview touches nothing.
-func tunesConntrack(name mode.Name) bool { return name == mode.IPTables || name == mode.Userspace }
+// gets kube-proxy's conntrack settings (every implemented mode does).
+func tunesConntrack(name mode.Name) bool {
+	return name == mode.IPTables || name == mode.Userspace || name == mode.IPVS
+}

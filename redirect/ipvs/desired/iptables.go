@@ -199,14 +199,15 @@ func buildTables(cfg Config, st *State, noNodeAccess []Entry) []Table {
 
 	nat.add(ChainPostrouting, "-m mark ! --mark", mark+"/"+mark, "-j RETURN")
 	// Clear the mark so a packet traversing the stack again is not
-	// masqueraded twice.
-	nat.add(ChainPostrouting, "-j MARK --xor-mark", mark)
+	// masqueraded twice. MARK's --xor-mark and --or-mark are written in the
+	// --set-xmark form iptables-save prints them in.
+	nat.add(ChainPostrouting, "-j MARK --set-xmark", mark+"/0x0")
 	masq := `-m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE`
 	if cfg.RandomFully {
 		masq += " --random-fully"
 	}
 	nat.add(ChainPostrouting, masq)
-	nat.add(ChainMarkMasq, "-j MARK --or-mark", mark)
+	nat.add(ChainMarkMasq, "-j MARK --set-xmark", mark+"/"+mark)
 
 	return []Table{{Name: nat.name, Chains: nat.chains}, {Name: filter.name, Chains: filter.chains}}
 }

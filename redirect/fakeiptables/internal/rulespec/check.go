@@ -2,6 +2,7 @@ package rulespec
 
 import (
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/kernel"
@@ -42,6 +43,13 @@ func checkArg(spec optSpec, arg string, fam kernel.Family) error {
 		err = checkList(arg, "mode", []string{"random", "nth"})
 	case rejectArg:
 		err = checkList(arg, "reject type", rejectTypes(fam))
+	case setArg:
+		_, flags, _ := strings.Cut(arg, " ")
+		err = checkSetFlags(flags)
+	case protoNumArg:
+		if _, perr := strconv.ParseUint(arg, 10, 8); perr != nil {
+			err = errorf("unknown protocol \"%s\" for option \"%s\": write its number, as iptables-save prints it", arg, spec.name)
+		}
 	}
 	return err
 }
@@ -81,6 +89,14 @@ func checkMatchOptions(m Match) error {
 		case mode.Arg == "":
 			return errorf("statistic: option \"--mode\" must be specified")
 		}
+	case "set":
+		if !has("--match-set") {
+			return errorf("You must specify `--match-set' with proper arguments")
+		}
+	case "physdev", "ipvs":
+		if len(m.Options) == 0 {
+			return errorf("%s: at least one option is required", strings.ToUpper(m.Name))
+		}
 	case "recent":
 		n := 0
 		for _, o := range []string{"--set", "--rcheck", "--update", "--remove"} {
@@ -109,6 +125,25 @@ func checkTargetOptions(t Target) error {
 	case "MARK":
 		if len(t.Options) != 1 {
 			return errorf("MARK: exactly one of --set-xmark, --set-mark, --and-mark, --or-mark, --xor-mark is needed")
+		}
+	}
+	return nil
+}
+
+// maxSetDimensions is the kernel's IPSET_DIM_MAX: a set match names at most
+// six src/dst flags.
+const maxSetDimensions = 6
+
+// checkSetFlags checks --match-set's flags: one to six of "src" and "dst",
+// comma-separated.
+func checkSetFlags(flags string) error {
+	items := strings.Split(flags, ",")
+	if len(items) > maxSetDimensions {
+		return errorf("Can't be more src/dst options than %d.", maxSetDimensions)
+	}
+	for _, f := range items {
+		if f != "src" && f != "dst" {
+			return errorf("You must specify (the comma separated list of) 'src' or 'dst'.")
 		}
 	}
 	return nil

@@ -264,6 +264,14 @@ func (p *parser) option(opt string, negated bool) error {
 		if err != nil {
 			return err
 		}
+		if spec.arg == setArg {
+			// --match-set takes the set's name and its flags.
+			flags, err := p.arg(opt)
+			if err != nil {
+				return err
+			}
+			arg += " " + flags
+		}
 		if err := checkArg(spec, arg, p.ctx.Family); err != nil {
 			return err
 		}

@@ -162,3 +162,72 @@ func TestValues(t *testing.T) {
 		t.Error("InterfaceMatches gets wildcards wrong")
 	}
 }
+
+// The IPVS mode's matches, in the text iptables-legacy-save 1.8.9 printed
+// for them (set, physdev, MARK's save forms: checked in a network
+// namespace; ipvs: from libxt_ipvs's save function, as this kernel has no
+// IPVS to load the match).
+func TestParseIPVSModeVocabulary(t *testing.T) {
+	cases := []struct {
+		line      string
+		fam       kernel.Family
+		match     string
+		option    string
+		wantArg   string
+		wantNeg   bool
+		wantError string
+	}{
+		{line: `-m comment --comment "x y" -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT`, match: "set", option: "--match-set", wantArg: "KUBE-CLUSTER-IP dst,dst"},
+		{line: `-m set ! --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ`, match: "set", option: "--match-set", wantArg: "KUBE-CLUSTER-IP src,dst", wantNeg: true},
+		{line: `-p tcp -m set --match-set KUBE-NODE-PORT-TCP dst -j RETURN`, match: "set", option: "--match-set", wantArg: "KUBE-NODE-PORT-TCP dst"},
+		{line: `-m set --match-set KUBE-6-LOOP-BACK dst,dst,src -j MASQUERADE`, fam: kernel.IPv6, match: "set", option: "--match-set", wantArg: "KUBE-6-LOOP-BACK dst,dst,src"},
+		{line: `-m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT`, match: "physdev", option: "--physdev-is-in", wantNeg: true},
+		{line: `-s 198.18.0.5/32 -m ipvs --vproto 6 --vaddr 198.18.0.5/32 --vport 443 -j DROP`, match: "ipvs", option: "--vaddr", wantArg: "198.18.0.5/32"},
+		{line: `-m ipvs --vproto 132 --vaddr fd00:18::5/128 --vport 80 -j DROP`, fam: kernel.IPv6, match: "ipvs", option: "--vproto", wantArg: "132"},
+		{line: `-m set --match-set KUBE-CLUSTER-IP dst,tcp -j ACCEPT`, wantError: "'src' or 'dst'"},
+		{line: `-m set --match-set KUBE-CLUSTER-IP src,src,src,src,src,src,src -j ACCEPT`, wantError: "more src/dst options than 6"},
+		{line: `-m set --match-set KUBE-CLUSTER-IP`, wantError: `option "--match-set" requires an argument`},
+		{line: `-m set -j ACCEPT`, wantError: "You must specify `--match-set'"},
+		{line: `-m physdev -j ACCEPT`, wantError: "PHYSDEV: at least one option"},
+		{line: `-m ipvs -j ACCEPT`, wantError: "IPVS: at least one option"},
+		{line: `-m ipvs --vproto tcp -j DROP`, wantError: "write its number"},
+		{line: `-m ipvs --vaddr fd00::1 -j DROP`, wantError: "host/network `fd00::1' not found"},
+		{line: `-m ipvs --vport 80:90 -j DROP`, wantError: "ranges are not modelled"},
+		{line: `-m comment ! --match-set X dst -j ACCEPT`, wantError: `unknown option "--match-set"`},
+	}
+	for _, tc := range cases {
+		fam := tc.fam
+		if fam == "" {
+			fam = kernel.IPv4
+		}
+		words, err := Split(tc.line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Parse(words, Context{Family: fam, Table: "filter"})
+		if tc.wantError != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+				t.Errorf("Parse(%q) = %v, want an error containing %q", tc.line, err, tc.wantError)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tc.line, err)
+			continue
+		}
+		var found bool
+		for _, m := range r.Matches {
+			if m.Name != tc.match {
+				continue
+			}
+			o, ok := FindOption(m.Options, tc.option)
+			if !ok || o.Arg != tc.wantArg || o.Negated != tc.wantNeg {
+				t.Errorf("Parse(%q): -m %s %s = %+v, want arg %q negated %v", tc.line, tc.match, tc.option, o, tc.wantArg, tc.wantNeg)
+			}
+			found = true
+		}
+		if !found {
+			t.Errorf("Parse(%q): no -m %s", tc.line, tc.match)
+		}
+	}
+}

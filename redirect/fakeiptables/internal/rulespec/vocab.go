@@ -20,6 +20,8 @@ const (
 	addrTypesArg         // addrtype type list
 	modeArg              // statistic --mode
 	rejectArg            // REJECT --reject-with
+	setArg               // set --match-set: two words, a set name and its src/dst flags
+	protoNumArg          // ipvs --vproto: a protocol number, as iptables-save prints it
 )
 
 // optSpec is one option of a match or target extension.
@@ -50,7 +52,7 @@ func (s extSpec) option(name string) (optSpec, bool) {
 
 // Matches lists the match extensions Parse knows, for messages.
 func Matches() []string {
-	return []string{"addrtype", "comment", "conntrack", "mark", "recent", "sctp", "state", "statistic", "tcp", "udp"}
+	return []string{"addrtype", "comment", "conntrack", "ipvs", "mark", "physdev", "recent", "sctp", "set", "state", "statistic", "tcp", "udp"}
 }
 
 // matchSpec describes the match extensions kproxy's modes emit.
@@ -105,6 +107,31 @@ func matchSpec(name string) (extSpec, bool) {
 		}}, true
 	case "state":
 		return extSpec{opts: []optSpec{{name: "--state", arg: statesArg, negatable: true}}}, true
+	case "set":
+		// The IPVS mode's sets. Whether the set exists (and is of the
+		// rule's family) is the kernel's to say; the fake knows no sets.
+		return extSpec{opts: []optSpec{
+			{name: "--match-set", arg: setArg, negatable: true},
+			{name: "--return-nomatch", negatable: true},
+		}}, true
+	case "physdev":
+		return extSpec{opts: []optSpec{
+			{name: "--physdev-in", arg: textArg, negatable: true},
+			{name: "--physdev-out", arg: textArg, negatable: true},
+			{name: "--physdev-is-in", negatable: true},
+			{name: "--physdev-is-out", negatable: true},
+			{name: "--physdev-is-bridged", negatable: true},
+		}}, true
+	case "ipvs":
+		// Save text from libxt_ipvs's save function: --vproto as a number,
+		// --vaddr with its mask. Not checked against a kernel: the test
+		// host has no IPVS, so the real tool refuses to load the match.
+		return extSpec{opts: []optSpec{
+			{name: "--ipvs", negatable: true},
+			{name: "--vproto", arg: protoNumArg, negatable: true},
+			{name: "--vaddr", arg: prefixArg, negatable: true},
+			{name: "--vport", arg: portNArg, negatable: true},
+		}}, true
 	}
 	return extSpec{}, false
 }

@@ -1,0 +1,100 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"kproxy.dev/kproxy/redirect/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
+)
+
+// Tables is the mode's access to one family's iptables: restores of the
+// static layer and the jumps into it from the built-in chains.
+type Tables interface {
+	// Restore runs one iptables-restore --noflush transaction.
+	Restore(ctx context.Context, payload []byte) error
+	// EnsureJumps adds the jumps the built-in chains lack.
+	EnsureJumps(ctx context.Context, jumps []restore.Jump) error
+}
+
+// restoreTables implements Tables with restore.Runner and go-iptables.
+type restoreTables struct {
+	runner *restore.Runner
+	jumps  restore.JumpRules
+}
+
+// NewTables returns the Tables of fam on backend be, running commands
+// through exec (nil: the real tools) and checking jumps through jr (nil:
+// go-iptables on the backend's binary). Tests pass one fakeiptables.Fake as
+// both.
+func NewTables(fam kernel.Family, be kernel.Backend, exec kernel.Runner, jr restore.JumpRules) (Tables, error) {
+	r, err := restore.NewRunner(fam, be, exec)
+	if err != nil {
+		return nil, err
+	}
+	if jr == nil {
+		if jr, err = restore.OpenJumpRules(fam, be); err != nil {
+			return nil, err
+		}
+	}
+	return &restoreTables{runner: r, jumps: jr}, nil
+}
+
+func (t *restoreTables) Restore(ctx context.Context, payload []byte) error {
+	return t.runner.Restore(ctx, payload)
+}
+
+func (t *restoreTables) EnsureJumps(_ context.Context, jumps []restore.Jump) error {
+	_, err := restore.EnsureJumps(t.jumps, jumps)
+	return err
+}
+
+// restoreJumps turns the desired jumps into restore's form. kube-proxy
+// prepends each one, so of two jumps into a chain the later sits on top.
+func restoreJumps(js []desired.Jump) ([]restore.Jump, error) {
+	out := make([]restore.Jump, 0, len(js))
+	for _, j := range js {
+		args, err := splitRule(j.Rule)
+		if err != nil {
+			return nil, fmt.Errorf("jump from %s/%s: %w", j.Table, j.From, err)
+		}
+		out = append(out, restore.Jump{Table: j.Table, Chain: j.From, First: true, Args: args})
+	}
+	return out, nil
+}
+
+// splitRule splits a rule as iptables-save prints it into words, a quoted
+// comment being one word without its quotes (go-iptables quotes nothing).
+func splitRule(rule string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	quoted, inWord := false, false
+	for i := 0; i < len(rule); i++ {
+		ch := rule[i]
+		switch {
+		case quoted && ch == '\\' && i+1 < len(rule):
+			i++
+			cur.WriteByte(rule[i])
+		case ch == '"':
+			quoted, inWord = !quoted, true
+		case !quoted && ch == ' ':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unterminated quote in %q", rule)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
