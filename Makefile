@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build deps tools test unit race demo bench bench-dataplane lint clean
+.PHONY: all build deps tools test unit race demo bench bench-dataplane bench-syncscale lint clean
 
 all: build
 
@@ -55,11 +55,21 @@ demo: deps
 
 # Micro-benchmarks of every package, then the data-plane table (direct, DNAT,
 # kproxy userspace, a Go io.Copy relay and HAProxy in one lab; measured once
-# per run, about 2-4 minutes), printed and kept in bin/dataplane-table.md.
+# per run, about 2-4 minutes), printed and kept in bin/dataplane-table.md,
+# then the iptables sync-scale table against kube-proxy (about 8 minutes with
+# the default sizes; KPROXY_SYNCSCALE_SIZES=100,1000,5000,10000,30000 for the
+# full table), kept in bin/syncscale-table.md.
 DATAPLANE_TABLE := $(CURDIR)/bin/dataplane-table.md
+SYNCSCALE_TABLE := $(CURDIR)/bin/syncscale-table.md
 bench: deps tools
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v /bench/dataplane)
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /bench/dataplane -e /bench/syncscale)
 	$(MAKE) --no-print-directory bench-dataplane
+	$(MAKE) --no-print-directory bench-syncscale
+
+bench-syncscale: deps tools
+	@mkdir -p bin
+	KPROXY_BENCH_TABLE=$(SYNCSCALE_TABLE) $(GO) test -run '^$$' -bench SyncScale -benchtime 1x -timeout 0 ./bench/syncscale/
+	@cat $(SYNCSCALE_TABLE)
 
 bench-dataplane: deps
 	@mkdir -p bin

@@ -7,12 +7,14 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -20,7 +22,10 @@ import (
 // table kproxy writes to (kube-proxy's name, so operators' tools agree).
 const canaryChain = "KUBE-PROXY-CANARY"
 
-// canaryTables are the tables holding a canary.
+// canaryTables are the tables holding a canary. Every sync checks the
+// mangle one, which is cheap on both backends (mangle is small, and the
+// legacy backend reads a whole table to list one chain); periodic syncs
+// check them all, as kube-proxy's canary monitor does every minute.
 var canaryTables = []rules.Table{rules.Mangle, rules.NAT, rules.Filter}
 
 // family is the iptables mode for one IP family: what it last wrote, and how
@@ -101,7 +106,11 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	}
 	full := changes.Full || f.needFull || f.model == nil || !configEqual(cfg, f.modelCfg)
 	if !full {
-		intact, err := f.canariesIntact(ctx)
+		tables := canaryTables[:1]
+		if runner.ReasonFrom(ctx) == runner.Periodic {
+			tables = canaryTables
+		}
+		intact, err := f.canariesIntact(ctx, tables)
 		if err != nil {
 			return f.failed(fmt.Errorf("checking the canary chains: %w", err))
 		}
@@ -179,7 +188,11 @@ func (f *family) portRules(snap *servicemap.Snapshot, model RuleModel, names []s
 // chains rewritten to jump to them, then stale chains removed. Traffic of a
 // service follows either its old rules or its new ones throughout.
 func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model RuleModel, readKernel bool) error {
-	existing, err := f.existingChains(ctx, readKernel)
+	existing, builtin, err := f.kernelState(ctx, readKernel)
+	if err != nil {
+		return err
+	}
+	jumps, err := f.missingJumps(ctx, model.Jumps(), builtin)
 	if err != nil {
 		return err
 	}
@@ -231,6 +244,16 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 		payloads = append(payloads, current)
 	}
 	current.writeShared(shared, portShared)
+	// Jumps from the built-in chains go in with the shared chains they
+	// enter, as restore lines: checking each with iptables -C would cost a
+	// read of the whole table per rule on the legacy backend.
+	for _, j := range jumps {
+		if j.First {
+			current.line(j.Table, "-I "+j.Chain+" 1 "+j.Rule())
+		} else {
+			current.line(j.Table, "-A "+j.Chain+" "+j.Rule())
+		}
+	}
 	for _, t := range []rules.Table{rules.NAT, rules.Filter} {
 		for _, name := range slices.Sorted(maps.Keys(existing[t])) {
 			if isPerPortChain(name) && !keep[sharedKey{t, name}] {
@@ -256,9 +279,6 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 			return fmt.Errorf("full sync, restore %d of %d: %w", i+1, len(payloads), err)
 		}
 	}
-	if err := f.tables.EnsureJumps(ctx, model.Jumps()); err != nil {
-		return fmt.Errorf("ensuring the jump rules: %w", err)
-	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.PortRules, len(want))
 	for name, pr := range want {
 		if pr != nil {
@@ -268,10 +288,11 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 	return nil
 }
 
-// existingChains returns, per table, the chains present: read from the
-// kernel, or, when the kernel is known to hold what the last sync wrote,
-// taken from that.
-func (f *family) existingChains(ctx context.Context, readKernel bool) (map[rules.Table]map[string]bool, error) {
+// kernelState returns, per table, the chains present, and the rules of the
+// built-in chains: read from the kernel, or, when the kernel is known to
+// hold what the last sync wrote, the chains taken from that (and no
+// built-in rules: missingJumps then lists the few chains it needs).
+func (f *family) kernelState(ctx context.Context, readKernel bool) (map[rules.Table]map[string]bool, map[sharedKey][]string, error) {
 	existing := map[rules.Table]map[string]bool{rules.NAT: {}, rules.Filter: {}, rules.Mangle: {}}
 	if !readKernel {
 		for _, pr := range f.applied {
@@ -282,18 +303,61 @@ func (f *family) existingChains(ctx context.Context, readKernel bool) (map[rules
 		for _, sc := range f.model.SharedChains() {
 			existing[sc.Table][sc.Name] = true
 		}
-		return existing, nil
+		return existing, nil, nil
 	}
+	builtin := map[sharedKey][]string{}
 	for t := range existing {
 		dump, err := f.tables.Save(ctx, t)
 		if err != nil {
-			return nil, fmt.Errorf("reading the %s table: %w", t, err)
+			return nil, nil, fmt.Errorf("reading the %s table: %w", t, err)
 		}
 		for _, name := range chainsInDump(dump) {
 			existing[t][name] = true
 		}
+		for line := range strings.SplitSeq(dump, "\n") {
+			if chain, _, ok := strings.Cut(strings.TrimPrefix(line, "-A "), " "); ok && strings.HasPrefix(line, "-A ") && isBuiltin(chain) {
+				k := sharedKey{t, chain}
+				builtin[k] = append(builtin[k], line)
+			}
+		}
 	}
-	return existing, nil
+	return existing, builtin, nil
+}
+
+// missingJumps returns the jumps the built-in chains lack. builtin holds
+// their rules when already read; otherwise each chain a jump lives in is
+// listed on its own, which is cheap on nf_tables.
+func (f *family) missingJumps(ctx context.Context, jumps []rules.Jump, builtin map[sharedKey][]string) ([]rules.Jump, error) {
+	if builtin == nil {
+		builtin = map[sharedKey][]string{}
+		for _, j := range jumps {
+			k := sharedKey{j.Table, j.Chain}
+			if _, done := builtin[k]; done {
+				continue
+			}
+			lines, err := f.tables.ListChain(ctx, j.Table, j.Chain)
+			if err != nil {
+				return nil, fmt.Errorf("checking the jump rules: %w", err)
+			}
+			builtin[k] = append(lines, "") // non-nil even when empty
+		}
+	}
+	var missing []rules.Jump
+	for _, j := range jumps {
+		if !slices.Contains(builtin[sharedKey{j.Table, j.Chain}], "-A "+j.Chain+" "+j.Rule()) {
+			missing = append(missing, j)
+		}
+	}
+	return missing, nil
+}
+
+// isBuiltin says whether chain is one of the tables' built-in chains.
+func isBuiltin(chain string) bool {
+	switch chain {
+	case "PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING":
+		return true
+	}
+	return false
 }
 
 // partialSync rewrites only what changed for the changed and removed ports,
@@ -345,9 +409,9 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 	return nil
 }
 
-// canariesIntact says whether every canary chain still exists.
-func (f *family) canariesIntact(ctx context.Context) (bool, error) {
-	for _, t := range canaryTables {
+// canariesIntact says whether the canary chains of tables still exist.
+func (f *family) canariesIntact(ctx context.Context, tables []rules.Table) (bool, error) {
+	for _, t := range tables {
 		ok, err := f.tables.ChainExists(ctx, t, canaryChain)
 		if err != nil || !ok {
 			return false, err

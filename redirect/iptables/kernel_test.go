@@ -64,7 +64,7 @@ func TestSyncSequenceOnTheRealKernel(t *testing.T) {
 		for _, maxChains := range []int{0, 4} {
 			t.Run(fmt.Sprintf("%s/maxChains=%d", backend, maxChains), func(t *testing.T) {
 				err := kernel.ThreadSandbox{}.Do(func() {
-					tables, err := newTables(kernel.IPv4, backend, kernel.ExecRunner{}, nil)
+					tables, err := newTables(kernel.IPv4, backend, kernel.ExecRunner{})
 					if err != nil {
 						t.Error(err)
 						return

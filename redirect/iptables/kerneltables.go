@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
@@ -16,27 +17,20 @@ type kernelTables struct {
 	backend kernel.Backend
 	exec    kernel.Runner
 	runner  *restore.Runner
-	jumps   restore.JumpRules
 }
 
 // NewKernelTables returns the Tables of one family on one backend.
 func NewKernelTables(fam kernel.Family, backend kernel.Backend) (Tables, error) {
-	return newTables(fam, backend, kernel.ExecRunner{}, nil)
+	return newTables(fam, backend, kernel.ExecRunner{})
 }
 
-// newTables builds Tables on exec and jr (nil: go-iptables on the backend's
-// binary); tests pass fakeiptables for both.
-func newTables(fam kernel.Family, backend kernel.Backend, exec kernel.Runner, jr restore.JumpRules) (*kernelTables, error) {
+// newTables builds Tables on exec; tests pass fakeiptables.
+func newTables(fam kernel.Family, backend kernel.Backend, exec kernel.Runner) (*kernelTables, error) {
 	r, err := restore.NewRunner(fam, backend, exec)
 	if err != nil {
 		return nil, err
 	}
-	if jr == nil {
-		if jr, err = restore.OpenJumpRules(fam, backend); err != nil {
-			return nil, err
-		}
-	}
-	return &kernelTables{fam: fam, backend: backend, exec: exec, runner: r, jumps: jr}, nil
+	return &kernelTables{fam: fam, backend: backend, exec: exec, runner: r}, nil
 }
 
 func (t *kernelTables) Restore(ctx context.Context, payload []byte) error {
@@ -61,11 +55,18 @@ func (t *kernelTables) ChainExists(ctx context.Context, table rules.Table, chain
 	return false, fmt.Errorf("listing %s/%s: %w", table, chain, err)
 }
 
-func (t *kernelTables) EnsureJumps(ctx context.Context, jumps []rules.Jump) error {
-	rj := make([]restore.Jump, len(jumps))
-	for i, j := range jumps {
-		rj[i] = restore.Jump{Table: string(j.Table), Chain: j.Chain, First: j.First, Args: j.Args}
+// ListChain runs iptables -S CHAIN: cheap on nf_tables whatever the table's
+// size; the legacy backend reads the whole table for it.
+func (t *kernelTables) ListChain(ctx context.Context, table rules.Table, chain string) ([]string, error) {
+	out, err := t.exec.Run(ctx, nil, t.backend.Command(t.fam), "-w", "5", "-t", string(table), "-S", chain)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s/%s: %w", table, chain, err)
 	}
-	_, err := restore.EnsureJumps(t.jumps, rj)
-	return err
+	var lines []string
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if strings.HasPrefix(line, "-A ") {
+			lines = append(lines, line)
+		}
+	}
+	return lines, nil
 }

@@ -27,8 +27,9 @@ type Tables interface {
 	Save(ctx context.Context, table rules.Table) (string, error)
 	// ChainExists says whether a chain exists in a table.
 	ChainExists(ctx context.Context, table rules.Table, chain string) (bool, error)
-	// EnsureJumps adds the missing jump rules from the built-in chains.
-	EnsureJumps(ctx context.Context, jumps []rules.Jump) error
+	// ListChain returns one chain's rules as iptables -S prints them
+	// ("-A CHAIN ..." lines).
+	ListChain(ctx context.Context, table rules.Table, chain string) ([]string, error)
 }
 
 // FamilyConfig configures one IP family; a dual-stack node has two.

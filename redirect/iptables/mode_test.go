@@ -17,6 +17,7 @@ import (
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -31,6 +32,10 @@ func (t fakeTables) ChainExists(_ context.Context, table rules.Table, chain stri
 	return t.fake.HasChain(string(table), chain), nil
 }
 
+func (t fakeTables) ListChain(_ context.Context, table rules.Table, chain string) ([]string, error) {
+	return t.fake.Rules(string(table), chain), nil
+}
+
 type harness struct {
 	fake *fakeiptables.Fake
 	mode *Mode
@@ -41,7 +46,7 @@ type harness struct {
 func newHarness(t *testing.T, maxChains int) *harness {
 	t.Helper()
 	fake := fakeiptables.New(kernel.IPv4)
-	kt, err := newTables(kernel.IPv4, kernel.NFT, fake, fake)
+	kt, err := newTables(kernel.IPv4, kernel.NFT, fake)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +68,13 @@ func newHarness(t *testing.T, maxChains int) *harness {
 
 func (h *harness) sync(t *testing.T, full bool, changed []servicemap.ServicePortName, removed []*servicemap.ServicePort, ports ...*servicemap.ServicePort) error {
 	t.Helper()
+	return h.syncCtx(context.Background(), full, changed, removed, ports...)
+}
+
+func (h *harness) syncCtx(ctx context.Context, full bool, changed []servicemap.ServicePortName, removed []*servicemap.ServicePort, ports ...*servicemap.ServicePort) error {
 	h.gen++
 	snap := servicemap.NewSnapshot(h.gen, &servicemap.NodeInfo{Name: "node", Addresses: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}, ports...)
-	return h.mode.Sync(context.Background(), snap, &servicemap.ChangeSet{Full: full, Changed: changed, Removed: removed})
+	return h.mode.Sync(ctx, snap, &servicemap.ChangeSet{Full: full, Changed: changed, Removed: removed})
 }
 
 func name(svc, port string) servicemap.ServicePortName {
@@ -265,5 +274,74 @@ func TestRuleCountMetric(t *testing.T) {
 	got := testutil.ToFloat64(h.mode.families[0].metrics.rulesTotal.WithLabelValues("nat", "IPv4"))
 	if int(got) != nat {
 		t.Errorf("kubeproxy_sync_proxy_rules_iptables_total{table=nat} = %v, the nat table holds %d kproxy rules", got, nat)
+	}
+}
+
+func TestJumpRulesAddedOnceAndRepaired(t *testing.T) {
+	h := newHarness(t, 0)
+	ports := []*servicemap.ServicePort{svc(name("a", "http"), "198.18.0.1", 11)}
+	jumpCount := func() int {
+		n := 0
+		for _, chain := range []string{"PREROUTING", "OUTPUT"} {
+			for _, r := range h.fake.Rules("nat", chain) {
+				if strings.HasSuffix(r, "-j KUBE-SERVICES") {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for i := range 3 { // the first full sync reads the kernel, later ones list the built-in chains
+		if err := h.sync(t, true, nil, nil, ports...); err != nil {
+			t.Fatal(err)
+		}
+		if n := jumpCount(); n != 2 {
+			t.Fatalf("after full sync %d: %d jumps to KUBE-SERVICES in nat PREROUTING and OUTPUT, want 2", i+1, n)
+		}
+	}
+	del := "*nat\n-D " + strings.TrimPrefix(h.fake.Rules("nat", "PREROUTING")[0], "-A ") + "\nCOMMIT\n"
+	if _, err := h.fake.Run(context.Background(), []byte(del), "iptables-nft-restore", "--noflush"); err != nil {
+		t.Fatalf("deleting a jump: %v", err)
+	}
+	if n := jumpCount(); n != 1 {
+		t.Fatalf("the jump was not deleted: %d jumps", n)
+	}
+	if err := h.sync(t, true, nil, nil, ports...); err != nil {
+		t.Fatal(err)
+	}
+	if n := jumpCount(); n != 2 {
+		t.Errorf("a deleted jump was not restored by the next full sync: %d jumps", n)
+	}
+}
+
+func TestNATFlushRepairedByThePeriodicSync(t *testing.T) {
+	h := newHarness(t, 0)
+	ports := []*servicemap.ServicePort{svc(name("a", "http"), "198.18.0.1", 11, 12)}
+	if err := h.sync(t, true, nil, nil, ports...); err != nil {
+		t.Fatal(err)
+	}
+	want := h.fake.Save("")
+	// "iptables -t nat -F; iptables -t nat -X": every chain of nat gone.
+	var flush strings.Builder
+	flush.WriteString("*nat\n")
+	for _, line := range strings.Split(h.fake.Save("nat"), "\n") {
+		if name, ok := strings.CutPrefix(line, ":"); ok {
+			flush.WriteString("-F " + strings.Fields(name)[0] + "\n")
+		}
+	}
+	for _, line := range strings.Split(h.fake.Save("nat"), "\n") {
+		if name, ok := strings.CutPrefix(line, ":"); ok && strings.Fields(name)[1] == "-" {
+			flush.WriteString("-X " + strings.Fields(name)[0] + "\n")
+		}
+	}
+	flush.WriteString("COMMIT\n")
+	if _, err := h.fake.Run(context.Background(), []byte(flush.String()), "iptables-nft-restore", "--noflush"); err != nil {
+		t.Fatalf("flushing nat: %v\n%s", err, flush.String())
+	}
+	if err := h.syncCtx(runner.WithReason(context.Background(), runner.Periodic), false, nil, nil, ports...); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, h.fake.Save("")); diff != "" {
+		t.Errorf("after nat was flushed and a periodic sync ran (-want +got):\n%s", diff)
 	}
 }

@@ -1,0 +1,94 @@
+package syncscale
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+)
+
+// Proxy names a proxy under test.
+type Proxy string
+
+const (
+	Kproxy    Proxy = "kproxy"
+	KubeProxy Proxy = "kube-proxy"
+)
+
+// Measured is one proxy's numbers in one row.
+type Measured struct {
+	// FullSync is from process start until the first sync finished;
+	// FullSyncHist is what the full-sync histogram's sum grew by meanwhile
+	// (the rule writing alone, without start-up and informer lists).
+	FullSync     time.Duration
+	FullSyncHist time.Duration
+	// OverBudget: the first full sync was still running after Budget; the
+	// numbers below were not measured.
+	OverBudget bool
+	Budget     time.Duration
+	// NATRules counts the nat table's rules after the full sync; SaveBytes
+	// is the size of iptables-save's nat and filter tables, the measure of
+	// what a full restore writes.
+	NATRules  int
+	SaveBytes int
+	// Change is from the API update adding one endpoint until the rule
+	// jumping to it was in the kernel; ChangeHist is the growth of the
+	// partial-sync histogram's sum for it (ChangeHistSyncs syncs), and
+	// ChangeWasFull says a full sync happened instead.
+	Change          time.Duration
+	ChangeHist      time.Duration
+	ChangeHistSyncs int
+	ChangeWasFull   bool
+	// Commits counts the nat table commits seen until the rule was there
+	// (each was checked with iptables -S).
+	Commits int
+	// NPL are the network programming latencies measured, in order.
+	NPL []time.Duration
+}
+
+// NPLMedian is the median network programming latency (0 when none).
+func (m Measured) NPLMedian() time.Duration {
+	if len(m.NPL) == 0 {
+		return 0
+	}
+	s := slices.Clone(m.NPL)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Row is one (backend, size) row's result.
+type Row struct {
+	Spec RowSpec
+	// Populate is how long creating the services and slices took.
+	Populate time.Duration
+	Proxies  map[Proxy]Measured
+}
+
+// WriteRow stores a row's result for the parent process to read.
+func WriteRow(path string, r Row) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding row %s: %w", r.Spec.Name(), err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing row %s: %w", r.Spec.Name(), err)
+	}
+	return nil
+}
+
+// ReadRow reads what WriteRow stored.
+func ReadRow(path string) (Row, error) {
+	var r Row
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return r, fmt.Errorf("reading a row result: %w", err)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("decoding row result %s: %w", path, err)
+	}
+	return r, nil
+}
