@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build deps tools test unit race demo bench bench-dataplane bench-syncscale lint clean
+.PHONY: all build deps tools test test-guest unit race demo bench bench-dataplane bench-syncscale lint clean
 
 all: build
 
@@ -36,6 +36,16 @@ test: deps tools build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
+	$(MAKE) --no-print-directory test-guest
+
+# Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
+# user-mode-linux guest kernel: bin/guest-exec boots one per test binary
+# (see bench/guest/doc.go). Guest RAM is a sparse file in GUEST_TMPDIR.
+GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/
+GUEST_TMPDIR ?= /var/tmp
+test-guest: deps
+	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
+	TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
 
 # Unit tests only (no root needed; kernel tests skip).
 unit:

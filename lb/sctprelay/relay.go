@@ -174,18 +174,19 @@ func (r *Relay) handle(client *Conn) {
 	r.metrics.BytesToClient.Add(float64(toClient))
 }
 
-// Stream is one side of a relayed connection: a byte stream that can be
-// half-closed. *Conn, *net.TCPConn and *net.UnixConn satisfy it.
+// Stream is one side of a relayed connection. *Conn, *net.TCPConn and
+// *net.UnixConn satisfy it.
 type Stream interface {
 	io.ReadWriteCloser
-	CloseWrite() error
 }
 
-// Pipe copies bytes both ways until both directions end. When one side's
-// reads end (EOF or error) the other side's write half is closed, so a
-// client's SHUTDOWN reaches the endpoint while the reply still flows. Both
-// streams are closed when Pipe returns; it reports the bytes moved each
-// way.
+// Pipe copies bytes both ways until the association ends, and reports the
+// bytes moved each way. SCTP has no half-open state: a peer that received
+// SHUTDOWN may not send any more (its writes fail with EPIPE), and a socket
+// that sent SHUTDOWN never reads end-of-stream once the association is
+// gone. So when either side ends, cleanly or not, Pipe closes both streams:
+// an SCTP close is itself a graceful SHUTDOWN that first delivers what is
+// queued, which passes the end on to the other side.
 func Pipe(client, endpoint Stream) (toEndpoint, toClient int64) {
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -200,19 +201,13 @@ func Pipe(client, endpoint Stream) (toEndpoint, toClient int64) {
 	return toEndpoint, toClient
 }
 
-// copyHalf moves src to dst, then half-closes dst.
+// copyHalf moves src to dst until src ends or dst fails, then closes both,
+// which also stops the opposite direction's copy (see Pipe).
 func copyHalf(dst, src Stream) int64 {
 	buf := make([]byte, 32<<10)
-	n, err := io.CopyBuffer(onlyWriter{dst}, struct{ io.Reader }{src}, buf)
-	if err != nil {
-		// A failed write (peer gone) or a failed read (e.g. a reset): the
-		// association is over both ways, and closing both streams stops
-		// the opposite direction's copy too.
-		src.Close()
-		dst.Close()
-		return n
-	}
-	_ = dst.CloseWrite() // clean EOF: pass the half-close on
+	n, _ := io.CopyBuffer(onlyWriter{dst}, struct{ io.Reader }{src}, buf)
+	src.Close()
+	dst.Close()
 	return n
 }
 

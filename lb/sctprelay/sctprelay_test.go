@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -149,42 +150,48 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 	return dialed, accepted
 }
 
-func TestPipeHalfCloseAndCounts(t *testing.T) {
-	client, relayClientSide := tcpPair(t)
-	relayEndpointSide, endpoint := tcpPair(t)
+// TestPipeEndsBothWaysOnCleanClose checks the SCTP close semantics Pipe
+// keeps (over TCP streams on the host): the side that ends first has
+// everything it sent delivered, then the other side sees the end too.
+func TestPipeEndsBothWaysOnCleanClose(t *testing.T) {
+	for _, clientFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("clientFirst=%v", clientFirst), func(t *testing.T) {
+			client, relayClientSide := tcpPair(t)
+			relayEndpointSide, endpoint := tcpPair(t)
+			type result struct{ toEndpoint, toClient int64 }
+			done := make(chan result, 1)
+			go func() {
+				te, tc := Pipe(relayClientSide, relayEndpointSide)
+				done <- result{te, tc}
+			}()
 
-	type result struct{ toEndpoint, toClient int64 }
-	done := make(chan result, 1)
-	go func() {
-		te, tc := Pipe(relayClientSide, relayEndpointSide)
-		done <- result{te, tc}
-	}()
-
-	request := make([]byte, 300_000)
-	_, _ = rand.Read(request)
-	go func() {
-		_, _ = client.Write(request)
-		_ = client.CloseWrite() // the request is complete; the reply must still arrive
-	}()
-	got, err := io.ReadAll(endpoint)
-	if err != nil {
-		t.Fatalf("endpoint read: %v", err)
-	}
-	if !bytes.Equal(got, request) {
-		t.Fatalf("endpoint got %d bytes, want the %d-byte request intact", len(got), len(request))
-	}
-	reply := bytes.Repeat([]byte("reply after the client's FIN "), 1000)
-	if _, err := endpoint.Write(reply); err != nil {
-		t.Fatalf("endpoint write after client half-close: %v", err)
-	}
-	endpoint.CloseWrite()
-	back, err := io.ReadAll(client)
-	if err != nil || !bytes.Equal(back, reply) {
-		t.Fatalf("client got %d bytes (%v), want the %d-byte reply", len(back), err, len(reply))
-	}
-	r := <-done
-	if r.toEndpoint != int64(len(request)) || r.toClient != int64(len(reply)) {
-		t.Errorf("Pipe counted %d/%d bytes, want %d/%d", r.toEndpoint, r.toClient, len(request), len(reply))
+			data := make([]byte, 300_000)
+			_, _ = rand.Read(data)
+			from, to := client, endpoint
+			if !clientFirst {
+				from, to = endpoint, client
+			}
+			go func() {
+				_, _ = from.Write(data)
+				_ = from.Close()
+			}()
+			got, err := io.ReadAll(to)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the other side got %d bytes (%v), want the %d bytes sent before the close, then the end", len(got), err, len(data))
+			}
+			select {
+			case r := <-done:
+				want := result{toEndpoint: int64(len(data))}
+				if !clientFirst {
+					want = result{toClient: int64(len(data))}
+				}
+				if r != want {
+					t.Errorf("Pipe counted %+v, want %+v", r, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Pipe did not return after one side closed")
+			}
+		})
 	}
 }
 
@@ -253,7 +260,7 @@ func TestRelayOverKernelSCTP(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c); _ = c.CloseWrite() }()
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
 		}
 	}()
 	// A closed port first: the relay must fail over to the live endpoint.
@@ -288,9 +295,8 @@ func TestRelayOverKernelSCTP(t *testing.T) {
 	if _, err := c.Write(msg); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.CloseWrite()
-	got, err := io.ReadAll(c)
-	if err != nil || !bytes.Equal(got, msg) {
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
 		t.Fatalf("echo = %q, %v", got, err)
 	}
 	picker.mu.Lock()

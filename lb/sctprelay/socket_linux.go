@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -85,21 +86,14 @@ func (c *Conn) Close() error                { return c.file.Close() }
 // RemoteAddr is the peer's primary address.
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
 
-// CloseWrite sends SHUTDOWN once queued data is delivered; the peer reads
-// EOF while its replies still flow back, like TCP's half-close.
-func (c *Conn) CloseWrite() error {
-	var serr error
-	if err := c.raw.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_WR) }); err != nil {
-		return err
-	}
-	return serr
-}
-
 // Listener accepts SCTP associations on a one-to-one socket.
 type Listener struct {
 	file *os.File
 	raw  syscall.RawConn
 	addr netip.AddrPort
+	// closed is set by Close: the poller's error for a closed file does
+	// not wrap os.ErrClosed, and Serve must tell "closed" from "failed".
+	closed atomic.Bool
 }
 
 // Listen binds a one-to-one SCTP socket to addr (port 0: kernel-chosen).
@@ -159,6 +153,9 @@ func (l *Listener) Accept() (*Conn, error) {
 		return !errors.Is(acErr, unix.EAGAIN)
 	})
 	if err != nil {
+		if l.closed.Load() {
+			return nil, fmt.Errorf("accepting SCTP association: %w", os.ErrClosed)
+		}
 		return nil, err
 	}
 	if acErr != nil {
@@ -169,7 +166,10 @@ func (l *Listener) Accept() (*Conn, error) {
 }
 
 // Close stops accepting.
-func (l *Listener) Close() error { return l.file.Close() }
+func (l *Listener) Close() error {
+	l.closed.Store(true)
+	return l.file.Close()
+}
 
 // Dial opens an association to ep, waiting at most timeout for the
 // handshake.

@@ -1,0 +1,101 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+)
+
+// boot runs UML until it powers off (or ctx ends), streaming the guest's
+// two program consoles to stdout and stderr.
+func boot(ctx context.Context, kernel string, args []string, runDir string, stdout, stderr io.Writer) error {
+	console, err := os.Create(filepath.Join(runDir, "console.log"))
+	if err != nil {
+		return fmt.Errorf("creating the guest console log: %w", err)
+	}
+	defer console.Close()
+	umlLog, err := os.Create(filepath.Join(runDir, "uml.log"))
+	if err != nil {
+		return fmt.Errorf("creating the UML log: %w", err)
+	}
+	defer umlLog.Close()
+	// A reader of the output that went away (go test killed, a closed
+	// pipe) ends the run: nobody would see the result.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	readerGone := func(err error) { cancel(fmt.Errorf("writing the program's output: %w", err)) }
+	var copies sync.WaitGroup
+	outW, err := streamTo(stdout, &copies, readerGone)
+	if err != nil {
+		return err
+	}
+	errW, err := streamTo(stderr, &copies, readerGone)
+	if err != nil {
+		outW.Close()
+		return err
+	}
+
+	cmd := exec.Command(kernel, args...)
+	// Guest RAM is a file in TMPDIR; keep it in the run directory.
+	cmd.Env = append(os.Environ(), "TMPDIR="+runDir)
+	cmd.Stdout, cmd.Stderr = umlLog, umlLog
+	cmd.ExtraFiles = []*os.File{console, outW, errW} // fds 3, 4, 5: see consoleFD
+	cmd.SysProcAttr = umlProcAttr()
+	startErr := cmd.Start()
+	// UML holds its own copies now; the copiers see EOF once UML is gone.
+	outW.Close()
+	errW.Close()
+	if startErr != nil {
+		copies.Wait()
+		return fmt.Errorf("starting the UML kernel %s: %w", kernel, startErr)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		runErr = fmt.Errorf("guest run stopped (%w): UML killed", context.Cause(ctx))
+	case <-exited:
+		exited = nil
+	}
+	// Also after a normal power-off: nothing of the tree may outlive Run.
+	if err := killGroup(cmd.Process.Pid, killWait); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	if exited != nil {
+		<-exited
+	}
+	copies.Wait()
+	return runErr
+}
+
+// streamTo returns the write end of a pipe whose data is copied to w (or
+// dropped when w is nil) until every write end is closed. UML needs a
+// descriptor, and a pipe keeps UML from touching a terminal's settings.
+// When writing to w fails, failed is called and the rest is drained, so
+// UML never blocks on a full pipe.
+func streamTo(w io.Writer, copies *sync.WaitGroup, failed func(error)) (*os.File, error) {
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating an output pipe for the guest: %w", err)
+	}
+	if w == nil {
+		w = io.Discard
+	}
+	copies.Add(1)
+	go func() {
+		defer copies.Done()
+		defer r.Close()
+		if _, err := io.Copy(w, r); err != nil {
+			failed(err)
+			_, _ = io.Copy(io.Discard, r)
+		}
+	}()
+	return pw, nil
+}
