@@ -26,6 +26,15 @@
 //
 //	sudo go test -run '^$' -bench DataPlane -benchtime 1x ./bench/dataplane/
 //
+// Comparing variants of a relay (compare.go, extra.go): KPROXY_DATAPLANE_EXTRA
+// adds proxy binaries as columns of their own, KPROXY_DATAPLANE_PATHS
+// measures some paths only, and KPROXY_DATAPLANE_ROUNDS repeats every row with
+// the paths in a rotated order, printing every round's values and ratios and
+// putting medians in the table. The wrk and iperf3 rows also report each
+// proxy's CPU time per request or per gigabyte (proxy-cpu-µs/req,
+// proxy-cpu-ms/GB), which moves much less than rates when other work shares
+// the machine.
+//
 // This file's package also holds the Go io.Copy relay (relay.go) and the
 // parsers and table renderer the benchmark uses.
 package dataplane

@@ -63,7 +63,10 @@ type Table struct {
 	// Header lines (date, kernel, CPU, settings), printed above the table.
 	Header []string
 	// Notes are printed below it.
-	Notes  []string
+	Notes []string
+	// Extra columns after Paths(): proxies added for a comparison run (see
+	// KPROXY_DATAPLANE_EXTRA); none in a normal run.
+	Extra  []Path
 	values map[string]map[Path]float64
 	notes  map[string]map[Path]string
 }
@@ -115,18 +118,19 @@ func (t *Table) Markdown() string {
 	if len(t.Header) > 0 {
 		b.WriteString("\n")
 	}
+	columns := append(Paths(), t.Extra...)
 	b.WriteString("| measurement |")
-	for _, p := range Paths() {
+	for _, p := range columns {
 		fmt.Fprintf(&b, " %s |", p.Title())
 	}
 	b.WriteString(" kproxy target | kproxy vs HAProxy |\n|---|")
-	for range Paths() {
+	for range columns {
 		b.WriteString("---:|")
 	}
 	b.WriteString("---|---|\n")
 	for _, r := range t.Rows {
 		fmt.Fprintf(&b, "| %s (%s) |", r.Title, r.Unit)
-		for _, p := range Paths() {
+		for _, p := range columns {
 			fmt.Fprintf(&b, " %s |", t.cell(r, p))
 		}
 		fmt.Fprintf(&b, " %s | %s |\n", t.target(r), t.versusHAProxy(r))

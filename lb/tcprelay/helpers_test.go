@@ -94,6 +94,20 @@ func startProxy(t testing.TB, cfg Config) *testProxy {
 	return startProxyOn(t, ln, cfg)
 }
 
+// wrappedListener hides the *net.TCPListener inside, as any other
+// net.Listener would: the Proxy serves it with an Accept goroutine.
+type wrappedListener struct{ net.Listener }
+
+// startProxyBehindWrapper is startProxy with the listener wrapped.
+func startProxyBehindWrapper(t testing.TB, cfg Config) *testProxy {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startProxyOn(t, wrappedListener{ln}, cfg)
+}
+
 // startProxyOn runs a Proxy on ln until the test ends.
 func startProxyOn(t testing.TB, ln net.Listener, cfg Config) *testProxy {
 	t.Helper()

@@ -2,7 +2,6 @@ package tcprelay
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"unsafe"
 
@@ -14,41 +13,22 @@ import (
 const soOriginalDst = 80
 
 // originalDestination asks conntrack for the address the client originally
-// connected to, before a REDIRECT or DNAT rewrote it. It fails (ENOENT) when
-// conntrack has no entry for the connection.
-func originalDestination(c *net.TCPConn) (netip.AddrPort, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("reading original destination: %w", err)
+// connected to, before a REDIRECT or DNAT rewrote it. ipv6 says whether the
+// connection is IPv6 (an IPv4 client of a dual-stack listener is not). It
+// fails (ENOENT) when conntrack has no entry for the connection.
+func originalDestination(fd int, ipv6 bool) (netip.AddrPort, error) {
+	level := unix.SOL_IP
+	if ipv6 {
+		level = unix.SOL_IPV6
 	}
-	local, _ := c.LocalAddr().(*net.TCPAddr)
-	ipv6 := local != nil && local.AddrPort().Addr().Is6() && !local.AddrPort().Addr().Is4In6()
-	var (
-		sa     unix.RawSockaddrInet6 // large enough for either family
-		result netip.AddrPort
-		soErr  error
-	)
-	err = rc.Control(func(fd uintptr) {
-		level := unix.SOL_IP
-		if ipv6 {
-			level = unix.SOL_IPV6
-		}
-		size := uint32(unsafe.Sizeof(sa))
-		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, uintptr(level), soOriginalDst,
-			uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&size)), 0)
-		if errno != 0 {
-			soErr = errno
-			return
-		}
-		result, soErr = decodeSockaddr(&sa)
-	})
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("reading original destination: %w", err)
+	var sa unix.RawSockaddrInet6 // large enough for either family
+	size := uint32(unsafe.Sizeof(sa))
+	_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), soOriginalDst,
+		uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&size)), 0)
+	if errno != 0 {
+		return netip.AddrPort{}, fmt.Errorf("getsockopt SO_ORIGINAL_DST: %w", errno)
 	}
-	if soErr != nil {
-		return netip.AddrPort{}, fmt.Errorf("getsockopt SO_ORIGINAL_DST: %w", soErr)
-	}
-	return result, nil
+	return decodeSockaddr(&sa)
 }
 
 // decodeSockaddr turns a sockaddr_in or sockaddr_in6 (as filled in by the

@@ -12,15 +12,16 @@ import (
 )
 
 // The benchmarks compare, in one run and through the same REDIRECT portal:
-// kproxy's relay (hybrid: read/write, then splice after 64 KiB), the same
-// relay forced to read/write only and to splice only, a plain io.Copy relay
-// (what a naive Go proxy does; on Linux io.Copy between TCP sockets splices
-// too), and a direct connection to the backend. Client, relays and backend
-// share the process and the machine's cores, so absolute numbers understate
-// a real deployment; the ratios are the point.
+// kproxy's relay (read/write, then splice once a direction has moved 64 KiB
+// in full reads), the same relay forced to read/write only and to splice
+// only, a plain io.Copy relay (what a naive Go proxy does; on Linux io.Copy
+// between TCP sockets splices too), and a direct connection to the backend.
+// Client, relays and backend share the process and the machine's cores, so
+// absolute numbers understate a real deployment, and the in-process client
+// competes with the loops for the same Ps; the ratios are the point. The
+// data-plane benchmark (bench/dataplane) measures the relay in the lab.
 //
 // Run: sudo go test -run '^$' -bench . ./lb/tcprelay
-// Results of this run are quoted in relay.go next to the copy strategy.
 
 type benchVariant struct {
 	name string

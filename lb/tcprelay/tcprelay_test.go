@@ -43,13 +43,26 @@ func counter(tp *testProxy, vec string, labels ...string) float64 {
 }
 
 // TestRelay runs every relay behaviour through a real iptables REDIRECT
-// portal in a fresh network namespace.
+// portal in a fresh network namespace, once with the loops accepting from a
+// *net.TCPListener themselves and once with any other listener, served by an
+// Accept goroutine that hands connections over.
 func TestRelay(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
 	setupNamespace(t)
+	for _, mode := range []struct {
+		name  string
+		start func(testing.TB, Config) *testProxy
+	}{
+		{"loops accept", startProxy},
+		{"Accept goroutine", startProxyBehindWrapper},
+	} {
+		t.Run(mode.name, func(t *testing.T) { testRelay(t, mode.start) })
+	}
+}
 
+func testRelay(t *testing.T, startProxy func(testing.TB, Config) *testProxy) {
 	t.Run("round trip through a portal", func(t *testing.T) {
 		backend := serve(t, echo)
 		tp := startProxy(t, Config{Picker: newPicker(backend)})

@@ -1,0 +1,174 @@
+package dataplane
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Knobs for comparison runs (variants of a relay measured against each
+// other): they choose what is measured and how often, never how.
+const (
+	// PathsEnv measures some paths only: "name[,name]". DNAT is always
+	// measured, as every ratio needs it.
+	PathsEnv = "KPROXY_DATAPLANE_PATHS"
+	// RoundsEnv measures every row this many times, the paths in a rotated
+	// order each round so that none always runs first or last; the table
+	// shows each path's median and the log every round's values.
+	RoundsEnv = "KPROXY_DATAPLANE_ROUNDS"
+)
+
+type comparison struct {
+	paths  []string // empty: all
+	rounds int
+}
+
+func comparisonFromEnv() (comparison, error) {
+	return parseComparison(os.Getenv(PathsEnv), os.Getenv(RoundsEnv))
+}
+
+func parseComparison(paths, rounds string) (comparison, error) {
+	c := comparison{rounds: 1}
+	if paths != "" {
+		c.paths = strings.Split(paths, ",")
+	}
+	if rounds != "" {
+		n, err := strconv.Atoi(rounds)
+		if err != nil || n < 1 || n > 20 {
+			return comparison{}, fmt.Errorf("%s=%q: want a number of rounds from 1 to 20", RoundsEnv, rounds)
+		}
+		c.rounds = n
+	}
+	return c, nil
+}
+
+// includes reports whether path p is measured.
+func (c comparison) includes(p Path) bool {
+	return len(c.paths) == 0 || p == DNAT || slices.Contains(c.paths, string(p))
+}
+
+// rotate returns paths starting at index round (mod len).
+func rotate[T any](paths []T, round int) []T {
+	if len(paths) == 0 {
+		return nil
+	}
+	k := round % len(paths)
+	return append(append([]T(nil), paths[k:]...), paths[:k]...)
+}
+
+// roundValues collects every round's value of each row and path, in order.
+type roundValues struct {
+	rows   []string
+	values map[string]map[Path][]float64
+	order  map[string][]Path
+}
+
+func newRoundValues() *roundValues {
+	return &roundValues{values: map[string]map[Path][]float64{}, order: map[string][]Path{}}
+}
+
+func (r *roundValues) add(row string, p Path, v float64) {
+	if r.values[row] == nil {
+		r.values[row] = map[Path][]float64{}
+		r.rows = append(r.rows, row)
+	}
+	if r.values[row][p] == nil {
+		r.order[row] = append(r.order[row], p)
+	}
+	r.values[row][p] = append(r.values[row][p], v)
+}
+
+type rowValue struct {
+	row   string
+	path  Path
+	value float64
+}
+
+// medians returns each row and path's median (the mean of the middle two
+// for an even count).
+func (r *roundValues) medians() []rowValue {
+	var out []rowValue
+	for _, row := range r.rows {
+		for _, p := range r.order[row] {
+			out = append(out, rowValue{row, p, median(r.values[row][p])})
+		}
+	}
+	return out
+}
+
+func median(vs []float64) float64 {
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// report lists, per row and path, every round's value and its ratio to
+// ref's value in the same round.
+func (r *roundValues) report(ref Path) string {
+	var b strings.Builder
+	for _, row := range r.rows {
+		refs := r.values[row][ref]
+		for _, p := range r.order[row] {
+			fmt.Fprintf(&b, "%s %s:", row, p)
+			for i, v := range r.values[row][p] {
+				fmt.Fprintf(&b, " %.4g", v)
+				if p != ref && i < len(refs) && refs[i] != 0 {
+					fmt.Fprintf(&b, " (%.0f%%)", 100*v/refs[i])
+				}
+			}
+			fmt.Fprintf(&b, " median %.4g\n", median(r.values[row][p]))
+		}
+	}
+	return b.String()
+}
+
+// clockTicksPerSecond is USER_HZ, the unit of /proc/<pid>/stat's CPU times
+// (100 on every Linux architecture Go supports).
+const clockTicksPerSecond = 100
+
+// ParseProcCPU returns the CPU time (user + system, all threads) from the
+// contents of /proc/<pid>/stat.
+func ParseProcCPU(stat string) (time.Duration, error) {
+	// The command name, in parentheses, may itself hold spaces and
+	// parentheses: fields are counted from the last ')'.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/<pid>/stat %q: no command name", clipString(stat))
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/<pid>/stat %q: too few fields", clipString(stat))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/<pid>/stat CPU time %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicksPerSecond, nil
+}
+
+func clipString(s string) string { return clip([]byte(s)) }
+
+// procCPU reads pid's CPU time; 0 with an error if it cannot.
+func procCPU(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return ParseProcCPU(string(stat))
+}

@@ -1,0 +1,154 @@
+package dataplane
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseExtra(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []ExtraProxy
+		wantErr string
+	}{
+		{in: ""},
+		{in: "old=/tmp/old", want: []ExtraProxy{{Path: "old", Binary: "/tmp/old"}}},
+		{in: "a=/bin/a, b=/bin/b", want: []ExtraProxy{{Path: "a", Binary: "/bin/a"}, {Path: "b", Binary: "/bin/b"}}},
+		{in: "old", wantErr: "not name=/path/to/binary"},
+		{in: "=/bin/a", wantErr: "not name=/path/to/binary"},
+		{in: "a=relative/a", wantErr: "must be absolute"},
+		{in: "a=/bin/a,a=/bin/b", wantErr: "used twice"},
+		{in: "kproxy=/bin/a", wantErr: "standard path"},
+		{in: "a=/a,b=/b,c=/c,d=/d,e=/e", wantErr: "at most 4"},
+	} {
+		got, err := ParseExtra(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseExtra(%q) error = %v, want one saying %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseExtra(%q): %v", tc.in, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("ParseExtra(%q) (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
+
+func TestParseComparison(t *testing.T) {
+	for _, tc := range []struct {
+		paths, rounds string
+		want          comparison
+		wantErr       bool
+	}{
+		{want: comparison{rounds: 1}},
+		{paths: "kproxy,haproxy", rounds: "3", want: comparison{paths: []string{"kproxy", "haproxy"}, rounds: 3}},
+		{rounds: "0", wantErr: true},
+		{rounds: "21", wantErr: true},
+		{rounds: "x", wantErr: true},
+	} {
+		got, err := parseComparison(tc.paths, tc.rounds)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("parseComparison(%q, %q) error = %v, want error %v", tc.paths, tc.rounds, err, tc.wantErr)
+			continue
+		}
+		if !tc.wantErr && !cmp.Equal(tc.want, got, cmp.AllowUnexported(comparison{})) {
+			t.Errorf("parseComparison(%q, %q) = %+v, want %+v", tc.paths, tc.rounds, got, tc.want)
+		}
+	}
+}
+
+func TestSelectedPathsKeepDNAT(t *testing.T) {
+	for _, tc := range []struct {
+		c    comparison
+		want []Path
+	}{
+		{comparison{}, []Path{Direct, DNAT, Kproxy, IOCopy, HAProxy, "old"}},
+		{comparison{paths: []string{"kproxy"}}, []Path{DNAT, Kproxy}},
+		{comparison{paths: []string{"haproxy", "old"}}, []Path{DNAT, HAProxy, "old"}},
+	} {
+		var got []Path
+		for _, p := range append(Paths(), "old") {
+			if tc.c.includes(p) {
+				got = append(got, p)
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("paths measured for %v (-want +got):\n%s", tc.c.paths, diff)
+		}
+	}
+}
+
+func TestRotate(t *testing.T) {
+	in := []string{"a", "b", "c"}
+	for round, want := range [][]string{{"a", "b", "c"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b", "c"}} {
+		if diff := cmp.Diff(want, rotate(in, round)); diff != "" {
+			t.Errorf("rotate round %d (-want +got):\n%s", round, diff)
+		}
+	}
+}
+
+func TestRoundValues(t *testing.T) {
+	r := newRoundValues()
+	for _, v := range []struct {
+		p Path
+		v float64
+	}{{DNAT, 100}, {Kproxy, 70}, {DNAT, 200}, {Kproxy, 100}, {DNAT, 150}, {Kproxy, 90}} {
+		r.add("rate", v.p, v.v)
+	}
+	want := []rowValue{{"rate", DNAT, 150}, {"rate", Kproxy, 90}}
+	if diff := cmp.Diff(want, r.medians(), cmp.AllowUnexported(rowValue{})); diff != "" {
+		t.Errorf("medians (-want +got):\n%s", diff)
+	}
+	wantReport := "rate dnat: 100 200 150 median 150\nrate kproxy: 70 (70%) 100 (50%) 90 (60%) median 90\n"
+	if got := r.report(DNAT); got != wantReport {
+		t.Errorf("report =\n%s\nwant\n%s", got, wantReport)
+	}
+	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("median of an even count = %v, want 2.5", got)
+	}
+}
+
+func TestParseProcCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stat    string
+		want    time.Duration
+		wantErr bool
+	}{
+		{name: "process", stat: "1234 (kproxy) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 100 0",
+			want: 3 * time.Second},
+		{name: "command with spaces and parentheses", stat: "7 (a (b) c) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 0",
+			want: 30 * time.Millisecond},
+		{name: "no command", stat: "1234 S 1", wantErr: true},
+		{name: "truncated", stat: "1 (x) S 1 2 3", wantErr: true},
+		{name: "not a number", stat: "1 (x) S 1 1 1 0 -1 0 0 0 0 0 x 2 0 0 20 0 1 0 5 0", wantErr: true},
+	} {
+		got, err := ParseProcCPU(tc.stat)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("%s: ParseProcCPU = %v, %v; want %v (error %v)", tc.name, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestTableExtraColumns(t *testing.T) {
+	tab := &Table{Rows: []Row{{ID: "rate", Title: "rate", Unit: "req/s", MinRatio: 0.7}}, Extra: []Path{"old"}}
+	tab.Set("rate", DNAT, 100)
+	tab.Set("rate", Kproxy, 80)
+	tab.Set("rate", "old", 60)
+	md := tab.Markdown()
+	for _, want := range []string{
+		"| measurement | direct | iptables DNAT | kproxy userspace | Go io.Copy relay | HAProxy splice-auto | old | kproxy target | kproxy vs HAProxy |",
+		"| rate (req/s) | — | 100 | 80 (80%) | — | — | 60 (60%) | ≥ 70% of DNAT: 80% ✓ | — |",
+	} {
+		if !strings.Contains(md, want+"\n") {
+			t.Errorf("table lacks the line\n%s\nin:\n%s", want, md)
+		}
+	}
+}

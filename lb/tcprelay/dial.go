@@ -1,0 +1,178 @@
+package tcprelay
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb/lbmetrics"
+)
+
+var (
+	errDialTimeout   = errors.New("connect timed out")
+	errConnectFailed = errors.New("connect failed")
+)
+
+// admit takes a new client connection: the open-relay check, the endpoints
+// to try, then the first connect. The loop owns fd from here on.
+func (l *loop) admit(fd int, peer netip.AddrPort) {
+	p := l.p
+	if !p.fromPortal(fd, peer) {
+		p.metrics.RejectedDirect.Inc()
+		closeWithReset(fd)
+		return
+	}
+	picker := p.picker.Load().p
+	clientIP := peer.Addr().Unmap()
+	var endpoints []netip.AddrPort
+	if picker != nil {
+		endpoints = picker.Pick(clientIP)
+	}
+	if len(endpoints) == 0 {
+		p.metrics.RejectedNoEndpoints.Inc()
+		klog.V(4).InfoS("Refusing connection: no endpoints", "proxy", p.name, "client", peer)
+		closeWithReset(fd)
+		return
+	}
+	c := &conn{
+		client:    side{fd: fd, writable: true},
+		backend:   side{fd: -1},
+		clientIP:  clientIP,
+		picker:    picker,
+		endpoints: endpoints[:min(len(endpoints), p.cfg.MaxAttempts)],
+	}
+	if err := l.register(c, &c.client); err != nil {
+		klog.ErrorS(err, "Cannot relay connection", "proxy", p.name, "client", peer)
+		closeWithReset(fd)
+		return
+	}
+	l.link(c)
+	l.dialNext(c)
+}
+
+// dialNext starts connecting to the next endpoint to try, refusing the
+// client when none is left.
+func (l *loop) dialNext(c *conn) {
+	p := l.p
+	for c.attempt < len(c.endpoints) {
+		ep := c.endpoints[c.attempt]
+		fd, done, err := startConnect(ep)
+		if err == nil {
+			c.backend = side{fd: fd, writable: true}
+			if err = l.register(c, &c.backend); err != nil {
+				l.closeSide(&c.backend, false)
+			}
+		}
+		if err != nil {
+			if isFDExhaustion(err) {
+				p.logErrorLimited(err, "Out of file descriptors dialling an endpoint; refusing the client", "endpoint", ep)
+				l.reject(c, lbmetrics.ReasonFDExhausted)
+				return
+			}
+			l.dialFailed(c, err)
+			continue
+		}
+		if done {
+			l.connected(c)
+			return
+		}
+		c.deadline = time.Now().Add(p.cfg.DialTimeout)
+		l.dials.push(c)
+		return
+	}
+	klog.V(2).InfoS("Refusing connection: every endpoint tried failed", "proxy", p.name, "client", c.clientIP, "attempts", c.attempt)
+	l.reject(c, lbmetrics.ReasonDialFailed)
+}
+
+// connectDone handles an event on a connecting backend socket: connected,
+// or failed (then the next endpoint is tried).
+func (l *loop) connectDone(c *conn, events uint32) {
+	var err error
+	switch {
+	case events&(unix.EPOLLERR|unix.EPOLLHUP) != 0:
+		if err = socketError(c.backend.fd); err == nil {
+			err = errConnectFailed
+		}
+	case events&unix.EPOLLOUT == 0:
+		return // not yet: neither connected nor failed
+	}
+	l.dials.remove(c)
+	if err != nil {
+		l.closeSide(&c.backend, false)
+		l.dialFailed(c, err)
+		l.dialNext(c)
+		return
+	}
+	l.connected(c)
+}
+
+// connected starts relaying c.
+func (l *loop) connected(c *conn) {
+	c.picker.Connected(c.clientIP, c.endpoints[c.attempt])
+	c.picker, c.endpoints = nil, nil
+	c.state = relaying
+	l.p.connStarted()
+	l.service(c)
+}
+
+// dialFailed counts a failed attempt and moves on to the next endpoint.
+func (l *loop) dialFailed(c *conn, err error) {
+	ep := c.endpoints[c.attempt]
+	l.p.metrics.DialFailures.Inc()
+	c.picker.Failed(c.clientIP, ep)
+	klog.V(2).InfoS("Dialling endpoint failed, trying the next", "proxy", l.p.name, "client", c.clientIP, "endpoint", ep, "err", err)
+	c.attempt++
+}
+
+// reject refuses c's client with a reset, so it sees a refusal at once
+// instead of a hang or a clean (and misleading) end of stream.
+func (l *loop) reject(c *conn, reason string) {
+	l.p.metrics.Rejected(reason).Inc()
+	l.release(c, true, false)
+}
+
+// expireDials fails the connects that ran out of time. All of a loop's
+// connects have the same timeout, so the queue is in deadline order.
+func (l *loop) expireDials(now time.Time) {
+	for c := l.dials.head; c != nil && !now.Before(c.deadline); c = l.dials.head {
+		l.dials.remove(c)
+		l.closeSide(&c.backend, false)
+		l.dialFailed(c, errDialTimeout)
+		l.dialNext(c)
+	}
+}
+
+// dialQueue is the loop's connections with a connect in progress, oldest
+// first.
+type dialQueue struct{ head, tail *conn }
+
+func (q *dialQueue) push(c *conn) {
+	c.dprev, c.dnext = q.tail, nil
+	if q.tail != nil {
+		q.tail.dnext = c
+	} else {
+		q.head = c
+	}
+	q.tail = c
+}
+
+// remove takes c off the queue; it is a no-op if c is not on it.
+func (q *dialQueue) remove(c *conn) {
+	if c.dprev == nil && q.head != c {
+		return
+	}
+	if c.dprev != nil {
+		c.dprev.dnext = c.dnext
+	} else {
+		q.head = c.dnext
+	}
+	if c.dnext != nil {
+		c.dnext.dprev = c.dprev
+	} else {
+		q.tail = c.dprev
+	}
+	c.dprev, c.dnext = nil, nil
+}

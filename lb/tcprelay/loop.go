@@ -1,0 +1,230 @@
+package tcprelay
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// maxEvents is the epoll_wait batch.
+	maxEvents = 128
+	// connEvents: edge-triggered, so a socket whose reading is paused for
+	// backpressure costs nothing until it is resumed, and no epoll_ctl is
+	// ever needed after registration.
+	connEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+	// listenerGen tags the listener's events; connections' generations
+	// skip it.
+	listenerGen = 0
+)
+
+// loop is one event loop: an epoll set with its share of the Proxy's
+// connections, served by one goroutine. The epoll descriptor is registered
+// with Go's netpoller, so an idle loop parks its goroutine rather than a
+// thread. Only the loop's goroutine touches its connections; other
+// goroutines reach it through post.
+type loop struct {
+	p       *Proxy
+	epfd    int
+	file    *os.File // epfd, as the netpoller sees it
+	rc      syscall.RawConn
+	waitFn  func(fd uintptr) bool
+	events  []unix.EpollEvent
+	ready   int
+	waitErr error
+
+	// The file's read deadline wakes the loop for its timers and for posts;
+	// armed is the one set, expired says it fired and must be set again.
+	armed   time.Time
+	expired bool
+
+	// Owned by the loop goroutine.
+	byFD      []*conn // by either socket's descriptor
+	gen       uint32
+	conns     conn // list head: every connection of this loop
+	nconns    int  // len(conns list)
+	dials     dialQueue
+	later     []*conn // connections with more to move this turn
+	buf       *[]byte // this turn's read buffer
+	listenFD  int     // the Proxy's listener while this loop accepts from it, else -1
+	accepting bool    // listenFD is in the epoll set (not backing off)
+	attached  bool    // new connections may still come (listener or acceptor)
+	backoff   time.Duration
+	resumeAt  time.Time // when accepting resumes after an error; zero when not paused
+
+	spliceAfter int64
+
+	// load is the loop's connections, counting those handed over but not
+	// yet taken: new connections go to the least loaded loop.
+	load atomic.Int32
+	// posted: something is in the inbox below. parked: the goroutine is
+	// about to park or parked; a post wakes it only then.
+	posted, parked atomic.Bool
+	mu             sync.Mutex
+	inbox          []adopted
+	detach         bool // stop taking new connections
+	abort          bool // reset every connection (CloseAll)
+	dead           bool // the loop has exited: posts are refused
+}
+
+// adopted is a connection accepted outside the loop (a listener that is not
+// a *net.TCPListener), handed over as a bare descriptor.
+type adopted struct {
+	fd   int
+	peer netip.AddrPort
+}
+
+func newLoop(p *Proxy, listenFD int) (*loop, error) {
+	l := &loop{
+		p:           p,
+		epfd:        -1,
+		events:      make([]unix.EpollEvent, maxEvents),
+		listenFD:    listenFD,
+		attached:    true,
+		spliceAfter: p.cfg.SpliceAfter,
+	}
+	l.conns.next, l.conns.prev = &l.conns, &l.conns
+	var err error
+	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("creating epoll set: %w", err)
+	}
+	if err := unix.SetNonblock(l.epfd, true); err != nil {
+		unix.Close(l.epfd)
+		return nil, fmt.Errorf("making epoll set non-blocking: %w", err)
+	}
+	l.file = os.NewFile(uintptr(l.epfd), "tcp-relay-epoll")
+	if l.rc, err = l.file.SyscallConn(); err != nil {
+		l.file.Close()
+		return nil, fmt.Errorf("registering epoll set with the netpoller: %w", err)
+	}
+	l.waitFn = l.pollEvents
+	if listenFD >= 0 {
+		if err := l.watchListener(); err != nil {
+			l.file.Close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// watchListener adds the listener to the epoll set, level-triggered: a loop
+// takes a few connections per event and leaves the rest to the next turn or
+// to another loop.
+func (l *loop) watchListener() error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.listenFD), Pad: listenerGen}
+	if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.listenFD, &ev); err != nil {
+		return fmt.Errorf("watching the listener: %w", err)
+	}
+	l.accepting = true
+	return nil
+}
+
+// run serves events until the loop has no connections and can get no more.
+func (l *loop) run() {
+	defer l.exit()
+	for {
+		n, err := l.wait()
+		if err != nil {
+			klog.ErrorS(err, "TCP relay loop cannot wait for events; resetting its connections", "proxy", l.p.name)
+			l.abortAll()
+			l.stopAccepting()
+			return
+		}
+		for i := range n {
+			l.handle(&l.events[i])
+		}
+		l.serveDeferred()
+		if l.posted.Load() {
+			l.takePosted()
+		}
+		if l.dials.head != nil || !l.resumeAt.IsZero() {
+			l.runTimers(time.Now())
+		}
+		l.releaseBuffer()
+		if !l.attached && l.nconns == 0 {
+			return
+		}
+	}
+}
+
+// handle applies one event: the listener has connections, or a socket's
+// readiness changed.
+func (l *loop) handle(ev *unix.EpollEvent) {
+	fd := int(ev.Fd)
+	if ev.Pad == listenerGen {
+		if fd == l.listenFD {
+			l.acceptReady()
+		}
+		return
+	}
+	c := l.lookup(fd)
+	if c == nil {
+		return
+	}
+	s := &c.client
+	if fd == c.backend.fd {
+		s = &c.backend
+	}
+	if s.gen != uint32(ev.Pad) {
+		return // the descriptor was closed and reused since
+	}
+	// Errors and hang-ups mark the socket both ways so that the next read or
+	// write meets them.
+	if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		s.readable = true
+	}
+	if ev.Events&unix.EPOLLRDHUP != 0 {
+		s.finSeen = true
+	}
+	if ev.Events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		s.broken = true
+	}
+	if ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		s.writable = true
+	}
+	switch c.state {
+	case dialing:
+		if s == &c.backend {
+			l.connectDone(c, ev.Events)
+		}
+	case relaying:
+		if ev.Events&unix.EPOLLERR != 0 && s.eof && !s.pending() {
+			// Nothing will read or write this socket again, so nothing
+			// else would notice its error: pass the reset on now.
+			l.release(c, s == &c.backend, s == &c.client)
+			return
+		}
+		l.service(c)
+	}
+}
+
+// register adds s's socket to the epoll set for c, under a new generation.
+func (l *loop) register(c *conn, s *side) error {
+	if l.gen++; l.gen == listenerGen {
+		l.gen++
+	}
+	s.gen = l.gen
+	ev := unix.EpollEvent{Events: connEvents, Fd: int32(s.fd), Pad: int32(s.gen)}
+	if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+		return fmt.Errorf("watching a socket: %w", err)
+	}
+	for s.fd >= len(l.byFD) {
+		l.byFD = append(l.byFD, make([]*conn, max(64, len(l.byFD)))...)
+	}
+	l.byFD[s.fd] = c
+	return nil
+}
+
+func (l *loop) lookup(fd int) *conn {
+	if fd < 0 || fd >= len(l.byFD) {
+		return nil
+	}
+	return l.byFD[fd]
+}

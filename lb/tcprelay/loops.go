@@ -1,0 +1,159 @@
+package tcprelay
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// growAt: a loop is added (up to the maximum) when every running loop
+	// has at least this many connections, so an idle or quiet service
+	// port costs one loop, not one per core.
+	growAt = 4
+	// handOverSlack is how many more connections than the least loaded
+	// loop the accepting loop may have and still keep a new one: handing
+	// over costs the other loop a wake-up, so a small imbalance is left.
+	handOverSlack = 1
+)
+
+// startLoops starts the first loop and, for a *net.TCPListener, the
+// descriptor of the listener the loops watch.
+func (p *Proxy) startLoops() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.isClosed() {
+		return net.ErrClosed
+	}
+	p.maxLoops = p.cfg.Loops
+	if p.maxLoops == 0 {
+		p.maxLoops = runtime.GOMAXPROCS(0)
+	}
+	if tl, ok := p.ln.(*net.TCPListener); ok {
+		fd, err := dupListener(tl)
+		if err != nil {
+			return err
+		}
+		p.listenFD, p.raw = fd, true
+	}
+	p.loopSet = make([]*loop, p.maxLoops)
+	if err := p.addLoopLocked(); err != nil {
+		if p.raw {
+			unix.Close(p.listenFD)
+			p.listenFD, p.raw = -1, false
+		}
+		return err
+	}
+	return nil
+}
+
+// addLoopLocked starts one more loop. p.mu must be held.
+func (p *Proxy) addLoopLocked() error {
+	n := int(p.nloops.Load())
+	listenFD := -1
+	if p.raw {
+		listenFD = p.listenFD
+	}
+	l, err := newLoop(p, listenFD)
+	if err != nil {
+		return err
+	}
+	if p.raw {
+		p.listenRefs++
+	}
+	p.loopSet[n] = l
+	p.running.Add(1)
+	p.nloops.Store(int32(n + 1)) // publishes loopSet[n]
+	go l.run()
+	return nil
+}
+
+// loops returns the running loops.
+func (p *Proxy) loops() []*loop { return p.loopSet[:p.nloops.Load()] }
+
+// maybeGrow adds a loop when every running loop has growAt connections or
+// more and the maximum is not reached. It is called for every accepted
+// connection, so the common case is a few atomic loads.
+func (p *Proxy) maybeGrow() {
+	if int(p.nloops.Load()) >= p.maxLoops {
+		return
+	}
+	for _, l := range p.loops() {
+		if l.load.Load() < growAt {
+			return
+		}
+	}
+	var err error
+	p.mu.Lock()
+	if !p.isClosed() && int(p.nloops.Load()) < p.maxLoops && (!p.raw || p.listenFD >= 0) {
+		err = p.addLoopLocked()
+	}
+	p.mu.Unlock()
+	if err != nil {
+		// The running loops carry on; a later connection tries again.
+		p.logErrorLimited(err, "Cannot start another event loop")
+	}
+}
+
+// leastLoaded returns the loop a new connection accepted by self (nil: not
+// by a loop) should go to: self unless another loop has fewer connections
+// by more than handOverSlack. Every loop accepts when it wakes, so without
+// this a burst of connections (iperf3 -P 8) can land on one loop, that is
+// one core.
+func (p *Proxy) leastLoaded(self *loop) *loop {
+	best := self
+	bestLoad := int32(1 << 30)
+	if self != nil {
+		bestLoad = self.load.Load() - handOverSlack
+	}
+	for _, l := range p.loops() {
+		if n := l.load.Load(); n < bestLoad {
+			best, bestLoad = l, n
+		}
+	}
+	return best
+}
+
+// postAll posts f to every running loop.
+func (p *Proxy) postAll(f func(*loop)) {
+	for _, l := range p.loops() {
+		l.post(f)
+	}
+}
+
+// listenerReleased is called by each loop that stops watching the listener.
+func (p *Proxy) listenerReleased() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.listenRefs--; p.listenRefs == 0 {
+		unix.Close(p.listenFD)
+		p.listenFD = -1
+	}
+}
+
+func (p *Proxy) loopDone() { p.running.Done() }
+
+// dupListener returns a non-blocking descriptor of the listening socket for
+// the loops, with the relay's socket options set on it so that accepted
+// sockets inherit them.
+func dupListener(tl *net.TCPListener) (int, error) {
+	rc, err := tl.SyscallConn()
+	if err != nil {
+		return -1, fmt.Errorf("reading the listener's descriptor: %w", err)
+	}
+	fd := -1
+	var dupErr error
+	if err := rc.Control(func(s uintptr) { fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, fmt.Errorf("reading the listener's descriptor: %w", err)
+	}
+	if dupErr != nil {
+		return -1, fmt.Errorf("duplicating the listener's descriptor: %w", dupErr)
+	}
+	if err := setRelayOptions(fd); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("listener: %w", err)
+	}
+	return fd, nil
+}

@@ -1,0 +1,72 @@
+package tcprelay
+
+import "time"
+
+// post hands work to the loop from another goroutine and wakes it. It
+// returns false if the loop has exited.
+func (l *loop) post(f func(l *loop)) bool {
+	l.mu.Lock()
+	if l.dead {
+		l.mu.Unlock()
+		return false
+	}
+	f(l)
+	l.mu.Unlock()
+	l.posted.Store(true)
+	if l.parked.Load() {
+		// A deadline in the past makes the parked goroutine return; the
+		// loop checks posted after arming its own deadline, so this
+		// cannot be lost.
+		_ = l.file.SetReadDeadline(time.Unix(1, 0))
+	}
+	return true
+}
+
+// handOver gives a freshly accepted connection to l from another
+// goroutine.
+func (l *loop) handOver(a adopted) {
+	l.load.Add(1)
+	if !l.post(func(l *loop) { l.inbox = append(l.inbox, a) }) {
+		l.load.Add(-1)
+		closeWithReset(a.fd)
+	}
+}
+
+// takePosted serves what other goroutines posted.
+func (l *loop) takePosted() {
+	l.posted.Store(false)
+	l.mu.Lock()
+	inbox, detach, abort := l.inbox, l.detach, l.abort
+	l.inbox, l.abort = nil, false
+	l.mu.Unlock()
+	for _, a := range inbox {
+		l.load.Add(-1) // admit counts it again if it stays
+		if abort || l.p.forced.Load() {
+			closeWithReset(a.fd)
+			continue
+		}
+		l.admit(a.fd, a.peer)
+	}
+	if abort {
+		l.abortAll()
+	}
+	if detach {
+		l.stopAccepting()
+	}
+}
+
+// exit closes the epoll set; posts from now on are refused.
+func (l *loop) exit() {
+	l.releaseBuffer()
+	l.mu.Lock()
+	l.dead = true
+	inbox := l.inbox
+	l.inbox = nil
+	l.mu.Unlock()
+	for _, a := range inbox {
+		l.load.Add(-1)
+		closeWithReset(a.fd)
+	}
+	l.file.Close()
+	l.p.loopDone()
+}
