@@ -3,7 +3,6 @@ package ipvs
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/kernel"
@@ -56,45 +55,11 @@ func (t *restoreTables) EnsureJumps(_ context.Context, jumps []restore.Jump) err
 func restoreJumps(js []desired.Jump) ([]restore.Jump, error) {
 	out := make([]restore.Jump, 0, len(js))
 	for _, j := range js {
-		args, err := splitRule(j.Rule)
+		args, err := restore.SplitRule(j.Rule)
 		if err != nil {
 			return nil, fmt.Errorf("jump from %s/%s: %w", j.Table, j.From, err)
 		}
 		out = append(out, restore.Jump{Table: j.Table, Chain: j.From, First: true, Args: args})
 	}
 	return out, nil
-}
-
-// splitRule splits a rule as iptables-save prints it into words, a quoted
-// comment being one word without its quotes (go-iptables quotes nothing).
-func splitRule(rule string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	quoted, inWord := false, false
-	for i := 0; i < len(rule); i++ {
-		ch := rule[i]
-		switch {
-		case quoted && ch == '\\' && i+1 < len(rule):
-			i++
-			cur.WriteByte(rule[i])
-		case ch == '"':
-			quoted, inWord = !quoted, true
-		case !quoted && ch == ' ':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteByte(ch)
-			inWord = true
-		}
-	}
-	if quoted {
-		return nil, fmt.Errorf("unterminated quote in %q", rule)
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
 }

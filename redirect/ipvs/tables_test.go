@@ -1,6 +1,8 @@
 package ipvs
 
 import (
+	"kproxy.dev/kproxy/redirect/restore"
+
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,9 +24,9 @@ func TestSplitRule(t *testing.T) {
 		{`--comment "unterminated`, nil, true},
 	}
 	for _, tt := range tests {
-		got, err := splitRule(tt.rule)
+		got, err := restore.SplitRule(tt.rule)
 		if (err != nil) != tt.wantErr || !slices.Equal(got, tt.want) {
-			t.Errorf("splitRule(%q) = %q, %v; want %q (error: %v)", tt.rule, got, err, tt.want, tt.wantErr)
+			t.Errorf("restore.SplitRule(%q) = %q, %v; want %q (error: %v)", tt.rule, got, err, tt.want, tt.wantErr)
 		}
 	}
 }

@@ -1,48 +1,14 @@
 package rulespec
 
 import (
-	"fmt"
 	"strings"
+
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
-// Split splits one iptables-restore line into words as the tool does:
-// words are separated by spaces or tabs, a double-quoted string is one word
-// (inside it a backslash takes the next character literally), and outside
-// quotes a backslash is an ordinary character.
-func Split(line string) ([]string, error) {
-	var (
-		words  []string
-		cur    strings.Builder
-		quoted bool
-		inWord bool
-	)
-	for i := 0; i < len(line); i++ {
-		ch := line[i]
-		switch {
-		case quoted && ch == '\\' && i+1 < len(line):
-			i++
-			cur.WriteByte(line[i])
-		case ch == '"':
-			quoted, inWord = !quoted, true
-		case !quoted && (ch == ' ' || ch == '\t' || ch == '\r'):
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteByte(ch)
-			inWord = true
-		}
-	}
-	if quoted {
-		return nil, fmt.Errorf("unterminated quote in %q", line)
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
-}
+// Split splits one iptables-restore line into words as the tool does (see
+// restore.SplitRule, which kproxy's own code uses too).
+func Split(line string) ([]string, error) { return restore.SplitRule(line) }
 
 // Join renders words as one line the way iptables-save prints a rule: a
 // comment is quoted unless it is made only of letters, digits, '-' and '_'
