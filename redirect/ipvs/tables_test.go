@@ -1,14 +1,13 @@
 package ipvs
 
 import (
-	"kproxy.dev/kproxy/redirect/restore"
-
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 func TestSplitRule(t *testing.T) {
