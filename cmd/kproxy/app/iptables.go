@@ -22,6 +22,10 @@ import (
 func newIPTablesMode(ctx context.Context, cfg *options.Config, features kernel.Features, m *metrics.Metrics) (*iptables.Mode, error) {
 	logger := klog.FromContext(ctx)
 	beLiberal := readSysctl(logger, "net/netfilter/nf_conntrack_tcp_be_liberal") == "1"
+	if cfg.DetectLocalMode != "" && cfg.DetectLocalMode != "ClusterCIDR" {
+		logger.Info("Warning: this --detect-local-mode is not supported by kproxy's iptables mode; "+
+			"traffic is treated as with no local-traffic detector (only --cluster-cidr is)", "detectLocalMode", cfg.DetectLocalMode)
+	}
 	var fams []iptables.FamilyConfig
 	for _, fam := range []kernel.Family{kernel.IPv4, kernel.IPv6} {
 		ipt := features.Family(fam).Get(features.Backend)
