@@ -10,7 +10,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -318,12 +320,19 @@ func TestStartStopsAndReportsProcesses(t *testing.T) {
 	if st1.Ino != st2.Ino {
 		t.Errorf("process runs in namespace %s, not %s's", nsOf(p.Pid()), b.Name)
 	}
-	var child int
-	for !strings.Contains(p.Log(), "child ") && time.Now().Before(deadline) {
+	// The log's header echoes the command, which also holds "child ": wait
+	// for the line the shell prints.
+	childLine := regexp.MustCompile(`(?m)^child (\d+)$`)
+	for childLine.FindStringSubmatch(p.Log()) == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := fmt.Sscanf(p.Log()[strings.LastIndex(p.Log(), "child "):], "child %d", &child); err != nil {
-		t.Fatalf("no child pid in the log %q: %v", p.Log(), err)
+	m := childLine.FindStringSubmatch(p.Log())
+	if m == nil {
+		t.Fatalf("no child pid in the log %q", p.Log())
+	}
+	child, err := strconv.Atoi(m[1])
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
@@ -345,7 +354,7 @@ func TestStartStopsAndReportsProcesses(t *testing.T) {
 
 	// A server that exits at once makes WaitListening fail early with its log.
 	q := b.Start("sh", "-c", "echo no-such-server; exit 3")
-	err := q.WaitListening("tcp", 4444, 10*time.Second)
+	err = q.WaitListening("tcp", 4444, 10*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "no-such-server") {
 		t.Errorf("WaitListening on an exited server: want an error with its log, got %v", err)
 	}
