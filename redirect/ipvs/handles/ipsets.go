@@ -1,10 +1,14 @@
 package handles
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
@@ -41,6 +45,9 @@ func (NetlinkIPSets) List(name string) ([]desired.Entry, error) {
 }
 
 func (NetlinkIPSets) Add(name string, e desired.Entry) error {
+	if isBarePort(e) {
+		return portEntry(nl.IPSET_CMD_ADD, name, e.Port)
+	}
 	ne, err := toNetlink(e)
 	if err != nil {
 		return err
@@ -49,11 +56,39 @@ func (NetlinkIPSets) Add(name string, e desired.Entry) error {
 }
 
 func (NetlinkIPSets) Del(name string, e desired.Entry) error {
+	if isBarePort(e) {
+		return portEntry(nl.IPSET_CMD_DEL, name, e.Port)
+	}
 	ne, err := toNetlink(e)
 	if err != nil {
 		return err
 	}
 	return netlink.IpsetDel(name, ne)
+}
+
+// isBarePort says whether e is a bitmap:port member: a port alone.
+func isBarePort(e desired.Entry) bool {
+	return !e.IP.IsValid() && !e.IP2.IsValid() && !e.Net.IsValid() && e.Protocol == ""
+}
+
+// portEntry adds or deletes a bitmap:port member. The netlink package
+// always sends a protocol attribute with a port, which bitmap:port rejects
+// ("invalid protocol", IPSET_ERR_PROTOCOL), so this request carries the
+// port alone, as the ipset tool's does.
+func portEntry(cmd int, set string, port uint16) error {
+	req := nl.NewNetlinkRequest(cmd|unix.NFNL_SUBSYS_IPSET<<8, nl.GetIpsetFlags(cmd)|unix.NLM_F_EXCL)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(set)))
+	data := nl.NewRtAttr(nl.IPSET_ATTR_DATA|int(nl.NLA_F_NESTED), nil)
+	data.AddChild(nl.NewRtAttr(nl.IPSET_ATTR_PORT|int(nl.NLA_F_NET_BYTEORDER), binary.BigEndian.AppendUint16(nil, port)))
+	req.AddData(data)
+	_, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno >= nl.IPSET_ERR_PRIVATE {
+		return nl.IPSetError(errno)
+	}
+	return err
 }
 
 var protoNumbers = map[v1.Protocol]uint8{v1.ProtocolTCP: unix.IPPROTO_TCP, v1.ProtocolUDP: unix.IPPROTO_UDP, v1.ProtocolSCTP: unix.IPPROTO_SCTP}
