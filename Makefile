@@ -41,11 +41,17 @@ test: deps tools build
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
 # (see bench/guest/doc.go). Guest RAM is a sparse file in GUEST_TMPDIR.
-GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/
+GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/ ./redirect/ipvs/handles/
 GUEST_TMPDIR ?= /var/tmp
-test-guest: deps
+# End-to-end cases (bench/e2e) that also run in the guest kernel, where the
+# suite adds the IPVS mode to the others (SCTP works there in every mode and
+# the iptables mode runs on the legacy backend). kproxy is built on the host.
+GUEST_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination)$$
+test-guest: deps build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
 	TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) \
+		-exec $(CURDIR)/bin/guest-exec -run '$(GUEST_E2E_CASES)' ./bench/e2e/
 
 # Unit tests only (no root needed; kernel tests skip).
 unit:

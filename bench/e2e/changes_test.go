@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +20,11 @@ const affinityTries = 8
 func TestAffinityAndEndpointChanges(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
 		core := func(backends []string) coreServices {
-			return coreServices{backends: backends, stickyTimeout: stickyTimeout}
+			timeout := stickyTimeout
+			if m.virtualServers {
+				timeout = ipvsStickyTimeout
+			}
+			return coreServices{backends: backends, stickyTimeout: timeout}
 		}
 		l := startLab(t, m, func(backends []string) string { return core(backends).render() })
 		if l == nil {
@@ -29,12 +32,21 @@ func TestAffinityAndEndpointChanges(t *testing.T) {
 		}
 		client := l.topo.Client
 		askSticky, askWeb := askHTTP(client, "http://"+stickyVIP+"/"), askHTTP(client, "http://"+webVIP+"/")
+		if m.virtualServers {
+			// IPVS keeps affinity while the client's earlier connections
+			// are known: end them with resets, which it forgets soonest.
+			askSticky = func() (string, error) { return askResetting(client, stickyVIP+":80") }
+		}
 
 		t.Run("affinity pins a client", func(t *testing.T) {
 			seen := lab.Spread(t, 6, askSticky)
 			l.wantBackends(t, "ClientIP affinity", seen, 1)
 		})
 		t.Run("affinity expires after its timeout", func(t *testing.T) {
+			if m.virtualServers {
+				wantPersistenceExpiry(t, l.topo.Client, stickyVIP+":80", ipvsStickyTimeout*time.Second)
+				return
+			}
 			first, err := askSticky()
 			if err != nil {
 				t.Fatal(err)
@@ -75,8 +87,8 @@ func TestAffinityAndEndpointChanges(t *testing.T) {
 			c.withoutGone = true
 			l.write(t, c.render())
 			lab.Within(t, changeBound, "the deleted service's rules going away", func() (bool, string) {
-				save := l.natRules(t)
-				return !strings.Contains(save, goneVIP+"/32"), save
+				programmed, state := l.programs(t, goneVIP)
+				return !programmed, state
 			})
 			wantNotServed(t, client, "the deleted service", goneVIP+":80")
 			l.wantBalanced(t, "web after another service's deletion", askWeb)

@@ -1,19 +1,37 @@
 package e2e
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
+	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/bench/lab"
 )
 
 // allRules dumps every table of both families and both iptables backends,
-// without dated comments.
+// without dated comments and chain counters (the legacy backend counts the
+// test's own traffic there), and with the IPVS mode the virtual servers, the
+// ipsets and the links too. A backend the kernel lacks (nf_tables in the
+// guest) shows as its error, the same before and after.
 func (l *e2eLab) allRules(t *testing.T) string {
 	t.Helper()
+	cmds := [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"iptables-legacy-save"}, {"ip6tables-legacy-save"}}
+	if l.mode.virtualServers {
+		cmds = append(cmds, []string{"ipvsadm", "-Sn"}, []string{"ipset", "list", "-n"}, []string{"ip", "-o", "link", "show"})
+	}
+	chainCounters := regexp.MustCompile(`\[\d+:\d+\]`)
 	var b strings.Builder
-	for _, cmd := range []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"} {
-		b.WriteString(lab.WithoutComments(l.topo.Node.MustExec(cmd)))
+	for _, cmd := range cmds {
+		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
+		if err != nil && !guest.InGuest() {
+			t.Fatalf("%s: %v\n%s", strings.Join(cmd, " "), err, out)
+		}
+		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), chainCounters.ReplaceAllString(lab.WithoutComments(out), "[0:0]"))
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
 	}
 	return b.String()
 }
@@ -32,26 +50,25 @@ func TestCleanupRestoresTables(t *testing.T) {
 		// kube-proxy, cannot tell an empty table it created from one that
 		// was there, and leaves tables (not its chains) in place.
 		// kproxy writes both families where it can.
-		for _, cmd := range []string{"iptables", "ip6tables"} {
+		for _, cmd := range []string{iptablesTool("iptables"), iptablesTool("ip6tables")} {
 			node.MustExec(cmd, "-t", "nat", "-A", "POSTROUTING", "-o", "to-client", "-j", "MASQUERADE")
 			node.MustExec(cmd, "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
 			node.MustExec(cmd, "-t", "mangle", "-A", "PREROUTING", "-p", "tcp", "--dport", "22", "-j", "MARK", "--set-mark", "0x1")
 		}
 		// kubelet's KUBE-FIREWALL chain, which kube-proxy (and kproxy) write
 		// a copy of and, as kubelet's, leave behind on cleanup.
-		node.MustExec("iptables", "-t", "filter", "-N", "KUBE-FIREWALL")
-		node.MustExec("iptables", "-t", "filter", "-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
+		node.MustExec(iptablesTool("iptables"), "-t", "filter", "-N", "KUBE-FIREWALL")
+		node.MustExec(iptablesTool("iptables"), "-t", "filter", "-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
 			"-m", "comment", "--comment", "block incoming localnet connections",
 			"-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP")
 		for _, chain := range []string{"INPUT", "OUTPUT"} {
-			node.MustExec("iptables", "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
+			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
 		}
 		before := l.allRules(t)
 
 		l.runKproxy(t, nil)
 		lab.Eventually(t, "kproxy to program the services", func() (bool, string) {
-			save := l.natRules(t)
-			return strings.Contains(save, webVIP+"/32"), save
+			return l.programs(t, webVIP)
 		})
 		if err := l.kproxy.Stop(); err != nil {
 			t.Logf("stopping kproxy: %v", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/bench/lab"
 )
 
@@ -124,7 +125,11 @@ func (l *e2eLab) runKproxyOn(t *testing.T, source string, env []string, extraArg
 // report; a command that fails shows its error in place.
 func (l *e2eLab) kernelState() string {
 	var b strings.Builder
-	for _, cmd := range [][]string{{"iptables-save"}, {"conntrack", "-L"}} {
+	cmds := [][]string{{iptablesTool("iptables-save")}, {"conntrack", "-L"}}
+	if l.mode.virtualServers {
+		cmds = append(cmds, []string{"ipvsadm", "-Ln"}, []string{"ipvsadm", "-Lnc"}, []string{"ipset", "list"}, []string{"ip", "addr", "show", "kube-ipvs0"})
+	}
+	for _, cmd := range cmds {
 		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
 		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), out)
 		if err != nil {
@@ -161,7 +166,31 @@ func (l *e2eLab) alive(t *testing.T) {
 // the dated comment lines.
 func (l *e2eLab) natRules(t *testing.T) string {
 	t.Helper()
-	return lab.WithoutComments(l.topo.Node.MustExec("iptables-save", "-t", "nat"))
+	return lab.WithoutComments(l.topo.Node.MustExec(iptablesTool("iptables-save"), "-t", "nat"))
+}
+
+// iptablesTool names the iptables command (iptables, ip6tables,
+// iptables-save...) of the backend kproxy picks on this kernel: the
+// system's default on the host, the legacy one in the guest kernel, which
+// has no nf_tables.
+func iptablesTool(name string) string {
+	if guest.InGuest() {
+		return strings.Replace(name, "tables", "tables-legacy", 1)
+	}
+	return name
+}
+
+// programs says whether kproxy has programmed the service address vip, with
+// the node's state as the detail: its nat table, or its IPVS virtual
+// servers in the IPVS mode.
+func (l *e2eLab) programs(t *testing.T, vip string) (bool, string) {
+	t.Helper()
+	if l.mode.virtualServers {
+		state := l.topo.Node.MustExec("ipvsadm", "-Ln")
+		return strings.Contains(state, " "+vip+":"), state
+	}
+	save := l.natRules(t)
+	return strings.Contains(save, vip+"/32"), save
 }
 
 // isBackend says whether an answer names one of the lab's backends.
@@ -172,6 +201,16 @@ func (l *e2eLab) isBackend(name string) bool {
 		}
 	}
 	return false
+}
+
+// backendIndex returns the named backend's index in l.backends, -1 if none.
+func (l *e2eLab) backendIndex(name string) int {
+	for i, b := range l.topo.Backends {
+		if b.Name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // backendsExcept returns the backends' addresses without the named ones'.

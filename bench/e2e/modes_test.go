@@ -1,6 +1,10 @@
 package e2e
 
-import "testing"
+import (
+	"testing"
+
+	"kproxy.dev/kproxy/bench/guest"
+)
 
 // proxyMode is one --proxy-mode the suite runs, with the traits that decide
 // which assertions apply to it. Cases assert on traits rather than names, so
@@ -23,14 +27,24 @@ type proxyMode struct {
 	// iptables-restore, checked through canary chains, and counted in the
 	// kubeproxy_sync_proxy_rules_iptables_* metrics.
 	iptablesRules bool
+	// virtualServers: services are IPVS virtual servers with their
+	// addresses on kube-ipvs0 (real servers drain gracefully).
+	virtualServers bool
 }
 
-// proxyModes lists the modes every case runs in, in run order.
+// proxyModes lists the modes every case runs in, in run order: the modes
+// this kernel can run. The host has no IPVS; in the guest kernel (make
+// test-guest, which picks the cases that apply) the IPVS mode joins, and
+// the iptables mode runs on the legacy backend, the only one there.
 func proxyModes() []proxyMode {
-	return []proxyMode{
+	modes := []proxyMode{
 		{name: "userspace", exactRoundRobin: true, relays: true},
 		{name: "iptables", keepsClientAddress: true, iptablesRules: true},
 	}
+	if guest.InGuest() {
+		modes = append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true})
+	}
+	return modes
 }
 
 // forEachMode runs body as one subtest per proxy mode.

@@ -71,9 +71,10 @@ type Servers struct {
 	Iperf []*Process
 }
 
-// StartServers starts nginx, the UDP echo servers, the TCP digest server and
-// iperf3 on every backend of topo and waits until all of them listen. They
-// are stopped when t ends (t may be a subtest of the topology's test).
+// StartServers starts nginx, the UDP echo servers, the TCP digest server,
+// the SCTP echo server (where the kernel has SCTP) and iperf3 on every
+// backend of topo and waits until all of them listen. They are stopped when
+// t ends (t may be a subtest of the topology's test).
 func StartServers(t testing.TB, topo *Topology, opts ServerOptions) *Servers {
 	t.Helper()
 	if opts.LargeFileBytes == 0 {
@@ -95,12 +96,14 @@ func StartServers(t testing.TB, topo *Topology, opts ServerOptions) *Servers {
 		if !opts.NoIperf {
 			s.Iperf = append(s.Iperf, b.StartFor(t, "iperf3", "--server", "--port", fmt.Sprint(IperfPort)))
 		}
-		for _, start := range []func(*Host) (io.Closer, error){startUDPEcho(true), startUDPEcho(false), startTCPDigest} {
+		for _, start := range []func(*Host) (io.Closer, error){startUDPEcho(true), startUDPEcho(false), startTCPDigest, startSCTPEcho} {
 			srv, err := start(b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { srv.Close() })
+			if srv != nil {
+				t.Cleanup(func() { srv.Close() })
+			}
 		}
 	}
 	// Wait for all at once: they start in parallel.

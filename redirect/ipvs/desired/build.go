@@ -144,12 +144,26 @@ func (b *builder) addPort(sp *servicemap.ServicePort) {
 	}
 }
 
+// sourceRanges lists the service's load-balancer source ranges of this
+// family. A hash:ip,port,net set cannot hold a zero-length network (the
+// kernel stores 0.0.0.0/0 as 0.0.0.0/32), so "everything" becomes its two
+// halves.
 func (b *builder) sourceRanges(sp *servicemap.ServicePort) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range sp.LoadBalancerSourceRanges {
-		if servicemap.IsIPv6(p.Addr()) == b.v6 {
-			out = append(out, p.Masked())
+		if servicemap.IsIPv6(p.Addr()) != b.v6 {
+			continue
 		}
+		p = p.Masked()
+		if p.Bits() == 0 {
+			low := netip.PrefixFrom(p.Addr(), 1)
+			high := make([]byte, p.Addr().BitLen()/8)
+			high[0] = 0x80
+			highAddr, _ := netip.AddrFromSlice(high)
+			out = append(out, low, netip.PrefixFrom(highAddr, 1))
+			continue
+		}
+		out = append(out, p)
 	}
 	return out
 }

@@ -160,3 +160,34 @@ func TestEntryString(t *testing.T) {
 		}
 	}
 }
+
+func TestSourceRangeOfEverythingIsSplit(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		lb    string
+		rng   string
+		wantN []string
+	}{
+		{"IPv4", v4Config(), "198.18.9.1", "0.0.0.0/0", []string{"0.0.0.0/1", "128.0.0.0/1"}},
+		{"IPv6", v6Config(), "fd00:18::9", "::/0", []string{"::/1", "8000::/1"}},
+		{"a narrower range stays whole", v4Config(), "198.18.9.1", "198.19.0.0/16", []string{"198.19.0.0/16"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cluster := "198.18.0.1"
+			if tt.cfg.Family == kernel.IPv6 {
+				cluster = "fd00:18::1"
+			}
+			st := mustBuild(t, tt.cfg, port("d", "a", 80, cluster, lbIPs(tt.lb), sourceRanges(tt.rng),
+				endpoints(ep(netip.AddrPortFrom(tt.cfg.NodeIPs[0], 80).String()))))
+			var got []string
+			for _, m := range st.Set(SetLBSourceCIDR).Members {
+				got = append(got, m.Net.String())
+			}
+			if !slices.Equal(got, tt.wantN) {
+				t.Errorf("%s members' networks = %v, want %v", SetLBSourceCIDR, got, tt.wantN)
+			}
+		})
+	}
+}

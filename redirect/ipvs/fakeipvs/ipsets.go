@@ -57,6 +57,9 @@ func (s *IPSets) Create(spec desired.SetSpec) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !knownSetType(spec.Type) {
+		return nl.IPSetError(nl.IPSET_ERR_FIND_TYPE)
+	}
 	if _, ok := s.sets[spec.Name]; ok {
 		return syscall.EEXIST
 	}
@@ -101,7 +104,7 @@ func (s *IPSets) List(name string) ([]desired.Entry, error) {
 	return out, nil
 }
 
-func (s *IPSets) member(op, name string, e desired.Entry, apply func(*fakeSet) error) error {
+func (s *IPSets) member(op, name string, e desired.Entry, apply func(*fakeSet, desired.Entry) error) error {
 	if err := s.begin(op, name+" "+e.String()); err != nil {
 		return err
 	}
@@ -114,11 +117,16 @@ func (s *IPSets) member(op, name string, e desired.Entry, apply func(*fakeSet) e
 	if err := checkEntry(set.spec, e); err != nil {
 		return err
 	}
-	return apply(set)
+	// The kernel keeps a member's network, not the address it was given
+	// in (198.19.1.5/24 is stored, listed and deleted as 198.19.1.0/24).
+	if e.Net.IsValid() {
+		e.Net = e.Net.Masked()
+	}
+	return apply(set, e)
 }
 
 func (s *IPSets) Add(name string, e desired.Entry) error {
-	return s.member("Add", name, e, func(set *fakeSet) error {
+	return s.member("Add", name, e, func(set *fakeSet, e desired.Entry) error {
 		if set.members[e] {
 			return handles.ErrSetMember
 		}
@@ -128,13 +136,22 @@ func (s *IPSets) Add(name string, e desired.Entry) error {
 }
 
 func (s *IPSets) Del(name string, e desired.Entry) error {
-	return s.member("Del", name, e, func(set *fakeSet) error {
+	return s.member("Del", name, e, func(set *fakeSet, e desired.Entry) error {
 		if !set.members[e] {
 			return handles.ErrSetMember
 		}
 		delete(set.members, e)
 		return nil
 	})
+}
+
+// knownSetType says whether the fake kernel has typ: the mode's types.
+func knownSetType(typ string) bool {
+	switch typ {
+	case desired.BitmapPort, desired.HashIP, desired.HashIPPort, desired.HashIPPortIP, desired.HashIPPortNet:
+		return true
+	}
+	return false
 }
 
 // checkEntry refuses an entry whose shape or family does not fit the set,
@@ -154,11 +171,15 @@ func checkEntry(spec desired.SetSpec, e desired.Entry) error {
 	case desired.HashIPPortNet:
 		fits = hasIP && hasProto && e.Net.IsValid()
 	}
-	if !fits {
+	// An address of the other family arrives in an attribute the set's
+	// type does not take: the kernel calls that a protocol error too.
+	if !fits || hasIP && e.IP.Is6() != (spec.Family == kernel.IPv6) {
 		return nl.IPSetError(nl.IPSET_ERR_PROTOCOL)
 	}
-	if hasIP && e.IP.Is6() != (spec.Family == kernel.IPv6) {
-		return nl.IPSetError(nl.IPSET_ERR_INVALID_FAMILY)
+	// The kernel stores no zero-length prefix (the handle refuses it
+	// before asking, with the kernel's code).
+	if e.Net.IsValid() && e.Net.Bits() == 0 {
+		return nl.IPSetError(nl.IPSET_ERR_INVALID_CIDR)
 	}
 	return nil
 }

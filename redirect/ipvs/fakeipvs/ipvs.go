@@ -1,9 +1,10 @@
 // Package fakeipvs holds in-memory fakes of the IPVS mode's kernel
 // interfaces (redirect/ipvs/handles) that fail like the kernel: ESRCH for a
 // missing service, ENOENT for a missing destination or unknown scheduler,
-// EEXIST for duplicates, EBUSY-like ipset errors for sets in use. Every call
-// is counted, and a Hook can make any call fail, so tests can measure and
-// break a reconciler.
+// EEXIST for duplicates, ipset's IPSET_ERR_BUSY for sets in use. The
+// contract tests in redirect/ipvs/handles run the same calls on these and on
+// the real kernel and compare. Every call is counted, and a Hook can make
+// any call fail, so tests can measure and break a reconciler.
 package fakeipvs
 
 import (
@@ -151,15 +152,16 @@ func (f *IPVS) NewService(s *ipvs.Service) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !slices.Contains(schedulers, s.SchedName) {
-		return syscall.ENOENT
-	}
+	// The kernel looks the service up before the scheduler: an existing
+	// service is EEXIST whatever scheduler is asked for.
 	k, fs, err := f.lookup(s)
 	switch {
 	case fs != nil:
 		return syscall.EEXIST
 	case err != syscall.ESRCH:
 		return err
+	case !slices.Contains(schedulers, s.SchedName):
+		return syscall.ENOENT
 	}
 	if f.services == nil {
 		f.services = make(map[desired.Key]*fakeService)
@@ -175,12 +177,12 @@ func (f *IPVS) UpdateService(s *ipvs.Service) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !slices.Contains(schedulers, s.SchedName) {
-		return syscall.ENOENT
-	}
 	_, fs, err := f.lookup(s)
 	if err != nil {
 		return err
+	}
+	if !slices.Contains(schedulers, s.SchedName) {
+		return syscall.ENOENT
 	}
 	fs.svc.SchedName, fs.svc.Flags, fs.svc.Timeout = s.SchedName, s.Flags, s.Timeout
 	return nil
@@ -219,6 +221,11 @@ func (f *IPVS) GetDestinations(s *ipvs.Service) ([]*ipvs.Destination, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	_, fs, err := f.lookup(s)
+	if err == syscall.ESRCH {
+		// The kernel's dump of a missing service's destinations ends
+		// empty, without an error.
+		return []*ipvs.Destination{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +263,9 @@ func (f *IPVS) destOp(op string, s *ipvs.Service, d *ipvs.Destination, apply fun
 
 func (f *IPVS) NewDestination(s *ipvs.Service, d *ipvs.Destination) error {
 	return f.destOp("NewDestination", s, d, func(fs *fakeService, ap netip.AddrPort) error {
+		if d.Weight < 0 {
+			return syscall.ERANGE // checked before looking the destination up
+		}
 		if _, ok := fs.dests[ap]; ok {
 			return syscall.EEXIST
 		}
@@ -267,6 +277,9 @@ func (f *IPVS) NewDestination(s *ipvs.Service, d *ipvs.Destination) error {
 
 func (f *IPVS) UpdateDestination(s *ipvs.Service, d *ipvs.Destination) error {
 	return f.destOp("UpdateDestination", s, d, func(fs *fakeService, ap netip.AddrPort) error {
+		if d.Weight < 0 {
+			return syscall.ERANGE
+		}
 		cur, ok := fs.dests[ap]
 		if !ok {
 			return syscall.ENOENT

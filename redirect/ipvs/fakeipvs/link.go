@@ -113,3 +113,21 @@ func (l *Link) Exists() bool {
 	defer l.mu.Unlock()
 	return l.exists
 }
+
+// Family returns l as one family's handle sees it. The kernel's handles
+// (handles.NetlinkLink, one per family over the same link) list only their
+// own family's addresses; l itself lists every family's.
+func (l *Link) Family(ipv6 bool) handles.Link { return familyLink{Link: l, ipv6: ipv6} }
+
+type familyLink struct {
+	*Link
+	ipv6 bool
+}
+
+func (f familyLink) Addrs() ([]netip.Addr, error) {
+	all, err := f.Link.Addrs()
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(a netip.Addr) bool { return a.Is6() != f.ipv6 }), nil
+}

@@ -1,11 +1,12 @@
 package handles
 
 import (
+	"errors"
 	"net/netip"
-
-	"github.com/moby/ipvs"
 	"testing"
 
+	"github.com/moby/ipvs"
+	"github.com/vishvananda/netlink/nl"
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
@@ -35,6 +36,12 @@ func TestSetEntriesRoundTripThroughNetlink(t *testing.T) {
 	}
 	if _, err := toNetlink(desired.Entry{IP: a, Protocol: "ICMP", Port: 1}); err == nil {
 		t.Error("toNetlink accepted an unknown protocol")
+	}
+	// The netlink package would drop a zero CIDR and the kernel would
+	// store 0.0.0.0/32 instead.
+	everyone := desired.Entry{IP: a, Protocol: v1.ProtocolTCP, Port: 80, Net: netip.MustParsePrefix("0.0.0.0/0")}
+	if _, err := toNetlink(everyone); !errors.Is(err, nl.IPSetError(nl.IPSET_ERR_INVALID_CIDR)) {
+		t.Errorf("toNetlink(%s) = %v, want the kernel's invalid-CIDR error", everyone, err)
 	}
 }
 

@@ -21,7 +21,11 @@ const DummyLink = "kube-ipvs0"
 // IPVS is the part of an IPVS handle the mode uses; *ipvs.Handle has it.
 // The kernel answers ESRCH for a service that does not exist, ENOENT for a
 // destination that does not exist or an unknown scheduler, EEXIST for a
-// service or destination that already does.
+// service or destination that already does, ERANGE for a negative weight.
+// It looks the service up first: NewService of an existing service is
+// EEXIST and UpdateService of a missing one ESRCH, whatever the scheduler.
+// GetDestinations of a missing service lists nothing, without error.
+// (contract_*_test.go check the fakes against the kernel.)
 type IPVS interface {
 	GetServices() ([]*ipvs.Service, error)
 	NewService(s *ipvs.Service) error
@@ -36,9 +40,10 @@ type IPVS interface {
 
 var _ IPVS = (*ipvs.Handle)(nil)
 
-// Link is kube-ipvs0 and its addresses. AddAddr of a present address fails
-// with EEXIST, DelAddr of an absent one with EADDRNOTAVAIL; every call but
-// EnsureLink fails with ENODEV while the link does not exist.
+// Link is kube-ipvs0 and its addresses, as one family's handle sees them:
+// Addrs lists that family's addresses only. AddAddr of a present address
+// fails with EEXIST, DelAddr of an absent one with EADDRNOTAVAIL; every
+// call but EnsureLink fails with ENODEV while the link does not exist.
 type Link interface {
 	// EnsureLink creates the dummy link (down, as kube-proxy leaves it) if
 	// it is missing.
@@ -52,7 +57,10 @@ type Link interface {
 // IPSets manages ipsets. Create of an existing set fails with EEXIST;
 // Destroy of a set iptables still references with IPSET_ERR_BUSY; any call
 // on a missing set with ENOENT; Add of a present member and Del of an
-// absent one with IPSET_ERR_EXIST.
+// absent one with IPSET_ERR_EXIST; Add or Del of a member the set's type or
+// family cannot hold with IPSET_ERR_PROTOCOL, of a zero-length network
+// (0.0.0.0/0) with IPSET_ERR_INVALID_CIDR. A hash:ip,port,net member is
+// kept as its network: 198.19.1.5/24 lists as 198.19.1.0/24.
 type IPSets interface {
 	Create(spec desired.SetSpec) error
 	Destroy(name string) error

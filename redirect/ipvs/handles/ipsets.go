@@ -1,11 +1,8 @@
 package handles
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
-	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -30,7 +27,13 @@ func (NetlinkIPSets) Create(spec desired.SetSpec) error {
 	return netlink.IpsetCreate(spec.Name, spec.Type, opts)
 }
 
-func (NetlinkIPSets) Destroy(name string) error { return netlink.IpsetDestroy(name) }
+// Destroy sends its own request: the netlink package's omits NLM_F_EXCL,
+// which the kernel takes as ipset's -exist and destroys a missing set
+// without error (seen on 6.1 and 6.18). With it, a missing set is ENOENT,
+// as the IPSets contract says.
+func (NetlinkIPSets) Destroy(name string) error {
+	return executeIPSet(ipsetRequest(nl.IPSET_CMD_DESTROY, name))
+}
 
 func (NetlinkIPSets) List(name string) ([]desired.Entry, error) {
 	res, err := netlink.IpsetList(name)
@@ -71,26 +74,6 @@ func isBarePort(e desired.Entry) bool {
 	return !e.IP.IsValid() && !e.IP2.IsValid() && !e.Net.IsValid() && e.Protocol == ""
 }
 
-// portEntry adds or deletes a bitmap:port member. The netlink package
-// always sends a protocol attribute with a port, which bitmap:port rejects
-// ("invalid protocol", IPSET_ERR_PROTOCOL), so this request carries the
-// port alone, as the ipset tool's does.
-func portEntry(cmd int, set string, port uint16) error {
-	req := nl.NewNetlinkRequest(cmd|unix.NFNL_SUBSYS_IPSET<<8, nl.GetIpsetFlags(cmd)|unix.NLM_F_EXCL)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
-	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(set)))
-	data := nl.NewRtAttr(nl.IPSET_ATTR_DATA|int(nl.NLA_F_NESTED), nil)
-	data.AddChild(nl.NewRtAttr(nl.IPSET_ATTR_PORT|int(nl.NLA_F_NET_BYTEORDER), binary.BigEndian.AppendUint16(nil, port)))
-	req.AddData(data)
-	_, err := req.Execute(unix.NETLINK_NETFILTER, 0)
-	var errno syscall.Errno
-	if errors.As(err, &errno) && errno >= nl.IPSET_ERR_PRIVATE {
-		return nl.IPSetError(errno)
-	}
-	return err
-}
-
 var protoNumbers = map[v1.Protocol]uint8{v1.ProtocolTCP: unix.IPPROTO_TCP, v1.ProtocolUDP: unix.IPPROTO_UDP, v1.ProtocolSCTP: unix.IPPROTO_SCTP}
 
 func toNetlink(e desired.Entry) (*netlink.IPSetEntry, error) {
@@ -112,6 +95,11 @@ func toNetlink(e desired.Entry) (*netlink.IPSetEntry, error) {
 	switch {
 	case e.IP2.IsValid():
 		ne.IP2 = e.IP2.AsSlice()
+	case e.Net.IsValid() && e.Net.Bits() == 0:
+		// The netlink package leaves a zero CIDR out, and the kernel then
+		// stores a host address (0.0.0.0/32): refuse as the kernel
+		// refuses a zero prefix it is given.
+		return nil, fmt.Errorf("set entry %s: %w", e, nl.IPSetError(nl.IPSET_ERR_INVALID_CIDR))
 	case e.Net.IsValid():
 		ne.IP2, ne.CIDR2 = e.Net.Addr().AsSlice(), uint8(e.Net.Bits())
 	}
