@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build deps tools test test-guest unit race demo bench bench-dataplane bench-syncscale lint clean
+.PHONY: all build deps tools test test-guest unit race demo bench bench-dataplane bench-syncscale bench-ipvs lint clean
 
 all: build
 
@@ -41,7 +41,7 @@ test: deps tools build
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
 # (see bench/guest/doc.go). Guest RAM is a sparse file in GUEST_TMPDIR.
-GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/ ./redirect/ipvs/handles/
+GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/ ./redirect/ipvs/handles/ ./bench/ipvsscale/
 GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
 # suite adds the IPVS mode to the others (SCTP works there in every mode and
@@ -72,15 +72,28 @@ demo: deps
 # Micro-benchmarks of every package, then the data-plane table (direct, DNAT,
 # kproxy userspace, a Go io.Copy relay and HAProxy in one lab; measured once
 # per run, about 2-4 minutes), printed and kept in bin/dataplane-table.md,
-# then the iptables sync-scale table against kube-proxy (about 8 minutes with
+# and the iptables mode's against a hand-written DNAT rule in a second lab
+# (bin/dataplane-iptables-table.md; the modes cannot share a node), then the
+# iptables sync-scale table against kube-proxy (about 8 minutes with
 # the default sizes; KPROXY_SYNCSCALE_SIZES=100,1000,5000,10000,30000 for the
 # full table), kept in bin/syncscale-table.md.
 DATAPLANE_TABLE := $(CURDIR)/bin/dataplane-table.md
+DATAPLANE_IPTABLES_TABLE := $(CURDIR)/bin/dataplane-iptables-table.md
 SYNCSCALE_TABLE := $(CURDIR)/bin/syncscale-table.md
 bench: deps tools
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /bench/dataplane -e /bench/syncscale)
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /bench/dataplane -e /bench/syncscale -e /bench/ipvsscale)
 	$(MAKE) --no-print-directory bench-dataplane
 	$(MAKE) --no-print-directory bench-syncscale
+	$(MAKE) --no-print-directory bench-ipvs
+
+# The IPVS sync table: desired-state computation on the host, netlink apply
+# in a guest kernel per size (about 2.5 minutes for 1,000 and 10,000 ports;
+# KPROXY_IPVSSCALE_SIZES to choose), kept in bin/ipvs-table.md.
+IPVS_TABLE := $(CURDIR)/bin/ipvs-table.md
+bench-ipvs: deps
+	@mkdir -p bin
+	KPROXY_BENCH_TABLE=$(IPVS_TABLE) TMPDIR=$(GUEST_TMPDIR) $(GO) test -run '^$$' -bench '^BenchmarkIPVSScale$$' -benchtime 1x -timeout 30m ./bench/ipvsscale/
+	@cat $(IPVS_TABLE)
 
 bench-syncscale: deps tools
 	@mkdir -p bin
@@ -91,6 +104,9 @@ bench-dataplane: deps
 	@mkdir -p bin
 	KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
 	@cat $(DATAPLANE_TABLE)
+	KPROXY_DATAPLANE_KPROXY_MODE=iptables KPROXY_DATAPLANE_PATHS=direct,kproxy-iptables KPROXY_BENCH_TABLE=$(DATAPLANE_IPTABLES_TABLE) \
+		$(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
+	@cat $(DATAPLANE_IPTABLES_TABLE)
 
 STATICCHECK := $(CURDIR)/bin/staticcheck
 lint:

@@ -20,7 +20,45 @@ const (
 	// order each round so that none always runs first or last; the table
 	// shows each path's median and the log every round's values.
 	RoundsEnv = "KPROXY_DATAPLANE_ROUNDS"
+	// KproxyModeEnv, set to "iptables", measures kproxy's iptables mode
+	// (kernel DNAT from kube-proxy's rule model) in place of the userspace
+	// mode, in a table of its own: the two cannot share a node, as each
+	// mode removes the other's rules when it starts.
+	KproxyModeEnv = "KPROXY_DATAPLANE_KPROXY_MODE"
 )
+
+// iptablesModeTarget is the iptables mode's target on every rate row: the
+// kernel carries its traffic, so it should match a hand-written DNAT rule
+// within run-to-run noise.
+const iptablesModeTarget = 0.95
+
+func kproxyModeFromEnv() (string, error) {
+	switch mode := os.Getenv(KproxyModeEnv); mode {
+	case "", "userspace":
+		return "userspace", nil
+	case "iptables":
+		return mode, nil
+	default:
+		return "", fmt.Errorf("%s=%q: want userspace or iptables", KproxyModeEnv, mode)
+	}
+}
+
+// iptablesModeRows turns the userspace rows into the iptables mode's: the
+// rate targets become iptablesModeTarget, and the per-connection rows of a
+// proxy process go (no process holds the connections).
+func iptablesModeRows(rows []Row) []Row {
+	var out []Row
+	for _, r := range rows {
+		if strings.HasPrefix(r.ID, "idle-conn") {
+			continue
+		}
+		if r.MinRatio > 0 {
+			r.MinRatio = iptablesModeTarget
+		}
+		out = append(out, r)
+	}
+	return out
+}
 
 type comparison struct {
 	paths  []string // empty: all

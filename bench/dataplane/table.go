@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -10,11 +11,15 @@ import (
 type Path string
 
 const (
-	Direct  Path = "direct"
-	DNAT    Path = "dnat"
-	Kproxy  Path = "kproxy"
-	IOCopy  Path = "iocopy"
-	HAProxy Path = "haproxy"
+	Direct Path = "direct"
+	DNAT   Path = "dnat"
+	Kproxy Path = "kproxy"
+	// KproxyIPTables is kproxy in --proxy-mode=iptables: kernel DNAT from
+	// kube-proxy's rule model. It runs in a table of its own (see
+	// KproxyModeEnv), as kproxy's modes remove each other's rules at start.
+	KproxyIPTables Path = "kproxy-iptables"
+	IOCopy         Path = "iocopy"
+	HAProxy        Path = "haproxy"
 )
 
 // Paths lists the paths in table column order.
@@ -29,6 +34,8 @@ func (p Path) Title() string {
 		return "iptables DNAT"
 	case Kproxy:
 		return "kproxy userspace"
+	case KproxyIPTables:
+		return "kproxy iptables mode"
 	case IOCopy:
 		return "Go io.Copy relay"
 	case HAProxy:
@@ -48,9 +55,10 @@ type Row struct {
 	LowerIsBetter bool
 	// Decimals is how many fraction digits the table shows.
 	Decimals int
-	// MinRatio, when set, is kproxy's target as a fraction of DNAT's value.
+	// MinRatio, when set, is the subject's target as a fraction of DNAT's
+	// value.
 	MinRatio float64
-	// MaxValue, when set, is kproxy's target as an absolute ceiling.
+	// MaxValue, when set, is the subject's target as an absolute ceiling.
 	MaxValue float64
 	// NoRatio leaves out the "% of DNAT" next to values (latencies, or rows
 	// DNAT has no value for).
@@ -66,9 +74,14 @@ type Table struct {
 	Notes []string
 	// Extra columns after Paths(): proxies added for a comparison run (see
 	// KPROXY_DATAPLANE_EXTRA); none in a normal run.
-	Extra  []Path
-	values map[string]map[Path]float64
-	notes  map[string]map[Path]string
+	Extra []Path
+	// Columns, when set, replaces Paths() and Extra as the columns.
+	Columns []Path
+	// Subject is the path the target and HAProxy columns judge; "" means
+	// Kproxy.
+	Subject Path
+	values  map[string]map[Path]float64
+	notes   map[string]map[Path]string
 }
 
 // Annotate attaches a remark to the value of row for path, shown in its cell.
@@ -118,22 +131,42 @@ func (t *Table) Markdown() string {
 	if len(t.Header) > 0 {
 		b.WriteString("\n")
 	}
-	columns := append(Paths(), t.Extra...)
+	columns := t.Columns
+	if columns == nil {
+		columns = append(Paths(), t.Extra...)
+	}
+	withHAProxy := slices.Contains(columns, HAProxy)
 	b.WriteString("| measurement |")
 	for _, p := range columns {
 		fmt.Fprintf(&b, " %s |", p.Title())
 	}
-	b.WriteString(" kproxy target | kproxy vs HAProxy |\n|---|")
+	label := "kproxy"
+	if t.subject() != Kproxy {
+		label = t.subject().Title()
+	}
+	fmt.Fprintf(&b, " %s target |", label)
+	if withHAProxy {
+		fmt.Fprintf(&b, " %s vs HAProxy |", label)
+	}
+	b.WriteString("\n|---|")
 	for range columns {
 		b.WriteString("---:|")
 	}
-	b.WriteString("---|---|\n")
+	b.WriteString("---|")
+	if withHAProxy {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
 	for _, r := range t.Rows {
 		fmt.Fprintf(&b, "| %s (%s) |", r.Title, r.Unit)
 		for _, p := range columns {
 			fmt.Fprintf(&b, " %s |", t.cell(r, p))
 		}
-		fmt.Fprintf(&b, " %s | %s |\n", t.target(r), t.versusHAProxy(r))
+		fmt.Fprintf(&b, " %s |", t.target(r))
+		if withHAProxy {
+			fmt.Fprintf(&b, " %s |", t.versusHAProxy(r))
+		}
+		b.WriteString("\n")
 	}
 	if len(t.Notes) > 0 {
 		b.WriteString("\n")
@@ -159,18 +192,25 @@ func (t *Table) cell(r Row, p Path) string {
 	return s
 }
 
-// target says whether kproxy met the row's target, with the number it is
-// judged on.
+func (t *Table) subject() Path {
+	if t.Subject == "" {
+		return Kproxy
+	}
+	return t.Subject
+}
+
+// target says whether the subject met the row's target, with the number it
+// is judged on.
 func (t *Table) target(r Row) string {
 	switch {
 	case r.MinRatio > 0:
-		ratio, ok := t.Ratio(r.ID, Kproxy)
+		ratio, ok := t.Ratio(r.ID, t.subject())
 		if !ok {
 			return fmt.Sprintf("≥ %.0f%% of DNAT: not measured", 100*r.MinRatio)
 		}
 		return fmt.Sprintf("≥ %.0f%% of DNAT: %.0f%% %s", 100*r.MinRatio, 100*ratio, mark(ratio >= r.MinRatio))
 	case r.MaxValue > 0:
-		v, ok := t.Get(r.ID, Kproxy)
+		v, ok := t.Get(r.ID, t.subject())
 		if !ok {
 			return fmt.Sprintf("≤ %s: not measured", formatValue(r.MaxValue, r.Decimals))
 		}
@@ -180,7 +220,7 @@ func (t *Table) target(r Row) string {
 }
 
 func (t *Table) versusHAProxy(r Row) string {
-	k, kok := t.Get(r.ID, Kproxy)
+	k, kok := t.Get(r.ID, t.subject())
 	h, hok := t.Get(r.ID, HAProxy)
 	if !kok || !hok || h == 0 {
 		return "—"

@@ -56,3 +56,23 @@ func TestTableMarkdown(t *testing.T) {
 		t.Error("Ratio(rss, kproxy) with no DNAT value reported a ratio")
 	}
 }
+
+func TestTableWithOtherSubjectAndColumns(t *testing.T) {
+	tab := &Table{
+		Rows:    []Row{{ID: "bulk", Title: "bulk", Unit: "Gbit/s", Decimals: 1, MinRatio: 0.95}},
+		Columns: []Path{Direct, DNAT, KproxyIPTables},
+		Subject: KproxyIPTables,
+	}
+	for p, v := range map[Path]float64{Direct: 21, DNAT: 20, KproxyIPTables: 19.6, Kproxy: 5} {
+		tab.Set("bulk", p, v)
+	}
+	md := tab.Markdown()
+	for _, w := range []string{
+		"| measurement | direct | iptables DNAT | kproxy iptables mode | kproxy iptables mode target |",
+		"| bulk (Gbit/s) | 21.0 (105%) | 20.0 | 19.6 (98%) | ≥ 95% of DNAT: 98% ✓ |",
+	} {
+		if !strings.Contains(md, w+"\n") {
+			t.Errorf("table lacks the line\n%s\nin:\n%s", w, md)
+		}
+	}
+}
