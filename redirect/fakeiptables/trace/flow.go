@@ -18,6 +18,8 @@ type flow struct {
 	dnat, redirect bool
 	masquerade     bool
 	snat           netip.Addr
+	// vs is the IPVS virtual server that scheduled the packet, once it has.
+	vs netip.AddrPort
 
 	prob float64
 	// in and out are the interfaces the hook being walked sees: "" where
@@ -67,6 +69,7 @@ func (f flow) path(v Verdict, delivered bool) Path {
 		Masqueraded:     f.masquerade,
 		SNAT:            f.snat,
 		Mark:            f.mark,
+		VirtualServer:   f.vs,
 		AffinityChecked: f.affinityChecked,
 		AffinitySet:     f.affinitySet,
 		Rules:           rules,

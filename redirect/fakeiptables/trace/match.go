@@ -143,8 +143,30 @@ func (w *walker) module(m rulespec.Match, f flow) (bool, error) {
 	case "state":
 		o, _ := rulespec.FindOption(m.Options, "--state")
 		return newConnectionIn(o.Arg, f) != o.Negated, nil
+	case "set":
+		return w.matchSet(m, f)
+	case "ipvs":
+		return matchIPVS(m, f)
+	case "physdev":
+		return physdev(m, f)
 	}
 	return false, fmt.Errorf("match %q is not modelled", m.Name)
+}
+
+// physdev evaluates "-m physdev" for --physdev-is-in and --physdev-in,
+// from Packet.BridgePort; like xt_physdev, a packet that crossed no
+// bridge fails them unless negated.
+func physdev(m rulespec.Match, f flow) (bool, error) {
+	port := f.pkt.BridgePort
+	return allOptions(m, func(o rulespec.Option) (bool, error) {
+		switch o.Name {
+		case "--physdev-is-in":
+			return port != "", nil
+		case "--physdev-in":
+			return port != "" && rulespec.InterfaceMatches(o.Arg, port), nil
+		}
+		return false, fmt.Errorf("not modelled")
+	})
 }
 
 // allOptions says whether every option holds (negation applied by the

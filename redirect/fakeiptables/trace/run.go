@@ -27,6 +27,9 @@ func (rs *Rules) Run(pkt Packet, node Node) (Result, error) {
 	if err := rs.check(pkt); err != nil {
 		return Result{}, fmt.Errorf("trace: %w", err)
 	}
+	if err := node.check(rs.fam); err != nil {
+		return Result{}, fmt.Errorf("trace: Node: %w", err)
+	}
 	t := &tracer{rs: rs, node: node}
 	start := flow{pkt: pkt, dst: pkt.Destination, dport: pkt.DestinationPort, mark: pkt.Mark, prob: 1}
 	var err error
@@ -55,6 +58,8 @@ func (rs *Rules) check(pkt Packet) error {
 		return errors.New("the packet needs a destination port")
 	case pkt.Entry != Forwarded && pkt.Entry != Local:
 		return errors.New("the packet needs an Entry (Forwarded or Local)")
+	case pkt.Entry == Local && pkt.BridgePort != "":
+		return errors.New("a Local packet has no BridgePort: it crossed no bridge")
 	}
 	return nil
 }
@@ -73,38 +78,58 @@ type tracer struct {
 	paths []Path
 }
 
-// forwarded: nat PREROUTING, then INPUT or FORWARD by the new destination.
+// forwarded: nat PREROUTING, then FORWARD or, for a local destination,
+// filter INPUT and IPVS. What IPVS sends to a real server elsewhere is sent
+// again from LOCAL_OUT (filter OUTPUT, nat POSTROUTING; nat OUTPUT has
+// already been decided for the connection); anything else goes on to nat
+// INPUT and is delivered.
 func (t *tracer) forwarded(f flow) error {
 	flows, err := t.hook("nat", "PREROUTING", []flow{f})
 	if err != nil {
 		return err
 	}
 	for _, f := range flows {
-		steps := []step{{"filter", "FORWARD"}, {"nat", "POSTROUTING"}}
-		if t.node.isLocal(f.dst) {
-			steps = []step{{"filter", "INPUT"}, {"nat", "INPUT"}}
+		if !t.node.isLocal(f.dst) {
+			if err := t.steps([]flow{f}, false, step{"filter", "FORWARD"}, step{"nat", "POSTROUTING"}); err != nil {
+				return err
+			}
+			continue
 		}
-		if err := t.steps([]flow{f}, t.node.isLocal(f.dst), steps...); err != nil {
+		in, err := t.hook("filter", "INPUT", []flow{f})
+		if err != nil {
 			return err
+		}
+		for _, f := range in {
+			for _, g := range t.ipvs(f) {
+				steps := []step{{"nat", "INPUT"}}
+				if !t.node.isLocal(g.dst) {
+					steps = []step{{"filter", "OUTPUT"}, {"nat", "POSTROUTING"}}
+				}
+				if err := t.steps([]flow{g}, t.node.isLocal(g.dst), steps...); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
 }
 
-// local: nat OUTPUT, filter OUTPUT, nat POSTROUTING, and filter INPUT for
-// a local destination.
+// local: nat OUTPUT, IPVS, filter OUTPUT, nat POSTROUTING, and filter
+// INPUT for a local destination.
 func (t *tracer) local(f flow) error {
 	flows, err := t.hook("nat", "OUTPUT", []flow{f})
 	if err != nil {
 		return err
 	}
 	for _, f := range flows {
-		steps := []step{{"filter", "OUTPUT"}, {"nat", "POSTROUTING"}}
-		if t.node.isLocal(f.dst) {
-			steps = append(steps, step{"filter", "INPUT"})
-		}
-		if err := t.steps([]flow{f}, t.node.isLocal(f.dst), steps...); err != nil {
-			return err
+		for _, g := range t.ipvs(f) {
+			steps := []step{{"filter", "OUTPUT"}, {"nat", "POSTROUTING"}}
+			if t.node.isLocal(g.dst) {
+				steps = append(steps, step{"filter", "INPUT"})
+			}
+			if err := t.steps([]flow{g}, t.node.isLocal(g.dst), steps...); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

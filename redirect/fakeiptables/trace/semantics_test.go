@@ -134,8 +134,8 @@ func TestTraceSemantics(t *testing.T) {
 			wantErrPart: "Couldn't load match `owner'",
 		},
 		{
-			// The IPVS mode's sets parse, but the tracer does not know
-			// their members.
+			// The IPVS mode's sets parse, but without Node.Sets the
+			// tracer does not know their members.
 			name:        "a match that parses but is not traced",
 			dump:        dump("ACCEPT", "", "-A INPUT -m set --match-set KUBE-X dst -j ACCEPT\n"),
 			pkt:         toNode,

@@ -45,6 +45,11 @@ type Packet struct {
 	OutInterface string
 	// Mark is the packet's firewall mark on entry (normally 0).
 	Mark uint32
+	// BridgePort is the bridge port a Forwarded packet came in through when
+	// InInterface is a bridge whose routed traffic iptables sees (bridge
+	// netfilter): what "-m physdev" tests. "" for a packet that crossed no
+	// bridge, which is what a Local packet always is.
+	BridgePort string
 }
 
 // Node is what the tracer needs to know about the node.
@@ -58,6 +63,13 @@ type Node struct {
 	// the interface the packet came in on (else the node's first local
 	// address of the family is used).
 	Interfaces map[string][]netip.Addr
+	// Sets are the node's ipsets by name, for "-m set" rules. Nil: the
+	// tracer refuses such rules, as it cannot know what they match.
+	Sets map[string]IPSet
+	// VirtualServers is the node's IPVS table (nil: no IPVS). IPVS
+	// schedules a new connection to one of them to a real server; see the
+	// package documentation for where.
+	VirtualServers []VirtualServer
 }
 
 // Verdict is what becomes of a packet.
@@ -97,8 +109,8 @@ type Path struct {
 	// Translated: a DNAT or REDIRECT rewrote the destination; Redirected:
 	// it was a REDIRECT (to the node itself).
 	Translated, Redirected bool
-	// Delivered: the packet is for the node itself (it reached filter
-	// INPUT), rather than forwarded or sent out.
+	// Delivered: the packet is for the node itself (a local socket), rather
+	// than forwarded, sent on by IPVS or sent out.
 	Delivered bool
 	// Masqueraded: a MASQUERADE rule in nat POSTROUTING matched it. SNAT is
 	// the address of an SNAT rule that matched instead.
@@ -106,6 +118,10 @@ type Path struct {
 	SNAT        netip.Addr
 	// Mark is the packet's firewall mark when the path ends.
 	Mark uint32
+	// VirtualServer is the IPVS virtual server (of the packet's protocol)
+	// that took the packet: scheduled it to Destination or, for a Rejected
+	// path ending at IPVS, refused it. Invalid when IPVS did not take it.
+	VirtualServer netip.AddrPort
 	// AffinityChecked names the recent lists (session affinity) checked
 	// and assumed empty; AffinitySet those the packet was added to.
 	AffinityChecked, AffinitySet []string
@@ -152,6 +168,9 @@ func (r Result) String() string {
 		}
 		if p.Mark != 0 {
 			fmt.Fprintf(&b, " mark=%#x", p.Mark)
+		}
+		if p.VirtualServer.IsValid() {
+			fmt.Fprintf(&b, " ipvs=%s", p.VirtualServer)
 		}
 		if len(p.AffinityChecked) > 0 {
 			fmt.Fprintf(&b, " affinity-checked=%s", strings.Join(p.AffinityChecked, ","))

@@ -1,0 +1,38 @@
+package walk
+
+import (
+	"context"
+	"fmt"
+
+	"kproxy.dev/kproxy/redirect/fakeiptables"
+	"kproxy.dev/kproxy/redirect/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
+)
+
+// renderDump writes the state's iptables layer into an empty fake iptables
+// as the mode does (one --noflush restore of the layer, then the jumps,
+// each inserted first) and returns the fake's iptables-save dump.
+func renderDump(st *desired.State) (string, error) {
+	fake := fakeiptables.New(st.Family)
+	tool := "iptables-restore"
+	if st.Family == kernel.IPv6 {
+		tool = "ip6tables-restore"
+	}
+	payload := desired.RenderTables(st.Tables)
+	if _, err := fake.Run(context.Background(), []byte(payload), tool, "--noflush"); err != nil {
+		return "", fmt.Errorf("restoring the iptables layer: %w", err)
+	}
+	jumps := make([]restore.Jump, 0, len(st.Jumps))
+	for _, j := range st.Jumps {
+		args, err := restore.SplitRule(j.Rule)
+		if err != nil {
+			return "", fmt.Errorf("jump from %s/%s: %w", j.Table, j.From, err)
+		}
+		jumps = append(jumps, restore.Jump{Table: j.Table, Chain: j.From, First: true, Args: args})
+	}
+	if _, err := restore.EnsureJumps(fake, jumps); err != nil {
+		return "", fmt.Errorf("inserting the jumps into the iptables layer: %w", err)
+	}
+	return fake.Save(""), nil
+}
