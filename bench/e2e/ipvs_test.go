@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -152,6 +153,47 @@ func TestGracefulTermination(t *testing.T) {
 		lab.Within(t, drainBound, pinned+"'s real server deleted once its connection ended", func() (bool, string) {
 			w, out := l.realServerWeight(t, webVIP+":80", pinnedIP)
 			return w == -1, out
+		})
+	})
+}
+
+func TestIPVSScheduler(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.virtualServers }, func(t *testing.T, m proxyMode) {
+		l := newLab(t, m, func(backends []string) string {
+			return coreServices{backends: backends, stickyTimeout: 60}.render()
+		})
+		if l == nil {
+			return
+		}
+		t.Run("a scheduler the kernel lacks stops kproxy at start, named", func(t *testing.T) {
+			// The guest kernel has every scheduler kube-proxy accepts as
+			// a module: hide one (the guest's root is a throwaway
+			// overlay) so the kernel cannot load it.
+			module := strings.TrimSpace(l.topo.Node.MustExec("modinfo", "-n", "ip_vs_sed"))
+			if err := os.Rename(module, module+".hidden"); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Rename(module+".hidden", module)
+			// Bounded: a kproxy that does not check would run on.
+			args := append([]string{"20", l.bin}, kproxyArgs(m, "--services-file="+l.manifest)...)
+			out, err := l.topo.Node.Exec("timeout", append(args, "--ipvs-scheduler=sed")...)
+			if err == nil {
+				t.Fatalf("kproxy with --ipvs-scheduler=sed started without the scheduler's module:\n%s", out)
+			}
+			if !strings.Contains(out, `no IPVS scheduler "sed"`) {
+				t.Fatalf("kproxy's error does not name the scheduler:\n%s", out)
+			}
+			if state := l.topo.Node.MustExec("ipvsadm", "-Ln"); strings.Contains(state, "TCP") {
+				t.Fatalf("the failed start left virtual servers:\n%s", state)
+			}
+		})
+		t.Run("another scheduler is used for every virtual server", func(t *testing.T) {
+			l.runKproxy(t, nil, "--ipvs-scheduler=wrr")
+			state := l.topo.Node.MustExec("ipvsadm", "-Ln", "-t", webVIP+":80")
+			if !strings.Contains(state, webVIP+":80 wrr") {
+				t.Fatalf("web's virtual server does not use wrr:\n%s", state)
+			}
+			l.wantBalanced(t, "web under wrr", askHTTP(l.topo.Client, "http://"+webVIP+"/"))
 		})
 	})
 }

@@ -25,6 +25,10 @@ func newIPVSMode(ctx context.Context, cfg *options.Config, features kernel.Featu
 	if err != nil {
 		return nil, fmt.Errorf("opening IPVS: %w", err)
 	}
+	if err := ipvs.ProbeScheduler(handle, cfg.IPVSScheduler); err != nil {
+		handle.Close()
+		return nil, err
+	}
 	if err := setIPVSTimeouts(handle, cfg); err != nil {
 		handle.Close()
 		return nil, err
