@@ -157,7 +157,7 @@ func TestGracefulTermination(t *testing.T) {
 	})
 }
 
-func TestIPVSScheduler(t *testing.T) {
+func TestIPVSStartup(t *testing.T) {
 	forModes(t, func(m proxyMode) bool { return m.virtualServers }, func(t *testing.T, m proxyMode) {
 		l := newLab(t, m, func(backends []string) string {
 			return coreServices{backends: backends, stickyTimeout: 60}.render()
@@ -188,12 +188,34 @@ func TestIPVSScheduler(t *testing.T) {
 			}
 		})
 		t.Run("another scheduler is used for every virtual server", func(t *testing.T) {
-			l.runKproxy(t, nil, "--ipvs-scheduler=wrr")
+			l.runKproxy(t, nil, "--ipvs-scheduler=wrr", "--ipvs-strict-arp")
 			state := l.topo.Node.MustExec("ipvsadm", "-Ln", "-t", webVIP+":80")
 			if !strings.Contains(state, webVIP+":80 wrr") {
 				t.Fatalf("web's virtual server does not use wrr:\n%s", state)
 			}
 			l.wantBalanced(t, "web under wrr", askHTTP(l.topo.Client, "http://"+webVIP+"/"))
+		})
+		t.Run("the node is set up as the IPVS mode needs", func(t *testing.T) {
+			for sysctl, want := range map[string]string{
+				"net/ipv4/vs/conntrack": "1", "net/ipv4/vs/expire_nodest_conn": "1",
+				"net/ipv4/vs/expire_quiescent_template": "1", "net/ipv4/ip_forward": "1",
+				// --ipvs-strict-arp: kube-ipvs0's VIPs are not announced.
+				"net/ipv4/conf/all/arp_ignore": "1", "net/ipv4/conf/all/arp_announce": "2",
+			} {
+				got, err := os.ReadFile("/proc/sys/" + sysctl)
+				if err != nil || strings.TrimSpace(string(got)) != want {
+					t.Errorf("sysctl %s = %q (%v), want %s", sysctl, got, err, want)
+				}
+			}
+			link := l.topo.Node.MustExec("ip", "-d", "addr", "show", "kube-ipvs0")
+			for _, want := range []string{"dummy", webVIP + "/32", externalIP + "/32", echoVIP + "/32"} {
+				if !strings.Contains(link, want) {
+					t.Errorf("kube-ipvs0 lacks %q:\n%s", want, link)
+				}
+			}
+			if strings.Contains(link, "state UP") {
+				t.Errorf("kube-ipvs0 is up; kube-proxy leaves it down:\n%s", link)
+			}
 		})
 	})
 }
