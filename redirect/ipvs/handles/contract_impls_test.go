@@ -94,7 +94,8 @@ func fakeLink() implementation[linkEnv] {
 		name: "fake",
 		fresh: func(*testing.T) linkEnv {
 			l := &fakeipvs.Link{}
-			return linkEnv{v4: l.Family(false), v6: l.Family(true), create: l.EnsureLink}
+			return linkEnv{v4: l.Family(false), v6: l.Family(true), create: l.EnsureLink,
+				removeBehind: l.DeleteLink, createBehind: l.EnsureLink}
 		},
 		read: readLink,
 	}
@@ -105,23 +106,36 @@ func fakeLink() implementation[linkEnv] {
 // address cases still run; the cases only EnsureLink can set up do not.
 func kernelLink(t *testing.T) implementation[linkEnv] {
 	dummy := dummyLinksWork(t)
+	// The handles live across cases, as in the mode, each case deleting
+	// the link behind their backs first.
 	v4, v6 := handles.NewLink(false), handles.NewLink(true)
+	createBehind := func() error {
+		return netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: handles.DummyLink}})
+	}
 	create := v4.EnsureLink
 	if !dummy {
-		create = func() error {
+		createBehind = func() error {
 			standIn := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: handles.DummyLink}, PeerName: "kp-ipvs-peer"}
 			return netlink.LinkAdd(standIn)
 		}
+		create = createBehind
+	}
+	removeBehind := func() error {
+		link, err := netlink.LinkByName(handles.DummyLink)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(link)
 	}
 	return implementation[linkEnv]{
 		name: "kernel",
 		fresh: func(t *testing.T) linkEnv {
-			if link, err := netlink.LinkByName(handles.DummyLink); err == nil {
-				if err := netlink.LinkDel(link); err != nil {
+			if _, err := netlink.LinkByName(handles.DummyLink); err == nil {
+				if err := removeBehind(); err != nil {
 					t.Fatalf("deleting %s: %v", handles.DummyLink, err)
 				}
 			}
-			return linkEnv{v4: v4, v6: v6, create: create}
+			return linkEnv{v4: v4, v6: v6, create: create, removeBehind: removeBehind, createBehind: createBehind}
 		},
 		read: readLink,
 		lacks: func(feature string) string {

@@ -16,6 +16,10 @@ type linkEnv struct {
 	// create makes the link exist: EnsureLink, or a stand-in on a kernel
 	// without dummy links.
 	create func() error
+	// removeBehind and createBehind delete and create the link without
+	// the handles, as someone else would: a handle that remembers the
+	// link must notice.
+	removeBehind, createBehind func() error
 }
 
 // needsDummy marks cases that only EnsureLink itself can set up.
@@ -62,6 +66,10 @@ func linkCases() []contractCase[linkEnv] {
 		del := func(e linkEnv) error { return fam.handle(e).DelAddr(fam.addr) }
 		list := func(e linkEnv) error { _, err := fam.handle(e).Addrs(); return err }
 		addTo := func(e linkEnv) error { return all(e.create, func() error { return add(e) }) }
+		// The handle has used the link, which is then deleted (and
+		// recreated, under a new index) behind its back.
+		usedThenRemoved := func(e linkEnv) error { return all(func() error { return addTo(e) }, e.removeBehind) }
+		usedThenRecreated := func(e linkEnv) error { return all(func() error { return usedThenRemoved(e) }, e.createBehind) }
 		cases = append(cases, []contractCase[linkEnv]{
 			{name: fam.name + " add address", setup: created, call: add, want: "ok", after: []string{"link", fam.line}},
 			{name: fam.name + " add address twice", setup: addTo, call: add, want: "EEXIST", after: []string{"link", fam.line}},
@@ -70,6 +78,11 @@ func linkCases() []contractCase[linkEnv] {
 			{name: fam.name + " add address while the link is missing", call: add, want: "ENODEV", after: []string{}},
 			{name: fam.name + " delete address while the link is missing", call: del, want: "ENODEV", after: []string{}},
 			{name: fam.name + " list addresses while the link is missing", call: list, want: "ENODEV", after: []string{}},
+			{name: fam.name + " add address after the link was deleted behind the handle's back", setup: usedThenRemoved, call: add, want: "ENODEV", after: []string{}},
+			{name: fam.name + " delete address after the link was deleted behind the handle's back", setup: usedThenRemoved, call: del, want: "ENODEV", after: []string{}},
+			{name: fam.name + " add address after the link was recreated behind the handle's back", setup: usedThenRecreated, call: add, want: "ok", after: []string{"link", fam.line}},
+			{name: fam.name + " delete address after the link was recreated behind the handle's back", setup: usedThenRecreated, call: del, want: "EADDRNOTAVAIL", after: []string{"link"}},
+			{name: fam.name + " list addresses after the link was recreated behind the handle's back", setup: usedThenRecreated, call: list, want: "ok", after: []string{"link"}},
 		}...)
 	}
 	return cases

@@ -15,12 +15,26 @@ type currentService struct {
 	dests map[netip.AddrPort]int // weight
 }
 
+// currentSet is one of the mode's sets as the kernel holds it.
+type currentSet struct {
+	members map[desired.Entry]bool
+	// applied, when valid, is the member list members was last made equal
+	// to: a sync wanting the same list skips the set without a lookup.
+	applied      []desired.Entry
+	appliedValid bool
+}
+
 // current is what the kernel holds of this family's owned state.
 type current struct {
 	services map[desired.Key]*currentService
 	addrs    map[netip.Addr]bool
-	// sets maps each of the mode's sets (by name) to its members.
-	sets map[string]map[desired.Entry]bool
+	// sets maps each of the mode's sets by name.
+	sets map[string]*currentSet
+	// applied records, in key order, each virtual server as syncService
+	// last brought it in line (see applied.go); empty after a read.
+	applied []appliedService
+	// cover holds every bound address (see addrs.go); void after a read.
+	cover addrCover
 }
 
 // read loads the owned state from the kernel, creating the link and the
@@ -29,7 +43,7 @@ func (r *Reconciler) read() (*current, error) {
 	cur := &current{
 		services: make(map[desired.Key]*currentService),
 		addrs:    make(map[netip.Addr]bool),
-		sets:     make(map[string]map[desired.Entry]bool),
+		sets:     make(map[string]*currentSet),
 	}
 	list, err := r.opts.IPVS.GetServices()
 	if err != nil {
@@ -76,7 +90,7 @@ func (r *Reconciler) read() (*current, error) {
 		for _, e := range members {
 			m[e] = true
 		}
-		cur.sets[spec.Name] = m
+		cur.sets[spec.Name] = &currentSet{members: m}
 	}
 	// Drains whose real server is gone or back need no more watching.
 	for ref := range r.draining {

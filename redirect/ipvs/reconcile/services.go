@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 
@@ -10,45 +11,69 @@ import (
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
 )
 
-// removeStale unbinds addresses nothing wants, then deletes the owned
-// virtual servers nothing wants.
-func (r *Reconciler) removeStale(want *desired.State, res *Result) []error {
-	var errs []error
-	wantAddrs := make(map[netip.Addr]bool, len(want.Addresses))
-	for _, a := range want.Addresses {
-		wantAddrs[a] = true
-	}
-	for a := range r.cur.addrs {
-		if wantAddrs[a] {
-			continue
-		}
-		if err := r.opts.Link.DelAddr(a); err != nil && !handles.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("unbinding %s from %s: %w", a, handles.DummyLink, err))
-			continue
-		}
-		delete(r.cur.addrs, a)
-	}
-	wantKeys := make(map[desired.Key]bool, len(want.Services))
-	for _, s := range want.Services {
-		wantKeys[s.Key] = true
-	}
-	for k, cs := range r.cur.services {
-		if wantKeys[k] {
+// removeUnwanted deletes the virtual servers the plan found unwanted. It
+// returns the slots in current.applied of those it deleted.
+func (r *Reconciler) removeUnwanted(p servicePlan, res *Result) (dropped []int, errs []error) {
+	for _, u := range p.unwanted {
+		cs := r.cur.services[u.key]
+		if cs == nil {
+			// Recorded but gone from the view: nothing to delete.
+			dropped = appendSlot(dropped, u.slot)
 			continue
 		}
 		if err := r.opts.IPVS.DelService(handles.ToService(cs.vs)); err != nil && !handles.IsNoService(err) {
-			errs = append(errs, fmt.Errorf("deleting IPVS service %s: %w", k, err))
+			errs = append(errs, fmt.Errorf("deleting IPVS service %s: %w", u.key, err))
 			continue
 		}
-		delete(r.cur.services, k)
+		delete(r.cur.services, u.key)
 		for ref := range r.draining {
-			if ref.VirtualServer == k {
+			if ref.VirtualServer == u.key {
 				delete(r.draining, ref)
 			}
 		}
-		res.RemovedVirtualServers = append(res.RemovedVirtualServers, k)
+		res.RemovedVirtualServers = append(res.RemovedVirtualServers, u.key)
+		dropped = appendSlot(dropped, u.slot)
 	}
-	return errs
+	return dropped, errs
+}
+
+func appendSlot(slots []int, slot int) []int {
+	if slot < 0 {
+		return slots
+	}
+	return append(slots, slot)
+}
+
+// syncServices runs syncService on the services the plan visits, records
+// in place what it applied to recorded ones, and returns what it applied
+// to the others. A done context fails the sync whenever there are
+// services, visited or not, so a cancelled sync is never taken for a
+// complete one.
+func (r *Reconciler) syncServices(ctx context.Context, want *desired.State, p servicePlan, res *Result) (added []appliedService, errs []error) {
+	if len(want.Services) == 0 {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, []error{err}
+	}
+	for _, v := range p.visits {
+		if err := ctx.Err(); err != nil {
+			return added, append(errs, err)
+		}
+		s := &want.Services[v.want]
+		if err := r.syncService(s, res); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		switch {
+		case !p.record:
+		case v.slot >= 0:
+			r.cur.applied[v.slot] = appliedFrom(s)
+		default:
+			added = append(added, appliedFrom(s))
+		}
+	}
+	return added, errs
 }
 
 // syncService brings one virtual server in line: create or update it, add
@@ -104,6 +129,7 @@ func (r *Reconciler) syncService(want *desired.Service, res *Result) error {
 			return fmt.Errorf("binding %s to %s for IPVS service %s: %w", k.Addr, handles.DummyLink, k, err)
 		}
 		r.cur.addrs[k.Addr] = true
+		r.cur.cover.include(k.Addr)
 	}
 	return nil
 }
