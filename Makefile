@@ -27,7 +27,7 @@ K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36
 tools: deps
 	cd bench/tools && $(GO) build -ldflags "$(K8S_LDFLAGS)" -o bin/ \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd ./ipvsref
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root.
@@ -41,15 +41,15 @@ test: deps tools build
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
 # (see bench/guest/doc.go). Guest RAM is a sparse file in GUEST_TMPDIR.
-GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/ ./redirect/ipvs/handles/ ./bench/ipvsscale/
+GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/ ./redirect/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
 GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
 # suite adds the IPVS mode to the others (SCTP works there in every mode and
 # the iptables mode runs on the legacy backend). kproxy is built on the host.
 GUEST_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination|TestIPVSStartup)$$
-test-guest: deps build
+test-guest: deps tools build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
-	TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
 	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) \
 		-exec $(CURDIR)/bin/guest-exec -run '$(GUEST_E2E_CASES)' ./bench/e2e/
 

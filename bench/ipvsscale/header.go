@@ -34,7 +34,7 @@ func tableNotes(s Settings) []string {
 		fmt.Sprintf("desired-state build: desired.Build of the whole snapshot on the host (median of %d).", BuildRuns),
 		"full apply: the first reconcile.Sync into an empty network namespace (virtual servers, real servers, kube-ipvs0 addresses, ipset members), then read back and checked.",
 		fmt.Sprintf("one-endpoint change: one port's endpoint swapped, an incremental sync (mean of %d, alternating two endpoints); ops are the calls on the kernel handles,"+
-			" each one netlink request (calls on kube-ipvs0 look the link up first: one more).", s.Changes),
+			" each one netlink request.", s.Changes),
 		"no-change resync: an incremental sync with nothing changed. periodic full resync: the kernel re-read (one listing per virtual server;" +
 			" ensures are kube-ipvs0's and the ipsets' create-if-missing calls) with nothing changed.",
 		"Guest times are upper bounds for a real node: the guest's syscalls are about 60× slower.",

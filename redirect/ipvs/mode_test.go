@@ -73,7 +73,7 @@ func TestFirstSyncFromAnEmptyKernel(t *testing.T) {
 	}
 
 	// Two cluster IPs, plus the NodePort on each of the two node addresses.
-	for name, want := range map[string]float64{"kproxy_ipvs_virtual_servers": 4, "kproxy_ipvs_real_servers": 8} {
+	for name, want := range map[string]float64{"kproxy_ipvs_virtual_servers": 3, "kproxy_ipvs_real_servers": 6} {
 		if v := g.value(t, name, "ip_family", "IPv4"); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
 		}
@@ -164,8 +164,8 @@ func TestServiceDeleted(t *testing.T) {
 		t.Errorf("the virtual server was deleted before its address was unbound:\n%s", strings.Join(ops, "\n"))
 	}
 	g.expectKernel(t, web())
-	if v := g.value(t, "kproxy_ipvs_virtual_servers", "ip_family", "IPv4"); v != 3 {
-		t.Errorf("kproxy_ipvs_virtual_servers = %v after the deletion, want 3", v)
+	if v := g.value(t, "kproxy_ipvs_virtual_servers", "ip_family", "IPv4"); v != 2 {
+		t.Errorf("kproxy_ipvs_virtual_servers = %v after the deletion, want 2", v)
 	}
 }
 

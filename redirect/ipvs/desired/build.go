@@ -50,13 +50,23 @@ func newBuilder(cfg Config) *builder {
 		bind:     make(map[netip.Addr]bool),
 	}
 	for _, a := range cfg.LocalAddrs {
-		b.local[a.Unmap()] = true
+		if a = a.Unmap(); nodeAddress(a) {
+			b.local[a] = true
+		}
 	}
 	b.nodePortIPs = nodePortIPs(cfg)
 	return b
 }
 
-// nodePortIPs follows kube-proxy: every local address when
+// nodeAddress says whether a local address counts as one of the node's, as
+// kube-proxy's IPVS mode counts them: not loopback (IPVS does not send a
+// loopback source off the node, so a NodePort there could never answer)
+// and not IPv6 link-local.
+func nodeAddress(a netip.Addr) bool {
+	return !a.IsLoopback() && !(a.Is6() && a.IsLinkLocalUnicast())
+}
+
+// nodePortIPs follows kube-proxy: every node address (see nodeAddress) when
 // --nodeport-addresses is empty (or holds a /0), else the non-loopback local
 // addresses inside its prefixes.
 func nodePortIPs(cfg Config) []netip.Addr {
@@ -66,7 +76,9 @@ func nodePortIPs(cfg Config) []netip.Addr {
 	for _, a := range cfg.LocalAddrs {
 		a = a.Unmap()
 		if matchAll {
-			out = append(out, a)
+			if nodeAddress(a) {
+				out = append(out, a)
+			}
 			continue
 		}
 		if a.IsLoopback() {

@@ -87,18 +87,22 @@ func TestVirtualServerOptions(t *testing.T) {
 
 func TestNodePortAddresses(t *testing.T) {
 	local := addrs("127.0.0.1", "198.19.0.1", "198.19.2.1")
+	local6 := addrs("::1", "fe80::1", "fd00:19::1")
 	tests := []struct {
-		name string
-		npa  []netip.Prefix
-		want []netip.Addr
+		name  string
+		cfg   Config
+		local []netip.Addr
+		npa   []netip.Prefix
+		want  []netip.Addr
 	}{
-		{"empty: every local address", nil, local},
-		{"a /0 matches all too", prefixes("0.0.0.0/0"), local},
-		{"restricted, loopback left out", prefixes("198.19.2.0/24", "127.0.0.0/8"), addrs("198.19.2.1")},
+		{"empty: every local address but loopback", v4Config(), local, nil, addrs("198.19.0.1", "198.19.2.1")},
+		{"a /0 matches all too", v4Config(), local, prefixes("0.0.0.0/0"), addrs("198.19.0.1", "198.19.2.1")},
+		{"restricted, loopback left out", v4Config(), local, prefixes("198.19.2.0/24", "127.0.0.0/8"), addrs("198.19.2.1")},
+		{"IPv6: neither loopback nor link-local", v6Config(), local6, nil, addrs("fd00:19::1")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := with(v4Config(), func(c *Config) { c.LocalAddrs, c.NodePortAddresses = local, tt.npa })
+			cfg := with(tt.cfg, func(c *Config) { c.LocalAddrs, c.NodePortAddresses = tt.local, tt.npa })
 			if got := nodePortIPs(cfg); !slices.Equal(got, tt.want) {
 				t.Errorf("nodePortIPs = %v, want %v", got, tt.want)
 			}

@@ -20,9 +20,9 @@ type Config struct {
 	// the kernel accepts works; the kernel refuses unknown ones.
 	Scheduler string
 	// LocalAddrs are this node's addresses of this family on every
-	// interface but kube-ipvs0 (loopback included). NodePorts are served on
-	// them when NodePortAddresses is empty, and an external or
-	// load-balancer IP among them is not bound to kube-ipvs0.
+	// interface but kube-ipvs0. NodePorts are served on them (but loopback
+	// and IPv6 link-local ones) when NodePortAddresses is empty, and an
+	// external or load-balancer IP among them is not bound to kube-ipvs0.
 	LocalAddrs []netip.Addr
 	// NodePortAddresses is --nodeport-addresses for this family; empty
 	// means every local address. With it set, NodePorts are served on the

@@ -24,6 +24,11 @@ func (NetlinkIPSets) Create(spec desired.SetSpec) error {
 	if spec.Type == desired.BitmapPort {
 		opts.PortFrom, opts.PortTo = 0, 65535
 	}
+	rev, err := newestRevision(spec.Type, opts.Family)
+	if err != nil {
+		return fmt.Errorf("creating ipset %s: %w", spec.Name, err)
+	}
+	opts.Revision = rev
 	return netlink.IpsetCreate(spec.Name, spec.Type, opts)
 }
 
