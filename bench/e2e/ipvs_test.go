@@ -21,19 +21,16 @@ import (
 // kproxy checks draining real servers every 5 s.
 const drainBound = 30 * time.Second
 
-// closedConnLife is how long IPVS keeps a connection that ended with a
-// reset (its CLOSE state).
-const closedConnLife = 10 * time.Second
-
 // ipvsStickyTimeout is the affinity timeout of the IPVS change cases. A
 // persistence template that times out while a connection it steered is
-// still known is given another 60 s, so only a timeout longer than
-// closedConnLife can be watched expiring in a test.
+// still known is given another 60 s, so only a timeout longer than the
+// 10 s IPVS keeps a reset connection (its CLOSE state) can be watched
+// expiring in a test.
 const ipvsStickyTimeout = 12
 
 // askResetting asks the web server behind vipPort over a new connection from
-// d, then ends it with a reset, so IPVS forgets it after closedConnLife
-// instead of the two minutes of TIME_WAIT.
+// d, then ends it with a reset, so IPVS forgets it after 10 s instead of the
+// two minutes of TIME_WAIT.
 func askResetting(d lab.Dialer, vipPort string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
