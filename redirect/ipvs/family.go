@@ -106,7 +106,7 @@ func (f *family) applyTables(ctx context.Context, st *desired.State, full bool) 
 		f.metrics.restoreFailures.Inc()
 		return fmt.Errorf("restoring the iptables layer: %w", err)
 	}
-	jumps, err := restoreJumps(st.Jumps)
+	jumps, err := desired.RestoreJumps(st.Jumps)
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,7 @@ package ipvs
 
 import (
 	"context"
-	"fmt"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
 )
@@ -48,18 +46,4 @@ func (t *restoreTables) Restore(ctx context.Context, payload []byte) error {
 func (t *restoreTables) EnsureJumps(_ context.Context, jumps []restore.Jump) error {
 	_, err := restore.EnsureJumps(t.jumps, jumps)
 	return err
-}
-
-// restoreJumps turns the desired jumps into restore's form. kube-proxy
-// prepends each one, so of two jumps into a chain the later sits on top.
-func restoreJumps(js []desired.Jump) ([]restore.Jump, error) {
-	out := make([]restore.Jump, 0, len(js))
-	for _, j := range js {
-		args, err := restore.SplitRule(j.Rule)
-		if err != nil {
-			return nil, fmt.Errorf("jump from %s/%s: %w", j.Table, j.From, err)
-		}
-		out = append(out, restore.Jump{Table: j.Table, Chain: j.From, First: true, Args: args})
-	}
-	return out, nil
 }

@@ -1,10 +1,12 @@
 package desired
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // Chains of the IPVS mode's iptables layer (kube-proxy's names).
@@ -254,4 +256,18 @@ func RenderTables(tables []Table) string {
 		sb.WriteString("COMMIT\n")
 	}
 	return sb.String()
+}
+
+// RestoreJumps turns the jumps into restore's form. kube-proxy prepends
+// each one, so of two jumps into a chain the later sits on top.
+func RestoreJumps(js []Jump) ([]restore.Jump, error) {
+	out := make([]restore.Jump, 0, len(js))
+	for _, j := range js {
+		args, err := restore.SplitRule(j.Rule)
+		if err != nil {
+			return nil, fmt.Errorf("jump from %s/%s: %w", j.Table, j.From, err)
+		}
+		out = append(out, restore.Jump{Table: j.Table, Chain: j.From, First: true, Args: args})
+	}
+	return out, nil
 }

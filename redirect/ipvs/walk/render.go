@@ -23,13 +23,9 @@ func renderDump(st *desired.State) (string, error) {
 	if _, err := fake.Run(context.Background(), []byte(payload), tool, "--noflush"); err != nil {
 		return "", fmt.Errorf("restoring the iptables layer: %w", err)
 	}
-	jumps := make([]restore.Jump, 0, len(st.Jumps))
-	for _, j := range st.Jumps {
-		args, err := restore.SplitRule(j.Rule)
-		if err != nil {
-			return "", fmt.Errorf("jump from %s/%s: %w", j.Table, j.From, err)
-		}
-		jumps = append(jumps, restore.Jump{Table: j.Table, Chain: j.From, First: true, Args: args})
+	jumps, err := desired.RestoreJumps(st.Jumps)
+	if err != nil {
+		return "", err
 	}
 	if _, err := restore.EnsureJumps(fake, jumps); err != nil {
 		return "", fmt.Errorf("inserting the jumps into the iptables layer: %w", err)
