@@ -50,12 +50,23 @@ func startLab(t *testing.T, m proxyMode, render func(backends []string) string, 
 // will watch an API server).
 func newLab(t *testing.T, m proxyMode, render func(backends []string) string) *e2eLab {
 	t.Helper()
+	var renderLab func(l *e2eLab) string
+	if render != nil {
+		renderLab = func(l *e2eLab) string { return render(l.backends) }
+	}
+	return newLabOn(t, m, lab.TopologyOptions{Backends: 3}, renderLab)
+}
+
+// newLabOn is newLab on a topology of its own options, with a render that
+// sees the whole lab (the backends' IPv6 addresses, for one).
+func newLabOn(t *testing.T, m proxyMode, opts lab.TopologyOptions, render func(l *e2eLab) string) *e2eLab {
+	t.Helper()
 	bin := lab.KproxyBinary(t)
 	if lab.InFreshNetns(t, lab.KproxyBinaryEnv+"="+bin) {
 		return nil
 	}
 	l := &e2eLab{mode: m, bin: bin}
-	l.topo = lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
+	l.topo = lab.NewTopology(t, opts)
 	quietRedirects(t)
 	lab.StartServers(t, l.topo, lab.ServerOptions{NoIperf: true})
 	for _, b := range l.topo.Backends {
@@ -63,7 +74,7 @@ func newLab(t *testing.T, m proxyMode, render func(backends []string) string) *e
 	}
 	if render != nil {
 		l.manifest = filepath.Join(t.TempDir(), "services.yaml")
-		l.write(t, render(l.backends))
+		l.write(t, render(l))
 	}
 	return l
 }

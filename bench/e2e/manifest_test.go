@@ -47,6 +47,11 @@ func httpService(name, clusterIP, extra string) string {
 // sliceDoc renders an IPv4 EndpointSlice of service svc; ports is the flow
 // sequence's contents, endpoints are endpoint flow mappings' contents.
 func sliceDoc(name, svc, ports string, endpoints ...string) string {
+	return familySliceDoc("IPv4", name, svc, ports, endpoints...)
+}
+
+// familySliceDoc is sliceDoc for addressType family (IPv4, IPv6).
+func familySliceDoc(family, name, svc, ports string, endpoints ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -54,10 +59,10 @@ metadata:
   name: %s
   namespace: default
   labels: {kubernetes.io/service-name: %s}
-addressType: IPv4
+addressType: %s
 ports: [%s]
 endpoints:
-`, name, svc, ports)
+`, name, svc, family, ports)
 	if len(endpoints) == 0 {
 		b.WriteString("  []\n")
 	}
