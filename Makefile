@@ -104,7 +104,7 @@ bench-dataplane: deps
 	@mkdir -p bin
 	KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
 	@cat $(DATAPLANE_TABLE)
-	KPROXY_DATAPLANE_KPROXY_MODE=iptables KPROXY_DATAPLANE_PATHS=direct,kproxy-iptables KPROXY_BENCH_TABLE=$(DATAPLANE_IPTABLES_TABLE) \
+	KPROXY_DATAPLANE_KPROXY_MODE=iptables KPROXY_DATAPLANE_PATHS=direct,kproxy-iptables KPROXY_DATAPLANE_ROUNDS=3 KPROXY_BENCH_TABLE=$(DATAPLANE_IPTABLES_TABLE) \
 		$(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
 	@cat $(DATAPLANE_IPTABLES_TABLE)
 
