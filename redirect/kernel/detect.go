@@ -67,8 +67,21 @@ func (d *Detector) Detect(ctx context.Context) Features {
 		f.IPSet = d.probeIPSet(ctx)
 		f.DummyLinks = d.probeDummyLinks()
 	})
+	// Read in the node's namespace: a throwaway one has its own settings.
+	if err := d.System.IPv6Off(); err != nil {
+		f.IPv6.NFT = withoutIPv6(f.IPv6.NFT, err)
+		f.IPv6.Legacy = withoutIPv6(f.IPv6.Legacy, err)
+	}
 	klog.FromContext(ctx).V(2).Info("Probed kernel features", "elapsed", time.Since(start), "features", f.String())
 	return f
+}
+
+// withoutIPv6 marks an IPv6 backend unusable because the kernel will not
+// carry IPv6, as kube-proxy then proxies IPv4 only. The backend choice,
+// made from the rules already on the node, stands.
+func withoutIPv6(t IPTables, off error) IPTables {
+	t.Usable, t.Problem = false, off.Error()
+	return t
 }
 
 // inThrowawayNetns runs probe in the Sandbox, or in place when there is none

@@ -239,3 +239,24 @@ func BenchmarkDetect(b *testing.B) {
 		}
 	}
 }
+
+// TestDetectIPv6Disabled: with IPv6 disabled in the node's namespace (as on
+// nodes booted with it off), IPv6 iptables is reported unusable, naming the
+// sysctl, and IPv4 is unaffected.
+func TestDetectIPv6Disabled(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/disable_ipv6", []byte("1"), 0o644); err != nil {
+		t.Fatalf("disabling IPv6 in the test's namespace: %v", err)
+	}
+	f := Detect(context.Background())
+	for _, b := range Backends() {
+		if got := f.IPv6.Get(b); got.Usable || !strings.Contains(got.Problem, "disable_ipv6=1") {
+			t.Errorf("%s: got %s, want unusable because IPv6 is disabled", b.Command(IPv6), got)
+		}
+	}
+	if !f.IPv4.Get(f.Backend).Usable {
+		t.Errorf("IPv4 unusable with IPv6 disabled:\n%s", f)
+	}
+}

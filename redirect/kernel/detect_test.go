@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -20,6 +21,7 @@ type fakeNode struct {
 	// genl errors for successive GenlFamily calls (last one repeats).
 	genl                 []error
 	dummy, sctp, ctrack  error
+	ipv6Off              error // IPv6Off answers it
 	dummyExistsOnce      bool
 	calls                []call
 	unshareErr           error // Do fails with it
@@ -118,6 +120,7 @@ func (n *fakeNode) DeleteLink(name string) error {
 }
 
 func (n *fakeNode) OpenSocket(domain, typ, proto int) error { return n.sctp }
+func (n *fakeNode) IPv6Off() error                          { return n.ipv6Off }
 func (n *fakeNode) ConntrackStats() error {
 	if n.ctrack == nil {
 		return nil
@@ -205,6 +208,20 @@ func TestDetectWithFakes(t *testing.T) {
 				}
 				if n.genlCalls != 1 {
 					t.Errorf("IPVS looked up %d times, want once (no modprobe needed)", n.genlCalls)
+				}
+			},
+		},
+		{
+			name: "IPv6 disabled in the kernel",
+			node: &fakeNode{ipv6Off: errors.New("IPv6 is disabled (net.ipv6.conf.all.disable_ipv6=1)")},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				for _, ipt := range []IPTables{f.IPv6.NFT, f.IPv6.Legacy} {
+					if ipt.Usable || !strings.Contains(ipt.Problem, "disable_ipv6=1") {
+						t.Errorf("IPv6 iptables = %s, want unusable naming the sysctl", ipt)
+					}
+				}
+				if !f.IPv4.NFT.Usable || f.Backend != NFT {
+					t.Errorf("IPv4 suffered from IPv6 being off:\n%s", f)
 				}
 			},
 		},

@@ -1,7 +1,10 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -23,6 +26,9 @@ type System interface {
 	// ConntrackStats asks ctnetlink for its global counters: a cheap request
 	// that fails when conntrack is not reachable over netlink.
 	ConntrackStats() error
+	// IPv6Off says why the kernel will not carry IPv6 in this network
+	// namespace (no IPv6 at all, or disabled by sysctl), nil when it will.
+	IPv6Off() error
 }
 
 // NetlinkSystem is the real System.
@@ -72,6 +78,19 @@ func (NetlinkSystem) ConntrackStats() error {
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: nl.NFNETLINK_V0})
 	if _, err := req.Execute(unix.NETLINK_NETFILTER, 0); err != nil {
 		return fmt.Errorf("ctnetlink stats request: %w", err)
+	}
+	return nil
+}
+
+// IPv6Off implements System, as kube-proxy decides whether a node can do
+// IPv6: the kernel has it (/proc/net/if_inet6) and it is not disabled.
+func (NetlinkSystem) IPv6Off() error {
+	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
+		return fmt.Errorf("the kernel has no IPv6 (%w)", err)
+	}
+	v, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/disable_ipv6")
+	if err == nil && strings.TrimSpace(string(v)) == "1" {
+		return errors.New("IPv6 is disabled (net.ipv6.conf.all.disable_ipv6=1)")
 	}
 	return nil
 }
