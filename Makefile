@@ -66,7 +66,8 @@ demo: deps
 		{ $(GO) test -count=1 -v -run '^TestDemo$$' ./bench/demo/; exit 1; }; \
 	cat $$report; rm -f $$report
 	@echo; echo "== The data-plane benchmark table (about 2-4 minutes)"
-	@$(MAKE) --no-print-directory bench-dataplane >/dev/null 2>&1 || { echo "the benchmark failed: run make bench-dataplane"; exit 1; }
+	@mkdir -p bin
+	@$(DATAPLANE_USERSPACE) >/dev/null 2>&1 || { echo "the benchmark failed: run make bench-dataplane"; exit 1; }
 	@cat $(DATAPLANE_TABLE)
 
 # Micro-benchmarks of every package, then the data-plane table (direct, DNAT,
@@ -78,6 +79,7 @@ demo: deps
 # the default sizes; KPROXY_SYNCSCALE_SIZES=100,1000,5000,10000,30000 for the
 # full table), kept in bin/syncscale-table.md.
 DATAPLANE_TABLE := $(CURDIR)/bin/dataplane-table.md
+DATAPLANE_USERSPACE = KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
 DATAPLANE_IPTABLES_TABLE := $(CURDIR)/bin/dataplane-iptables-table.md
 SYNCSCALE_TABLE := $(CURDIR)/bin/syncscale-table.md
 bench: deps tools
@@ -102,7 +104,7 @@ bench-syncscale: deps tools
 
 bench-dataplane: deps
 	@mkdir -p bin
-	KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
+	$(DATAPLANE_USERSPACE)
 	@cat $(DATAPLANE_TABLE)
 	KPROXY_DATAPLANE_KPROXY_MODE=iptables KPROXY_DATAPLANE_PATHS=direct,kproxy-iptables KPROXY_DATAPLANE_ROUNDS=3 KPROXY_BENCH_TABLE=$(DATAPLANE_IPTABLES_TABLE) \
 		$(GO) test -run '^$$' -bench DataPlane -benchtime 1x -timeout 20m ./bench/dataplane/
