@@ -44,12 +44,12 @@ func kproxyModeFromEnv() (string, error) {
 }
 
 // iptablesModeRows turns the userspace rows into the iptables mode's: the
-// rate targets become iptablesModeTarget, and the per-connection rows of a
-// proxy process go (no process holds the connections).
+// rate targets become iptablesModeTarget, and the rows of a proxy process
+// go (no process holds the connections).
 func iptablesModeRows(rows []Row) []Row {
 	var out []Row
 	for _, r := range rows {
-		if strings.HasPrefix(r.ID, "idle-conn") {
+		if strings.HasPrefix(r.ID, "idle-conn") || strings.HasSuffix(r.ID, "-proxy-cpu") {
 			continue
 		}
 		if r.MinRatio > 0 {
@@ -201,6 +201,41 @@ func ParseProcCPU(stat string) (time.Duration, error) {
 }
 
 func clipString(s string) string { return clip([]byte(s)) }
+
+// MachineCPU is the whole machine's CPU time from /proc/stat: busy (user,
+// nice, system, irq, softirq, steal) and total (busy plus idle and iowait),
+// summed over every CPU.
+type MachineCPU struct{ Busy, Total time.Duration }
+
+// ParseMachineCPU reads the aggregate "cpu" line of /proc/stat's contents.
+func ParseMachineCPU(stat string) (MachineCPU, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return MachineCPU{}, fmt.Errorf("/proc/stat %q: want a first line \"cpu user nice system idle iowait irq softirq steal ...\"", clipString(line))
+	}
+	var ticks [8]int64
+	for i := range ticks {
+		n, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return MachineCPU{}, fmt.Errorf("/proc/stat CPU time %q: %w", f[i+1], err)
+		}
+		ticks[i] = n
+	}
+	user, nice, system, idle, iowait, irq, softirq, steal := ticks[0], ticks[1], ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7]
+	busy := user + nice + system + irq + softirq + steal
+	toDuration := func(t int64) time.Duration { return time.Duration(t) * time.Second / clockTicksPerSecond }
+	return MachineCPU{Busy: toDuration(busy), Total: toDuration(busy + idle + iowait)}, nil
+}
+
+// machineCPU reads /proc/stat, which every network namespace shares.
+func machineCPU() (MachineCPU, error) {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return MachineCPU{}, err
+	}
+	return ParseMachineCPU(string(stat))
+}
 
 // procCPU reads pid's CPU time; 0 with an error if it cannot.
 func procCPU(pid int) (time.Duration, error) {

@@ -152,3 +152,52 @@ func TestTableExtraColumns(t *testing.T) {
 		}
 	}
 }
+
+func TestParseMachineCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stat    string
+		want    MachineCPU
+		wantErr bool
+	}{
+		{name: "two CPUs", stat: "cpu  100 5 50 800 20 3 7 2 0 0\ncpu0 50 2 25 400 10 1 3 1 0 0\nintr 1\n",
+			want: MachineCPU{Busy: 1670 * time.Millisecond, Total: 9870 * time.Millisecond}},
+		{name: "only the aggregate line", stat: "cpu 1 0 1 2 0 0 0 0",
+			want: MachineCPU{Busy: 20 * time.Millisecond, Total: 40 * time.Millisecond}},
+		{name: "per-CPU line first", stat: "cpu0 1 0 1 2 0 0 0 0\n", wantErr: true},
+		{name: "too few fields", stat: "cpu 1 2 3 4\n", wantErr: true},
+		{name: "not a number", stat: "cpu 1 x 3 4 5 6 7 8\n", wantErr: true},
+		{name: "empty", stat: "", wantErr: true},
+	} {
+		got, err := ParseMachineCPU(tc.stat)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("%s: ParseMachineCPU = %+v, %v; want %+v (error %v)", tc.name, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestIPTablesModeRows(t *testing.T) {
+	got := map[string]Row{}
+	for _, r := range iptablesModeRows(rows(100)) {
+		got[r.ID] = r
+	}
+	for _, tc := range []struct {
+		id       string
+		kept     bool
+		minRatio float64
+	}{
+		{id: "bulk-1-stream", kept: true, minRatio: iptablesModeTarget},
+		{id: "keepalive-p99", kept: true},
+		{id: "udp-rate", kept: true, minRatio: iptablesModeTarget},
+		{id: "udp-machine-cpu", kept: true},
+		{id: "udp-proxy-cpu"},
+		{id: "keepalive-proxy-cpu"},
+		{id: "idle-conn-rss"},
+		{id: "idle-conn-fds"},
+	} {
+		r, ok := got[tc.id]
+		if ok != tc.kept || r.MinRatio != tc.minRatio {
+			t.Errorf("row %s: kept %v with MinRatio %v; want kept %v with %v", tc.id, ok, r.MinRatio, tc.kept, tc.minRatio)
+		}
+	}
+}

@@ -14,6 +14,8 @@ type IperfResult struct {
 	// ReceivedBitsPerSecond is the receiver's rate over the whole test:
 	// bytes that arrived, not bytes the sender queued.
 	ReceivedBitsPerSecond float64
+	// ReceivedBytes is what arrived over the whole test.
+	ReceivedBytes int64
 	// Retransmits over all streams (TCP only).
 	Retransmits int
 	Streams     int
@@ -50,6 +52,7 @@ func ParseIperf3JSON(out []byte) (IperfResult, error) {
 	}
 	return IperfResult{
 		ReceivedBitsPerSecond: doc.End.SumReceived.BitsPerSecond,
+		ReceivedBytes:         doc.End.SumReceived.Bytes,
 		Retransmits:           doc.End.SumSent.Retransmits,
 		Streams:               doc.Start.TestStart.NumStreams,
 	}, nil

@@ -84,7 +84,7 @@ func TestParseIperf3JSON(t *testing.T) {
 			out: `{"start":{"test_start":{"protocol":"TCP","num_streams":8}},"intervals":[],
 			       "end":{"sum_sent":{"bytes":1000,"bits_per_second":2.1e10,"retransmits":42},
 			              "sum_received":{"bytes":990,"bits_per_second":2.0e10}}}`,
-			want: IperfResult{ReceivedBitsPerSecond: 2.0e10, Retransmits: 42, Streams: 8}},
+			want: IperfResult{ReceivedBitsPerSecond: 2.0e10, ReceivedBytes: 990, Retransmits: 42, Streams: 8}},
 		{name: "iperf3 error", out: `{"start":{},"intervals":[],"end":{},"error":"error - unable to connect to server: Connection refused"}`,
 			wantErr: "unable to connect to server"},
 		{name: "nothing received", out: `{"start":{"test_start":{"num_streams":1}},"end":{"sum_received":{"bytes":0,"bits_per_second":0}}}`,
