@@ -175,29 +175,35 @@ func (r *roundValues) report(ref Path) string {
 // (100 on every Linux architecture Go supports).
 const clockTicksPerSecond = 100
 
-// ParseProcCPU returns the CPU time (user + system, all threads) from the
-// contents of /proc/<pid>/stat.
-func ParseProcCPU(stat string) (time.Duration, error) {
+// ProcCPU is a process's CPU time, all threads: in user space and in the
+// kernel on its behalf.
+type ProcCPU struct{ User, System time.Duration }
+
+// Total is user plus system time.
+func (c ProcCPU) Total() time.Duration { return c.User + c.System }
+
+// ParseProcCPU reads the CPU times from the contents of /proc/<pid>/stat.
+func ParseProcCPU(stat string) (ProcCPU, error) {
 	// The command name, in parentheses, may itself hold spaces and
 	// parentheses: fields are counted from the last ')'.
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/<pid>/stat %q: no command name", clipString(stat))
+		return ProcCPU{}, fmt.Errorf("/proc/<pid>/stat %q: no command name", clipString(stat))
 	}
 	f := strings.Fields(stat[i+1:])
 	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/<pid>/stat %q: too few fields", clipString(stat))
+		return ProcCPU{}, fmt.Errorf("/proc/<pid>/stat %q: too few fields", clipString(stat))
 	}
-	var ticks int64
-	for _, s := range f[11:13] {
+	var ticks [2]time.Duration
+	for j, s := range f[11:13] {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/<pid>/stat CPU time %q: %w", s, err)
+			return ProcCPU{}, fmt.Errorf("/proc/<pid>/stat CPU time %q: %w", s, err)
 		}
-		ticks += n
+		ticks[j] = time.Duration(n) * time.Second / clockTicksPerSecond
 	}
-	return time.Duration(ticks) * time.Second / clockTicksPerSecond, nil
+	return ProcCPU{User: ticks[0], System: ticks[1]}, nil
 }
 
 func clipString(s string) string { return clip([]byte(s)) }
@@ -237,11 +243,11 @@ func machineCPU() (MachineCPU, error) {
 	return ParseMachineCPU(string(stat))
 }
 
-// procCPU reads pid's CPU time; 0 with an error if it cannot.
-func procCPU(pid int) (time.Duration, error) {
+// procCPU reads pid's CPU time.
+func procCPU(pid int) (ProcCPU, error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return ProcCPU{}, err
 	}
 	return ParseProcCPU(string(stat))
 }

@@ -119,13 +119,13 @@ func TestParseProcCPU(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		stat    string
-		want    time.Duration
+		want    ProcCPU
 		wantErr bool
 	}{
 		{name: "process", stat: "1234 (kproxy) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 100 0",
-			want: 3 * time.Second},
+			want: ProcCPU{User: 2500 * time.Millisecond, System: 500 * time.Millisecond}},
 		{name: "command with spaces and parentheses", stat: "7 (a (b) c) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 0",
-			want: 30 * time.Millisecond},
+			want: ProcCPU{User: 10 * time.Millisecond, System: 20 * time.Millisecond}},
 		{name: "no command", stat: "1234 S 1", wantErr: true},
 		{name: "truncated", stat: "1 (x) S 1 2 3", wantErr: true},
 		{name: "not a number", stat: "1 (x) S 1 1 1 0 -1 0 0 0 0 0 x 2 0 0 20 0 1 0 5 0", wantErr: true},

@@ -12,20 +12,25 @@ import (
 // whatever else runs; CPU per request moves much less.
 type cpuMeter struct {
 	p             *dataPath
-	proxyBefore   time.Duration // -1: no proxy, or unreadable
+	proxyBefore   ProcCPU
+	proxyOK       bool // the path has a proxy process whose times read
 	machineBefore MachineCPU
 	machineErr    error
 }
 
 func startCPU(p *dataPath) *cpuMeter {
-	m := &cpuMeter{p: p, proxyBefore: proxyCPU(p)}
+	m := &cpuMeter{p: p}
+	m.proxyBefore, m.proxyOK = proxyCPU(p)
 	m.machineBefore, m.machineErr = machineCPU()
 	return m
 }
 
 // record reports, for the work the run did (requests, or gigabytes when
 // perGB), row+"-proxy-cpu" and row+"-machine-cpu" per unit (µs per request
-// or ms per GB), and row+"-busy", the machine's busy share of the run.
+// or ms per GB), row+"-proxy-user", the share of the proxy's time spent in
+// user space (the rest is the kernel's work on its system calls, which a
+// better-written proxy could only avoid by making fewer), and row+"-busy",
+// the machine's busy share of the run.
 func (m *cpuMeter) record(record func(string, float64, string), row string, work float64, perGB bool) {
 	if work <= 0 {
 		return
@@ -34,9 +39,11 @@ func (m *cpuMeter) record(record func(string, float64, string), row string, work
 	if perGB {
 		unit, scale = "ms/GB", float64(time.Millisecond)
 	}
-	if m.proxyBefore >= 0 {
-		if now := proxyCPU(m.p); now >= m.proxyBefore {
-			record(row+"-proxy-cpu", float64(now-m.proxyBefore)/scale/work, "proxy-cpu-"+unit)
+	if now, ok := proxyCPU(m.p); ok && m.proxyOK {
+		used := ProcCPU{User: now.User - m.proxyBefore.User, System: now.System - m.proxyBefore.System}
+		if used.Total() > 0 {
+			record(row+"-proxy-cpu", float64(used.Total())/scale/work, "proxy-cpu-"+unit)
+			record(row+"-proxy-user", 100*float64(used.User)/float64(used.Total()), "proxy-user-%")
 		}
 	}
 	after, err := machineCPU()

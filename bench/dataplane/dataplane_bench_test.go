@@ -277,6 +277,9 @@ func (bn *bench) eachPath(b *testing.B, group string, m measurement) {
 		if cost, ok := strings.CutSuffix(v.row, "-busy"); ok {
 			bn.table.Annotate(cost+"-machine-cpu", v.path, fmt.Sprintf("busy %.0f%%", v.value))
 		}
+		if cost, ok := strings.CutSuffix(v.row, "-proxy-user"); ok {
+			bn.table.Annotate(cost+"-proxy-cpu", v.path, fmt.Sprintf("user %.0f%%", v.value))
+		}
 	}
 	if cmp.rounds > 1 {
 		// Printed, like the table: a benchmark's log does not reach the
@@ -429,7 +432,7 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 	bn.table.Notes = []string{
 		fmt.Sprintf("Lab: client → node → one backend (backend-1: nginx, iperf3 -s, a Go UDP echo) over veth and a bridge, MTU 1500; every path uses the same backend. %d cores shared by client, proxies and servers.", runtime.NumCPU()),
 		fmt.Sprintf("iperf3 and wrk runs last %d s each; wrk: %d connections, %d threads, GET / (a 10-byte body); new connections with `Connection: close`. UDP: a Go client, %d flows, one %d-byte datagram outstanding per flow, %v.", runSeconds, wrkConns, wrkThreads, udpFlows, udpPayload, udpDuration),
-		"CPU rows: machine CPU is every process's and the kernel's CPU time during the run (/proc/stat; busy share of both cores in brackets), per request or per GB received, with its ratio to DNAT's; proxy process CPU is the proxy's own (user + system). With the machine busy, a path's rate as a share of DNAT's cannot exceed DNAT's machine CPU per request over the path's.",
+		"CPU rows: machine CPU is every process's and the kernel's CPU time during the run (/proc/stat; busy share of both cores in brackets), per request or per GB received, with its ratio to DNAT's; proxy process CPU is the proxy's own, user + system (the user-space share in brackets; the rest is the kernel working on its system calls). With the machine busy, a path's rate as a share of DNAT's cannot exceed DNAT's machine CPU per request over the path's.",
 		fmt.Sprintf("RSS: VmRSS of the proxy process with %d idle keep-alive connections (one request each, then idle) minus VmRSS before, divided by %d. Percentages are of the iptables DNAT path in this run.", bn.idleConns, bn.idleConns),
 		"The Go io.Copy relay and HAProxy sit behind the same kind of REDIRECT rule kproxy writes (plus its conntrack --ctstate DNAT guard); HAProxy has no UDP.",
 	}
@@ -980,16 +983,14 @@ func countFDs(b *testing.B, pid int) int {
 	return len(entries)
 }
 
-// proxyCPU is the CPU time the path's proxy process used so far, or -1.
-func proxyCPU(p *dataPath) time.Duration {
+// proxyCPU is the CPU time the path's proxy process used so far; false
+// when the path has no proxy process or its times cannot be read.
+func proxyCPU(p *dataPath) (ProcCPU, bool) {
 	if p.proxy == nil {
-		return -1
+		return ProcCPU{}, false
 	}
 	cpu, err := procCPU(p.proxy.Pid())
-	if err != nil {
-		return -1
-	}
-	return cpu
+	return cpu, err == nil
 }
 
 func waitFor(timeout time.Duration, cond func() bool) bool {
