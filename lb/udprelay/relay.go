@@ -14,23 +14,25 @@
 // about two system calls per datagram pair instead of the six or more of a
 // goroutine-per-flow relay parked on Go's netpoller. Replies are read with
 // recvmmsg(2) too, per ready upstream socket: a short count shows the socket
-// is drained without the read that would return EAGAIN. After a busy turn
-// the loop polls a few times before parking (see spinPolls).
+// is drained without the read that would return EAGAIN. Once a turn has
+// moved everything, the loop parks on the netpoller at once.
 //
-// Measured (BenchmarkUDPRequestResponse: 64-byte request/response, 16 flows,
-// ratio to kernel DNAT in the same run, 2-core machine shared with other
-// benchmarks, runs of the variants interleaved): this loop 58-63% when the
-// machine was quiet (DNAT ~135k req/s, relay ~83k), ~50% median over all
-// runs including loaded ones; the same loop without recvmmsg replies and
-// spinning 51-63% quiet, 49% median; a naive goroutine-per-flow relay
-// ~42%. Quiet-machine throughput tops out near 83k req/s whatever the spin
-// count (5 to 200), because both cores are busy: the relay adds two
-// loopback sends per round trip, each doing the receiver's netfilter,
-// conntrack and wake-up work, on top of DNAT's two. A forward goroutine
+// Measured in the lab (bench/dataplane: 64-byte request/response, 16 flows,
+// 2 cores shared with the client and the echo server, which the runs keep
+// busy; interleaved runs of the variants, 2 rounds each): polling the epoll
+// set 16 more times (yielding in between) before parking, which an earlier
+// loopback benchmark had favoured, cost 41 µs of machine CPU per request
+// against 32-34 µs without, and 37-40% of DNAT's rate against 43-52%: the
+// yields took CPU the client and the echo server needed. Without it the
+// relay needs 14.4-15.6 µs of its own CPU per request, a goroutine-per-flow
+// io.Copy relay 17.7-19.0 µs. Making the loop's calls with RawSyscall
+// (sys_linux.go) saved a further ~5% of its CPU. A forward goroutine
 // (recvmmsg, write upstream) plus a reply goroutine (epoll, recvmmsg,
-// sendmmsg) was tried and dropped: ~40k req/s (30-40%) on a quiet machine,
-// as every datagram pair then costs two parks and wake-ups instead of one;
-// it only drew level when other load already held both cores.
+// sendmmsg) was tried and dropped: every datagram pair then costs two
+// parks and wake-ups instead of one (30-40% of DNAT). The rest of a
+// request's cost is the kernel's: the relay adds two local deliveries and
+// two sends per round trip, each doing netfilter, conntrack and the
+// receiver's wake-up, to DNAT's forwarding.
 //
 // Open-relay protection is not done here: for UDP the original destination
 // of a REDIRECTed datagram cannot be read from the socket
@@ -47,7 +49,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,14 +79,6 @@ const (
 	// maxReadsPerEvent bounds how many replies one upstream socket may
 	// deliver per loop turn, so one chatty endpoint cannot starve the rest.
 	maxReadsPerEvent = 64
-	// spinPolls is how many times a relay that just moved datagrams polls
-	// its epoll set (yielding the processor in between) before parking.
-	// Datagrams of a busy relay arrive microseconds apart; parking and
-	// being woken costs the relay a netpoller round and the sender a
-	// wake-up inside its sendto. An idle relay never spins: only a turn
-	// that handled events arms it. 5 to 200 measured alike; see the
-	// package doc.
-	spinPolls = 16
 )
 
 // Config configures a Relay.
@@ -123,7 +116,6 @@ type Relay struct {
 	epollRC   syscall.RawConn
 	waitFn    func(fd uintptr) bool
 	ready     int
-	spin      int // polls left before parking: spinPolls after a busy turn, else 0
 	waitErr   error
 	wakeFD    int // eventfd: Close, context cancellation and requests
 	idle      int64
@@ -406,10 +398,6 @@ func (r *Relay) loop() error {
 		}
 		r.flushReplies()
 		r.expire(now)
-		r.spin = 0
-		if n > 0 {
-			r.spin = spinPolls
-		}
 	}
 }
 
@@ -431,17 +419,6 @@ func (r *Relay) wait(deadline *time.Time) (int, error) {
 		*deadline = want
 	}
 	r.ready, r.waitErr = 0, nil
-	if r.spin > 0 {
-		// Traffic just flowed: the next datagram is likely microseconds
-		// away, so poll a little (yielding to other goroutines) before
-		// paying for a park and a wake-up.
-		for range r.spin {
-			if r.pollEvents(uintptr(r.epollFD)) {
-				return r.ready, r.waitErr
-			}
-			runtime.Gosched()
-		}
-	}
 	if err := r.epollRC.Read(r.waitFn); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return 0, nil
@@ -454,7 +431,7 @@ func (r *Relay) wait(deadline *time.Time) (int, error) {
 // pollEvents collects ready events without blocking; returning false parks
 // the goroutine until the epoll set becomes readable.
 func (r *Relay) pollEvents(fd uintptr) bool {
-	n, err := unix.EpollWait(int(fd), r.events, 0)
+	n, err := pollNow(int(fd), r.events)
 	if errors.Is(err, unix.EINTR) {
 		return false
 	}
@@ -517,7 +494,7 @@ func (r *Relay) readClients(now int64) {
 			}
 		}
 		r.flows.touch(f, now)
-		if _, err := unix.Write(f.fd, b.bufs[i][:h.len]); err != nil {
+		if err := send(f.fd, b.bufs[i][:h.len]); err != nil {
 			r.sendFailed(f, err)
 			continue
 		}
