@@ -9,11 +9,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
-// boot runs UML until it powers off (or ctx ends), streaming the guest's
-// two program consoles to stdout and stderr.
-func boot(ctx context.Context, kernel string, args []string, runDir string, stdout, stderr io.Writer) error {
+const (
+	// defaultHaltGrace is how long UML gets to exit once the guest has
+	// reported its result. Rarely, UML 6.1 prints "reboot: System halted"
+	// and then spins at full CPU instead of exiting (seen once in CI, which
+	// then hung until the test binary's timeout); the result is already on
+	// the host by then, so UML is killed and the run ends normally.
+	defaultHaltGrace = 10 * time.Second
+	// resultPollInterval is how often the host looks for the result.
+	resultPollInterval = 200 * time.Millisecond
+)
+
+// boot runs UML until it powers off (or ctx ends, or it outstays haltGrace
+// after reported says the guest's result is in), streaming the guest's two
+// program consoles to stdout and stderr.
+func boot(ctx context.Context, kernel string, args []string, runDir string, stdout, stderr io.Writer,
+	reported func() bool, haltGrace time.Duration) error {
 	console, err := os.Create(filepath.Join(runDir, "console.log"))
 	if err != nil {
 		return fmt.Errorf("creating the guest console log: %w", err)
@@ -58,11 +72,26 @@ func boot(ctx context.Context, kernel string, args []string, runDir string, stdo
 	go func() { exited <- cmd.Wait() }()
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-		runErr = fmt.Errorf("guest run stopped (%w): UML killed", context.Cause(ctx))
-	case <-exited:
-		exited = nil
+	poll := time.NewTicker(resultPollInterval)
+	defer poll.Stop()
+	var halting <-chan time.Time
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			runErr = fmt.Errorf("guest run stopped (%w): UML killed", context.Cause(ctx))
+			break wait
+		case <-exited:
+			exited = nil
+			break wait
+		case <-poll.C:
+			if halting == nil && reported() {
+				halting = time.After(haltGrace)
+			}
+		case <-halting:
+			fmt.Fprintf(umlLog, "kproxy guest host: UML still running %v after the guest reported its result; killed\n", haltGrace)
+			break wait
+		}
 	}
 	// Also after a normal power-off: nothing of the tree may outlive Run.
 	if err := killGroup(cmd.Process.Pid, killWait); err != nil {

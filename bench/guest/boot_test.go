@@ -316,3 +316,47 @@ func TestDefaultModulesExist(t *testing.T) {
 		}
 	}
 }
+
+// TestRunEndsAGuestThatHangsAfterReporting stands a shell script in for the
+// kernel, to reproduce a UML that reports the program's result and then
+// never exits (seen once: spinning after "reboot: System halted"). Run must
+// kill it once haltGrace has passed and return the result; a guest that has
+// not finished writing its result is waited for until the context ends.
+func TestRunEndsAGuestThatHangsAfterReporting(t *testing.T) {
+	requireUML(t) // Run checks the guest's tools before it boots
+	for _, tc := range []struct {
+		name     string
+		result   string // what the stand-in writes to its exit-code file
+		wantCode int
+		wantErr  string
+	}{
+		{name: "result written", result: `7\n`, wantCode: 7},
+		{name: "result incomplete", result: `7`, wantCode: -1, wantErr: "guest run stopped (context deadline exceeded)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kernel := filepath.Join(t.TempDir(), "hanging-kernel")
+			script := `#!/bin/sh
+for a in "$@"; do case "$a" in ` + envSharedDir + `=*) shared="${a#*=}";; esac; done
+printf '` + tc.result + `' > "$shared/` + exitCodeFile + `"
+exec sleep 600
+`
+			if err := os.WriteFile(kernel, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cfg, _, _ := bootConfig(t, "unused")
+			cfg.Kernel, cfg.haltGrace = kernel, 300*time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			start := time.Now()
+			code, err := Run(ctx, cfg, []string{"/bin/true"})
+			if code != tc.wantCode || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("Run = %d, %v; want %d and an error saying %q", code, err, tc.wantCode, tc.wantErr)
+			}
+			if tc.wantErr == "" && time.Since(start) > 2*time.Second {
+				t.Errorf("Run took %v, want about haltGrace (%v) after the result", time.Since(start), cfg.haltGrace)
+			}
+			checkNothingLeft(t, cfg)
+		})
+	}
+}

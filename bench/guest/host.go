@@ -45,6 +45,9 @@ type Config struct {
 	// KeepRunDir leaves the per-run directory (console.log, uml.log, the
 	// shared files) in place for debugging; Run names it in its error.
 	KeepRunDir bool
+
+	// haltGrace replaces defaultHaltGrace (tests).
+	haltGrace time.Duration
 }
 
 // Run boots the guest, runs argv[0] with argv[1:] there and returns its
@@ -92,7 +95,8 @@ func Run(ctx context.Context, cfg Config, argv []string) (code int, err error) {
 	if err := writeSpec(paths.SharedDir, spec); err != nil {
 		return -1, err
 	}
-	if err := boot(ctx, kernel, args, runDir, cfg.Stdout, cfg.Stderr); err != nil {
+	reported := func() bool { return resultReported(paths.SharedDir) }
+	if err := boot(ctx, kernel, args, runDir, cfg.Stdout, cfg.Stderr, reported, cfg.haltGrace); err != nil {
 		return -1, withLogs(err, runDir)
 	}
 	code, err = readResult(paths.SharedDir)
@@ -114,6 +118,9 @@ func withDefaults(cfg Config) (Config, error) {
 	}
 	if cfg.Mem == "" {
 		cfg.Mem = DefaultMem
+	}
+	if cfg.haltGrace == 0 {
+		cfg.haltGrace = defaultHaltGrace
 	}
 	if cfg.TempDir == "" {
 		cfg.TempDir = os.TempDir()

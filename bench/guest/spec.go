@@ -91,6 +91,17 @@ func writeResult(sharedDir string, code int, initErr error) error {
 	return f.Close()
 }
 
+// resultReported says whether the guest has written its result whole
+// (writeResult ends it with a newline), so the host may stop waiting for it.
+func resultReported(sharedDir string) bool {
+	for _, name := range []string{exitCodeFile, initErrorFile} {
+		if data, err := os.ReadFile(filepath.Join(sharedDir, name)); err == nil && strings.HasSuffix(string(data), "\n") {
+			return true
+		}
+	}
+	return false
+}
+
 // readResult returns the program's exit code, or an error saying why the
 // guest did not report one.
 func readResult(sharedDir string) (int, error) {

@@ -107,3 +107,28 @@ func TestWithLogsQuotesTheEnds(t *testing.T) {
 		t.Error("withLogs quoted a log that does not exist")
 	}
 }
+
+func TestResultReported(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  bool
+	}{
+		{name: "nothing yet", want: false},
+		{name: "exit code being written", files: map[string]string{exitCodeFile: "1"}, want: false},
+		{name: "empty exit code file", files: map[string]string{exitCodeFile: ""}, want: false},
+		{name: "exit code written", files: map[string]string{exitCodeFile: "0\n"}, want: true},
+		{name: "init error written", files: map[string]string{initErrorFile: "mounting /proc: EPERM\n"}, want: true},
+		{name: "unrelated file", files: map[string]string{specFile: "{}\n"}, want: false},
+	} {
+		dir := t.TempDir()
+		for name, content := range tc.files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := resultReported(dir); got != tc.want {
+			t.Errorf("%s: resultReported = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
