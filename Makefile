@@ -25,18 +25,25 @@ deps:
 K8S_VERSION := v1.36.3
 K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36
+PROGRESS := $(CURDIR)/.ci/progress
 tools: deps
-	cd bench/tools && $(GO) build -ldflags "$(K8S_LDFLAGS)" -o bin/ \
+	@cd bench/tools && $(PROGRESS) "make tools: building kube-apiserver, kube-proxy, etcd and ipvsref from the Go module proxy" \
+		"about 11 minutes on 2 cores the first time, seconds once the Go build cache has them" \
+		$(GO) build -ldflags "$(K8S_LDFLAGS)" -o bin/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd ./ipvsref
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
-# real kube-apiserver + etcd tests. Needs root.
+# real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes
+# bench/programs check that every program .ci/programs lists is installed.
+RACE_PKGS := ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
 test: deps tools build
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
-	$(MAKE) --no-print-directory test-guest
+	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
+	@KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test ./...: unit, kernel (network namespaces) and end-to-end tests" \
+		"about 12 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(PROGRESS) "go test -race on the sync packages" "about 3 minutes" \
+		$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	@$(MAKE) --no-print-directory test-guest
 
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
@@ -49,9 +56,10 @@ GUEST_TMPDIR ?= /var/tmp
 GUEST_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination|TestIPVSStartup|TestDualStack|TestUDPEndpointRemoval|TestConntrackEndpointRemovalOnEveryDestination)$$
 test-guest: deps tools build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
-	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
-	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) \
-		-exec $(CURDIR)/bin/guest-exec -run '$(GUEST_E2E_CASES)' ./bench/e2e/
+	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel tests (user-mode-linux: IPVS, SCTP)" "about 4 minutes" \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
+	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel" "about 4 minutes" \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '$(GUEST_E2E_CASES)' ./bench/e2e/
 
 # Unit tests only (no root needed; kernel tests skip).
 unit:

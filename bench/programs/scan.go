@@ -1,0 +1,985 @@
+package programs
+
+import (
+	"fmt"
+	"go/ast"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+	"golang.org/x/tools/go/types/typeutil"
+)
+
+// Site is one place in the code that starts (or looks up) a program.
+type Site struct {
+	Pos  token.Position
+	Func string // the enclosing function, for messages
+	Expr string // the source of the program expression
+	// Programs are the names the expression can take; empty when the scan
+	// could not tell (Unresolved says why).
+	Programs   []string
+	Unresolved string
+}
+
+func (s Site) String() string {
+	if s.Unresolved != "" {
+		return fmt.Sprintf("%s: in %s: cannot tell which program %s runs: %s", s.Pos, s.Func, s.Expr, s.Unresolved)
+	}
+	return fmt.Sprintf("%s: in %s: %s runs %s", s.Pos, s.Func, s.Expr, strings.Join(s.Programs, ", "))
+}
+
+// Sinks are the functions that start or look up a program, by their
+// types.Func full name, with the index of the argument naming the program.
+var Sinks = map[string]int{
+	"os/exec.Command":                0,
+	"os/exec.CommandContext":         1,
+	"os/exec.LookPath":               0,
+	"os.StartProcess":                0,
+	"syscall.Exec":                   0,
+	"syscall.ForkExec":               0,
+	"golang.org/x/sys/unix.Exec":     0,
+	"golang.org/x/sys/unix.ForkExec": 0,
+}
+
+// Producers name functions whose result is a program name the scan cannot
+// read from the source (computed from a value), by full name, with the
+// names they can return. The caller computes those from the real code.
+type Producers map[string][]string
+
+// launchers are programs that run another program named in their
+// arguments; the scan also reports the program they launch when the
+// arguments are constants.
+var launchers = map[string]func(args []string) []string{
+	"unshare": skipFlags,
+	"nsenter": skipFlags,
+	"timeout": func(args []string) []string {
+		rest := skipFlags(args)
+		if len(rest) > 0 { // the duration
+			rest = rest[1:]
+		}
+		return rest
+	},
+	"env": func(args []string) []string {
+		rest := skipFlags(args)
+		for len(rest) > 0 && strings.Contains(rest[0], "=") {
+			rest = rest[1:]
+		}
+		return rest
+	},
+	"ip": func(args []string) []string {
+		// ip [-n NS] netns exec NS PROGRAM ...
+		for i := 0; i+3 < len(args); i++ {
+			if args[i] == "netns" && args[i+1] == "exec" {
+				return args[i+3:]
+			}
+		}
+		return nil
+	},
+	"sh":   shellPrograms,
+	"bash": shellPrograms,
+}
+
+func skipFlags(args []string) []string {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		args = args[1:]
+	}
+	return args
+}
+
+// shellBuiltins are words a `sh -c` script runs without a program.
+var shellBuiltins = map[string]bool{
+	"echo": true, "exit": true, "wait": true, "cd": true, "set": true, "export": true, "exec": true,
+	"true": true, "false": true, "test": true, "[": true, "read": true, "printf": true, "trap": true,
+	"kill": true, "sleep": false, ":": true, "if": true, "then": true, "else": true, "fi": true,
+	"for": true, "do": true, "done": true, "while": true,
+}
+
+// shellPrograms returns the first word of each simple command of a
+// `sh -c SCRIPT` script, builtins left out: enough for the one-liners tests
+// write, not a shell parser. The result is one "program" that is the list.
+func shellPrograms(args []string) []string {
+	if len(args) < 2 || args[0] != "-c" {
+		return nil
+	}
+	var words []string
+	for _, cmd := range strings.FieldsFunc(args[1], func(r rune) bool { return strings.ContainsRune(";&|\n()", r) }) {
+		f := strings.Fields(cmd)
+		for len(f) > 0 && strings.Contains(f[0], "=") { // VAR=value cmd
+			f = f[1:]
+		}
+		if len(f) == 0 || shellBuiltins[f[0]] || strings.ContainsAny(f[0], `"'$`) {
+			continue
+		}
+		words = append(words, f[0])
+	}
+	return append([]string{"sh -c"}, words...)
+}
+
+// Scan loads the packages (with their tests) under dir matching patterns and
+// returns every site that starts a program, directly or through a function
+// that passes one of its parameters on as the program (found by the scan).
+func Scan(dir string, producers Producers, patterns ...string) ([]Site, error) {
+	cfg := &packages.Config{
+		Mode:  packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
+		Dir:   dir,
+		Tests: true,
+	}
+	pkgs, err := packages.Load(cfg, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", strings.Join(patterns, " "), err)
+	}
+	var errs []string
+	packages.Visit(pkgs, nil, func(p *packages.Package) {
+		for _, e := range p.Errors {
+			errs = append(errs, e.Error())
+		}
+	})
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("loading %s: %s", strings.Join(patterns, " "), strings.Join(errs, "; "))
+	}
+	s := &scanner{pkgs: pkgs, producers: producers, sinks: map[string]int{}}
+	for k, v := range Sinks {
+		s.sinks[k] = v
+	}
+	// Each pass may find new wrappers; the calls to them are sites too.
+	for {
+		before := len(s.sinks)
+		s.pass(false)
+		if len(s.sinks) == before {
+			break
+		}
+	}
+	s.pass(true)
+	sort.Slice(s.sites, func(i, j int) bool {
+		a, b := s.sites[i].Pos, s.sites[j].Pos
+		if a.Filename != b.Filename {
+			return a.Filename < b.Filename
+		}
+		return a.Offset < b.Offset
+	})
+	return s.sites, nil
+}
+
+type scanner struct {
+	pkgs      []*packages.Package
+	producers Producers
+	sinks     map[string]int // full function name → program argument index
+	// bound holds, while a variable's self-referring assignments are
+	// evaluated, the values it had before them.
+	bound map[*types.Var][]string
+	sites []Site
+	seen  map[token.Position]bool
+}
+
+// fnCtx is the function declaration a call sits in.
+type fnCtx struct {
+	pkg  *packages.Package
+	decl *ast.FuncDecl // nil in a package-level declaration
+	// scope is decl, or the package-level declaration (a function literal
+	// in a var's initializer) the call sits in.
+	scope ast.Node
+	// args resolves the caller's argument for parameter i while a callee's
+	// returns are evaluated; nil at a call site.
+	args func(i, depth int) resolution
+}
+
+func (s *scanner) pass(record bool) {
+	s.seen = map[token.Position]bool{}
+	for _, p := range s.pkgs {
+		for _, f := range p.Syntax {
+			for _, d := range f.Decls {
+				ctx := fnCtx{pkg: p, scope: d}
+				if fd, ok := d.(*ast.FuncDecl); ok {
+					ctx.decl = fd
+				}
+				ast.Inspect(d, func(n ast.Node) bool {
+					if call, ok := n.(*ast.CallExpr); ok {
+						s.call(ctx, call, record)
+					}
+					return true
+				})
+			}
+		}
+	}
+}
+
+func (s *scanner) call(ctx fnCtx, call *ast.CallExpr, record bool) {
+	callee, ok := typeutil.Callee(ctx.pkg.TypesInfo, call).(*types.Func)
+	if !ok {
+		return
+	}
+	idx, ok := s.sinks[callee.FullName()]
+	if !ok || idx >= len(call.Args) {
+		return
+	}
+	r := base(s.resolve(ctx, call.Args[idx], 0))
+	if r.param >= 0 {
+		s.addWrapper(ctx, r.param)
+		return
+	}
+	if !record {
+		return
+	}
+	pos := ctx.pkg.Fset.Position(call.Pos())
+	if s.seen[pos] {
+		return
+	}
+	s.seen[pos] = true
+	site := Site{Pos: pos, Func: ctx.name(), Expr: types.ExprString(call.Args[idx]), Unresolved: r.unresolved}
+	if r.unresolved == "" {
+		site.Programs = r.names
+		site.Programs = append(site.Programs, s.launched(ctx, callee, call, idx, r.names)...)
+	}
+	s.sites = append(s.sites, site)
+}
+
+// launched returns what a launcher in names runs, when its arguments are
+// constants given one by one.
+func (s *scanner) launched(ctx fnCtx, callee *types.Func, call *ast.CallExpr, idx int, names []string) []string {
+	if strings.HasSuffix(callee.FullName(), "LookPath") || call.Ellipsis.IsValid() {
+		return nil
+	}
+	var args []string
+	for _, a := range call.Args[idx+1:] {
+		tv := ctx.pkg.TypesInfo.Types[a]
+		if tv.Value == nil || tv.Value.Kind() != constant.String {
+			break
+		}
+		args = append(args, constant.StringVal(tv.Value))
+	}
+	var out []string
+	for _, n := range names {
+		l, ok := launchers[n]
+		if !ok {
+			continue
+		}
+		rest := l(args)
+		switch {
+		case len(rest) > 0 && rest[0] == "sh -c":
+			out = append(out, rest[1:]...)
+		case len(rest) > 0:
+			out = append(out, path.Base(rest[0]))
+		}
+	}
+	return out
+}
+
+// addWrapper records that ctx's function passes its parameter i on as a
+// program, and so do the interface methods a concrete method satisfies.
+func (s *scanner) addWrapper(ctx fnCtx, i int) {
+	if ctx.decl == nil {
+		return
+	}
+	obj, ok := ctx.pkg.TypesInfo.Defs[ctx.decl.Name].(*types.Func)
+	if !ok {
+		return
+	}
+	s.sinks[obj.FullName()] = i
+	recv := obj.Type().(*types.Signature).Recv()
+	if recv == nil {
+		return
+	}
+	for _, p := range s.pkgs {
+		scope := p.Types.Scope()
+		for _, name := range scope.Names() {
+			tn, ok := scope.Lookup(name).(*types.TypeName)
+			if !ok {
+				continue
+			}
+			iface, ok := tn.Type().Underlying().(*types.Interface)
+			if !ok {
+				continue
+			}
+			for m := 0; m < iface.NumMethods(); m++ {
+				im := iface.Method(m)
+				if im.Name() == obj.Name() && implementsByName(recv.Type(), iface) {
+					s.sinks[im.FullName()] = i
+				}
+			}
+		}
+	}
+}
+
+// implementsByName reports whether t (or *t) has every method of iface by
+// name and parameter count: package variants loaded for tests give the same
+// types distinct identities, so types.Implements would miss them.
+func implementsByName(t types.Type, iface *types.Interface) bool {
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	ms := types.NewMethodSet(types.NewPointer(t))
+	for m := 0; m < iface.NumMethods(); m++ {
+		im := iface.Method(m)
+		sel := ms.Lookup(im.Pkg(), im.Name())
+		if sel == nil {
+			sel = lookupByName(ms, im.Name())
+		}
+		if sel == nil {
+			return false
+		}
+		if sel.Type().(*types.Signature).Params().Len() != im.Type().(*types.Signature).Params().Len() {
+			return false
+		}
+	}
+	return true
+}
+
+func lookupByName(ms *types.MethodSet, name string) *types.Selection {
+	for i := 0; i < ms.Len(); i++ {
+		if ms.At(i).Obj().Name() == name {
+			return ms.At(i)
+		}
+	}
+	return nil
+}
+
+// resolution is what a program expression can be: names, or a parameter of
+// the enclosing function (param >= 0), or unresolved (a reason).
+type resolution struct {
+	names      []string
+	param      int
+	unresolved string
+}
+
+func (r resolution) ok() bool { return r.unresolved == "" && r.param < 0 }
+
+func names(n ...string) resolution { return resolution{names: n, param: -1} }
+func unresolved(format string, args ...any) resolution {
+	return resolution{param: -1, unresolved: fmt.Sprintf(format, args...)}
+}
+
+const (
+	maxDepth = 12
+	maxNames = 64
+)
+
+// cross combines every name of a with every name of b.
+func cross(a, b resolution, join func(x, y string) string) resolution {
+	if !a.ok() {
+		return a
+	}
+	if !b.ok() {
+		return b
+	}
+	var out []string
+	for _, x := range a.names {
+		for _, y := range b.names {
+			out = append(out, join(x, y))
+		}
+	}
+	if len(out) > maxNames {
+		return unresolved("more than %d possible names", maxNames)
+	}
+	return names(dedupe(out)...)
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// base is the program name of a path.
+func base(r resolution) resolution {
+	if !r.ok() {
+		return r
+	}
+	// "" is what functions return beside an error: no program.
+	var out []string
+	for _, n := range r.names {
+		if n != "" {
+			out = append(out, path.Base(n))
+		}
+	}
+	return names(dedupe(out)...)
+}
+
+func (s *scanner) resolve(ctx fnCtx, e ast.Expr, depth int) resolution {
+	if depth > maxDepth {
+		return unresolved("definitions nest too deep")
+	}
+	info := ctx.pkg.TypesInfo
+	if tv, ok := info.Types[e]; ok && tv.Value != nil && tv.Value.Kind() == constant.String {
+		return names(constant.StringVal(tv.Value))
+	}
+	switch e := e.(type) {
+	case *ast.ParenExpr:
+		return s.resolve(ctx, e.X, depth+1)
+	case *ast.BinaryExpr:
+		if e.Op != token.ADD {
+			return unresolved("a %s expression", e.Op)
+		}
+		return cross(s.resolve(ctx, e.X, depth+1), s.resolve(ctx, e.Y, depth+1), func(x, y string) string { return x + y })
+	case *ast.Ident:
+		v, ok := info.Uses[e].(*types.Var)
+		if !ok {
+			return unresolved("%s is not a variable", e.Name)
+		}
+		if vals, ok := s.bound[v]; ok {
+			return names(vals...)
+		}
+		if i := paramIndex(info, ctx.decl, v); i >= 0 {
+			if ctx.args != nil { // evaluating a callee: the caller's argument
+				return ctx.args(i, depth+1)
+			}
+			return resolution{param: i}
+		}
+		if recvVar(info, ctx.decl) == v {
+			return s.enum(v.Type(), "the receiver "+v.Name())
+		}
+		return s.resolveVar(ctx, v, depth)
+	case *ast.SelectorExpr:
+		if v, ok := info.Uses[e.Sel].(*types.Var); ok && v.IsField() {
+			return s.resolveField(v, depth)
+		}
+	case *ast.IndexExpr:
+		// cmd[0] where cmd ranges over a list of argument lists.
+		tv := info.Types[e.Index]
+		id, ok := e.X.(*ast.Ident)
+		if !ok || tv.Value == nil || tv.Value.Kind() != constant.Int {
+			break
+		}
+		i, _ := constant.Int64Val(tv.Value)
+		v, ok := info.Uses[id].(*types.Var)
+		if !ok {
+			break
+		}
+		return s.resolveVarWith(ctx, v, depth, func(el ast.Expr, d int) resolution {
+			lit, ok := el.(*ast.CompositeLit)
+			if !ok || int(i) >= len(lit.Elts) {
+				return unresolved("%s[%d] of a %s", id.Name, i, types.ExprString(el))
+			}
+			return s.resolve(ctx, lit.Elts[i], d)
+		})
+	case *ast.CallExpr:
+		if tv, ok := info.Types[e.Fun]; ok && tv.IsType() && len(e.Args) == 1 { // string(x)
+			r := s.resolve(ctx, e.Args[0], depth+1)
+			if !r.ok() {
+				return s.enum(info.TypeOf(e.Args[0]), types.ExprString(e.Args[0]))
+			}
+			return r
+		}
+		return s.resolveCall(ctx, e, depth)
+	}
+	if r := s.enum(info.TypeOf(e), types.ExprString(e)); r.ok() {
+		return r
+	}
+	return unresolved("a %T expression", e)
+}
+
+// enum returns every value of a named string type the scanner was told
+// about (Producers keyed by the type's name), or unresolved.
+func (s *scanner) enum(t types.Type, what string) resolution {
+	if n, ok := t.(*types.Named); ok && n.Obj().Pkg() != nil {
+		if vals, ok := s.producers[n.Obj().Pkg().Path()+"."+n.Obj().Name()]; ok {
+			return names(vals...)
+		}
+	}
+	return unresolved("%s can be any %s", what, t)
+}
+
+// stringFuncs are standard functions the scan evaluates over every
+// combination of their arguments' possible values.
+var stringFuncs = map[string]func(args []string) string{
+	"path/filepath.Join": func(a []string) string { return path.Join(a...) },
+	"path.Join":          func(a []string) string { return path.Join(a...) },
+	"path/filepath.Base": func(a []string) string { return path.Base(a[0]) },
+	"path/filepath.Abs":  func(a []string) string { return a[0] },
+	"strings.Replace": func(a []string) string {
+		n, err := strconv.Atoi(a[3])
+		if err != nil {
+			n = -1
+		}
+		return strings.Replace(a[0], a[1], a[2], n)
+	},
+	"strings.ReplaceAll": func(a []string) string { return strings.ReplaceAll(a[0], a[1], a[2]) },
+	"strings.TrimSuffix": func(a []string) string { return strings.TrimSuffix(a[0], a[1]) },
+}
+
+func (s *scanner) resolveCall(ctx fnCtx, call *ast.CallExpr, depth int) resolution {
+	info := ctx.pkg.TypesInfo
+	callee, _ := typeutil.Callee(info, call).(*types.Func)
+	if callee == nil {
+		return unresolved("a call of a function value")
+	}
+	name := callee.FullName()
+	if n, ok := s.producers[name]; ok {
+		return names(n...)
+	}
+	if f, ok := stringFuncs[name]; ok {
+		if call.Ellipsis.IsValid() {
+			return unresolved("%s of a slice", name)
+		}
+		// The last argument of a path join is enough: only the base counts.
+		args := call.Args
+		if strings.HasSuffix(name, ".Join") {
+			args = args[len(args)-1:]
+		}
+		combos := names("")
+		var parts []resolution
+		for _, a := range args {
+			var r resolution
+			if tv := info.Types[a]; tv.Value != nil && tv.Value.Kind() == constant.Int {
+				r = names(tv.Value.String())
+			} else {
+				r = s.resolve(ctx, a, depth+1)
+			}
+			if !r.ok() {
+				return r
+			}
+			parts = append(parts, r)
+		}
+		// Every combination, as a list joined with NUL, then evaluated.
+		for _, p := range parts {
+			combos = cross(combos, p, func(x, y string) string { return x + "\x00" + y })
+			if !combos.ok() {
+				return combos
+			}
+		}
+		var out []string
+		for _, c := range combos.names {
+			out = append(out, f(strings.Split(c, "\x00")[1:]))
+		}
+		return names(dedupe(out)...)
+	}
+	decl, declCtx := s.funcDecl(name)
+	if decl == nil {
+		return unresolved("the result of %s, which is not a known producer of program names", name)
+	}
+	// Evaluate the callee's returns, its parameters bound to this call's
+	// arguments as the caller sees them.
+	declCtx.args = func(i int, d int) resolution {
+		if i >= len(call.Args) || (call.Ellipsis.IsValid() && i >= len(call.Args)-1) {
+			return unresolved("a variadic argument of %s", name)
+		}
+		return s.resolve(ctx, call.Args[i], d)
+	}
+	out := names()
+	found := false
+	var r resolution
+	ast.Inspect(decl.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.ReturnStmt:
+			if len(n.Results) == 0 || !out.ok() {
+				return false
+			}
+			if tv := declCtx.pkg.TypesInfo.Types[n.Results[0]]; tv.Type != nil && !isString(tv.Type) {
+				return false
+			}
+			found = true
+			r = s.resolve(declCtx, n.Results[0], depth+1)
+			if !r.ok() {
+				out = r
+				return false
+			}
+			out.names = dedupe(append(out.names, r.names...))
+		}
+		return true
+	})
+	if out.ok() && !found {
+		return unresolved("%s returns no string", name)
+	}
+	if !out.ok() {
+		return unresolved("the result of %s: %s", name, out.unresolved)
+	}
+	return out
+}
+
+func isString(t types.Type) bool {
+	b, ok := t.Underlying().(*types.Basic)
+	return ok && b.Info()&types.IsString != 0
+}
+
+// funcDecl finds a function's declaration among the loaded packages.
+func (s *scanner) funcDecl(fullName string) (*ast.FuncDecl, fnCtx) {
+	for _, p := range s.pkgs {
+		for _, f := range p.Syntax {
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				if obj, ok := p.TypesInfo.Defs[fd.Name].(*types.Func); ok && obj.FullName() == fullName {
+					return fd, fnCtx{pkg: p, decl: fd, scope: fd}
+				}
+			}
+		}
+	}
+	return nil, fnCtx{}
+}
+
+// resolveVar resolves every value a local or package variable is given.
+func (s *scanner) resolveVar(ctx fnCtx, v *types.Var, depth int) resolution {
+	return s.resolveVarWith(ctx, v, depth, func(el ast.Expr, d int) resolution { return s.resolve(ctx, el, d) })
+}
+
+// resolveVarWith is resolveVar with elem resolving the elements of the lists
+// v ranges over.
+func (s *scanner) resolveVarWith(ctx fnCtx, v *types.Var, depth int, elem func(ast.Expr, int) resolution) resolution {
+	var values, appended, ranges []ast.Expr
+	var bad string
+	visit := func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.AssignStmt:
+			for i, l := range n.Lhs {
+				id, ok := l.(*ast.Ident)
+				if !ok || s.objOf(ctx, id) != v {
+					continue
+				}
+				switch {
+				case len(n.Lhs) == len(n.Rhs) && n.Tok == token.ADD_ASSIGN:
+					appended = append(appended, n.Rhs[i])
+				case len(n.Lhs) == len(n.Rhs):
+					values = append(values, n.Rhs[i])
+				case i == 0 && len(n.Rhs) == 1: // x, err := f()
+					values = append(values, n.Rhs[0])
+				default:
+					bad = "assigned from a multi-valued expression"
+				}
+			}
+		case *ast.ValueSpec:
+			for i, id := range n.Names {
+				if s.objOf(ctx, id) == v && i < len(n.Values) {
+					values = append(values, n.Values[i])
+				}
+			}
+		case *ast.RangeStmt:
+			if id, ok := n.Value.(*ast.Ident); ok && s.objOf(ctx, id) == v {
+				ranges = append(ranges, n.X)
+			}
+			if id, ok := n.Key.(*ast.Ident); ok && s.objOf(ctx, id) == v {
+				bad = "a range key"
+			}
+		}
+		return true
+	}
+	if v.Parent() == v.Pkg().Scope() { // package level: its declaration
+		for _, f := range ctx.pkg.Syntax {
+			ast.Inspect(f, visit)
+		}
+	} else {
+		ast.Inspect(ctx.scope, visit)
+	}
+	if bad != "" {
+		return unresolved("%s is %s", v.Name(), bad)
+	}
+	if len(values)+len(ranges) == 0 {
+		return unresolved("%s is never given a value the scan can see", v.Name())
+	}
+	// Values that mention v itself (x = strings.Replace(x, ...)) are
+	// evaluated last, with v standing for the values found before them.
+	out := names()
+	var selfRef []ast.Expr
+	for _, e := range values {
+		if s.mentions(ctx, e, v) {
+			selfRef = append(selfRef, e)
+			continue
+		}
+		r := s.resolve(ctx, e, depth+1)
+		if !r.ok() {
+			return s.fromParam(v, r)
+		}
+		out.names = append(out.names, r.names...)
+	}
+	for _, x := range ranges {
+		els, why := s.elems(ctx, x, depth+1)
+		if why != "" {
+			return unresolved("%s %s", v.Name(), why)
+		}
+		for _, el := range els {
+			r := elem(el, depth+1)
+			if !r.ok() {
+				return s.fromParam(v, r)
+			}
+			out.names = append(out.names, r.names...)
+		}
+	}
+	out.names = dedupe(out.names)
+	if s.bound == nil {
+		s.bound = map[*types.Var][]string{}
+	}
+	s.bound[v] = out.names
+	defer delete(s.bound, v)
+	var more []string
+	for _, e := range selfRef {
+		r := s.resolve(ctx, e, depth+1)
+		if !r.ok() {
+			return s.fromParam(v, r)
+		}
+		more = append(more, r.names...)
+	}
+	for _, e := range appended { // x += suffix
+		r := cross(out, s.resolve(ctx, e, depth+1), func(x, y string) string { return x + y })
+		if !r.ok() {
+			return s.fromParam(v, r)
+		}
+		more = append(more, r.names...)
+	}
+	out.names = dedupe(append(out.names, more...))
+	return out
+}
+
+// mentions reports whether e refers to v.
+func (s *scanner) mentions(ctx fnCtx, e ast.Expr, v *types.Var) bool {
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && s.objOf(ctx, id) == v {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// fromParam turns "a parameter" into unresolved: a variable that takes a
+// parameter's value on some paths only does not make a wrapper.
+func (s *scanner) fromParam(v *types.Var, r resolution) resolution {
+	if r.param >= 0 {
+		return unresolved("%s comes from a parameter only on some paths", v.Name())
+	}
+	return r
+}
+
+// elems returns the element expressions of a slice or array literal,
+// directly or through a variable holding one (with what append adds to it),
+// or a function returning one; why says what it could not follow.
+func (s *scanner) elems(ctx fnCtx, x ast.Expr, depth int) (els []ast.Expr, why string) {
+	if depth > maxDepth {
+		return nil, "nests too deep"
+	}
+	switch x := x.(type) {
+	case *ast.CompositeLit:
+		for _, el := range x.Elts {
+			if kv, ok := el.(*ast.KeyValueExpr); ok {
+				el = kv.Value
+			}
+			els = append(els, el)
+		}
+		return els, ""
+	case *ast.Ident:
+		v, ok := ctx.pkg.TypesInfo.Uses[x].(*types.Var)
+		if !ok {
+			return nil, "ranges over " + x.Name
+		}
+		var values []ast.Expr
+		scope := ctx.scope
+		if v.Parent() == v.Pkg().Scope() {
+			scope = nil
+		}
+		s.assignments(ctx, scope, v, func(rhs ast.Expr) { values = append(values, rhs) })
+		if len(values) == 0 {
+			return nil, "ranges over " + x.Name + ", whose value the scan cannot see"
+		}
+		for _, val := range values {
+			// x = append(x, a, b) adds a and b.
+			if call, ok := val.(*ast.CallExpr); ok && isBuiltin(ctx.pkg.TypesInfo, call.Fun, "append") {
+				for i, a := range call.Args[1:] {
+					if call.Ellipsis.IsValid() && i == len(call.Args)-2 {
+						more, why := s.elems(ctx, a, depth+1)
+						if why != "" {
+							return nil, why
+						}
+						els = append(els, more...)
+						continue
+					}
+					els = append(els, a)
+				}
+				continue
+			}
+			more, why := s.elems(ctx, val, depth+1)
+			if why != "" {
+				return nil, why
+			}
+			els = append(els, more...)
+		}
+		return els, ""
+	case *ast.CallExpr:
+		// A function whose body returns a list literal (kubeProxyTools()).
+		callee, _ := typeutil.Callee(ctx.pkg.TypesInfo, x).(*types.Func)
+		if callee == nil {
+			break
+		}
+		decl, declCtx := s.funcDecl(callee.FullName())
+		if decl == nil || len(decl.Body.List) != 1 {
+			break
+		}
+		if ret, ok := decl.Body.List[0].(*ast.ReturnStmt); ok && len(ret.Results) == 1 {
+			return s.elems(declCtx, ret.Results[0], depth+1)
+		}
+	}
+	return nil, fmt.Sprintf("ranges over a %T expression", x)
+}
+
+// assignments calls f with every value assigned to v (declarations and
+// single-valued assignments) within scope, or the whole package when nil.
+func (s *scanner) assignments(ctx fnCtx, scope ast.Node, v *types.Var, f func(rhs ast.Expr)) {
+	visit := func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.ValueSpec:
+			for i, id := range n.Names {
+				if s.objOf(ctx, id) == v && i < len(n.Values) {
+					f(n.Values[i])
+				}
+			}
+		case *ast.AssignStmt:
+			for i, l := range n.Lhs {
+				if id, ok := l.(*ast.Ident); ok && s.objOf(ctx, id) == v && len(n.Lhs) == len(n.Rhs) {
+					f(n.Rhs[i])
+				}
+			}
+		}
+		return true
+	}
+	if scope != nil {
+		ast.Inspect(scope, visit)
+		return
+	}
+	for _, file := range ctx.pkg.Syntax {
+		ast.Inspect(file, visit)
+	}
+}
+
+func isBuiltin(info *types.Info, fun ast.Expr, name string) bool {
+	id, ok := fun.(*ast.Ident)
+	if !ok {
+		return false
+	}
+	b, ok := info.Uses[id].(*types.Builtin)
+	return ok && b.Name() == name
+}
+
+// resolveField resolves every value a struct field is given anywhere in
+// the loaded packages: keyed composite literals and assignments. Fields are
+// matched by declaration position, as test variants of a package give the
+// same field distinct objects.
+func (s *scanner) resolveField(field *types.Var, depth int) resolution {
+	out := names()
+	found := false
+	for _, p := range s.pkgs {
+		info := p.TypesInfo
+		same := func(obj types.Object) bool {
+			return obj != nil && obj.Pos() == field.Pos() && obj.Name() == field.Name()
+		}
+		for _, file := range p.Syntax {
+			for _, d := range file.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				ctx := fnCtx{pkg: p, decl: fd, scope: fd}
+				ast.Inspect(fd, func(n ast.Node) bool {
+					var val ast.Expr
+					switch n := n.(type) {
+					case *ast.KeyValueExpr:
+						if id, ok := n.Key.(*ast.Ident); ok && same(info.Uses[id]) {
+							val = n.Value
+						}
+					case *ast.CompositeLit: // unkeyed: T{"IPv4", "iptables-save"}
+						t := info.TypeOf(n)
+						if t == nil || len(n.Elts) == 0 {
+							break
+						}
+						st, ok := t.Underlying().(*types.Struct)
+						if !ok || len(n.Elts) != st.NumFields() {
+							break
+						}
+						if _, keyed := n.Elts[0].(*ast.KeyValueExpr); keyed {
+							break
+						}
+						for k := 0; k < st.NumFields(); k++ {
+							if same(st.Field(k)) {
+								val = n.Elts[k]
+							}
+						}
+					case *ast.AssignStmt:
+						for i, l := range n.Lhs {
+							if sel, ok := l.(*ast.SelectorExpr); ok && same(info.Uses[sel.Sel]) && len(n.Lhs) == len(n.Rhs) {
+								val = n.Rhs[i]
+							}
+						}
+					}
+					if val == nil || !out.ok() {
+						return out.ok()
+					}
+					found = true
+					r := s.resolve(ctx, val, depth+1)
+					if r.param >= 0 {
+						r = unresolved("field %s is set from a parameter of %s", field.Name(), fd.Name.Name)
+					}
+					if !r.ok() {
+						out = r
+						return false
+					}
+					out.names = dedupe(append(out.names, r.names...))
+					return true
+				})
+			}
+		}
+	}
+	if !found {
+		return unresolved("field %s is never set where the scan can see", field.Name())
+	}
+	return out
+}
+
+func (s *scanner) objOf(ctx fnCtx, id *ast.Ident) types.Object {
+	if o := ctx.pkg.TypesInfo.Defs[id]; o != nil {
+		return o
+	}
+	return ctx.pkg.TypesInfo.Uses[id]
+}
+
+// paramIndex is v's index among decl's parameters, or -1.
+func paramIndex(info *types.Info, decl *ast.FuncDecl, v *types.Var) int {
+	if decl == nil {
+		return -1
+	}
+	i := 0
+	for _, field := range decl.Type.Params.List {
+		if len(field.Names) == 0 {
+			i++
+			continue
+		}
+		for _, n := range field.Names {
+			if info.Defs[n] == v {
+				return i
+			}
+			i++
+		}
+	}
+	return -1
+}
+
+// recvVar is decl's receiver variable, or nil.
+func recvVar(info *types.Info, decl *ast.FuncDecl) *types.Var {
+	if decl == nil || decl.Recv == nil || len(decl.Recv.List) == 0 || len(decl.Recv.List[0].Names) == 0 {
+		return nil
+	}
+	v, _ := info.Defs[decl.Recv.List[0].Names[0]].(*types.Var)
+	return v
+}
+
+// name names the function for messages.
+func (c fnCtx) name() string {
+	d := c.decl
+	if d == nil {
+		return "a package-level declaration"
+	}
+	if d.Recv == nil || len(d.Recv.List) == 0 {
+		return d.Name.Name
+	}
+	return fmt.Sprintf("(%s).%s", types.ExprString(d.Recv.List[0].Type), d.Name.Name)
+}
