@@ -496,6 +496,7 @@ var stringFuncs = map[string]func(args []string) string{
 	"path.Join":          func(a []string) string { return path.Join(a...) },
 	"path/filepath.Base": func(a []string) string { return path.Base(a[0]) },
 	"path/filepath.Abs":  func(a []string) string { return a[0] },
+	"os/exec.LookPath":   func(a []string) string { return a[0] }, // the path of the program named
 	"strings.Replace": func(a []string) string {
 		n, err := strconv.Atoi(a[3])
 		if err != nil {

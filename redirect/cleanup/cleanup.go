@@ -1,7 +1,8 @@
 // Package cleanup removes what kube-proxy's and kproxy's proxy modes leave in
 // the kernel: iptables chains and the rules jumping to them (both backends,
 // both families), ipvs mode's ipsets, kube-ipvs0 link and IPVS services, and
-// the nftables "kube-proxy" tables. Chains kubelet owns and everything
+// the nftables "kube-proxy" tables (over netlink: no nft tool needed).
+// Chains kubelet owns and everything
 // unrelated stay. Cleaning a clean node changes nothing.
 package cleanup
 
@@ -46,14 +47,16 @@ type IPVS interface {
 type Cleaner struct {
 	Runner   kernel.Runner
 	Links    Links
+	NFTables NFTables
 	OpenIPVS func() (IPVS, error)
 }
 
 // New returns a Cleaner working on the real node.
 func New() *Cleaner {
 	return &Cleaner{
-		Runner: kernel.ExecRunner{},
-		Links:  netlinkLinks{},
+		Runner:   kernel.ExecRunner{},
+		Links:    netlinkLinks{},
+		NFTables: netlinkNFTables{},
 		OpenIPVS: func() (IPVS, error) {
 			h, err := ipvs.New("")
 			if err != nil {
@@ -221,24 +224,23 @@ func (c *Cleaner) cleanIPSets(ctx context.Context, keep mode.Name) error {
 }
 
 // cleanNFTables deletes the tables of kube-proxy's nftables mode, which
-// kproxy does not implement; a node where nft cannot list tables is skipped.
+// kproxy does not implement. It speaks netlink, so a node without the nft
+// tool is cleaned too; a kernel without nf_tables has no tables to delete.
 func (c *Cleaner) cleanNFTables(ctx context.Context) error {
-	out, err := c.Runner.Run(ctx, nil, "nft", "list", "tables")
+	tables, err := c.NFTables.Tables()
 	if err != nil {
-		// No nft tool, or a kernel without nf_tables (legacy-only nodes):
-		// then there is no kube-proxy table either.
-		klog.FromContext(ctx).V(2).Info("Skipping nftables cleanup: cannot list tables", "err", err)
-		return nil
+		return err
 	}
 	var errs []error
-	for _, line := range strings.Split(string(out), "\n") {
-		fields := strings.Fields(line) // "table ip kube-proxy"
-		if len(fields) != 3 || fields[0] != "table" || fields[2] != nftTable || (fields[1] != "ip" && fields[1] != "ip6") {
+	for _, t := range tables {
+		if t.Name != nftTable || (t.Family != "ip" && t.Family != "ip6") {
 			continue
 		}
-		if _, err := c.Runner.Run(ctx, nil, "nft", "delete", "table", fields[1], nftTable); err != nil {
-			errs = append(errs, fmt.Errorf("deleting nftables table %s %s: %w", fields[1], nftTable, err))
+		if err := c.NFTables.DeleteTable(t); err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		klog.FromContext(ctx).V(2).Info("Deleted nftables table", "table", t.String())
 	}
 	return errors.Join(errs...)
 }

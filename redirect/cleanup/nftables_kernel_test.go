@@ -1,0 +1,167 @@
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/redirect/kernel"
+)
+
+// nftScript fills a namespace with tables as the nft tool writes them:
+// kube-proxy's (with chains, a map, a set and rules, as its nftables mode
+// leaves them) and others that must survive.
+const nftScript = `
+table ip kube-proxy {
+	set cluster-ips {
+		type ipv4_addr
+		elements = { 198.18.0.10 }
+	}
+	map service-ips {
+		type ipv4_addr . inet_proto . inet_service : verdict
+	}
+	chain services {
+		ip daddr . meta l4proto . th dport vmap @service-ips
+	}
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+}
+table ip6 kube-proxy {
+	chain filter-input {
+		type filter hook input priority -110; policy accept;
+	}
+}
+table inet kube-proxy {
+}
+table ip user {
+	chain c {
+	}
+}
+`
+
+func sortedTables(ts []NFTable) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestNFTablesContract runs the same cases against the kernel (netlink) and
+// the fake cleanup's unit tests use, so the fake fails as the kernel does.
+func TestNFTablesContract(t *testing.T) {
+	impls := map[string]func(t *testing.T) NFTables{
+		"kernel": func(t *testing.T) NFTables {
+			lab.Run(t, "nft", "-f", writeTemp(t, nftScript))
+			return netlinkNFTables{}
+		},
+		"fake": func(*testing.T) NFTables {
+			return &fakeNFTables{tables: []NFTable{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}, {"inet", "kube-proxy"}, {"ip", "user"}}}
+		},
+	}
+	for name, open := range impls {
+		t.Run(name, func(t *testing.T) {
+			if name == "kernel" && lab.InFreshNetns(t) {
+				return
+			}
+			n := open(t)
+			tables, err := n.Tables()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"inet kube-proxy", "ip kube-proxy", "ip user", "ip6 kube-proxy"}
+			if got := sortedTables(tables); !slices.Equal(got, want) {
+				t.Fatalf("tables %v, want %v", got, want)
+			}
+			// A table with chains, sets, maps and rules goes whole.
+			if err := n.DeleteTable(NFTable{"ip", "kube-proxy"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.DeleteTable(NFTable{"ip6", "kube-proxy"}); err != nil {
+				t.Fatal(err)
+			}
+			tables, err = n.Tables()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := sortedTables(tables), []string{"inet kube-proxy", "ip user"}; !slices.Equal(got, want) {
+				t.Fatalf("after deleting kube-proxy's tables: %v, want %v", got, want)
+			}
+			err = n.DeleteTable(NFTable{"ip", "kube-proxy"})
+			if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "table ip kube-proxy") {
+				t.Fatalf("deleting a missing table: %v, want ENOENT naming the table", err)
+			}
+		})
+	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ruleset.nft")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCleanupWithoutTheNFTTool: a node without the nft program (most have
+// none) still loses kube-proxy's nftables tables to cleanup, as cleanup
+// speaks nf_tables netlink itself.
+func TestCleanupWithoutTheNFTTool(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		t.Fatal(err) // the test itself needs it, to set the node up and look
+	}
+	lab.Run(t, nft, "-f", writeTemp(t, nftScript))
+	t.Setenv("PATH", pathWithout(t, "nft"))
+	if _, err := exec.LookPath("nft"); err == nil {
+		t.Fatal("nft is still on PATH")
+	}
+	ctx := context.Background()
+	if err := All(ctx, kernel.Detect(ctx)); err != nil {
+		t.Fatalf("cleanup without nft: %v", err)
+	}
+	got := strings.TrimSpace(lab.Run(t, nft, "list", "tables"))
+	if want := "table inet kube-proxy\ntable ip user"; got != want {
+		t.Fatalf("tables after cleanup:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// pathWithout returns a PATH of one directory linking every program on the
+// current PATH but the ones named.
+func pathWithout(t *testing.T, hide ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if slices.Contains(hide, e.Name()) {
+				continue
+			}
+			link := filepath.Join(dir, e.Name())
+			if _, err := os.Lstat(link); err == nil {
+				continue // an earlier PATH entry wins
+			}
+			if err := os.Symlink(filepath.Join(d, e.Name()), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
