@@ -1,8 +1,8 @@
 // Package cleanup removes what kube-proxy's and kproxy's proxy modes leave in
 // the kernel: iptables chains and the rules jumping to them (both backends,
 // both families), ipvs mode's ipsets, kube-ipvs0 link and IPVS services, and
-// the nftables "kube-proxy" tables (over netlink: no nft tool needed).
-// Chains kubelet owns and everything
+// the nftables "kube-proxy" tables. Sets and tables go over netlink, so only
+// the iptables tools are needed. Chains kubelet owns and everything
 // unrelated stay. Cleaning a clean node changes nothing.
 package cleanup
 
@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
@@ -47,6 +46,7 @@ type IPVS interface {
 type Cleaner struct {
 	Runner   kernel.Runner
 	Links    Links
+	IPSets   IPSets
 	NFTables NFTables
 	OpenIPVS func() (IPVS, error)
 }
@@ -56,6 +56,7 @@ func New() *Cleaner {
 	return &Cleaner{
 		Runner:   kernel.ExecRunner{},
 		Links:    netlinkLinks{},
+		IPSets:   netlinkIPSets{},
 		NFTables: netlinkNFTables{},
 		OpenIPVS: func() (IPVS, error) {
 			h, err := ipvs.New("")
@@ -108,9 +109,7 @@ func (c *Cleaner) Except(ctx context.Context, f kernel.Features, keep mode.Name)
 		}
 	}
 	// After iptables: rules matching a set keep it busy.
-	if f.IPSet.Present {
-		errs = append(errs, c.cleanIPSets(ctx, keep))
-	}
+	errs = append(errs, c.cleanIPSets(ctx, keep))
 	errs = append(errs, c.cleanNFTables(ctx))
 	err := errors.Join(errs...)
 	if err != nil {
@@ -207,18 +206,20 @@ func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam kerne
 }
 
 func (c *Cleaner) cleanIPSets(ctx context.Context, keep mode.Name) error {
-	out, err := c.Runner.Run(ctx, nil, "ipset", "list", "-n")
+	names, err := c.IPSets.Names()
 	if err != nil {
-		return fmt.Errorf("listing ipsets: %w", err)
+		return err
 	}
 	var errs []error
-	for _, name := range strings.Fields(string(out)) {
+	for _, name := range names {
 		if !removeSet(name, keep) {
 			continue
 		}
-		if _, err := c.Runner.Run(ctx, nil, "ipset", "destroy", name); err != nil {
+		if err := c.IPSets.Destroy(name); err != nil {
 			errs = append(errs, fmt.Errorf("destroying ipset %s: %w", name, err))
+			continue
 		}
+		klog.FromContext(ctx).V(2).Info("Destroyed ipset", "set", name)
 	}
 	return errors.Join(errs...)
 }

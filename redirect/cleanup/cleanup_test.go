@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/moby/ipvs"
+	"github.com/vishvananda/netlink/nl"
 
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/mode"
@@ -81,6 +82,27 @@ func (f *fakeIPVS) DelService(s *ipvs.Service) error {
 }
 func (f *fakeIPVS) Close() { f.closed = true }
 
+// fakeIPSets fails like ip_set over netlink: a set a rule still uses is
+// busy; destroying a missing set is no error (the request carries no
+// NLM_F_EXCL).
+type fakeIPSets struct {
+	sets      []string
+	busy      map[string]bool
+	destroyed []string
+}
+
+func (f *fakeIPSets) Names() ([]string, error) { return slices.Clone(f.sets), nil }
+func (f *fakeIPSets) Destroy(name string) error {
+	if f.busy[name] {
+		return ipsetError(syscall.Errno(nl.IPSET_ERR_BUSY))
+	}
+	if i := slices.Index(f.sets, name); i >= 0 {
+		f.sets = slices.Delete(f.sets, i, i+1)
+		f.destroyed = append(f.destroyed, name)
+	}
+	return nil
+}
+
 // fakeNFTables fails like nf_tables: deleting a missing table is ENOENT.
 type fakeNFTables struct {
 	tables  []NFTable
@@ -117,7 +139,11 @@ func allFeatures() kernel.Features {
 	}
 }
 
-const ipsetList = "KUBE-CLUSTER-IP\nuser-allow\nKUBE-6-LOOP-BACK\nKPROXY-PROBE\n"
+// nodeSets are the ipsets on the fake node: ipvs mode's, the probe's and a
+// user's.
+func nodeSets() []string {
+	return []string{"KUBE-CLUSTER-IP", "user-allow", "KUBE-6-LOOP-BACK", "KPROXY-PROBE"}
+}
 
 // nodeTables are the nftables tables on the fake node: kube-proxy's two,
 // an iptables-nft table and users' tables, one named kube-proxy in inet.
@@ -125,25 +151,34 @@ func nodeTables() []NFTable {
 	return []NFTable{{"ip", "nat"}, {"ip", "kube-proxy"}, {"ip6", "kube-proxy"}, {"inet", "kube-proxy"}, {"ip", "user"}}
 }
 
-func newFakes(save string) (*Cleaner, *fakeRunner, *fakeLinks, *fakeIPVS, *fakeNFTables) {
+// fakes are a Cleaner's kernel surfaces, faked.
+type fakes struct {
+	runner   *fakeRunner
+	links    *fakeLinks
+	ipvs     *fakeIPVS
+	ipsets   *fakeIPSets
+	nftables *fakeNFTables
+}
+
+func newFakes(save string) (*Cleaner, fakes) {
 	r := &fakeRunner{outputs: map[string]string{
 		"iptables-nft-save":    save,
 		"iptables-legacy-save": "",
 		"ip6tables-nft-save":   "",
-		"ipset list -n":        ipsetList,
 	}}
 	l := &fakeLinks{links: map[string]bool{"kube-ipvs0": true, "eth0": true}}
 	v := &fakeIPVS{services: []*ipvs.Service{
 		{Address: net.ParseIP("198.18.0.10"), Protocol: syscall.IPPROTO_TCP, Port: 80},
 		{FWMark: 7},
 	}}
-	n := &fakeNFTables{tables: nodeTables()}
-	c := &Cleaner{Runner: r, Links: l, NFTables: n, OpenIPVS: func() (IPVS, error) { return v, nil }}
-	return c, r, l, v, n
+	f := fakes{runner: r, links: l, ipvs: v, ipsets: &fakeIPSets{sets: nodeSets()}, nftables: &fakeNFTables{tables: nodeTables()}}
+	c := &Cleaner{Runner: r, Links: l, IPSets: f.ipsets, NFTables: f.nftables, OpenIPVS: func() (IPVS, error) { return v, nil }}
+	return c, f
 }
 
 func TestCleanerAll(t *testing.T) {
-	c, r, l, v, n := newFakes(fixture(t, "iptables-mode.save"))
+	c, f := newFakes(fixture(t, "iptables-mode.save"))
+	r, l, v, n := f.runner, f.links, f.ipvs, f.nftables
 	if err := c.All(context.Background(), allFeatures()); err != nil {
 		t.Fatalf("All: %v", err)
 	}
@@ -161,15 +196,13 @@ func TestCleanerAll(t *testing.T) {
 	if got := r.stdin["iptables-nft-restore -w 5 --noflush"]; got != want.String() {
 		t.Errorf("restore input:\n%s\nwant:\n%s", got, want.String())
 	}
-	for _, line := range []string{"ipset destroy KUBE-CLUSTER-IP", "ipset destroy KUBE-6-LOOP-BACK", "ipset destroy KPROXY-PROBE"} {
-		if !r.ran(line) {
-			t.Errorf("did not run %q; ran %q", line, r.calls)
-		}
+	if want := []string{"KUBE-CLUSTER-IP", "KUBE-6-LOOP-BACK", "KPROXY-PROBE"}; !slices.Equal(f.ipsets.destroyed, want) {
+		t.Errorf("destroyed ipsets %v, want %v (user-allow stays)", f.ipsets.destroyed, want)
 	}
 	if want := []NFTable{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}; !slices.Equal(n.deleted, want) {
 		t.Errorf("deleted nftables tables %v, want %v (kube-proxy's only)", n.deleted, want)
 	}
-	for _, line := range []string{"ipset destroy user-allow", "iptables-legacy-restore -w 5 --noflush", "ip6tables-legacy-save"} {
+	for _, line := range []string{"iptables-legacy-restore -w 5 --noflush", "ip6tables-legacy-save"} {
 		if r.ran(line) {
 			t.Errorf("ran %q, which must be left alone or is unusable", line)
 		}
@@ -177,7 +210,8 @@ func TestCleanerAll(t *testing.T) {
 }
 
 func TestCleanerExceptIPVSKeepsIPVS(t *testing.T) {
-	c, r, l, v, _ := newFakes(fixture(t, "ipvs-mode.save"))
+	c, f := newFakes(fixture(t, "ipvs-mode.save"))
+	r, l, v := f.runner, f.links, f.ipvs
 	if err := c.Except(context.Background(), allFeatures(), mode.IPVS); err != nil {
 		t.Fatalf("Except(ipvs): %v", err)
 	}
@@ -185,17 +219,18 @@ func TestCleanerExceptIPVSKeepsIPVS(t *testing.T) {
 		t.Errorf("ipvs mode's services or link removed: services=%v links=%v", v.services, l.links)
 	}
 	for _, call := range r.calls {
-		if strings.HasPrefix(call, "ipset destroy KUBE-") || strings.HasPrefix(call, "iptables-nft-restore") {
+		if strings.HasPrefix(call, "iptables-nft-restore") {
 			t.Errorf("ran %q while keeping ipvs mode", call)
 		}
 	}
-	if !r.ran("ipset destroy KPROXY-PROBE") {
-		t.Errorf("probe set not destroyed")
+	if want := []string{"KPROXY-PROBE"}; !slices.Equal(f.ipsets.destroyed, want) {
+		t.Errorf("destroyed ipsets %v while keeping ipvs mode, want only the probe's %v", f.ipsets.destroyed, want)
 	}
 }
 
 func TestCleanerLeavesForeignIPVSAlone(t *testing.T) {
-	c, _, l, v, _ := newFakes("")
+	c, f := newFakes("")
+	l, v := f.links, f.ipvs
 	delete(l.links, "kube-ipvs0")
 	if err := c.All(context.Background(), allFeatures()); err != nil {
 		t.Fatalf("All: %v", err)
@@ -206,13 +241,14 @@ func TestCleanerLeavesForeignIPVSAlone(t *testing.T) {
 }
 
 func TestCleanerCarriesOnAndNamesFailures(t *testing.T) {
-	c, r, _, v, n := newFakes(fixture(t, "iptables-mode.save"))
+	c, f := newFakes(fixture(t, "iptables-mode.save"))
+	r, v, n := f.runner, f.ipvs, f.nftables
 	v.failDel = syscall.EPERM
+	f.ipsets.busy = map[string]bool{"KUBE-CLUSTER-IP": true}
 	// Someone deleted one of kube-proxy's tables after cleanup listed them.
 	n.stale, n.tables = n.tables, []NFTable{{"ip6", "kube-proxy"}}
 	r.fail = map[string]error{
-		"iptables-nft-restore":          &kernel.CommandError{Command: "iptables-nft-restore", ExitCode: 1, Stderr: "iptables-nft-restore: line 14 failed", Err: errors.New("exit status 1")},
-		"ipset destroy KUBE-CLUSTER-IP": &kernel.CommandError{Command: "ipset destroy KUBE-CLUSTER-IP", ExitCode: 1, Stderr: "ipset v7.17: Set cannot be destroyed: it is in use by a kernel component", Err: errors.New("exit status 1")},
+		"iptables-nft-restore": &kernel.CommandError{Command: "iptables-nft-restore", ExitCode: 1, Stderr: "iptables-nft-restore: line 14 failed", Err: errors.New("exit status 1")},
 	}
 	err := c.All(context.Background(), allFeatures())
 	if err == nil {
@@ -221,7 +257,7 @@ func TestCleanerCarriesOnAndNamesFailures(t *testing.T) {
 	for _, s := range []string{
 		"deleting IPVS service 198.18.0.10:80/6", "deleting IPVS service fwmark 7", "operation not permitted",
 		"cleaning table nat with iptables-nft-restore", "line 14 failed",
-		"destroying ipset KUBE-CLUSTER-IP", "in use by a kernel component",
+		"destroying ipset KUBE-CLUSTER-IP: busy: the set is in use by a kernel component",
 		"deleting nftables table ip kube-proxy: no such file or directory",
 	} {
 		if !strings.Contains(err.Error(), s) {
@@ -232,7 +268,7 @@ func TestCleanerCarriesOnAndNamesFailures(t *testing.T) {
 	if !strings.Contains(r.stdin["iptables-nft-restore -w 5 --noflush"], "*filter") {
 		t.Errorf("filter table not cleaned after nat failed")
 	}
-	if !r.ran("ipset destroy KUBE-6-LOOP-BACK") {
+	if !slices.Contains(f.ipsets.destroyed, "KUBE-6-LOOP-BACK") {
 		t.Errorf("later ipsets not destroyed after one failed")
 	}
 }
@@ -257,7 +293,8 @@ func TestCleanerLegacyBackend(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cl, r, _, _, _ := newFakes("")
+			cl, fk := newFakes("")
+			r := fk.runner
 			r.outputs["iptables-legacy-save"] = c.legacySave
 			f := allFeatures()
 			f.IPv4.Legacy, f.IPv6.Legacy = c.legacy, c.legacy
@@ -310,11 +347,12 @@ func TestCleanerOnlyReadsWhenNothingToClean(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cl, r, l, _, n := newFakes(c.save)
+			cl, fk := newFakes(c.save)
+			r, l, n, sets := fk.runner, fk.links, fk.nftables, fk.ipsets
 			for _, s := range []string{"iptables-legacy-save", "ip6tables-nft-save", "ip6tables-legacy-save"} {
 				r.outputs[s] = c.save
 			}
-			r.outputs["ipset list -n"] = "user-allow\n"
+			sets.sets = []string{"user-allow"}
 			n.tables = []NFTable{{"ip", "user"}, {"inet", "kube-proxy"}}
 			delete(l.links, "kube-ipvs0")
 			opened := false
@@ -324,7 +362,7 @@ func TestCleanerOnlyReadsWhenNothingToClean(t *testing.T) {
 			if err := cl.All(context.Background(), f); err != nil {
 				t.Fatalf("All: %v", err)
 			}
-			reads := map[string]bool{"ipset list -n": true}
+			reads := map[string]bool{}
 			for _, fam := range kernel.Families() {
 				for _, b := range kernel.Backends() {
 					reads[b.SaveCommand(fam)] = true
@@ -340,8 +378,8 @@ func TestCleanerOnlyReadsWhenNothingToClean(t *testing.T) {
 					t.Errorf("did not read %q: leftovers there would survive", cmd)
 				}
 			}
-			if len(r.stdin) != 0 || opened || len(l.links) != 1 || len(n.deleted) != 0 {
-				t.Errorf("changed the node: restores %v, IPVS opened %t, links %v, nftables tables deleted %v", r.stdin, opened, l.links, n.deleted)
+			if len(r.stdin) != 0 || opened || len(l.links) != 1 || len(n.deleted) != 0 || len(sets.destroyed) != 0 {
+				t.Errorf("changed the node: restores %v, IPVS opened %t, links %v, nftables tables deleted %v, ipsets destroyed %v", r.stdin, opened, l.links, n.deleted, sets.destroyed)
 			}
 		})
 	}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/vishvananda/netlink/nl"
+
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
 )
@@ -114,29 +116,41 @@ func writeTemp(t *testing.T, content string) string {
 	return p
 }
 
-// TestCleanupWithoutTheNFTTool: a node without the nft program (most have
-// none) still loses kube-proxy's nftables tables to cleanup, as cleanup
-// speaks nf_tables netlink itself.
-func TestCleanupWithoutTheNFTTool(t *testing.T) {
+// TestCleanupWithoutTheNFTAndIPSetTools: a node without the nft and ipset
+// programs (most have no nft) still loses kube-proxy's nftables tables and
+// ipvs mode's sets to cleanup, which speaks netfilter netlink itself.
+func TestCleanupWithoutTheNFTAndIPSetTools(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
+	// The test itself needs the tools, to set the node up and to look.
 	nft, err := exec.LookPath("nft")
 	if err != nil {
-		t.Fatal(err) // the test itself needs it, to set the node up and look
+		t.Fatal(err)
+	}
+	ipset, err := exec.LookPath("ipset")
+	if err != nil {
+		t.Fatal(err)
 	}
 	lab.Run(t, nft, "-f", writeTemp(t, nftScript))
-	t.Setenv("PATH", pathWithout(t, "nft"))
-	if _, err := exec.LookPath("nft"); err == nil {
-		t.Fatal("nft is still on PATH")
+	lab.Run(t, ipset, "create", "KUBE-CLUSTER-IP", "hash:ip,port")
+	lab.Run(t, ipset, "create", "user-allow", "hash:net")
+	t.Setenv("PATH", pathWithout(t, "nft", "ipset"))
+	for _, hidden := range []string{"nft", "ipset"} {
+		if _, err := exec.LookPath(hidden); err == nil {
+			t.Fatalf("%s is still on PATH", hidden)
+		}
 	}
 	ctx := context.Background()
 	if err := All(ctx, kernel.Detect(ctx)); err != nil {
-		t.Fatalf("cleanup without nft: %v", err)
+		t.Fatalf("cleanup without nft and ipset: %v", err)
 	}
 	got := strings.TrimSpace(lab.Run(t, nft, "list", "tables"))
 	if want := "table inet kube-proxy\ntable ip user"; got != want {
-		t.Fatalf("tables after cleanup:\n%s\nwant:\n%s", got, want)
+		t.Errorf("tables after cleanup:\n%s\nwant:\n%s", got, want)
+	}
+	if got := strings.TrimSpace(lab.Run(t, ipset, "list", "-n")); got != "user-allow" {
+		t.Errorf("ipsets after cleanup: %q, want user-allow only", got)
 	}
 }
 
@@ -164,4 +178,53 @@ func pathWithout(t *testing.T, hide ...string) string {
 		}
 	}
 	return dir
+}
+
+// TestIPSetsContract runs the same cases against the kernel (netlink) and
+// the fake: listing, destroying, a set a rule uses (busy), a missing set.
+func TestIPSetsContract(t *testing.T) {
+	impls := map[string]func(t *testing.T) IPSets{
+		"kernel": func(t *testing.T) IPSets {
+			lab.Run(t, "ipset", "create", "KUBE-CLUSTER-IP", "hash:ip,port")
+			lab.Run(t, "ipset", "create", "user-allow", "hash:net")
+			lab.Run(t, "iptables-nft", "-A", "INPUT", "-m", "set", "--match-set", "user-allow", "src", "-j", "ACCEPT")
+			return netlinkIPSets{}
+		},
+		"fake": func(*testing.T) IPSets {
+			return &fakeIPSets{sets: []string{"KUBE-CLUSTER-IP", "user-allow"}, busy: map[string]bool{"user-allow": true}}
+		},
+	}
+	for name, open := range impls {
+		t.Run(name, func(t *testing.T) {
+			if name == "kernel" && lab.InFreshNetns(t) {
+				return
+			}
+			s := open(t)
+			names, err := s.Names()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(names)
+			if want := []string{"KUBE-CLUSTER-IP", "user-allow"}; !slices.Equal(names, want) {
+				t.Fatalf("sets %v, want %v", names, want)
+			}
+			if err := s.Destroy("KUBE-CLUSTER-IP"); err != nil {
+				t.Fatal(err)
+			}
+			var ipsetErr nl.IPSetError
+			if err := s.Destroy("user-allow"); !errors.As(err, &ipsetErr) || ipsetErr != nl.IPSET_ERR_BUSY || !strings.Contains(err.Error(), "in use") {
+				t.Fatalf("destroying a set a rule matches: %v, want IPSET_ERR_BUSY saying it is in use", err)
+			}
+			if err := s.Destroy("KUBE-CLUSTER-IP"); err != nil {
+				t.Fatalf("destroying a missing set: %v, want no error", err)
+			}
+			names, err = s.Names()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"user-allow"}; !slices.Equal(names, want) {
+				t.Fatalf("sets after destroying: %v, want %v", names, want)
+			}
+		})
+	}
 }

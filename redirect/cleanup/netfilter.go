@@ -6,9 +6,84 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
+
+// The nftables tables and ipsets cleanup removes, reached over netfilter
+// netlink rather than with the nft and ipset tools, so a node without those
+// tools is cleaned as well.
+
+// IPSets is the ipset surface cleanup needs.
+type IPSets interface {
+	// Names lists every set; none where the kernel has no ip_set.
+	Names() ([]string, error)
+	// Destroy destroys a set; a set still referenced by a rule is
+	// IPSET_ERR_BUSY (an nl.IPSetError); a missing one is no error.
+	Destroy(name string) error
+}
+
+// netlinkIPSets is the real IPSets.
+type netlinkIPSets struct{}
+
+// ipsetFlagListSetname is IPSET_FLAG_LIST_SETNAME (linux/netfilter/ipset/
+// ip_set.h): list names only, as `ipset list -n` does.
+const ipsetFlagListSetname = 1 << 1
+
+// Names asks for names only: a full listing would carry every member of
+// every set (and the netlink package logs the attributes it does not know).
+func (netlinkIPSets) Names() ([]string, error) {
+	req := nl.NewNetlinkRequest(nl.IPSET_CMD_LIST|unix.NFNL_SUBSYS_IPSET<<8, nl.GetIpsetFlags(nl.IPSET_CMD_LIST))
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_FLAGS, binary.BigEndian.AppendUint32(nil, ipsetFlagListSetname)))
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if noSubsystem(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing ipsets over netlink: %w", ipsetError(err))
+	}
+	var names []string
+	for _, msg := range msgs {
+		if len(msg) < nl.SizeofNfgenmsg {
+			continue
+		}
+		attrs, err := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
+		if err != nil {
+			return nil, fmt.Errorf("reading the kernel's list of ipsets: %w", err)
+		}
+		for _, a := range attrs {
+			if a.Attr.Type&nl.NLA_TYPE_MASK == nl.IPSET_ATTR_SETNAME {
+				names = append(names, string(trimNUL(a.Value)))
+			}
+		}
+	}
+	return names, nil
+}
+
+func (netlinkIPSets) Destroy(name string) error {
+	return ipsetError(netlink.IpsetDestroy(name))
+}
+
+// ipsetError gives ipset's private error codes their names, and the one
+// cleanup meets its cause.
+func ipsetError(err error) error {
+	var code nl.IPSetError
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &code): // the netlink package's own requests
+	case errors.As(err, &errno) && errno >= nl.IPSET_ERR_PRIVATE:
+		code = nl.IPSetError(errno)
+	default:
+		return err
+	}
+	if code == nl.IPSET_ERR_BUSY {
+		return fmt.Errorf("%w: the set is in use by a kernel component (a rule still matches it)", code)
+	}
+	return code
+}
 
 // NFTable names one nftables table.
 type NFTable struct {
@@ -49,10 +124,10 @@ func nftFamily(name string) (uint8, bool) {
 // netlinkNFTables is the real NFTables.
 type netlinkNFTables struct{}
 
-// noNFTables reports whether err means the kernel has no nf_tables to
-// ask: no nfnetlink at all, or no nf_tables subsystem behind it (and none
-// could be loaded).
-func noNFTables(err error) bool {
+// noSubsystem reports whether err means the kernel has no such netfilter
+// subsystem to ask: no nfnetlink at all (EPROTONOSUPPORT), or no nf_tables
+// or ip_set behind it that could be loaded (EINVAL, EOPNOTSUPP).
+func noSubsystem(err error) bool {
 	return errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) ||
 		errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)
 }
@@ -61,7 +136,7 @@ func (netlinkNFTables) Tables() ([]NFTable, error) {
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETTABLE, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.NFPROTO_UNSPEC, Version: nl.NFNETLINK_V0})
 	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
-	if noNFTables(err) {
+	if noSubsystem(err) {
 		return nil, nil
 	}
 	if err != nil {
