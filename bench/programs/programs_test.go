@@ -203,6 +203,7 @@ func TestScanFindsEveryKindOfSite(t *testing.T) {
 		"joined":           "kube-apiserver",
 		"replaced":         "iptables iptables-legacy",
 		"fromEnvironment":  "?",
+		"saveOf":           "?",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sites by function (-want +got):\n%s", diff)

@@ -33,9 +33,10 @@ func (s Site) String() string {
 	return fmt.Sprintf("%s: in %s: %s runs %s", s.Pos, s.Func, s.Expr, strings.Join(s.Programs, ", "))
 }
 
-// Sinks are the functions that start or look up a program, by their
+// sinks are the functions that start or look up a program, by their
 // types.Func full name, with the index of the argument naming the program.
-var Sinks = map[string]int{
+// The scan adds the functions that pass a parameter on to one of them.
+var sinks = map[string]int{
 	"os/exec.Command":                0,
 	"os/exec.CommandContext":         1,
 	"os/exec.LookPath":               0,
@@ -46,36 +47,37 @@ var Sinks = map[string]int{
 	"golang.org/x/sys/unix.ForkExec": 0,
 }
 
-// Producers name functions whose result is a program name the scan cannot
-// read from the source (computed from a value), by full name, with the
-// names they can return. The caller computes those from the real code.
+// Producers tell the scan what it cannot read from the source, by full
+// name: the program names a function returns (lab.KproxyBinary: "kproxy"),
+// or every value of a named string type (kernel.Backend: "nft", "legacy"),
+// so names computed from such values can be evaluated. The caller computes
+// them from the real code.
 type Producers map[string][]string
 
-// launchers are programs that run another program named in their
-// arguments; the scan also reports the program they launch when the
-// arguments are constants.
+// launchers are programs that run other programs named in their arguments:
+// each returns the programs its (constant) arguments launch.
 var launchers = map[string]func(args []string) []string{
-	"unshare": skipFlags,
-	"nsenter": skipFlags,
+	"unshare": func(args []string) []string { return first(skipFlags(args)) },
+	"nsenter": func(args []string) []string { return first(skipFlags(args)) },
 	"timeout": func(args []string) []string {
 		rest := skipFlags(args)
 		if len(rest) > 0 { // the duration
 			rest = rest[1:]
 		}
-		return rest
+		return first(rest)
 	},
 	"env": func(args []string) []string {
 		rest := skipFlags(args)
 		for len(rest) > 0 && strings.Contains(rest[0], "=") {
 			rest = rest[1:]
 		}
-		return rest
+		return first(rest)
 	},
 	"ip": func(args []string) []string {
 		// ip [-n NS] netns exec NS PROGRAM ...
 		for i := 0; i+3 < len(args); i++ {
 			if args[i] == "netns" && args[i+1] == "exec" {
-				return args[i+3:]
+				return first(args[i+3:])
 			}
 		}
 		return nil
@@ -91,17 +93,25 @@ func skipFlags(args []string) []string {
 	return args
 }
 
+// first is the program args start with, if any.
+func first(args []string) []string {
+	if len(args) == 0 {
+		return nil
+	}
+	return []string{path.Base(args[0])}
+}
+
 // shellBuiltins are words a `sh -c` script runs without a program.
 var shellBuiltins = map[string]bool{
 	"echo": true, "exit": true, "wait": true, "cd": true, "set": true, "export": true, "exec": true,
 	"true": true, "false": true, "test": true, "[": true, "read": true, "printf": true, "trap": true,
-	"kill": true, "sleep": false, ":": true, "if": true, "then": true, "else": true, "fi": true,
+	"kill": true, ":": true, "if": true, "then": true, "else": true, "fi": true,
 	"for": true, "do": true, "done": true, "while": true,
 }
 
 // shellPrograms returns the first word of each simple command of a
 // `sh -c SCRIPT` script, builtins left out: enough for the one-liners tests
-// write, not a shell parser. The result is one "program" that is the list.
+// write, not a shell parser.
 func shellPrograms(args []string) []string {
 	if len(args) < 2 || args[0] != "-c" {
 		return nil
@@ -115,9 +125,9 @@ func shellPrograms(args []string) []string {
 		if len(f) == 0 || shellBuiltins[f[0]] || strings.ContainsAny(f[0], `"'$`) {
 			continue
 		}
-		words = append(words, f[0])
+		words = append(words, path.Base(f[0]))
 	}
-	return append([]string{"sh -c"}, words...)
+	return words
 }
 
 // Scan loads the packages (with their tests) under dir matching patterns and
@@ -143,7 +153,7 @@ func Scan(dir string, producers Producers, patterns ...string) ([]Site, error) {
 		return nil, fmt.Errorf("loading %s: %s", strings.Join(patterns, " "), strings.Join(errs, "; "))
 	}
 	s := &scanner{pkgs: pkgs, producers: producers, sinks: map[string]int{}}
-	for k, v := range Sinks {
+	for k, v := range sinks {
 		s.sinks[k] = v
 	}
 	// Each pass may find new wrappers; the calls to them are sites too.
@@ -254,16 +264,8 @@ func (s *scanner) launched(ctx fnCtx, callee *types.Func, call *ast.CallExpr, id
 	}
 	var out []string
 	for _, n := range names {
-		l, ok := launchers[n]
-		if !ok {
-			continue
-		}
-		rest := l(args)
-		switch {
-		case len(rest) > 0 && rest[0] == "sh -c":
-			out = append(out, rest[1:]...)
-		case len(rest) > 0:
-			out = append(out, path.Base(rest[0]))
+		if launch, ok := launchers[n]; ok {
+			out = append(out, launch(args)...)
 		}
 	}
 	return out
@@ -315,10 +317,7 @@ func implementsByName(t types.Type, iface *types.Interface) bool {
 	ms := types.NewMethodSet(types.NewPointer(t))
 	for m := 0; m < iface.NumMethods(); m++ {
 		im := iface.Method(m)
-		sel := ms.Lookup(im.Pkg(), im.Name())
-		if sel == nil {
-			sel = lookupByName(ms, im.Name())
-		}
+		sel := lookupByName(ms, im.Name())
 		if sel == nil {
 			return false
 		}
@@ -358,8 +357,13 @@ const (
 	maxNames = 64
 )
 
-// cross combines every name of a with every name of b.
+// cross combines every name of a with every name of b. A name built from a
+// parameter does not make the function a wrapper: the parameter is not the
+// program.
 func cross(a, b resolution, join func(x, y string) string) resolution {
+	if a.param >= 0 || b.param >= 0 {
+		return unresolved("a name built from a parameter")
+	}
 	if !a.ok() {
 		return a
 	}
@@ -489,14 +493,16 @@ func (s *scanner) enum(t types.Type, what string) resolution {
 	return unresolved("%s can be any %s", what, t)
 }
 
+// basePreserving are standard functions whose result names the same program
+// as their (last) argument: filepath.Join(dir, "etcd") runs etcd.
+var basePreserving = map[string]bool{
+	"path/filepath.Join": true, "path.Join": true, "path/filepath.Base": true,
+	"path/filepath.Abs": true, "os/exec.LookPath": true,
+}
+
 // stringFuncs are standard functions the scan evaluates over every
 // combination of their arguments' possible values.
 var stringFuncs = map[string]func(args []string) string{
-	"path/filepath.Join": func(a []string) string { return path.Join(a...) },
-	"path.Join":          func(a []string) string { return path.Join(a...) },
-	"path/filepath.Base": func(a []string) string { return path.Base(a[0]) },
-	"path/filepath.Abs":  func(a []string) string { return a[0] },
-	"os/exec.LookPath":   func(a []string) string { return a[0] }, // the path of the program named
 	"strings.Replace": func(a []string) string {
 		n, err := strconv.Atoi(a[3])
 		if err != nil {
@@ -518,23 +524,28 @@ func (s *scanner) resolveCall(ctx fnCtx, call *ast.CallExpr, depth int) resoluti
 	if n, ok := s.producers[name]; ok {
 		return names(n...)
 	}
+	if basePreserving[name] {
+		if len(call.Args) == 0 || call.Ellipsis.IsValid() {
+			return unresolved("%s of a slice", name)
+		}
+		// With the argument a parameter, the function is a wrapper.
+		return base(s.resolve(ctx, call.Args[len(call.Args)-1], depth+1))
+	}
 	if f, ok := stringFuncs[name]; ok {
 		if call.Ellipsis.IsValid() {
 			return unresolved("%s of a slice", name)
 		}
-		// The last argument of a path join is enough: only the base counts.
-		args := call.Args
-		if strings.HasSuffix(name, ".Join") {
-			args = args[len(args)-1:]
-		}
 		combos := names("")
 		var parts []resolution
-		for _, a := range args {
+		for _, a := range call.Args {
 			var r resolution
 			if tv := info.Types[a]; tv.Value != nil && tv.Value.Kind() == constant.Int {
 				r = names(tv.Value.String())
 			} else {
 				r = s.resolve(ctx, a, depth+1)
+			}
+			if r.param >= 0 {
+				return unresolved("a name built from a parameter")
 			}
 			if !r.ok() {
 				return r

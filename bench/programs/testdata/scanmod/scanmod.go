@@ -75,3 +75,9 @@ func replaced(legacy bool) {
 }
 
 func fromEnvironment() { _ = exec.Command(os.Getenv("PROXY")).Run() }
+
+// saveOf builds the name from its parameter: not a wrapper, so the site is
+// here, and unresolved.
+func saveOf(tool string) { _ = exec.Command(tool + "-save").Run() }
+
+func callsSaveOf() { saveOf("iptables") }
