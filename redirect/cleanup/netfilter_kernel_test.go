@@ -135,7 +135,7 @@ func TestCleanupWithoutTheNFTAndIPSetTools(t *testing.T) {
 	lab.Run(t, nft, "-f", writeTemp(t, nftScript))
 	lab.Run(t, ipset, "create", "KUBE-CLUSTER-IP", "hash:ip,port")
 	lab.Run(t, ipset, "create", "user-allow", "hash:net")
-	t.Setenv("PATH", pathWithout(t, "nft", "ipset"))
+	t.Setenv("PATH", lab.PathWithout(t, "nft", "ipset"))
 	for _, hidden := range []string{"nft", "ipset"} {
 		if _, err := exec.LookPath(hidden); err == nil {
 			t.Fatalf("%s is still on PATH", hidden)
@@ -152,32 +152,6 @@ func TestCleanupWithoutTheNFTAndIPSetTools(t *testing.T) {
 	if got := strings.TrimSpace(lab.Run(t, ipset, "list", "-n")); got != "user-allow" {
 		t.Errorf("ipsets after cleanup: %q, want user-allow only", got)
 	}
-}
-
-// pathWithout returns a PATH of one directory linking every program on the
-// current PATH but the ones named.
-func pathWithout(t *testing.T, hide ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if slices.Contains(hide, e.Name()) {
-				continue
-			}
-			link := filepath.Join(dir, e.Name())
-			if _, err := os.Lstat(link); err == nil {
-				continue // an earlier PATH entry wins
-			}
-			if err := os.Symlink(filepath.Join(d, e.Name()), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return dir
 }
 
 // TestIPSetsContract runs the same cases against the kernel (netlink) and
