@@ -38,9 +38,7 @@ func (l *e2eLab) allRules(t *testing.T) string {
 
 func TestCleanupRestoresTables(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		l := newLab(t, m, func(backends []string) string {
-			return coreServices{backends: backends, stickyTimeout: 60}.render()
-		})
+		l := newLab(t, m, coreLab)
 		if l == nil {
 			return
 		}

@@ -58,11 +58,15 @@ func (c coreServices) render() string {
 	return docs(parts...)
 }
 
-// startCoreLab starts the lab on the core services file with a one-minute
-// affinity timeout, running kproxy with extraArgs added.
+// coreLab renders the core services file with a one-minute affinity
+// timeout.
+func coreLab(backends []string) string {
+	return coreServices{backends: backends, stickyTimeout: 60}.render()
+}
+
+// startCoreLab starts the lab on the core services file (coreLab), running
+// kproxy with extraArgs added.
 func startCoreLab(t *testing.T, m proxyMode, extraArgs ...string) *e2eLab {
 	t.Helper()
-	return startLab(t, m, func(backends []string) string {
-		return coreServices{backends: backends, stickyTimeout: 60}.render()
-	}, extraArgs...)
+	return startLab(t, m, coreLab, extraArgs...)
 }

@@ -122,10 +122,7 @@ func counter(t *testing.T, name string) float64 {
 
 func TestRestoreFailureKeepsRules(t *testing.T) {
 	forModes(t, hasIPTablesRules, func(t *testing.T, m proxyMode) {
-		render := func(backends []string) string {
-			return coreServices{backends: backends, stickyTimeout: 60}.render()
-		}
-		l := newLab(t, m, render)
+		l := newLab(t, m, coreLab)
 		if l == nil {
 			return
 		}

@@ -156,9 +156,7 @@ func TestGracefulTermination(t *testing.T) {
 
 func TestIPVSStartup(t *testing.T) {
 	forModes(t, func(m proxyMode) bool { return m.virtualServers }, func(t *testing.T, m proxyMode) {
-		l := newLab(t, m, func(backends []string) string {
-			return coreServices{backends: backends, stickyTimeout: 60}.render()
-		})
+		l := newLab(t, m, coreLab)
 		if l == nil {
 			return
 		}

@@ -15,9 +15,7 @@ import (
 // kube-proxy's IPVS mode does, refuses to start and says what is missing.
 func TestWithoutTheNFTAndIPSetTools(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		l := newLab(t, m, func(backends []string) string {
-			return coreServices{backends: backends, stickyTimeout: 60}.render()
-		})
+		l := newLab(t, m, coreLab)
 		if l == nil {
 			return
 		}
