@@ -38,7 +38,7 @@ func (l *e2eLab) allRules(t *testing.T) string {
 
 func TestCleanupRestoresTables(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		l := newLab(t, m, coreLab)
+		l := newLab(t, m, renderCore)
 		if l == nil {
 			return
 		}

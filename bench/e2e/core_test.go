@@ -58,15 +58,15 @@ func (c coreServices) render() string {
 	return docs(parts...)
 }
 
-// coreLab renders the core services file with a one-minute affinity
+// renderCore renders the core services file with a one-minute affinity
 // timeout.
-func coreLab(backends []string) string {
+func renderCore(backends []string) string {
 	return coreServices{backends: backends, stickyTimeout: 60}.render()
 }
 
-// startCoreLab starts the lab on the core services file (coreLab), running
+// startCoreLab starts the lab on the core services file (renderCore), running
 // kproxy with extraArgs added.
 func startCoreLab(t *testing.T, m proxyMode, extraArgs ...string) *e2eLab {
 	t.Helper()
-	return startLab(t, m, coreLab, extraArgs...)
+	return startLab(t, m, renderCore, extraArgs...)
 }

@@ -122,7 +122,7 @@ func counter(t *testing.T, name string) float64 {
 
 func TestRestoreFailureKeepsRules(t *testing.T) {
 	forModes(t, hasIPTablesRules, func(t *testing.T, m proxyMode) {
-		l := newLab(t, m, coreLab)
+		l := newLab(t, m, renderCore)
 		if l == nil {
 			return
 		}

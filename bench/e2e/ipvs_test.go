@@ -156,7 +156,7 @@ func TestGracefulTermination(t *testing.T) {
 
 func TestIPVSStartup(t *testing.T) {
 	forModes(t, func(m proxyMode) bool { return m.virtualServers }, func(t *testing.T, m proxyMode) {
-		l := newLab(t, m, coreLab)
+		l := newLab(t, m, renderCore)
 		if l == nil {
 			return
 		}

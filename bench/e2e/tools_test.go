@@ -15,7 +15,7 @@ import (
 // kube-proxy's IPVS mode does, refuses to start and says what is missing.
 func TestWithoutTheNFTAndIPSetTools(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		l := newLab(t, m, coreLab)
+		l := newLab(t, m, renderCore)
 		if l == nil {
 			return
 		}
