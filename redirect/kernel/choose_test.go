@@ -88,8 +88,8 @@ func TestChoose(t *testing.T) {
 		},
 		{
 			name: "ipvs without ipset", requested: "ipvs",
-			f:      features(func(f *Features) { f.IPSet = Support{Detail: "creating a set: ipset: not installed"} }),
-			errHas: []string{"ipset is unusable (creating a set: ipset: not installed)", "--proxy-mode=iptables or --proxy-mode=userspace would work here"},
+			f:      features(func(f *Features) { f.IPSet = Support{Detail: "the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument"} }),
+			errHas: []string{"ipset is unusable (the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument)", "--proxy-mode=iptables or --proxy-mode=userspace would work here"},
 		},
 		{
 			name: "iptables without DNAT names userspace", requested: "iptables",

@@ -64,7 +64,7 @@ func (d *Detector) Detect(ctx context.Context) Features {
 	f.SCTP = d.probeSCTP()
 	f.ProbeNetns = d.inThrowawayNetns(ctx, func() {
 		d.detectIPTables(ctx, &f, lists)
-		f.IPSet = d.probeIPSet(ctx)
+		f.IPSet = d.probeIPSet()
 		f.DummyLinks = d.probeDummyLinks()
 	})
 	// Read in the node's namespace: a throwaway one has its own settings.
@@ -317,12 +317,17 @@ func (d *Detector) probeIPVS(ctx context.Context) Support {
 	}
 }
 
-func (d *Detector) probeIPSet(ctx context.Context) Support {
-	if _, err := d.Runner.Run(ctx, nil, "ipset", "-exist", "create", ProbeIPSet, "hash:ip"); err != nil {
-		return Support{Detail: "creating a set: " + describe(err)}
+// probeIPSet creates and destroys a set over netlink, as the IPVS mode
+// manages its sets: the ipset tool is not needed.
+func (d *Detector) probeIPSet() Support {
+	if err := d.System.CreateIPSet(ProbeIPSet); err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPROTONOSUPPORT) {
+			return Support{Detail: "the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): " + err.Error()}
+		}
+		return Support{Detail: "creating a set over netlink: " + err.Error()}
 	}
-	if _, err := d.Runner.Run(ctx, nil, "ipset", "destroy", ProbeIPSet); err != nil {
-		return Support{Present: true, Detail: "probe set left behind: " + describe(err)}
+	if err := d.System.DestroyIPSet(ProbeIPSet); err != nil {
+		return Support{Present: true, Detail: "probe set left behind: " + err.Error()}
 	}
 	return Support{Present: true}
 }

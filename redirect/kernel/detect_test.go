@@ -31,6 +31,7 @@ type fakeNode struct {
 	genlCalls            int
 	probeChainsRemaining map[string]bool // command → probe chains exist
 	probeSetExists       bool
+	ipset                error // CreateIPSet fails with it
 }
 
 func (n *fakeNode) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
@@ -54,10 +55,6 @@ func (n *fakeNode) Run(_ context.Context, stdin []byte, name string, args ...str
 		if n.modprobeLoadsIPVS {
 			n.genl = []error{nil}
 		}
-	case name == "ipset" && args[0] == "-exist":
-		n.probeSetExists = true
-	case name == "ipset" && args[0] == "destroy":
-		n.probeSetExists = false
 	}
 	return nil, nil
 }
@@ -108,6 +105,23 @@ func (n *fakeNode) AddDummyLink(name string) error {
 		return syscall.EEXIST
 	}
 	n.links[name] = true
+	return nil
+}
+
+// CreateIPSet fails like the kernel's ip_set: a kernel without it answers
+// EINVAL (nfnetlink has no such subsystem); an existing set is kept.
+func (n *fakeNode) CreateIPSet(name string) error {
+	n.calls = append(n.calls, call{line: "netlink ipset create " + name, throwaway: n.inThrowaway})
+	if n.ipset != nil {
+		return n.ipset
+	}
+	n.probeSetExists = true
+	return nil
+}
+
+func (n *fakeNode) DestroyIPSet(name string) error {
+	n.calls = append(n.calls, call{line: "netlink ipset destroy " + name, throwaway: n.inThrowaway})
+	n.probeSetExists = false
 	return nil
 }
 
@@ -463,7 +477,7 @@ func TestDetectWithFakes(t *testing.T) {
 				if f.Backend != NFT || !f.IPv4.NFT.Redirect || !f.IPSet.Present || !f.DummyLinks.Present {
 					t.Errorf("in-place probing found less:\n%s", f)
 				}
-				for _, line := range []string{"ipset destroy " + ProbeIPSet, "iptables-nft-restore -w 5 --noflush", "ip6tables-nft-restore -w 5 --noflush"} {
+				for _, line := range []string{"netlink ipset destroy " + ProbeIPSet, "iptables-nft-restore -w 5 --noflush", "ip6tables-nft-restore -w 5 --noflush"} {
 					if !ran(n.calls, line) {
 						t.Errorf("did not run %q; in place the probes must remove what they create", line)
 					}
@@ -473,11 +487,11 @@ func TestDetectWithFakes(t *testing.T) {
 		{
 			name: "ipset kernel support missing, conntrack unreachable",
 			node: &fakeNode{
-				fail:   map[string]error{"ipset -exist create": exitErr("ipset", "ipset v7.17: Kernel error received: Protocol not supported\n")},
+				ipset:  syscall.EINVAL,
 				ctrack: syscall.EPROTONOSUPPORT,
 			},
 			check: func(t *testing.T, f Features, n *fakeNode) {
-				if f.IPSet.Present || !strings.Contains(f.IPSet.Detail, "Kernel error received") {
+				if f.IPSet.Present || !strings.Contains(f.IPSet.Detail, "no ip_set support") {
 					t.Errorf("ipset = %s", f.IPSet)
 				}
 				if f.Conntrack.Present || !strings.Contains(f.Conntrack.Detail, "protocol not supported") {

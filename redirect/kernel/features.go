@@ -105,7 +105,7 @@ type Features struct {
 
 	Conntrack  Support // conntrack reachable over netlink
 	IPVS       Support // generic netlink family "IPVS"
-	IPSet      Support // ipset can create and destroy a set
+	IPSet      Support // ip_set can create and destroy a set (over netlink)
 	DummyLinks Support // a dummy link can be created (kube-ipvs0 is one)
 	SCTP       Support // SCTP sockets can be opened
 

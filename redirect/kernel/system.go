@@ -21,6 +21,10 @@ type System interface {
 	AddDummyLink(name string) error
 	// DeleteLink deletes a link by name.
 	DeleteLink(name string) error
+	// CreateIPSet creates an IPv4 hash:ip set (kept if it exists);
+	// DestroyIPSet destroys one. Both over netlink: no ipset tool.
+	CreateIPSet(name string) error
+	DestroyIPSet(name string) error
 	// OpenSocket opens and immediately closes a socket.
 	OpenSocket(domain, typ, proto int) error
 	// ConntrackStats asks ctnetlink for its global counters: a cheap request
@@ -54,6 +58,16 @@ func (NetlinkSystem) DeleteLink(name string) error {
 		return err
 	}
 	return netlink.LinkDel(link)
+}
+
+// CreateIPSet implements System.
+func (NetlinkSystem) CreateIPSet(name string) error {
+	return netlink.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: unix.AF_INET})
+}
+
+// DestroyIPSet implements System.
+func (NetlinkSystem) DestroyIPSet(name string) error {
+	return netlink.IpsetDestroy(name)
 }
 
 // OpenSocket implements System.
