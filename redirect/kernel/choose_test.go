@@ -88,7 +88,9 @@ func TestChoose(t *testing.T) {
 		},
 		{
 			name: "ipvs without ipset", requested: "ipvs",
-			f:      features(func(f *Features) { f.IPSet = Support{Detail: "the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument"} }),
+			f: features(func(f *Features) {
+				f.IPSet = Support{Detail: "the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument"}
+			}),
 			errHas: []string{"ipset is unusable (the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument)", "--proxy-mode=iptables or --proxy-mode=userspace would work here"},
 		},
 		{
