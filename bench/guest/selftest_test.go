@@ -14,6 +14,7 @@ import (
 	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -63,7 +64,7 @@ func TestGuestKproxyDetectsItsKernel(t *testing.T) {
 		}
 	}
 	for _, requested := range []string{"", "iptables", "ipvs", "userspace"} {
-		if _, reason, err := kernel.Choose(requested, f); err != nil {
+		if _, reason, err := modes.Choose(requested, f); err != nil {
 			t.Errorf("--proxy-mode=%q cannot run in the guest: %v", requested, err)
 		} else if requested == "" && !strings.Contains(reason, string(mode.IPTables)) {
 			t.Errorf("automatic mode choice: %s; want iptables", reason)

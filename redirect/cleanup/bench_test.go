@@ -34,7 +34,7 @@ func BenchmarkPlan(b *testing.B) {
 		b.Run(fmt.Sprintf("services=%d/keep=none", n), func(b *testing.B) {
 			b.SetBytes(int64(len(save)))
 			for b.Loop() {
-				if _, err := Plan(save, ""); err != nil {
+				if _, err := Plan(save, keeping("")); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -42,7 +42,7 @@ func BenchmarkPlan(b *testing.B) {
 		b.Run(fmt.Sprintf("services=%d/keep=iptables", n), func(b *testing.B) {
 			b.SetBytes(int64(len(save)))
 			for b.Loop() {
-				if _, err := Plan(save, mode.IPTables); err != nil {
+				if _, err := Plan(save, keeping(mode.IPTables)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -16,15 +16,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/sync/mode"
 )
 
 const (
-	// ipvsLink is the dummy link ipvs mode binds service addresses to.
-	ipvsLink = "kube-ipvs0"
-	probeSet = kernel.ProbeIPSet
-	// nftTable is the table kube-proxy's nftables mode owns, in ip and ip6.
-	nftTable = "kube-proxy"
 	lockWait = "5"
 )
 
@@ -68,36 +62,27 @@ func New() *Cleaner {
 	}
 }
 
-// All removes every mode's leftovers; see Cleaner.Except.
-func All(ctx context.Context, f kernel.Features) error {
-	return New().Except(ctx, f, "")
+// Clean removes on the real node what scope says goes; see Cleaner.Clean.
+func Clean(ctx context.Context, f kernel.Features, scope Scope) error {
+	return New().Clean(ctx, f, scope)
 }
 
-// Except removes the leftovers of every mode but keep; see Cleaner.Except.
-func Except(ctx context.Context, f kernel.Features, keep mode.Name) error {
-	return New().Except(ctx, f, keep)
-}
-
-// All removes every mode's leftovers.
-func (c *Cleaner) All(ctx context.Context, f kernel.Features) error {
-	return c.Except(ctx, f, "")
-}
-
-// Except removes what modes other than keep installed, so a node switched
-// from one mode to another does not run both; keep "" removes everything.
-// What keep owns, including chains it shares with another mode (iptables and
-// ipvs mode both use KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ...),
-// stays so traffic keeps flowing until keep's first sync rewrites it. f
-// (from kernel.Detect) says which backends and tools exist; absent ones are
-// skipped. A backend Detect did not probe (legacy on an nft node without
+// Clean removes what the modes in scope.Remove installed but scope.Keep
+// does not own, so a node switched from one mode to another does not run
+// both, and --cleanup (nothing kept) leaves no proxy state. What the kept
+// mode owns stays so traffic keeps flowing until its first sync rewrites it.
+// f (from kernel.Detect) says which backends and tools exist; absent ones
+// are skipped. A backend Detect did not probe (legacy on an nft node without
 // legacy tables) is still read, as its save creates nothing and tables may
-// have appeared since; only tables it shows are restored. Every step runs even when an earlier one fails; the error joins
-// all failures, each naming what failed.
-func (c *Cleaner) Except(ctx context.Context, f kernel.Features, keep mode.Name) error {
+// have appeared since; only tables it shows are restored. Every step runs
+// even when an earlier one fails; the error joins all failures, each naming
+// what failed.
+func (c *Cleaner) Clean(ctx context.Context, f kernel.Features, scope Scope) error {
+	sc := scope.resolve()
 	logger := klog.FromContext(ctx)
 	var errs []error
-	if keep != mode.IPVS {
-		errs = append(errs, c.cleanIPVS(ctx, f))
+	if link, ok := sc.ipvsLink(); ok {
+		errs = append(errs, c.cleanIPVS(ctx, f, link))
 	}
 	errs = append(errs, c.deleteLink(ctx, kernel.ProbeLink))
 	for _, fam := range kernel.Families() {
@@ -105,17 +90,17 @@ func (c *Cleaner) Except(ctx context.Context, f kernel.Features, keep mode.Name)
 			if t := f.Family(fam).Get(b); !t.Usable && !t.NotProbed {
 				continue
 			}
-			errs = append(errs, c.cleanIPTables(ctx, b, fam, keep))
+			errs = append(errs, c.cleanIPTables(ctx, b, fam, scope))
 		}
 	}
 	// After iptables: rules matching a set keep it busy.
-	errs = append(errs, c.cleanIPSets(ctx, keep))
-	errs = append(errs, c.cleanNFTables(ctx))
+	errs = append(errs, c.cleanIPSets(ctx, sc))
+	errs = append(errs, c.cleanNFTables(ctx, sc))
 	err := errors.Join(errs...)
 	if err != nil {
-		logger.Error(err, "Cleaning up proxy leftovers failed in part", "keep", keep)
+		logger.Error(err, "Cleaning up proxy leftovers failed in part")
 	} else {
-		logger.V(2).Info("Cleaned up proxy leftovers", "keep", keep)
+		logger.V(2).Info("Cleaned up proxy leftovers")
 	}
 	return err
 }
@@ -125,7 +110,7 @@ func (c *Cleaner) Except(ctx context.Context, f kernel.Features, keep mode.Name)
 // ran here, and without it the services may belong to someone else (a load
 // balancer daemon). ipvs mode programs every IPVS service it sees, so it
 // removes them all, as kube-proxy does.
-func (c *Cleaner) cleanIPVS(ctx context.Context, f kernel.Features) error {
+func (c *Cleaner) cleanIPVS(ctx context.Context, f kernel.Features, ipvsLink string) error {
 	exists, err := c.Links.LinkExists(ipvsLink)
 	if err != nil {
 		return fmt.Errorf("looking up link %s: %w", ipvsLink, err)
@@ -185,12 +170,12 @@ func (c *Cleaner) deleteLink(ctx context.Context, name string) error {
 
 // cleanIPTables restores only tables b's save shows, so a backend with no
 // tables (legacy on an nft node) gets none registered.
-func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam kernel.Family, keep mode.Name) error {
+func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam kernel.Family, scope Scope) error {
 	save, err := c.Runner.Run(ctx, nil, b.SaveCommand(fam))
 	if err != nil {
 		return fmt.Errorf("reading rules with %s: %w", b.SaveCommand(fam), err)
 	}
-	plans, err := Plan(string(save), keep)
+	plans, err := Plan(string(save), scope)
 	if err != nil {
 		return fmt.Errorf("planning cleanup of %s rules: %w", b.Command(fam), err)
 	}
@@ -205,14 +190,14 @@ func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam kerne
 	return errors.Join(errs...)
 }
 
-func (c *Cleaner) cleanIPSets(ctx context.Context, keep mode.Name) error {
+func (c *Cleaner) cleanIPSets(ctx context.Context, sc resolvedScope) error {
 	names, err := c.IPSets.Names()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, name := range names {
-		if !removeSet(name, keep) {
+		if !sc.removeSet(name) {
 			continue
 		}
 		if err := c.IPSets.Destroy(name); err != nil {
@@ -224,17 +209,17 @@ func (c *Cleaner) cleanIPSets(ctx context.Context, keep mode.Name) error {
 	return errors.Join(errs...)
 }
 
-// cleanNFTables deletes the tables of kube-proxy's nftables mode, which
-// kproxy does not implement. It speaks netlink, so a node without the nft
-// tool is cleaned too; a kernel without nf_tables has no tables to delete.
-func (c *Cleaner) cleanNFTables(ctx context.Context) error {
+// cleanNFTables deletes the nftables tables that go (kube-proxy's nftables
+// mode's, in ip and ip6). It speaks netlink, so a node without the nft tool
+// is cleaned too; a kernel without nf_tables has no tables to delete.
+func (c *Cleaner) cleanNFTables(ctx context.Context, sc resolvedScope) error {
 	tables, err := c.NFTables.Tables()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, t := range tables {
-		if t.Name != nftTable || (t.Family != "ip" && t.Family != "ip6") {
+		if !sc.removeNFTable(t.Name) || (t.Family != "ip" && t.Family != "ip6") {
 			continue
 		}
 		if err := c.NFTables.DeleteTable(t); err != nil {

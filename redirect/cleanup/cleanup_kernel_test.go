@@ -158,7 +158,7 @@ func TestCleanupAllOnKernel(t *testing.T) {
 	// not even empty tables.
 	assertPristine(t, "after Detect")
 	baseline := nodeState(t)
-	if err := All(ctx, f); err != nil {
+	if err := Clean(ctx, f, keeping("")); err != nil {
 		t.Fatalf("cleanup of a clean namespace: %v", err)
 	}
 	assertPristine(t, "after cleanup of a clean namespace")
@@ -176,13 +176,13 @@ func TestCleanupAllOnKernel(t *testing.T) {
 		}
 	}
 
-	if err := All(ctx, f); err != nil {
+	if err := Clean(ctx, f, keeping("")); err != nil {
 		t.Fatalf("cleanup: %v", err)
 	}
 	if got := nodeState(t); got != want {
 		t.Fatalf("after cleanup the node is not baseline + kubelet/user state (-want +got):\n%s", cmp.Diff(want, got))
 	}
-	if err := All(ctx, f); err != nil {
+	if err := Clean(ctx, f, keeping("")); err != nil {
 		t.Fatalf("second cleanup: %v", err)
 	}
 	if got := nodeState(t); got != want {
@@ -208,7 +208,7 @@ func TestCleanupExceptIPTablesOnKernel(t *testing.T) {
 	restore(t, kernel.NFT, kernel.IPv4, leftoversOnly(t, fixture(t, "ipvs-mode.save"), kept4))
 	lab.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "veth", "peer", "name", "kipvs-peer")
 
-	if err := Except(ctx, f, mode.IPTables); err != nil {
+	if err := Clean(ctx, f, keeping(mode.IPTables)); err != nil {
 		t.Fatalf("Except(iptables): %v", err)
 	}
 	got := nodeState(t)
@@ -222,13 +222,13 @@ func TestCleanupExceptIPTablesOnKernel(t *testing.T) {
 			t.Errorf("ipvs mode's %q survived:\n%s", s, got)
 		}
 	}
-	if err := Except(ctx, f, mode.IPTables); err != nil {
+	if err := Clean(ctx, f, keeping(mode.IPTables)); err != nil {
 		t.Fatalf("second Except(iptables): %v", err)
 	}
 	if again := nodeState(t); again != got {
 		t.Errorf("second Except(iptables) changed the node (-first +second):\n%s", cmp.Diff(got, again))
 	}
-	if err := All(ctx, f); err != nil {
+	if err := Clean(ctx, f, keeping("")); err != nil {
 		t.Fatalf("All: %v", err)
 	}
 	if final := nodeState(t); final != want {
@@ -252,7 +252,7 @@ func TestCleanupLegacyLeftovers(t *testing.T) {
 	if !f.IPv4.NFT.Usable || f.IPv4.Legacy.NotProbed || !f.IPv4.Legacy.Usable || f.Backend != kernel.Legacy {
 		t.Fatalf("want nft usable, legacy probed and chosen for its kube rules, got:\n%s", f)
 	}
-	if err := All(ctx, f); err != nil {
+	if err := Clean(ctx, f, keeping("")); err != nil {
 		t.Fatalf("All: %v", err)
 	}
 	if got := nodeState(t); got != want {

@@ -13,7 +13,11 @@ import (
 	"github.com/moby/ipvs"
 	"github.com/vishvananda/netlink/nl"
 
+	"kproxy.dev/kproxy/redirect/cleanup/owned"
+	"kproxy.dev/kproxy/redirect/iptables"
+	ipvsmode "kproxy.dev/kproxy/redirect/ipvs"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/userspace"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -179,7 +183,7 @@ func newFakes(save string) (*Cleaner, fakes) {
 func TestCleanerAll(t *testing.T) {
 	c, f := newFakes(fixture(t, "iptables-mode.save"))
 	r, l, v, n := f.runner, f.links, f.ipvs, f.nftables
-	if err := c.All(context.Background(), allFeatures()); err != nil {
+	if err := c.Clean(context.Background(), allFeatures(), keeping("")); err != nil {
 		t.Fatalf("All: %v", err)
 	}
 	if len(v.services) != 0 || !v.closed {
@@ -188,7 +192,7 @@ func TestCleanerAll(t *testing.T) {
 	if l.links["kube-ipvs0"] || !l.links["eth0"] {
 		t.Errorf("links after cleanup: %v, want only eth0", l.links)
 	}
-	plans, _ := Plan(fixture(t, "iptables-mode.save"), "")
+	plans, _ := Plan(fixture(t, "iptables-mode.save"), keeping(""))
 	var want strings.Builder
 	for _, p := range plans {
 		want.WriteString(p.Input)
@@ -212,7 +216,7 @@ func TestCleanerAll(t *testing.T) {
 func TestCleanerExceptIPVSKeepsIPVS(t *testing.T) {
 	c, f := newFakes(fixture(t, "ipvs-mode.save"))
 	r, l, v := f.runner, f.links, f.ipvs
-	if err := c.Except(context.Background(), allFeatures(), mode.IPVS); err != nil {
+	if err := c.Clean(context.Background(), allFeatures(), keeping(mode.IPVS)); err != nil {
 		t.Fatalf("Except(ipvs): %v", err)
 	}
 	if len(v.services) != 2 || !l.links["kube-ipvs0"] {
@@ -232,7 +236,7 @@ func TestCleanerLeavesForeignIPVSAlone(t *testing.T) {
 	c, f := newFakes("")
 	l, v := f.links, f.ipvs
 	delete(l.links, "kube-ipvs0")
-	if err := c.All(context.Background(), allFeatures()); err != nil {
+	if err := c.Clean(context.Background(), allFeatures(), keeping("")); err != nil {
 		t.Fatalf("All: %v", err)
 	}
 	if len(v.services) != 2 {
@@ -250,7 +254,7 @@ func TestCleanerCarriesOnAndNamesFailures(t *testing.T) {
 	r.fail = map[string]error{
 		"iptables-nft-restore": &kernel.CommandError{Command: "iptables-nft-restore", ExitCode: 1, Stderr: "iptables-nft-restore: line 14 failed", Err: errors.New("exit status 1")},
 	}
-	err := c.All(context.Background(), allFeatures())
+	err := c.Clean(context.Background(), allFeatures(), keeping(""))
 	if err == nil {
 		t.Fatal("All succeeded despite failures")
 	}
@@ -298,7 +302,7 @@ func TestCleanerLegacyBackend(t *testing.T) {
 			r.outputs["iptables-legacy-save"] = c.legacySave
 			f := allFeatures()
 			f.IPv4.Legacy, f.IPv6.Legacy = c.legacy, c.legacy
-			if err := cl.All(context.Background(), f); err != nil {
+			if err := cl.Clean(context.Background(), f, keeping("")); err != nil {
 				t.Fatalf("All: %v", err)
 			}
 			for _, cmd := range []string{"iptables-legacy-save", "ip6tables-legacy-save"} {
@@ -313,7 +317,7 @@ func TestCleanerLegacyBackend(t *testing.T) {
 				}
 				return
 			}
-			plans, err := Plan(c.legacySave, "")
+			plans, err := Plan(c.legacySave, keeping(""))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -359,7 +363,7 @@ func TestCleanerOnlyReadsWhenNothingToClean(t *testing.T) {
 			cl.OpenIPVS = func() (IPVS, error) { opened = true; return &fakeIPVS{}, nil }
 			f := allFeatures()
 			f.IPv6.Legacy, f.IPv4.Legacy = notProbed, notProbed
-			if err := cl.All(context.Background(), f); err != nil {
+			if err := cl.Clean(context.Background(), f, keeping("")); err != nil {
 				t.Fatalf("All: %v", err)
 			}
 			reads := map[string]bool{}
@@ -383,4 +387,21 @@ func TestCleanerOnlyReadsWhenNothingToClean(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keeping is the scope of a node running keep ("" for --cleanup): the real
+// modes' objects, as the registry (redirect/modes) composes them.
+func keeping(keep mode.Name) Scope {
+	all := map[mode.Name]owned.Objects{
+		mode.IPTables: iptables.Owned(), mode.IPVS: ipvsmode.Owned(), mode.Userspace: userspace.Owned(),
+	}
+	scope := Scope{Remove: []owned.Objects{KubeProxyOnly()}}
+	for name, o := range all {
+		if name == keep {
+			scope.Keep = o
+		} else {
+			scope.Remove = append(scope.Remove, o)
+		}
+	}
+	return scope
 }

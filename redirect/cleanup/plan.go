@@ -3,8 +3,6 @@ package cleanup
 import (
 	"fmt"
 	"strings"
-
-	"kproxy.dev/kproxy/sync/mode"
 )
 
 // TableRestore is the iptables-restore --noflush input that cleans one table.
@@ -25,21 +23,21 @@ type savedTable struct {
 }
 
 // Plan computes, from one backend's iptables-save output for one family, the
-// restore inputs that remove what the modes other than keep installed (keep
-// "" removes every mode's leftovers). Per table, in one atomic restore: the
+// restore inputs that remove what scope says goes. Per table, in one atomic restore: the
 // removed chains are flushed (a --noflush declaration empties a chain), rules
 // elsewhere that jump to them are deleted, then the chains are deleted. Rules
 // in chains the kept mode shares with a removed one also lose their matches
 // on ipsets being destroyed, or the destroy would fail with "in use".
 // Tables needing no change produce no input, so a clean node is a no-op.
-func Plan(save string, keep mode.Name) ([]TableRestore, error) {
+func Plan(save string, scope Scope) ([]TableRestore, error) {
+	sc := scope.resolve()
 	tables, err := parseSave(save)
 	if err != nil {
 		return nil, err
 	}
 	var plans []TableRestore
 	for _, t := range tables {
-		in, err := planTable(t, keep)
+		in, err := planTable(t, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -50,11 +48,11 @@ func Plan(save string, keep mode.Name) ([]TableRestore, error) {
 	return plans, nil
 }
 
-func planTable(t savedTable, keep mode.Name) (string, error) {
+func planTable(t savedTable, sc resolvedScope) (string, error) {
 	removed := map[string]bool{}
 	var removedOrder []string
 	for _, c := range t.chains {
-		if removeChain(t.name, c, keep) {
+		if sc.removeChain(t.name, c) {
 			removed[c] = true
 			removedOrder = append(removedOrder, c)
 		}
@@ -69,7 +67,7 @@ func planTable(t savedTable, keep mode.Name) (string, error) {
 			return "", fmt.Errorf("table %s: %w", t.name, err)
 		}
 		if target := jumpTarget(args); removed[target] ||
-			(ownedChainKept(t.name, r.chain, keep) && matchesRemovedSet(args, keep)) {
+			(sc.keptChain(t.name, r.chain) && matchesRemovedSet(args, sc)) {
 			deletes = append(deletes, "-D"+strings.TrimPrefix(r.line, "-A"))
 		}
 	}
@@ -102,9 +100,9 @@ func jumpTarget(args []string) string {
 	return ""
 }
 
-func matchesRemovedSet(args []string, keep mode.Name) bool {
+func matchesRemovedSet(args []string, sc resolvedScope) bool {
 	for i := 0; i+1 < len(args); i++ {
-		if args[i] == "--match-set" && removeSet(args[i+1], keep) {
+		if args[i] == "--match-set" && sc.removeSet(args[i+1]) {
 			return true
 		}
 	}

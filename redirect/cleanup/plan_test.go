@@ -50,7 +50,7 @@ func TestPlanGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plans, err := Plan(string(save), c.keep)
+			plans, err := Plan(string(save), keeping(c.keep))
 			if err != nil {
 				t.Fatalf("Plan: %v", err)
 			}
@@ -92,7 +92,7 @@ func TestPlanKeepsWhatIsNotOwned(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, keep := range []mode.Name{"", mode.IPTables, mode.IPVS, mode.Userspace} {
-			plans, err := Plan(string(save), keep)
+			plans, err := Plan(string(save), keeping(keep))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestPlanRejectsMalformedSave(t *testing.T) {
 		"bad chain line":       "*nat\n:KUBE-SERVICES\nCOMMIT\n",
 		"unknown command line": "*nat\n-I OUTPUT -j KUBE-SERVICES\nCOMMIT\n",
 	} {
-		if _, err := Plan(save, ""); err == nil {
+		if _, err := Plan(save, keeping("")); err == nil {
 			t.Errorf("%s: Plan accepted %q", name, save)
 		}
 	}
@@ -164,7 +164,7 @@ func TestRemoveSet(t *testing.T) {
 		{"my-allowlist", "", false},
 		{"KUBE-SOMETHING-ELSE", "", false},
 	} {
-		if got := removeSet(c.name, c.keep); got != c.want {
+		if got := keeping(c.keep).resolve().removeSet(c.name); got != c.want {
 			t.Errorf("removeSet(%q, keep=%q) = %t, want %t", c.name, c.keep, got, c.want)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -36,6 +38,8 @@ type family struct {
 	newModel func(rules.Config) (RuleModel, error)
 	base     rules.Config // the configured part; topology and node IPs come from snapshots
 	nodeName string
+	// nodePorts is --nodeport-addresses, resolved at each sync.
+	nodePorts nodeaddr.Policy
 	// localAddrs lists the node's interface addresses (nil: not needed).
 	localAddrs func() ([]netip.Addr, error)
 	maxChains  int
@@ -63,22 +67,21 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	cfg := f.base
 	cfg.Topology = servicemap.TopologyOf(f.nodeName, snap)
 	cfg.LargeCluster = endpointCount(snap) > largeClusterEndpoints
+	var node *servicemap.NodeInfo
+	if snap != nil {
+		node = snap.Node
+	}
+	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
 	if len(cfg.NodePortAddresses) > 0 && f.localAddrs != nil {
 		addrs, err := f.localAddrs()
 		if err != nil {
 			return cfg, fmt.Errorf("listing the node's addresses for --nodeport-addresses: %w", err)
 		}
-		cfg.InterfaceAddrs = nil
-		for _, a := range addrs {
-			if servicemap.IsIPv6(a) == (f.fam == kernel.IPv6) {
-				cfg.InterfaceAddrs = append(cfg.InterfaceAddrs, a.Unmap())
-			}
-		}
-		slices.SortFunc(cfg.InterfaceAddrs, netip.Addr.Compare)
+		cfg.InterfaceAddrs = ipfamily.Addrs(addrs, f.fam)
 	}
-	if len(cfg.NodeIPs) == 0 && snap != nil && snap.Node != nil {
-		for _, a := range snap.Node.Addresses {
-			if servicemap.IsIPv6(a) == (f.fam == kernel.IPv6) {
+	if len(cfg.NodeIPs) == 0 && node != nil {
+		for _, a := range node.Addresses {
+			if ipfamily.Of(a) == f.fam {
 				cfg.NodeIPs = append(cfg.NodeIPs, a)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -62,6 +63,9 @@ type Config struct {
 	Families []FamilyConfig
 	// NodeName is this node's name (--hostname-override) for topology.
 	NodeName string
+	// NodePorts is --nodeport-addresses, resolved per family at each sync
+	// ("primary" needs the Node object).
+	NodePorts nodeaddr.Policy
 	// LocalAddresses lists the node's interface addresses, read on every
 	// sync when --nodeport-addresses is set (kube-proxy writes one
 	// NodePort jump per matching address).
@@ -108,6 +112,7 @@ func New(cfg Config) (*Mode, error) {
 			newModel:   newModel,
 			base:       fc.Rules,
 			nodeName:   cfg.NodeName,
+			nodePorts:  cfg.NodePorts,
 			localAddrs: cfg.LocalAddresses,
 			maxChains:  fc.MaxChainsPerRestore,
 			metrics:    met,

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/reconcile"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -20,6 +21,8 @@ type family struct {
 	fam      kernel.Family
 	base     desired.Config // the configured part; the rest comes from each snapshot
 	nodeName string
+	// nodePorts is --nodeport-addresses, resolved at each sync.
+	nodePorts nodeaddr.Policy
 	// localAddrs lists the node's addresses but kube-ipvs0's (nil: use
 	// base.LocalAddrs).
 	localAddrs func() ([]netip.Addr, error)
@@ -38,28 +41,22 @@ type family struct {
 func (f *family) configFor(snap *servicemap.Snapshot) (desired.Config, error) {
 	cfg := f.base
 	cfg.Topology = servicemap.TopologyOf(f.nodeName, snap)
+	var node *servicemap.NodeInfo
+	if snap != nil {
+		node = snap.Node
+	}
+	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
 	if f.localAddrs != nil {
 		addrs, err := f.localAddrs()
 		if err != nil {
 			return cfg, fmt.Errorf("listing the node's addresses: %w", err)
 		}
-		cfg.LocalAddrs = f.ofFamily(addrs)
+		cfg.LocalAddrs = ipfamily.Addrs(addrs, f.fam)
 	}
-	if len(cfg.NodeIPs) == 0 && snap != nil && snap.Node != nil {
-		cfg.NodeIPs = f.ofFamily(snap.Node.Addresses)
+	if len(cfg.NodeIPs) == 0 && node != nil {
+		cfg.NodeIPs = ipfamily.Addrs(node.Addresses, f.fam)
 	}
 	return cfg, nil
-}
-
-func (f *family) ofFamily(addrs []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range addrs {
-		if servicemap.IsIPv6(a) == (f.fam == kernel.IPv6) {
-			out = append(out, a.Unmap())
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
 }
 
 // sync brings this family's virtual servers, addresses, sets and iptables

@@ -16,6 +16,7 @@ import (
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
 	"kproxy.dev/kproxy/redirect/ipvs/reconcile"
 	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -47,6 +48,9 @@ type Config struct {
 	// ExcludeCIDRs is --ipvs-exclude-cidrs: virtual servers inside them
 	// are someone else's and are never touched.
 	ExcludeCIDRs []netip.Prefix
+	// NodePorts is --nodeport-addresses, resolved per family at each sync
+	// ("primary" needs the Node object).
+	NodePorts nodeaddr.Policy
 	// LocalAddresses lists the node's addresses on every interface but
 	// kube-ipvs0, read on every sync (see handles.LocalAddressesExcept).
 	LocalAddresses func() ([]netip.Addr, error)
@@ -116,7 +120,7 @@ func New(cfg Config) (*Mode, error) {
 			return nil, fmt.Errorf("ipvs mode: %s: %w", fam, err)
 		}
 		m.families = append(m.families, &family{
-			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, localAddrs: cfg.LocalAddresses,
+			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, nodePorts: cfg.NodePorts, localAddrs: cfg.LocalAddresses,
 			rec: rec, tables: fc.Tables, metrics: met, logger: cfg.Logger,
 		})
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/sync/mode"
 )
 
 // legacyTableNames reads the legacy tables the kernel has registered in this
@@ -100,16 +99,6 @@ func TestDetectOnThisHost(t *testing.T) {
 		t.Errorf("probes left something behind:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 
-	m, reason, err := Choose("", f)
-	if err != nil || m != mode.IPTables {
-		t.Errorf("Choose(auto) = %q, %v; want iptables", m, err)
-	}
-	t.Logf("auto mode: %s (%s)", m, reason)
-	if _, _, err := Choose("ipvs", f); err == nil {
-		t.Errorf("Choose(ipvs) succeeded on a kernel without IPVS")
-	} else {
-		t.Logf("ipvs refused: %v", err)
-	}
 }
 
 // TestDetectProbesExistingLegacyTables: once something registered a legacy

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"strings"
 )
 
@@ -18,14 +19,14 @@ const (
 func Backends() []Backend { return []Backend{NFT, Legacy} }
 
 // Families lists the IP families.
-func Families() []Family { return []Family{IPv4, IPv6} }
+func Families() []Family { return ipfamily.All() }
 
-// Family is an IP family.
-type Family string
+// Family is the one IP-family type (package ipfamily).
+type Family = ipfamily.Family
 
 const (
-	IPv4 Family = "IPv4"
-	IPv6 Family = "IPv6"
+	IPv4 = ipfamily.IPv4
+	IPv6 = ipfamily.IPv6
 )
 
 // Command is the iptables binary of this backend for fam, e.g. "ip6tables-nft".
@@ -173,4 +174,21 @@ func (f Features) String() string {
 	fmt.Fprintf(&b, "sctp: %s\n", f.SCTP)
 	fmt.Fprintf(&b, "probes in a throwaway netns: %s", f.ProbeNetns)
 	return b.String()
+}
+
+// NoBackend returns, for a mode's list of missing features, the phrase for
+// a node with no usable iptables backend; nil when there is one.
+func (f Features) NoBackend() []string {
+	if f.Backend != "" {
+		return nil
+	}
+	return []string{"no iptables backend is usable (" + f.BackendReason + ")"}
+}
+
+// WithDetail appends detail to a missing-feature phrase in parentheses.
+func WithDetail(phrase, detail string) string {
+	if detail == "" {
+		return phrase
+	}
+	return phrase + " (" + detail + ")"
 }

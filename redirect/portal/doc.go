@@ -35,6 +35,10 @@ const (
 	// ChainFirewall (filter, from INPUT, FORWARD and OUTPUT) refuses traffic
 	// to LoadBalancer IPs from sources outside loadBalancerSourceRanges.
 	ChainFirewall = "KUBE-PORTALS-FIREWALL"
+	// ChainNodePortNonLocal (filter) is kube-proxy's old userspace mode's:
+	// it ACCEPTed traffic to proxy ports, which kproxy's open-relay guard
+	// must not be preceded by, so it is removed, never written.
+	ChainNodePortNonLocal = "KUBE-NODEPORT-NON-LOCAL"
 )
 
 // Table names.

@@ -19,7 +19,7 @@ type StaleChain struct {
 // kproxy's rules replace: kube-proxy's KUBE-NODEPORT-NON-LOCAL ACCEPTed
 // traffic to proxy ports, which the open-relay guard must not be preceded by.
 func staleChainNames() map[string][]string {
-	return map[string][]string{TableFilter: {"KUBE-NODEPORT-NON-LOCAL"}}
+	return map[string][]string{TableFilter: {ChainNodePortNonLocal}}
 }
 
 // Payload renders the iptables-restore --noflush input that replaces the

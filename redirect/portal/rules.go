@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -88,7 +90,7 @@ func EndpointStateOf(sp *servicemap.ServicePort, fam kernel.Family, usable bool)
 	}
 	if sp != nil {
 		for _, ep := range sp.Endpoints {
-			if familyOf(ep.Addr) == fam && (ep.Ready || (ep.Serving && ep.Terminating)) {
+			if ipfamily.Of(ep.Addr) == fam && (ep.Ready || (ep.Serving && ep.Terminating)) {
 				return NoLocalEndpoints
 			}
 		}
@@ -106,10 +108,10 @@ type Node struct {
 	// set they are the addresses NodePorts open on; they also say which
 	// externalIPs and LoadBalancer IPs are local, so their ports get claimed.
 	LocalAddresses []netip.Addr
-	// NodePortAddresses is --nodeport-addresses: when non-empty, NodePorts
-	// open only on local addresses inside these prefixes (one rule per
-	// address); when empty, on every local address (-m addrtype --dst-type
-	// LOCAL).
+	// NodePortAddresses is --nodeport-addresses resolved for both families
+	// (nodeaddr.Policy.For): where a family's prefixes restrict NodePorts,
+	// they open only on local addresses inside them (one rule per address);
+	// otherwise on every local address (-m addrtype --dst-type LOCAL).
 	NodePortAddresses []netip.Prefix
 }
 
@@ -187,7 +189,10 @@ func Build(fam kernel.Family, node Node, portals []Portal) (*Ruleset, error) {
 
 	b := builder{fam: fam, node: node, rs: rs, guarded: map[guardKey]bool{}}
 	b.hostIP, b.hasHostIP = firstOfFamily(node.HostIPs, fam)
-	b.nodePortAddrs = nodePortAddresses(node, fam)
+	if cidrs := ipfamily.Prefixes(node.NodePortAddresses, fam); !nodeaddr.MatchAll(cidrs) {
+		b.nodePortAddrs = nodeaddr.Select(cidrs, node.LocalAddresses, fam)
+		b.nodePortsRestricted = true
+	}
 	var errs []error
 	for _, p := range sorted {
 		if p.Port == nil {
@@ -217,12 +222,14 @@ type guardKey struct {
 }
 
 type builder struct {
-	fam           kernel.Family
-	node          Node
-	rs            *Ruleset
-	hostIP        netip.Addr
-	hasHostIP     bool
-	nodePortAddrs []netip.Addr
+	fam       kernel.Family
+	node      Node
+	rs        *Ruleset
+	hostIP    netip.Addr
+	hasHostIP bool
+	// nodePortAddrs are where NodePorts open when nodePortsRestricted.
+	nodePortAddrs       []netip.Addr
+	nodePortsRestricted bool
 	// guarded dedups the open-relay rules: service ports may share a proxy port.
 	guarded map[guardKey]bool
 }
@@ -308,7 +315,7 @@ func (b *builder) loadBalancer(ip netip.Addr, sp *servicemap.ServicePort, proto,
 	}
 	redirected := false
 	for _, r := range sp.LoadBalancerSourceRanges {
-		if familyOf(r.Addr()) == b.fam {
+		if ipfamily.Of(r.Addr()) == b.fam {
 			b.portal(ip, r.Masked(), sp.Port, proto, comment, proxyPort)
 			redirected = true
 		}
@@ -324,7 +331,7 @@ func (b *builder) loadBalancer(ip netip.Addr, sp *servicemap.ServicePort, proto,
 // rules match the port alone: the one destination is the zero Addr.
 func (b *builder) nodePort(sp *servicemap.ServicePort, proto, comment string, proxyPort uint16) []netip.Addr {
 	var dsts []netip.Addr
-	if len(b.node.NodePortAddresses) == 0 {
+	if !b.nodePortsRestricted {
 		dsts = []netip.Addr{{}}
 	} else {
 		dsts = b.nodePortAddrs
@@ -481,36 +488,10 @@ func protocolName(p v1.Protocol) (string, bool) {
 	return "", false
 }
 
-// nodePortAddresses are the local addresses of fam inside the
-// --nodeport-addresses prefixes, sorted and de-duplicated.
-func nodePortAddresses(node Node, fam kernel.Family) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range node.LocalAddresses {
-		if familyOf(a) != fam {
-			continue
-		}
-		for _, p := range node.NodePortAddresses {
-			if p.Contains(a) {
-				out = append(out, a)
-				break
-			}
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
-}
-
-func familyOf(a netip.Addr) kernel.Family {
-	if a.Is4() || a.Is4In6() {
-		return kernel.IPv4
-	}
-	return kernel.IPv6
-}
-
 func ofFamily(addrs []netip.Addr, fam kernel.Family) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range addrs {
-		if a.IsValid() && familyOf(a) == fam {
+		if a.IsValid() && ipfamily.Of(a) == fam {
 			out = append(out, a.Unmap())
 		}
 	}
@@ -519,7 +500,7 @@ func ofFamily(addrs []netip.Addr, fam kernel.Family) []netip.Addr {
 
 func firstOfFamily(addrs []netip.Addr, fam kernel.Family) (netip.Addr, bool) {
 	for _, a := range addrs {
-		if a.IsValid() && familyOf(a) == fam {
+		if a.IsValid() && ipfamily.Of(a) == fam {
 			return a.Unmap(), true
 		}
 	}

@@ -23,7 +23,9 @@ import (
 	"kproxy.dev/kproxy/lb/sctprelay"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/portal"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -32,17 +34,14 @@ import (
 type Config struct {
 	Features kernel.Features
 	NodeName string
-	// BindAddress, when specific, is the node address locally generated
-	// service traffic is DNATed to; otherwise the node's first global
-	// address of each family is used.
-	BindAddress netip.Addr
-	// NodePortAddresses is --nodeport-addresses; NodePortPrimary is its
-	// special value "primary" (the node's host IPs only).
-	NodePortAddresses []netip.Prefix
-	NodePortPrimary   bool
-	PortRange         ports.Range
-	UDPIdleTimeout    time.Duration
-	Registerer        prometheus.Registerer
+	// NodePorts is --nodeport-addresses. Its BindAddress, when specific,
+	// is also the node address locally generated service traffic is
+	// DNATed to; otherwise the Node's, or the first global address of each
+	// family.
+	NodePorts      nodeaddr.Policy
+	PortRange      ports.Range
+	UDPIdleTimeout time.Duration
+	Registerer     prometheus.Registerer
 	// LocalAddresses lists the node's addresses; nil reads them from the
 	// interfaces at each sync. Tests set it.
 	LocalAddresses func() ([]netip.Addr, error)
@@ -281,12 +280,9 @@ func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam kernel.Family) por
 
 // node gathers what the portal rules need to know about this node.
 func (m *Mode) node(snap *servicemap.Snapshot, local []netip.Addr) portal.Node {
-	n := portal.Node{LocalAddresses: local, NodePortAddresses: m.cfg.NodePortAddresses}
-	n.HostIPs = hostIPs(m.cfg.BindAddress, snap.Node, local)
-	if m.cfg.NodePortPrimary {
-		for _, ip := range n.HostIPs {
-			n.NodePortAddresses = append(n.NodePortAddresses, netip.PrefixFrom(ip, ip.BitLen()))
-		}
+	n := portal.Node{LocalAddresses: local, HostIPs: hostIPs(m.cfg.NodePorts.BindAddress, snap.Node, local)}
+	for _, fam := range ipfamily.All() {
+		n.NodePortAddresses = append(n.NodePortAddresses, m.cfg.NodePorts.For(fam, snap.Node)...)
 	}
 	return n
 }

@@ -1,24 +1,23 @@
-// Package app runs kproxy: it checks what the kernel can do, picks the mode,
-// and wires a source, the service map, the mode and the health and metrics
-// servers together.
+// Package app runs kproxy: resolve the settings, detect what the kernel can
+// do, pick a mode from the registry, build it, and run it with a source,
+// the service map and the health and metrics servers. It knows no mode's
+// internals: each mode's package says what it needs (mode.Definition).
 package app
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
-	"time"
 
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/cmd/kproxy/options"
-	"kproxy.dev/kproxy/lb/ports"
-	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/redirect/cleanup"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/userspace"
+	"kproxy.dev/kproxy/redirect/modes"
 	"kproxy.dev/kproxy/sync/engine"
 	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
@@ -32,15 +31,18 @@ import (
 func Run(ctx context.Context, cfg *options.Config) error {
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
+	settings := cfg.ModeSettings()
 	features := kernel.Detect(ctx)
 	logger.V(2).Info("Kernel features", "features", features.String())
-	name, reason, err := kernel.Choose(string(cfg.Mode), features)
+	def, reason, err := modes.Choose(string(cfg.Mode), features)
 	if err != nil {
 		return err
 	}
+	name := def.Name
 	logger.Info("Using proxy mode", "mode", name, "reason", reason)
 
-	minSync, syncPeriod := syncPeriods(cfg, name)
+	periods := def.SyncPeriods(settings)
+	minSync, syncPeriod := periods.Min, periods.Max
 	m := metrics.New()
 	health := healthz.New(2*syncPeriod, m, nil)
 
@@ -61,18 +63,16 @@ func Run(ctx context.Context, cfg *options.Config) error {
 
 	// Nothing above touched the kernel; from here on kproxy owns the node's
 	// proxy state, so leftovers of the other modes go first.
-	if err := cleanup.Except(ctx, features, name); err != nil {
+	if err := cleanup.Clean(ctx, features, modes.CleanupScope(name)); err != nil {
 		logger.Error(err, "Removing leftovers of other proxy modes failed; carrying on", "keep", name)
 	}
 
 	applyOOMScoreAdj(logger, cfg.OOMScoreAdj)
 	// Before the mode starts: the iptables mode reads back
 	// nf_conntrack_tcp_be_liberal.
-	if tunesConntrack(name) {
-		tuneConntrack(logger, cfg.Conntrack)
-	}
+	tuneConntrack(logger, cfg.Conntrack)
 
-	proxyMode, err := newMode(ctx, cfg, name, features, m)
+	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -83,13 +83,13 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	}()
 
 	svcHealth := servicehealth.New(servicehealth.Config{
-		Addresses:    nodePortListenAddresses(cfg),
+		Addresses:    listenAddresses(logger, settings),
 		ProxyHealthy: func() bool { return health.Status().Healthy && health.NodeEligible() },
 		Logger:       logger,
 	})
 	defer svcHealth.Close()
 
-	observers, closeObservers := conntrackObservers(logger, name, m, syncPeriod)
+	observers, closeObservers := conntrackObservers(logger, def.Conntrack, m, syncPeriod)
 	defer closeObservers()
 
 	eng, err = engine.New(engine.Config{
@@ -150,65 +150,24 @@ func Run(ctx context.Context, cfg *options.Config) error {
 // Cleanup removes everything any mode may have installed (--cleanup).
 func Cleanup(ctx context.Context, cfg *options.Config) error {
 	features := kernel.Detect(ctx)
-	if err := cleanup.All(ctx, features); err != nil {
+	if err := cleanup.Clean(ctx, features, modes.CleanupScope("")); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	klog.FromContext(ctx).Info("Removed everything kproxy and kube-proxy modes install")
 	return nil
 }
 
-// syncPeriods returns the selected mode's minimum and maximum sync interval.
-// The userspace mode, like kube-proxy's old one, uses the iptables periods
-// for its portal rules.
-func syncPeriods(cfg *options.Config, name mode.Name) (minSync, sync time.Duration) {
-	minSync, sync = cfg.IPTablesMinSyncPeriod, cfg.IPTablesSyncPeriod
-	if name == mode.IPVS {
-		minSync, sync = cfg.IPVSMinSyncPeriod, cfg.IPVSSyncPeriod
+// listenAddresses is where health-check node ports listen: like NodePorts,
+// on the addresses --nodeport-addresses admits, or everywhere. It is
+// decided at start, before the Node object is known ("primary" then means
+// --bind-address, or everywhere).
+func listenAddresses(logger klog.Logger, s mode.Settings) []netip.Addr {
+	local, err := kernel.InterfaceAddresses()
+	if err != nil {
+		logger.Info("Could not list the node's addresses; health-check node ports listen everywhere", "err", err)
+		return nil
 	}
-	if minSync == 0 {
-		minSync = -1 // the engine reads 0 as "default"; the user meant "no limit"
-	}
-	return minSync, sync
-}
-
-// newMode returns the mode's implementation.
-func newMode(ctx context.Context, cfg *options.Config, name mode.Name, features kernel.Features, m *metrics.Metrics) (mode.Mode, error) {
-	logger := klog.FromContext(ctx)
-	if name == mode.Userspace {
-		if limit, err := tcprelay.RaiseNoFileLimit(); err != nil {
-			logger.Info("Could not raise the open-file limit; carrying on", "err", err)
-		} else {
-			logger.V(2).Info("Open-file limit", "soft", limit.NewSoft, "hard", limit.Hard)
-		}
-		var portRange ports.Range
-		if !cfg.PortRange.IsZero() {
-			portRange = ports.Range{Lo: uint16(cfg.PortRange.Base), Hi: uint16(cfg.PortRange.Last())}
-		}
-		um, err := userspace.New(ctx, userspace.Config{
-			Features: features, NodeName: cfg.NodeName, BindAddress: cfg.BindAddress,
-			NodePortAddresses: cfg.NodePortAddresses, NodePortPrimary: cfg.NodePortPrimary,
-			PortRange: portRange, UDPIdleTimeout: cfg.UDPIdleTimeout, Registerer: m.Registry(),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("starting the userspace mode: %w", err)
-		}
-		return um, nil
-	}
-	if name == mode.IPTables {
-		im, err := newIPTablesMode(ctx, cfg, features, m)
-		if err != nil {
-			return nil, fmt.Errorf("starting the iptables mode: %w", err)
-		}
-		return im, nil
-	}
-	if name == mode.IPVS {
-		vm, err := newIPVSMode(ctx, cfg, features, m)
-		if err != nil {
-			return nil, fmt.Errorf("starting the ipvs mode: %w", err)
-		}
-		return vm, nil
-	}
-	return nil, fmt.Errorf("unknown proxy mode %q", name)
+	return s.NodePorts.ListenAddresses(nil, local)
 }
 
 // applyOOMScoreAdj protects kproxy from the OOM killer as kube-proxy does

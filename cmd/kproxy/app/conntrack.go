@@ -11,7 +11,6 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/engine"
 	"kproxy.dev/kproxy/sync/metrics"
-	"kproxy.dev/kproxy/sync/mode"
 )
 
 // tuneConntrack applies the --conntrack-* settings as kube-proxy does at
@@ -36,23 +35,14 @@ func tuneConntrack(logger klog.Logger, cfg options.ConntrackConfig) {
 }
 
 // conntrackObservers returns the sync observer that deletes stale conntrack
-// flows after each sync, for the modes whose traffic conntrack tracks
-// through NAT (none for a preview), and a function that releases it. Not
+// flows after each sync, judged by how the mode's traffic passes conntrack
+// (dp), and a function that releases it. Not
 // being able to clean up is a warning, not a reason to stop.
 //
 // Reconciliation is due after half the mode's sync period, so every
 // periodic sync reconciles however its timing jitters, and busier times
 // reconcile no more than twice per period.
-func conntrackObservers(logger klog.Logger, name mode.Name, m *metrics.Metrics, syncPeriod time.Duration) ([]engine.SyncObserver, func()) {
-	var dp conntrack.Dataplane
-	switch name {
-	case mode.IPTables, mode.IPVS:
-		dp = conntrack.KernelNAT
-	case mode.Userspace:
-		dp = conntrack.LocalRelays
-	default:
-		return nil, func() {}
-	}
+func conntrackObservers(logger klog.Logger, dp conntrack.Dataplane, m *metrics.Metrics, syncPeriod time.Duration) ([]engine.SyncObserver, func()) {
 	table, err := conntrack.NewNetlinkTable()
 	if err != nil {
 		logger.Info("Warning: stale UDP flows will not be cleaned from conntrack", "err", err)
@@ -68,10 +58,4 @@ func conntrackObservers(logger klog.Logger, name mode.Name, m *metrics.Metrics, 
 		return nil, func() {}
 	}
 	return []engine.SyncObserver{cleaner}, func() { _ = table.Close() }
-}
-
-// tunesConntrack says whether mode name programs the data path, and so
-// gets kube-proxy's conntrack settings (every implemented mode does).
-func tunesConntrack(name mode.Name) bool {
-	return name == mode.IPTables || name == mode.Userspace || name == mode.IPVS
 }

@@ -1,7 +1,7 @@
 package rules
 
 import (
-	"net/netip"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"slices"
 	"strconv"
 	"sync"
@@ -70,12 +70,8 @@ func New(cfg Config) (*Builder, error) {
 		pods := cfg.ClusterCIDRs[0].Masked().String()
 		b.fromPods, b.fromOutside = "-s "+pods+" ", "! -s "+pods+" "
 	}
-	b.nodePortsMatchAll = len(cfg.NodePortAddresses) == 0 ||
-		slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Bits() == 0 })
-	b.localhostNodePorts = cfg.LocalhostNodePorts && !b.v6 && (b.nodePortsMatchAll ||
-		slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool {
-			return p.Contains(netip.AddrFrom4([4]byte{127, 0, 0, 0})) || p.Addr().IsLoopback()
-		}))
+	b.nodePortsMatchAll = nodeaddr.MatchAll(cfg.NodePortAddresses)
+	b.localhostNodePorts = cfg.LocalhostNodePorts && !b.v6 && nodeaddr.AdmitsIPv4Loopback(cfg.NodePortAddresses)
 	b.shared = b.buildSharedChains()
 	b.jumps = b.buildJumps()
 	return b, nil

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"net/netip"
 	"slices"
 )
@@ -99,18 +100,8 @@ func (b *Builder) nodePortsJumps() []string {
 // nodePortIPs are the interface addresses inside --nodeport-addresses,
 // sorted, without loopback addresses NodePorts cannot use.
 func (b *Builder) nodePortIPs() []netip.Addr {
-	var ips []netip.Addr
-	for _, a := range b.cfg.InterfaceAddrs {
-		a = a.Unmap()
-		if a.IsLoopback() && (b.v6 || !b.localhostNodePorts) {
-			continue
-		}
-		if slices.ContainsFunc(b.cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Contains(a) }) {
-			ips = append(ips, a)
-		}
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
-	return slices.Compact(ips)
+	ips := nodeaddr.Select(b.cfg.NodePortAddresses, b.cfg.InterfaceAddrs, b.cfg.Family)
+	return slices.DeleteFunc(ips, func(a netip.Addr) bool { return a.IsLoopback() && (b.v6 || !b.localhostNodePorts) })
 }
 
 // jumpSpec is one of kube-proxy's jumps from a built-in chain.

@@ -1,6 +1,8 @@
 package desired
 
 import (
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
 	"net/netip"
 	"slices"
 	"time"
@@ -70,32 +72,17 @@ func nodeAddress(a netip.Addr) bool {
 // --nodeport-addresses is empty (or holds a /0), else the non-loopback local
 // addresses inside its prefixes.
 func nodePortIPs(cfg Config) []netip.Addr {
-	matchAll := len(cfg.NodePortAddresses) == 0 ||
-		slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Bits() == 0 })
-	var out []netip.Addr
-	for _, a := range cfg.LocalAddrs {
-		a = a.Unmap()
-		if matchAll {
-			if nodeAddress(a) {
-				out = append(out, a)
-			}
-			continue
-		}
-		if a.IsLoopback() {
-			continue
-		}
-		if slices.ContainsFunc(cfg.NodePortAddresses, func(p netip.Prefix) bool { return p.Contains(a) }) {
-			out = append(out, a)
-		}
+	ips := nodeaddr.Select(cfg.NodePortAddresses, cfg.LocalAddrs, cfg.Family)
+	if nodeaddr.MatchAll(cfg.NodePortAddresses) {
+		return slices.DeleteFunc(ips, func(a netip.Addr) bool { return !nodeAddress(a) })
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	return slices.DeleteFunc(ips, netip.Addr.IsLoopback)
 }
 
 func (b *builder) ofFamily(as []netip.Addr) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range as {
-		if servicemap.IsIPv6(a) == b.v6 {
+		if ipfamily.Of(a) == b.cfg.Family {
 			out = append(out, a.Unmap())
 		}
 	}

@@ -1,26 +1,27 @@
-package kernel
+package modes
 
 import (
 	"strings"
 	"testing"
 
+	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
 // fullIPTables is a backend that can do everything.
-var fullIPTables = IPTables{Usable: true, DNAT: true, Redirect: true, RandomFully: true}
+var fullIPTables = kernel.IPTables{Usable: true, DNAT: true, Redirect: true, RandomFully: true}
 
-func features(edit func(f *Features)) Features {
-	f := Features{
-		IPv4:          FamilyIPTables{NFT: fullIPTables, Legacy: fullIPTables},
-		IPv6:          FamilyIPTables{NFT: fullIPTables, Legacy: fullIPTables},
-		Backend:       NFT,
+func features(edit func(f *kernel.Features)) kernel.Features {
+	f := kernel.Features{
+		IPv4:          kernel.FamilyIPTables{NFT: fullIPTables, Legacy: fullIPTables},
+		IPv6:          kernel.FamilyIPTables{NFT: fullIPTables, Legacy: fullIPTables},
+		Backend:       kernel.NFT,
 		BackendReason: "no kube rules in either backend; nft is preferred",
-		Conntrack:     Support{Present: true},
-		IPVS:          Support{Present: true},
-		IPSet:         Support{Present: true},
-		DummyLinks:    Support{Present: true},
-		SCTP:          Support{Present: true},
+		Conntrack:     kernel.Support{Present: true},
+		IPVS:          kernel.Support{Present: true},
+		IPSet:         kernel.Support{Present: true},
+		DummyLinks:    kernel.Support{Present: true},
+		SCTP:          kernel.Support{Present: true},
 	}
 	if edit != nil {
 		edit(&f)
@@ -29,26 +30,26 @@ func features(edit func(f *Features)) Features {
 }
 
 // notProbed is a legacy backend Detect left alone on an nft node.
-var notProbed = IPTables{NotProbed: true, Problem: LegacyNotProbed}
+var notProbed = kernel.IPTables{NotProbed: true, Problem: kernel.LegacyNotProbed}
 
 // thisHost is what the CI machine reports.
-func thisHost(f *Features) {
+func thisHost(f *kernel.Features) {
 	f.IPv4.Legacy, f.IPv6.Legacy = notProbed, notProbed
-	f.IPVS = Support{Detail: `no generic netlink family "IPVS"; is the ip_vs module available?`}
-	f.DummyLinks = Support{Detail: "the kernel does not know the dummy link type (no dummy module)"}
-	f.SCTP = Support{Detail: "no sctp"}
+	f.IPVS = kernel.Support{Detail: `no generic netlink family "IPVS"; is the ip_vs module available?`}
+	f.DummyLinks = kernel.Support{Detail: "the kernel does not know the dummy link type (no dummy module)"}
+	f.SCTP = kernel.Support{Detail: "no sctp"}
 }
 
-func noBackend(f *Features) {
-	f.IPv4 = FamilyIPTables{NFT: IPTables{Problem: "listing rules: iptables-nft-save: not installed"}, Legacy: IPTables{Problem: "listing rules: iptables-legacy-save: not installed"}}
-	f.Backend, f.BackendReason = chooseBackend(f.IPv4, f.IPv6)
+func noBackend(f *kernel.Features) {
+	f.IPv4 = kernel.FamilyIPTables{NFT: kernel.IPTables{Problem: "listing rules: iptables-nft-save: not installed"}, Legacy: kernel.IPTables{Problem: "listing rules: iptables-legacy-save: not installed"}}
+	f.Backend, f.BackendReason = "", "neither backend works: listing rules: iptables-nft-save: not installed"
 }
 
 func TestChoose(t *testing.T) {
 	cases := []struct {
 		name      string
 		requested string
-		f         Features
+		f         kernel.Features
 		want      mode.Name
 		// reasonHas / errHas: substrings the reason or error must contain.
 		reasonHas, errHas []string
@@ -57,7 +58,7 @@ func TestChoose(t *testing.T) {
 		{name: "auto on this host", f: features(thisHost), want: mode.IPTables},
 		{
 			name: "auto falls back to userspace without DNAT", want: mode.Userspace,
-			f: features(func(f *Features) {
+			f: features(func(f *kernel.Features) {
 				f.IPv4.NFT.DNAT = false
 				f.IPv4.NFT.Problem = "DNAT: iptables v1.8.9 (nf_tables): Couldn't load target `DNAT'"
 			}),
@@ -69,7 +70,7 @@ func TestChoose(t *testing.T) {
 		},
 		{
 			name: "auto with neither DNAT nor REDIRECT",
-			f: features(func(f *Features) {
+			f: features(func(f *kernel.Features) {
 				f.IPv4.NFT.DNAT, f.IPv4.NFT.Redirect = false, false
 			}),
 			errHas: []string{"neither the REDIRECT nor the DNAT target"},
@@ -79,7 +80,7 @@ func TestChoose(t *testing.T) {
 		{name: "explicit userspace", requested: "userspace", f: features(thisHost), want: mode.Userspace},
 		{
 			name: "userspace with REDIRECT only", requested: "userspace", want: mode.Userspace,
-			f: features(func(f *Features) { f.IPv4.NFT.DNAT = false }),
+			f: features(func(f *kernel.Features) { f.IPv4.NFT.DNAT = false }),
 		},
 		{name: "mode names are case-insensitive", requested: " IPTables ", f: features(nil), want: mode.IPTables},
 		{
@@ -88,25 +89,26 @@ func TestChoose(t *testing.T) {
 		},
 		{
 			name: "ipvs without ipset", requested: "ipvs",
-			f: features(func(f *Features) {
-				f.IPSet = Support{Detail: "the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument"}
+			f: features(func(f *kernel.Features) {
+				f.IPSet = kernel.Support{Detail: "the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument"}
 			}),
 			errHas: []string{"ipset is unusable (the kernel has no ip_set support (modules ip_set, ip_set_hash_ip): invalid argument)", "--proxy-mode=iptables or --proxy-mode=userspace would work here"},
 		},
 		{
 			name: "iptables without DNAT names userspace", requested: "iptables",
-			f:      features(func(f *Features) { f.IPv4.NFT.DNAT = false; thisHost(f) }),
+			f:      features(func(f *kernel.Features) { f.IPv4.NFT.DNAT = false; thisHost(f) }),
 			errHas: []string{"--proxy-mode=iptables cannot run on this kernel: the nat table of iptables-nft cannot load the DNAT target", "; --proxy-mode=userspace would work here"},
 		},
 		{
-			name: "nothing works", requested: "ipvs", f: features(func(f *Features) { thisHost(f); noBackend(f) }),
+			name: "nothing works", requested: "ipvs", f: features(func(f *kernel.Features) { thisHost(f); noBackend(f) }),
 			errHas: []string{"IPVS is absent", "dummy links are not supported", ", and no iptables backend is usable", "no other proxy mode would work here either"},
 		},
 		{name: "unknown mode", requested: "kernelspace", f: features(nil), errHas: []string{`unknown --proxy-mode "kernelspace"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, reason, err := Choose(c.requested, c.f)
+			def, reason, err := Choose(c.requested, c.f)
+			got := def.Name
 			if len(c.errHas) > 0 {
 				if err == nil {
 					t.Fatalf("Choose(%q) = %q (%s), want an error", c.requested, got, reason)
@@ -139,31 +141,3 @@ func TestChoose(t *testing.T) {
 	}
 }
 
-func TestChooseBackend(t *testing.T) {
-	unusable := IPTables{Problem: "broken"}
-	withKube := func(t IPTables, n int) IPTables { t.KubeRules = n; return t }
-	cases := []struct {
-		name   string
-		v4, v6 FamilyIPTables
-		want   Backend
-	}{
-		{"fresh node prefers nft", FamilyIPTables{NFT: fullIPTables, Legacy: fullIPTables}, FamilyIPTables{}, NFT},
-		{"legacy rules win", FamilyIPTables{NFT: fullIPTables, Legacy: withKube(fullIPTables, 5)}, FamilyIPTables{}, Legacy},
-		{"IPv6 legacy rules count", FamilyIPTables{NFT: fullIPTables, Legacy: fullIPTables}, FamilyIPTables{Legacy: withKube(fullIPTables, 1)}, Legacy},
-		{"more nft rules win", FamilyIPTables{NFT: withKube(fullIPTables, 9), Legacy: withKube(fullIPTables, 2)}, FamilyIPTables{}, NFT},
-		{"tie goes to nft", FamilyIPTables{NFT: withKube(fullIPTables, 3), Legacy: withKube(fullIPTables, 3)}, FamilyIPTables{}, NFT},
-		{"legacy rules but legacy unusable", FamilyIPTables{NFT: fullIPTables, Legacy: withKube(unusable, 4)}, FamilyIPTables{}, NFT},
-		{"nft unusable", FamilyIPTables{NFT: unusable, Legacy: fullIPTables}, FamilyIPTables{}, Legacy},
-		{"none usable", FamilyIPTables{NFT: unusable, Legacy: unusable}, FamilyIPTables{}, ""},
-		{"legacy not probed", FamilyIPTables{NFT: fullIPTables, Legacy: notProbed}, FamilyIPTables{NFT: fullIPTables, Legacy: notProbed}, NFT},
-	}
-	for _, c := range cases {
-		got, reason := chooseBackend(c.v4, c.v6)
-		if got != c.want {
-			t.Errorf("%s: chooseBackend = %q (%s), want %q", c.name, got, reason, c.want)
-		}
-		if reason == "" {
-			t.Errorf("%s: empty reason", c.name)
-		}
-	}
-}

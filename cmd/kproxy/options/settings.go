@@ -1,0 +1,45 @@
+package options
+
+import (
+	"time"
+
+	"kproxy.dev/kproxy/lb/ports"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+)
+
+// ModeSettings returns the part of c every proxy mode is built from.
+func (c *Config) ModeSettings() mode.Settings {
+	s := mode.Settings{
+		NodeName:    c.NodeName,
+		BindAddress: c.BindAddress,
+		NodePorts: nodeaddr.Policy{
+			CIDRs: c.NodePortAddresses, Primary: c.NodePortPrimary, BindAddress: c.BindAddress,
+		},
+		ClusterCIDRs:       c.ClusterCIDRs,
+		DetectLocalMode:    c.DetectLocalMode,
+		MasqueradeAll:      c.MasqueradeAll,
+		MasqueradeBit:      int(c.MasqueradeBit),
+		LocalhostNodePorts: c.LocalhostNodePorts,
+		IPTables:           mode.IPTablesSettings{Sync: syncPeriods(c.IPTablesMinSyncPeriod, c.IPTablesSyncPeriod)},
+		IPVS: mode.IPVSSettings{
+			Sync:      syncPeriods(c.IPVSMinSyncPeriod, c.IPVSSyncPeriod),
+			Scheduler: c.IPVSScheduler, ExcludeCIDRs: c.IPVSExcludeCIDRs, StrictARP: c.IPVSStrictARP,
+			TCPTimeout: c.IPVSTCPTimeout, TCPFinTimeout: c.IPVSTCPFinTimeout, UDPTimeout: c.IPVSUDPTimeout,
+		},
+		Userspace: mode.UserspaceSettings{UDPIdleTimeout: c.UDPIdleTimeout},
+	}
+	if !c.PortRange.IsZero() {
+		s.Userspace.PortRange = ports.Range{Lo: uint16(c.PortRange.Base), Hi: uint16(c.PortRange.Last())}
+	}
+	return s
+}
+
+// syncPeriods turns a configured minimum of 0, which the user means as "no
+// limit", into the sync engine's -1 (its 0 means "default").
+func syncPeriods(minSync, maxSync time.Duration) mode.SyncPeriods {
+	if minSync == 0 {
+		minSync = -1
+	}
+	return mode.SyncPeriods{Min: minSync, Max: maxSync}
+}

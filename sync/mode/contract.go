@@ -1,0 +1,101 @@
+package mode
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/conntrack"
+	"kproxy.dev/kproxy/lb/ports"
+	"kproxy.dev/kproxy/redirect/cleanup/owned"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+)
+
+// Definition is one proxy mode as the rest of kproxy sees it: what it needs
+// from the kernel, what it leaves there, how it is built. Every mode package
+// exports one; the registry (redirect/modes) lists them.
+type Definition struct {
+	Name Name
+	// Auto: picked when no --proxy-mode is given, if it can run (the first
+	// such in registry order).
+	Auto bool
+	// Missing lists, as phrases for an error message, what the mode needs
+	// from the kernel that f lacks; empty means it can run.
+	Missing func(f kernel.Features) []string
+	// SyncPeriods returns the mode's minimum and maximum sync interval.
+	SyncPeriods func(s Settings) SyncPeriods
+	// Conntrack is how the mode's traffic passes conntrack, for the cleaner
+	// of stale flows.
+	Conntrack conntrack.Dataplane
+	// Owned is what the mode creates in the kernel, for cleanup.
+	Owned func() owned.Objects
+	// New builds the mode. It may write the sysctls the mode needs; nothing
+	// else touches the kernel before the first Sync.
+	New func(ctx context.Context, s Settings, d Deps) (Mode, error)
+}
+
+// SyncPeriods are a mode's sync intervals (--iptables-min-sync-period and
+// --iptables-sync-period, or the IPVS ones).
+type SyncPeriods struct {
+	Min, Max time.Duration
+}
+
+// Settings are the node settings modes are built from: the resolved flags
+// and --config file, grouped as KubeProxyConfiguration groups them.
+type Settings struct {
+	// NodeName is this node's name (--hostname-override), for topology.
+	NodeName string
+	// BindAddress is --bind-address; a specific one is the node's primary
+	// IP of its family.
+	BindAddress netip.Addr
+	// NodePorts is --nodeport-addresses.
+	NodePorts nodeaddr.Policy
+	// ClusterCIDRs is --cluster-cidr: traffic from outside it to service
+	// IPs is masqueraded.
+	ClusterCIDRs    []netip.Prefix
+	DetectLocalMode string
+	MasqueradeAll   bool
+	MasqueradeBit   int
+	// LocalhostNodePorts is --iptables-localhost-nodeports.
+	LocalhostNodePorts bool
+
+	IPTables  IPTablesSettings
+	IPVS      IPVSSettings
+	Userspace UserspaceSettings
+}
+
+// IPTablesSettings are the iptables section of the configuration.
+type IPTablesSettings struct {
+	Sync SyncPeriods
+}
+
+// IPVSSettings are the ipvs section of the configuration.
+type IPVSSettings struct {
+	Sync SyncPeriods
+	// Scheduler is resolved: empty becomes "rr".
+	Scheduler    string
+	ExcludeCIDRs []netip.Prefix
+	StrictARP    bool
+	// TCPTimeout, TCPFinTimeout and UDPTimeout: 0 leaves the kernel's.
+	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
+}
+
+// UserspaceSettings are the userspace mode's (kube-proxy's old flags).
+type UserspaceSettings struct {
+	// PortRange limits the proxy ports; the zero value lets the kernel pick.
+	PortRange      ports.Range
+	UDPIdleTimeout time.Duration
+}
+
+// Deps are what a mode is given besides its settings.
+type Deps struct {
+	// Features are the detected kernel features.
+	Features kernel.Features
+	// Registry receives the mode's metrics.
+	Registry prometheus.Registerer
+	Logger   klog.Logger
+}
