@@ -66,6 +66,33 @@ func TestRefusals(t *testing.T) {
 	})
 }
 
+// TestNodePortAddressesPrimary: with --nodeport-addresses=primary and no
+// --bind-address, NodePorts answer only on the Node object's address, not on
+// the node's other one (its pod-side address, which answers without the
+// flag: TestNodePortAndExternalIP), in every mode.
+func TestNodePortAddressesPrimary(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m, "--nodeport-addresses=primary")
+		if l == nil {
+			return
+		}
+		url := fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort)
+		l.wantBalanced(t, url+" (the Node's address)", askHTTP(l.topo.Client, url))
+		other := fmt.Sprintf("http://%s:%d/", l.topo.Node.PodIPv4, webNodePort)
+		answer, err := askHTTP(l.topo.Client, other)()
+		if m.relays {
+			// The relay holds the NodePort with one socket on every
+			// address, which accepts the connection; no portal leads
+			// from it to a relay, so nothing answers.
+			if err == nil {
+				t.Fatalf("%s (not the Node's address) answered %q", other, answer)
+			}
+			return
+		}
+		wantRefused(t, other+" (not the Node's address)", answer, err)
+	})
+}
+
 func TestNodePortAndExternalIP(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
 		l := startCoreLab(t, m)
@@ -74,6 +101,8 @@ func TestNodePortAndExternalIP(t *testing.T) {
 		}
 		for _, url := range []string{
 			fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort),
+			// Without --nodeport-addresses, every node address serves.
+			fmt.Sprintf("http://%s:%d/", l.topo.Node.PodIPv4, webNodePort),
 			"http://" + externalIP + "/",
 		} {
 			l.wantBalanced(t, url+" from the client", askHTTP(l.topo.Client, url))
