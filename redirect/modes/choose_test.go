@@ -140,4 +140,3 @@ func TestChoose(t *testing.T) {
 		})
 	}
 }
-
