@@ -134,7 +134,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		err = f.fullSync(ctx, snap, model, readKernel)
 		f.metrics.fullDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
-			f.metrics.restoreFailures.Inc()
+			f.metrics.Failures.Inc()
 			return f.failed(err)
 		}
 		f.model, f.modelCfg, f.needFull = model, cfg, false
@@ -143,7 +143,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		err := f.partialSync(ctx, snap, changes)
 		f.metrics.partialDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
-			f.metrics.restoreFailures.Inc()
+			f.metrics.Failures.Inc()
 			f.metrics.partialRestoreFailures.Inc()
 			return f.failed(err)
 		}
@@ -438,7 +438,7 @@ func (f *family) reportRuleCounts() {
 		counts[sc.Table] += len(sc.Tail)
 	}
 	for _, t := range []rules.Table{rules.NAT, rules.Filter} {
-		f.metrics.rulesTotal.WithLabelValues(string(t), string(f.fam)).Set(float64(counts[t]))
+		f.metrics.Rules.WithLabelValues(string(t), string(f.fam)).Set(float64(counts[t]))
 	}
 }
 

@@ -1,16 +1,15 @@
 package iptables
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"kproxy.dev/kproxy/sync/metrics"
 )
 
 // modeMetrics are kube-proxy's iptables-mode metrics, under its names.
 type modeMetrics struct {
-	restoreFailures        prometheus.Counter
+	*metrics.IPTablesRestore
 	partialRestoreFailures prometheus.Counter
-	rulesTotal             *prometheus.GaugeVec
 	fullDuration           prometheus.Histogram
 	partialDuration        prometheus.Histogram
 	portErrors             prometheus.Counter
@@ -19,18 +18,10 @@ type modeMetrics struct {
 func newModeMetrics(reg prometheus.Registerer) (*modeMetrics, error) {
 	buckets := prometheus.ExponentialBuckets(0.001, 2, 18) // 1 ms to about 2 minutes
 	m := &modeMetrics{
-		restoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_iptables_restore_failures_total",
-			Help: "Cumulative proxy iptables restore failures",
-		}),
 		partialRestoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_iptables_partial_restore_failures_total",
 			Help: "Cumulative proxy iptables partial restore failures",
 		}),
-		rulesTotal: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_iptables_total",
-			Help: "Total number of iptables rules owned by kube-proxy",
-		}, []string{"table", "ip_family"}),
 		fullDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
 			Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: buckets,
@@ -44,13 +35,12 @@ func newModeMetrics(reg prometheus.Registerer) (*modeMetrics, error) {
 			Help: "Service ports the iptables rule model rejected (they keep their previous rules)",
 		}),
 	}
-	if reg == nil {
-		return m, nil
+	var err error
+	if m.IPTablesRestore, err = metrics.NewIPTablesRestore(reg); err != nil {
+		return nil, err
 	}
-	for _, c := range []prometheus.Collector{m.restoreFailures, m.partialRestoreFailures, m.rulesTotal, m.fullDuration, m.partialDuration, m.portErrors} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering metrics: %w", err)
-		}
+	if err := metrics.Register(reg, m.partialRestoreFailures, m.fullDuration, m.partialDuration, m.portErrors); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -61,17 +61,17 @@ func (f *family) configFor(snap *servicemap.Snapshot) (desired.Config, error) {
 
 // sync brings this family's virtual servers, addresses, sets and iptables
 // layer in line with snap, and returns the desired state (nil when it could
-// not be built) with what the reconciler removed. A reconcile failure does
+// not be built). A reconcile failure does
 // not stop the iptables layer: it is the same for every service, and the
 // services that did sync need it.
-func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, full bool) (*desired.State, reconcile.Result, error) {
+func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, full bool) (*desired.State, error) {
 	cfg, err := f.configFor(snap)
 	if err != nil {
-		return nil, reconcile.Result{}, fmt.Errorf("%s: %w", f.fam, err)
+		return nil, fmt.Errorf("%s: %w", f.fam, err)
 	}
 	st, err := desired.Build(cfg, snap)
 	if err != nil {
-		return nil, reconcile.Result{}, fmt.Errorf("%s: building the desired state: %w", f.fam, err)
+		return nil, fmt.Errorf("%s: building the desired state: %w", f.fam, err)
 	}
 	for _, c := range st.Conflicts {
 		f.logger.V(2).Info("Two service ports want one IPVS virtual server; the first keeps it",
@@ -85,9 +85,9 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, full bool)
 	iptErr := f.applyTables(ctx, st, full)
 	f.report(st, res)
 	if err := errors.Join(recErr, iptErr); err != nil {
-		return st, res, fmt.Errorf("%s: %w", f.fam, err)
+		return st, fmt.Errorf("%s: %w", f.fam, err)
 	}
-	return st, res, nil
+	return st, nil
 }
 
 // applyTables restores the iptables layer when its text changed since the
@@ -100,7 +100,7 @@ func (f *family) applyTables(ctx context.Context, st *desired.State, full bool) 
 	}
 	f.lastPayload = ""
 	if err := f.tables.Restore(ctx, []byte(payload)); err != nil {
-		f.metrics.restoreFailures.Inc()
+		f.metrics.Failures.Inc()
 		return fmt.Errorf("restoring the iptables layer: %w", err)
 	}
 	jumps, err := desired.RestoreJumps(st.Jumps)
@@ -130,17 +130,17 @@ func (f *family) report(st *desired.State, res reconcile.Result) {
 		for _, c := range t.Chains {
 			n += len(c.Rules)
 		}
-		f.metrics.rulesTotal.WithLabelValues(t.Name, fam).Set(float64(n))
+		f.metrics.Rules.WithLabelValues(t.Name, fam).Set(float64(n))
 	}
 }
 
 // drain deletes the drained real servers of this family.
-func (f *family) drain() (reconcile.Result, error) {
+func (f *family) drain() error {
 	res, err := f.rec.Drain()
 	f.metrics.draining.WithLabelValues(string(f.fam)).Set(float64(res.Draining))
 	if err != nil {
 		f.metrics.reconcileFailures.WithLabelValues(string(f.fam)).Inc()
-		return res, fmt.Errorf("%s: %w", f.fam, err)
+		return fmt.Errorf("%s: %w", f.fam, err)
 	}
-	return res, nil
+	return nil
 }

@@ -131,6 +131,11 @@ func (g *rig) ops() []string {
 	return slices.Clone(g.log)
 }
 
+// writes are the logged operations that change the kernel (not Get*).
+func (g *rig) writes() []string {
+	return slices.DeleteFunc(g.ops(), func(op string) bool { return strings.HasPrefix(op, "Get") })
+}
+
 func (g *rig) sync(ports ...*servicemap.ServicePort) error {
 	return g.m.Sync(context.Background(), snapshot(ports...), &servicemap.ChangeSet{})
 }

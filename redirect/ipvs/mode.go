@@ -20,10 +20,6 @@ import (
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// maxRemembered bounds the removed real servers kept for
-// TakeRemovedRealServers, so a Mode nobody asks does not grow forever.
-const maxRemembered = 4096
-
 // DefaultDrainInterval is how often draining TCP real servers are checked
 // for remaining connections between syncs.
 const DefaultDrainInterval = 5 * time.Second
@@ -79,9 +75,6 @@ type Mode struct {
 	// sysctlsDone holds the sysctls written (or warned about) so far, so
 	// each is written once, and again on full syncs.
 	sysctlsDone map[string]int
-	// removed accumulates the real servers deleted since the last
-	// TakeRemovedRealServers.
-	removed []reconcile.RealServerRef
 
 	stop      context.CancelFunc
 	drainDone chan struct{}
@@ -148,8 +141,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	var errs []error
 	var sysctls []desired.Sysctl
 	for _, f := range m.families {
-		st, res, err := f.sync(ctx, snap, full)
-		m.remember(res.RemovedRealServers)
+		st, err := f.sync(ctx, snap, full)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -195,9 +187,7 @@ func (m *Mode) Drain() error {
 	defer m.mu.Unlock()
 	var errs []error
 	for _, f := range m.families {
-		res, err := f.drain()
-		m.remember(res.RemovedRealServers)
-		if err != nil {
+		if err := f.drain(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -218,27 +208,6 @@ func (m *Mode) drainLoop(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
-}
-
-// remember keeps removed real servers for TakeRemovedRealServers, the
-// newest maxRemembered of them.
-func (m *Mode) remember(refs []reconcile.RealServerRef) {
-	m.removed = append(m.removed, refs...)
-	if over := len(m.removed) - maxRemembered; over > 0 {
-		m.removed = append([]reconcile.RealServerRef(nil), m.removed[over:]...)
-	}
-}
-
-// TakeRemovedRealServers returns the real servers deleted (UDP and SCTP
-// ones at once, TCP ones once drained) since the last call, and forgets
-// them (only the newest maxRemembered are kept): for a consumer that
-// cleans up after them, such as conntrack.
-func (m *Mode) TakeRemovedRealServers() []reconcile.RealServerRef {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := m.removed
-	m.removed = nil
-	return out
 }
 
 // Close implements mode.Mode: it stops the background drain. Virtual

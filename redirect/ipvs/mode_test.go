@@ -18,7 +18,6 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
-	"kproxy.dev/kproxy/redirect/ipvs/reconcile"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -132,17 +131,6 @@ func TestOneEndpointChange(t *testing.T) {
 		t.Errorf("an endpoint change ran %d restores; the iptables layer did not change", n-restores)
 	}
 	g.expectKernel(t, web(), changed)
-	removed := g.m.TakeRemovedRealServers()
-	wantRemoved := []reconcile.RealServerRef{{
-		VirtualServer: desired.Key{Addr: mustAddr("198.18.0.53"), Protocol: v1.ProtocolUDP, Port: 53},
-		RealServer:    mustAddrPort("198.19.1.11:53"),
-	}}
-	if !slices.Equal(removed, wantRemoved) {
-		t.Errorf("TakeRemovedRealServers = %v, want %v", removed, wantRemoved)
-	}
-	if again := g.m.TakeRemovedRealServers(); len(again) != 0 {
-		t.Errorf("a second TakeRemovedRealServers returned %v, want nothing", again)
-	}
 }
 
 func TestServiceDeleted(t *testing.T) {
@@ -277,11 +265,12 @@ func TestDrainDeletesIdleRealServers(t *testing.T) {
 	if v := g.value(t, "kproxy_ipvs_real_servers_draining", "ip_family", "IPv4"); v != 1 {
 		t.Fatalf("draining = %v, want 1 (a TCP real server with connections)", v)
 	}
+	g.resetLog()
 	if err := g.m.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	if got := g.m.TakeRemovedRealServers(); len(got) != 0 {
-		t.Fatalf("removed %v while it still had connections", got)
+	if got := g.writes(); len(got) != 0 {
+		t.Fatalf("a drain pass while the real server still had connections did %v", got)
 	}
 	if err := g.ipvs.SetConnections(key, old, 0, 0); err != nil {
 		t.Fatal(err)
@@ -289,8 +278,8 @@ func TestDrainDeletesIdleRealServers(t *testing.T) {
 	if err := g.m.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := g.m.TakeRemovedRealServers(), []reconcile.RealServerRef{{VirtualServer: key, RealServer: old}}; !slices.Equal(got, want) {
-		t.Errorf("removed %v, want %v", got, want)
+	if got, want := g.writes(), []string{"DelDestination TCP/198.18.0.10:80 -> 198.19.1.11:8080"}; !slices.Equal(got, want) {
+		t.Errorf("the drain pass once the connections ended did %v, want %v", got, want)
 	}
 	g.expectKernel(t, fewer)
 }
