@@ -1,6 +1,10 @@
 package tcprelay
 
-import "golang.org/x/sys/unix"
+import (
+	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/lb/eventloop"
+)
 
 // turnBudget bounds the bytes one direction moves per loop turn, so a bulk
 // flow shares its loop with the connections around it; a direction with
@@ -142,7 +146,7 @@ func passEOF(c *conn, d direction) {
 		return
 	}
 	// An error means dst is already reset or gone; its own events say so.
-	_ = rawShutdown(dst.fd, unix.SHUT_WR)
+	_ = eventloop.Shutdown(dst.fd, unix.SHUT_WR)
 }
 
 // count adds n relayed bytes to the direction's metric.

@@ -110,12 +110,16 @@ type Config struct {
 	// GOMAXPROCS when Serve starts. One starts with Serve, more as
 	// connections come.
 	Loops int
+	// Logger receives the proxy's log lines, with "proxy" set to its name;
+	// the zero value means klog.Background().
+	Logger klog.Logger
 }
 
 // Proxy relays one listener's connections.
 type Proxy struct {
 	cfg     Config
 	name    string
+	log     klog.Logger
 	ln      net.Listener
 	port    uint16 // the listener's port
 	picker  atomic.Pointer[pickerBox]
@@ -175,9 +179,14 @@ func New(cfg Config) (*Proxy, error) {
 	if a, ok := cfg.Listener.Addr().(*net.TCPAddr); ok {
 		port = uint16(a.Port)
 	}
+	log := cfg.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
 	p := &Proxy{
 		cfg:      cfg,
 		name:     name,
+		log:      log.WithValues("proxy", name),
 		ln:       cfg.Listener,
 		port:     port,
 		metrics:  cfg.Metrics.For(lbmetrics.ProtocolTCP),
@@ -283,7 +292,7 @@ func (p *Proxy) logErrorLimited(err error, msg string, kv ...any) {
 	suppressed := p.suppressed
 	p.lastErrLog, p.suppressed = now, 0
 	p.mu.Unlock()
-	klog.ErrorS(err, msg, append([]any{"proxy", p.name, "suppressedSinceLastLog", suppressed}, kv...)...)
+	p.log.Error(err, msg, append([]any{"suppressedSinceLastLog", suppressed}, kv...)...)
 }
 
 func (p *Proxy) isClosed() bool {
