@@ -3,6 +3,10 @@
 // multi-homing. Kernels without SCTP sockets are detected with Supported,
 // and the SCTP service ports that then go unserved are reported by
 // UnservedReporter.
+//
+// Why goroutines per association rather than lb/eventloop: SCTP services
+// are rare and only served where the kernel has SCTP, so the relay stays
+// small, copying through Go's netpoller.
 package sctprelay
 
 import (

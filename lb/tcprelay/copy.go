@@ -8,8 +8,9 @@ import (
 
 // turnBudget bounds the bytes one direction moves per loop turn, so a bulk
 // flow shares its loop with the connections around it; a direction with
-// more to move is served again at the end of the turn. (Measured: 256 KiB
-// cost bulk throughput; 1 MiB is about 1 ms of a 10 Gbit/s stream.)
+// more to move is served again at the end of the turn. 1 MiB is about 1 ms
+// of a 10 Gbit/s stream; smaller budgets cost bulk throughput
+// (bench/MEASUREMENTS.md).
 const turnBudget = 1 << 20
 
 // service moves whatever can move on c, both ways, and releases c once both

@@ -8,31 +8,12 @@
 // after IdleTimeout without traffic either way and are bounded by MaxFlows,
 // the least recently active one being evicted first.
 //
-// One relay is one event loop on one goroutine: an epoll set holding the
-// proxy socket and every upstream socket. Client datagrams are read with
-// recvmmsg(2) and replies written with sendmmsg(2), so a busy relay makes
-// about two system calls per datagram pair instead of the six or more of a
-// goroutine-per-flow relay parked on Go's netpoller. Replies are read with
-// recvmmsg(2) too, per ready upstream socket: a short count shows the socket
-// is drained without the read that would return EAGAIN. Once a turn has
-// moved everything, the loop parks on the netpoller at once.
-//
-// Measured in the lab (bench/dataplane: 64-byte request/response, 16 flows,
-// 2 cores shared with the client and the echo server, which the runs keep
-// busy; interleaved runs of the variants, 2 rounds each): polling the epoll
-// set 16 more times (yielding in between) before parking, which an earlier
-// loopback benchmark had favoured, cost 41 µs of machine CPU per request
-// against 32-34 µs without, and 37-40% of DNAT's rate against 43-52%: the
-// yields took CPU the client and the echo server needed. Without it the
-// relay needs 14.4-15.6 µs of its own CPU per request, a goroutine-per-flow
-// io.Copy relay 17.7-19.0 µs. Making the loop's calls with RawSyscall
-// (sys_linux.go) saved a further ~5% of its CPU. A forward goroutine
-// (recvmmsg, write upstream) plus a reply goroutine (epoll, recvmmsg,
-// sendmmsg) was tried and dropped: every datagram pair then costs two
-// parks and wake-ups instead of one (30-40% of DNAT). The rest of a
-// request's cost is the kernel's: the relay adds two local deliveries and
-// two sends per round trip, each doing netfilter, conntrack and the
-// receiver's wake-up, to DNAT's forwarding.
+// Why one event loop (lb/eventloop) rather than a goroutine per flow: a
+// relay is one goroutine holding the proxy socket and every upstream socket
+// in one epoll set; client datagrams are read with recvmmsg(2) and replies
+// written with sendmmsg(2), so a busy relay makes about two system calls
+// per datagram pair instead of six or more, and an idle one parks on Go's
+// netpoller. bench/MEASUREMENTS.md has the numbers behind these choices.
 //
 // Open-relay protection is not done here: for UDP the original destination
 // of a REDIRECTed datagram cannot be read from the socket
