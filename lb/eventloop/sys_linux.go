@@ -1,6 +1,8 @@
 package eventloop
 
 import (
+	"fmt"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -247,4 +249,22 @@ func GetsockoptSockaddr(fd, level, opt int, sa *Sockaddr) error {
 		return errno
 	}
 	return nil
+}
+
+// Dup returns a close-on-exec duplicate of the descriptor behind c (a Go
+// socket), for a loop to own: the socket then stays valid until the loop
+// closes its descriptor, whoever closes c.
+func Dup(c syscall.Conn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, fmt.Errorf("reading the socket's descriptor: %w", err)
+	}
+	fd, dupErr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, fmt.Errorf("reading the socket's descriptor: %w", err)
+	}
+	if dupErr != nil {
+		return -1, fmt.Errorf("duplicating the socket's descriptor: %w", dupErr)
+	}
+	return fd, nil
 }

@@ -146,3 +146,39 @@ func TestSockaddr(t *testing.T) {
 		t.Errorf("AF_UNIX: AddrPort = %v, want an error", got)
 	}
 }
+
+func TestDup(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		closeIt bool // close the Go socket before Dup
+		wantErr bool
+	}{
+		{name: "open socket"},
+		{name: "closed socket", closeIt: true, wantErr: true},
+	} {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := c.LocalAddr().(*net.UDPAddr).AddrPort()
+		if tc.closeIt {
+			c.Close()
+		}
+		fd, err := Dup(c)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: Dup error %v, want error %v", tc.name, err, tc.wantErr)
+		}
+		c.Close()
+		if err != nil {
+			continue
+		}
+		// The duplicate outlives the Go socket.
+		var sa Sockaddr
+		if err := Getsockname(fd, &sa); err != nil {
+			t.Errorf("%s: the duplicate is unusable after closing the original: %v", tc.name, err)
+		} else if got, _ := sa.AddrPort(); got != addr {
+			t.Errorf("%s: the duplicate is bound to %v, want %v", tc.name, got, addr)
+		}
+		Close(fd)
+	}
+}

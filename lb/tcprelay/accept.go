@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 // acceptBatch is how many connections a loop accepts per listener event.
@@ -129,14 +131,9 @@ func (p *Proxy) detachConn(c net.Conn) (adopted, bool) {
 		p.metrics.AcceptErrors.Inc()
 		return adopted{}, false
 	}
-	a := adopted{fd: -1, peer: addrPortOf(tc.RemoteAddr())}
-	rc, err := tc.SyscallConn()
-	if err == nil {
-		err = rc.Control(func(fd uintptr) {
-			a.fd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-		})
-	}
-	if err != nil || a.fd < 0 {
+	a := adopted{peer: addrPortOf(tc.RemoteAddr())}
+	var err error
+	if a.fd, err = eventloop.Dup(tc); err != nil {
 		p.logErrorLimited(err, "Cannot take over an accepted connection; refusing it", "client", a.peer)
 		_ = tc.SetLinger(0)
 		return adopted{}, false

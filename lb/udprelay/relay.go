@@ -203,21 +203,12 @@ func New(cfg Config) (*Relay, error) {
 }
 
 func (r *Relay) openFDs() error {
-	rc, err := r.conn.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("reading proxy socket descriptor: %w", err)
-	}
-	var dupErr error
-	if err := rc.Control(func(fd uintptr) {
-		// The loop uses its own descriptor so the socket stays valid until
-		// the loop is done with it, whoever closes Conn.
-		r.proxyFD, dupErr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
-		return fmt.Errorf("reading proxy socket descriptor: %w", err)
-	}
-	if dupErr != nil {
+	// The loop uses its own descriptor so the socket stays valid until the
+	// loop is done with it, whoever closes Conn.
+	var err error
+	if r.proxyFD, err = eventloop.Dup(r.conn); err != nil {
 		r.proxyFD = -1
-		return fmt.Errorf("duplicating proxy socket descriptor: %w", dupErr)
+		return fmt.Errorf("proxy socket: %w", err)
 	}
 	if r.poll, err = eventloop.New("udp-relay-epoll", maxEvents); err != nil {
 		return err
