@@ -1,6 +1,7 @@
 // Package lb is the userspace data plane of --proxy-mode=userspace: the
 // balancer (lb/balancer), the TCP, UDP and SCTP relays (lb/tcprelay,
-// lb/udprelay, lb/sctprelay), proxy-port allocation (lb/ports) and the data
+// lb/udprelay, lb/sctprelay), the event-loop core the TCP and UDP relays
+// share (lb/eventloop), proxy-port allocation (lb/ports) and the data
 // plane's metrics (lb/lbmetrics). The portal rules that steer Service traffic
 // to the relays are programmed by redirect/; lb never imports redirect.
 //

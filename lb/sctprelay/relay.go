@@ -3,6 +3,10 @@
 // multi-homing. Kernels without SCTP sockets are detected with Supported,
 // and the SCTP service ports that then go unserved are reported by
 // UnservedReporter.
+//
+// Why goroutines per association rather than lb/eventloop: SCTP services
+// are rare and only served where the kernel has SCTP, so the relay stays
+// small, copying through Go's netpoller.
 package sctprelay
 
 import (
@@ -33,12 +37,16 @@ type Config struct {
 	DialTimeout time.Duration
 	Metrics     *lbmetrics.Metrics
 	Name        string
+	// Logger receives the relay's log lines, with "relay" set to Name; the
+	// zero value means klog.Background().
+	Logger klog.Logger
 }
 
 // Relay accepts associations on its listener and relays each to an
 // endpoint the picker chooses.
 type Relay struct {
 	cfg     Config
+	log     klog.Logger
 	metrics *lbmetrics.Protocol
 
 	mu     sync.Mutex
@@ -56,7 +64,11 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	return &Relay{cfg: cfg, metrics: cfg.Metrics.For(lbmetrics.ProtocolSCTP), picker: cfg.Picker,
+	log := cfg.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
+	return &Relay{cfg: cfg, log: log.WithValues("relay", cfg.Name), metrics: cfg.Metrics.For(lbmetrics.ProtocolSCTP), picker: cfg.Picker,
 		conns: map[*Conn]struct{}{}}, nil
 }
 
@@ -81,7 +93,7 @@ func (r *Relay) Serve(ctx context.Context) error {
 				return nil
 			}
 			r.metrics.AcceptErrors.Inc()
-			klog.ErrorS(err, "SCTP accept failed", "relay", r.cfg.Name)
+			r.log.Error(err, "SCTP accept failed")
 			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: do not spin
 			continue
 		}
@@ -153,7 +165,7 @@ func (r *Relay) handle(client *Conn) {
 		}
 		r.metrics.DialFailures.Inc()
 		picker.Failed(clientIP, ep)
-		klog.V(2).InfoS("SCTP endpoint failed, trying the next", "relay", r.cfg.Name, "endpoint", ep, "err", err)
+		r.log.V(2).Info("SCTP endpoint failed, trying the next", "endpoint", ep, "err", err)
 	}
 	if backend == nil {
 		r.metrics.RejectedDialFailed.Inc()

@@ -13,6 +13,9 @@ import (
 // sockets leaves unserved: the gauge holds their number and each port is
 // logged once when it becomes unserved, not on every sync.
 type UnservedReporter struct {
+	// Logger receives the report's lines; the zero value means
+	// klog.Background().
+	Logger klog.Logger
 	gauge  prometheus.Gauge
 	logged map[servicemap.ServicePortName]struct{}
 }
@@ -40,8 +43,12 @@ func (u *UnservedReporter) Update(ports []servicemap.ServicePortName) []servicem
 		}
 	}
 	slices.SortFunc(added, servicemap.ServicePortName.Compare)
+	log := u.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
 	for _, p := range added {
-		klog.InfoS("SCTP service port not served: the kernel has no SCTP sockets", "servicePort", p.String())
+		log.Info("SCTP service port not served: the kernel has no SCTP sockets", "servicePort", p.String())
 	}
 	u.logged = current
 	u.gauge.Set(float64(len(current)))

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 // acceptBatch is how many connections a loop accepts per listener event.
@@ -55,7 +56,7 @@ func (l *loop) acceptFailed(err error) {
 	}
 	l.p.logErrorLimited(err, msg, "backoff", l.backoff)
 	if l.accepting {
-		_ = rawEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.listenFD, &unix.EpollEvent{})
+		_ = l.poll.Del(l.listenFD)
 		l.accepting = false
 	}
 	l.resumeAt = time.Now().Add(l.backoff)
@@ -80,7 +81,7 @@ func (l *loop) stopAccepting() {
 		return
 	}
 	if l.accepting {
-		_ = rawEpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.listenFD, &unix.EpollEvent{})
+		_ = l.poll.Del(l.listenFD)
 		l.accepting = false
 	}
 	l.listenFD = -1
@@ -130,14 +131,9 @@ func (p *Proxy) detachConn(c net.Conn) (adopted, bool) {
 		p.metrics.AcceptErrors.Inc()
 		return adopted{}, false
 	}
-	a := adopted{fd: -1, peer: addrPortOf(tc.RemoteAddr())}
-	rc, err := tc.SyscallConn()
-	if err == nil {
-		err = rc.Control(func(fd uintptr) {
-			a.fd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-		})
-	}
-	if err != nil || a.fd < 0 {
+	a := adopted{peer: addrPortOf(tc.RemoteAddr())}
+	var err error
+	if a.fd, err = eventloop.Dup(tc); err != nil {
 		p.logErrorLimited(err, "Cannot take over an accepted connection; refusing it", "client", a.peer)
 		_ = tc.SetLinger(0)
 		return adopted{}, false
@@ -157,8 +153,8 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 func (p *Proxy) fromPortal(fd int, client netip.AddrPort) bool {
 	orig, err := originalDestination(fd, client.Addr().Is6() && !client.Addr().Is4In6())
 	if err != nil {
-		klog.V(4).InfoS("Refusing connection without an original destination (not through a portal)",
-			"proxy", p.name, "client", client, "err", err)
+		p.log.V(4).Info("Refusing connection without an original destination (not through a portal)",
+			"client", client, "err", err)
 		return false
 	}
 	orig = netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port())
@@ -168,13 +164,13 @@ func (p *Proxy) fromPortal(fd int, client netip.AddrPort) bool {
 	if orig.Port() == p.port {
 		local, err := localAddr(fd)
 		if err != nil || orig == netip.AddrPortFrom(local.Addr().Unmap(), local.Port()) {
-			klog.V(4).InfoS("Refusing connection made straight to the proxy port", "proxy", p.name, "client", client)
+			p.log.V(4).Info("Refusing connection made straight to the proxy port", "client", client)
 			return false
 		}
 	}
 	if p.cfg.IsPortalDestination != nil && !p.cfg.IsPortalDestination(orig) {
-		klog.V(4).InfoS("Refusing connection to an address that is not a portal of this proxy",
-			"proxy", p.name, "client", client, "originalDestination", orig)
+		p.log.V(4).Info("Refusing connection to an address that is not a portal of this proxy",
+			"client", client, "originalDestination", orig)
 		return false
 	}
 	return true

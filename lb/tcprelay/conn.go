@@ -7,6 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/lb"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 // direction is one way of a proxied connection.
@@ -94,12 +96,12 @@ func (c *conn) finished(d direction) bool {
 }
 
 // readFD reads what the socket has.
-func readFD(fd int, b []byte) (int, error) { return rawRead(fd, b) }
+func readFD(fd int, b []byte) (int, error) { return eventloop.Read(fd, b) }
 
 // writeFD writes what the socket's send buffer takes; a full buffer is not
 // an error but a short count.
 func writeFD(fd int, b []byte) (int, error) {
-	n, err := rawSend(fd, b)
+	n, err := eventloop.Send(fd, b, unix.MSG_NOSIGNAL)
 	if err == unix.EAGAIN {
 		return 0, nil
 	}

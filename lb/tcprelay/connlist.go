@@ -1,5 +1,7 @@
 package tcprelay
 
+import "kproxy.dev/kproxy/lb/eventloop"
+
 // closeSide closes s's socket (which takes it out of the epoll set: the
 // loop holds its only descriptor), with a reset if asked, and frees what it
 // holds.
@@ -9,9 +11,9 @@ func (l *loop) closeSide(s *side, reset bool) {
 			l.byFD[s.fd] = nil
 		}
 		if reset {
-			closeWithReset(s.fd)
+			eventloop.CloseWithReset(s.fd)
 		} else {
-			rawClose(s.fd)
+			eventloop.Close(s.fd)
 		}
 		s.fd = -1
 	}

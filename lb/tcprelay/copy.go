@@ -1,11 +1,16 @@
 package tcprelay
 
-import "golang.org/x/sys/unix"
+import (
+	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/lb/eventloop"
+)
 
 // turnBudget bounds the bytes one direction moves per loop turn, so a bulk
 // flow shares its loop with the connections around it; a direction with
-// more to move is served again at the end of the turn. (Measured: 256 KiB
-// cost bulk throughput; 1 MiB is about 1 ms of a 10 Gbit/s stream.)
+// more to move is served again at the end of the turn. 1 MiB is about 1 ms
+// of a 10 Gbit/s stream; smaller budgets cost bulk throughput
+// (bench/MEASUREMENTS.md).
 const turnBudget = 1 << 20
 
 // service moves whatever can move on c, both ways, and releases c once both
@@ -142,7 +147,7 @@ func passEOF(c *conn, d direction) {
 		return
 	}
 	// An error means dst is already reset or gone; its own events say so.
-	_ = rawShutdown(dst.fd, unix.SHUT_WR)
+	_ = eventloop.Shutdown(dst.fd, unix.SHUT_WR)
 }
 
 // count adds n relayed bytes to the direction's metric.

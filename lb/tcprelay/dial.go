@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb/lbmetrics"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 var (
@@ -22,7 +23,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 	p := l.p
 	if !p.fromPortal(fd, peer) {
 		p.metrics.RejectedDirect.Inc()
-		closeWithReset(fd)
+		eventloop.CloseWithReset(fd)
 		return
 	}
 	picker := p.picker.Load().p
@@ -33,8 +34,8 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 	}
 	if len(endpoints) == 0 {
 		p.metrics.RejectedNoEndpoints.Inc()
-		klog.V(4).InfoS("Refusing connection: no endpoints", "proxy", p.name, "client", peer)
-		closeWithReset(fd)
+		p.log.V(4).Info("Refusing connection: no endpoints", "client", peer)
+		eventloop.CloseWithReset(fd)
 		return
 	}
 	c := &conn{
@@ -45,8 +46,8 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		endpoints: endpoints[:min(len(endpoints), p.cfg.MaxAttempts)],
 	}
 	if err := l.register(c, &c.client); err != nil {
-		klog.ErrorS(err, "Cannot relay connection", "proxy", p.name, "client", peer)
-		closeWithReset(fd)
+		p.log.Error(err, "Cannot relay connection", "client", peer)
+		eventloop.CloseWithReset(fd)
 		return
 	}
 	l.link(c)
@@ -83,7 +84,7 @@ func (l *loop) dialNext(c *conn) {
 		l.dials.push(c)
 		return
 	}
-	klog.V(2).InfoS("Refusing connection: every endpoint tried failed", "proxy", p.name, "client", c.clientIP, "attempts", c.attempt)
+	p.log.V(2).Info("Refusing connection: every endpoint tried failed", "client", c.clientIP, "attempts", c.attempt)
 	l.reject(c, lbmetrics.ReasonDialFailed)
 }
 
@@ -93,7 +94,7 @@ func (l *loop) connectDone(c *conn, events uint32) {
 	var err error
 	switch {
 	case events&(unix.EPOLLERR|unix.EPOLLHUP) != 0:
-		if err = socketError(c.backend.fd); err == nil {
+		if err = eventloop.SocketError(c.backend.fd); err == nil {
 			err = errConnectFailed
 		}
 	case events&unix.EPOLLOUT == 0:
@@ -123,7 +124,7 @@ func (l *loop) dialFailed(c *conn, err error) {
 	ep := c.endpoints[c.attempt]
 	l.p.metrics.DialFailures.Inc()
 	c.picker.Failed(c.clientIP, ep)
-	klog.V(2).InfoS("Dialling endpoint failed, trying the next", "proxy", l.p.name, "client", c.clientIP, "endpoint", ep, "err", err)
+	l.p.log.V(2).Info("Dialling endpoint failed, trying the next", "client", c.clientIP, "endpoint", ep, "err", err)
 	c.attempt++
 }
 

@@ -3,14 +3,13 @@ package tcprelay
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 const (
@@ -25,25 +24,13 @@ const (
 	listenerGen = 0
 )
 
-// loop is one event loop: an epoll set with its share of the Proxy's
-// connections, served by one goroutine. The epoll descriptor is registered
-// with Go's netpoller, so an idle loop parks its goroutine rather than a
-// thread. Only the loop's goroutine touches its connections; other
-// goroutines reach it through post.
+// loop is one event loop: an epoll set (lb/eventloop) with its share of
+// the Proxy's connections, served by one goroutine. Only the loop's
+// goroutine touches its connections; other goroutines reach it through
+// post.
 type loop struct {
-	p       *Proxy
-	epfd    int
-	file    *os.File // epfd, as the netpoller sees it
-	rc      syscall.RawConn
-	waitFn  func(fd uintptr) bool
-	events  []unix.EpollEvent
-	ready   int
-	waitErr error
-
-	// The file's read deadline wakes the loop for its timers and for posts;
-	// armed is the one set, expired says it fired and must be set again.
-	armed   time.Time
-	expired bool
+	p    *Proxy
+	poll *eventloop.Poller
 
 	// Owned by the loop goroutine.
 	byFD      []*conn // by either socket's descriptor
@@ -64,14 +51,12 @@ type loop struct {
 	// load is the loop's connections, counting those handed over but not
 	// yet taken: new connections go to the least loaded loop.
 	load atomic.Int32
-	// posted: something is in the inbox below. parked: the goroutine is
-	// about to park or parked; a post wakes it only then.
-	posted, parked atomic.Bool
-	mu             sync.Mutex
-	inbox          []adopted
-	detach         bool // stop taking new connections
-	abort          bool // reset every connection (CloseAll)
-	dead           bool // the loop has exited: posts are refused
+	// What other goroutines post (post.go), then wake the poller.
+	mu     sync.Mutex
+	inbox  []adopted
+	detach bool // stop taking new connections
+	abort  bool // reset every connection (CloseAll)
+	dead   bool // the loop has exited: posts are refused
 }
 
 // adopted is a connection accepted outside the loop (a listener that is not
@@ -82,32 +67,21 @@ type adopted struct {
 }
 
 func newLoop(p *Proxy, listenFD int) (*loop, error) {
+	poll, err := eventloop.New("tcp-relay-epoll", maxEvents)
+	if err != nil {
+		return nil, err
+	}
 	l := &loop{
 		p:           p,
-		epfd:        -1,
-		events:      make([]unix.EpollEvent, maxEvents),
+		poll:        poll,
 		listenFD:    listenFD,
 		attached:    true,
 		spliceAfter: p.cfg.SpliceAfter,
 	}
 	l.conns.next, l.conns.prev = &l.conns, &l.conns
-	var err error
-	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-		return nil, fmt.Errorf("creating epoll set: %w", err)
-	}
-	if err := unix.SetNonblock(l.epfd, true); err != nil {
-		unix.Close(l.epfd)
-		return nil, fmt.Errorf("making epoll set non-blocking: %w", err)
-	}
-	l.file = os.NewFile(uintptr(l.epfd), "tcp-relay-epoll")
-	if l.rc, err = l.file.SyscallConn(); err != nil {
-		l.file.Close()
-		return nil, fmt.Errorf("registering epoll set with the netpoller: %w", err)
-	}
-	l.waitFn = l.pollEvents
 	if listenFD >= 0 {
 		if err := l.watchListener(); err != nil {
-			l.file.Close()
+			poll.Close()
 			return nil, err
 		}
 	}
@@ -118,8 +92,7 @@ func newLoop(p *Proxy, listenFD int) (*loop, error) {
 // takes a few connections per event and leaves the rest to the next turn or
 // to another loop.
 func (l *loop) watchListener() error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.listenFD), Pad: listenerGen}
-	if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.listenFD, &ev); err != nil {
+	if err := l.poll.Add(l.listenFD, unix.EPOLLIN, listenerGen); err != nil {
 		return fmt.Errorf("watching the listener: %w", err)
 	}
 	l.accepting = true
@@ -130,18 +103,18 @@ func (l *loop) watchListener() error {
 func (l *loop) run() {
 	defer l.exit()
 	for {
-		n, err := l.wait()
+		events, err := l.poll.Wait(l.nextTimer(), len(l.later) > 0)
 		if err != nil {
-			klog.ErrorS(err, "TCP relay loop cannot wait for events; resetting its connections", "proxy", l.p.name)
+			l.p.log.Error(err, "TCP relay loop cannot wait for events; resetting its connections")
 			l.abortAll()
 			l.stopAccepting()
 			return
 		}
-		for i := range n {
-			l.handle(&l.events[i])
+		for i := range events {
+			l.handle(&events[i])
 		}
 		l.serveDeferred()
-		if l.posted.Load() {
+		if l.poll.Woken() {
 			l.takePosted()
 		}
 		if l.dials.head != nil || !l.resumeAt.IsZero() {
@@ -211,8 +184,7 @@ func (l *loop) register(c *conn, s *side) error {
 		l.gen++
 	}
 	s.gen = l.gen
-	ev := unix.EpollEvent{Events: connEvents, Fd: int32(s.fd), Pad: int32(s.gen)}
-	if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+	if err := l.poll.Add(s.fd, connEvents, int32(s.gen)); err != nil {
 		return fmt.Errorf("watching a socket: %w", err)
 	}
 	for s.fd >= len(l.byFD) {

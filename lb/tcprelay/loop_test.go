@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 )
 
@@ -210,7 +211,7 @@ func pendingError(c *net.TCPConn, d time.Duration) error {
 	}
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var soErr error
-		if err := rc.Control(func(fd uintptr) { soErr = socketError(int(fd)) }); err != nil {
+		if err := rc.Control(func(fd uintptr) { soErr = eventloop.SocketError(int(fd)) }); err != nil {
 			return err
 		}
 		if soErr != nil {

@@ -6,6 +6,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 const (
@@ -139,17 +141,9 @@ func (p *Proxy) loopDone() { p.running.Done() }
 // the loops, with the relay's socket options set on it so that accepted
 // sockets inherit them.
 func dupListener(tl *net.TCPListener) (int, error) {
-	rc, err := tl.SyscallConn()
+	fd, err := eventloop.Dup(tl)
 	if err != nil {
-		return -1, fmt.Errorf("reading the listener's descriptor: %w", err)
-	}
-	fd := -1
-	var dupErr error
-	if err := rc.Control(func(s uintptr) { fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return -1, fmt.Errorf("reading the listener's descriptor: %w", err)
-	}
-	if dupErr != nil {
-		return -1, fmt.Errorf("duplicating the listener's descriptor: %w", dupErr)
+		return -1, fmt.Errorf("listener: %w", err)
 	}
 	if err := setRelayOptions(fd); err != nil {
 		unix.Close(fd)

@@ -1,6 +1,6 @@
 package tcprelay
 
-import "time"
+import "kproxy.dev/kproxy/lb/eventloop"
 
 // post hands work to the loop from another goroutine and wakes it. It
 // returns false if the loop has exited.
@@ -12,13 +12,7 @@ func (l *loop) post(f func(l *loop)) bool {
 	}
 	f(l)
 	l.mu.Unlock()
-	l.posted.Store(true)
-	if l.parked.Load() {
-		// A deadline in the past makes the parked goroutine return; the
-		// loop checks posted after arming its own deadline, so this
-		// cannot be lost.
-		_ = l.file.SetReadDeadline(time.Unix(1, 0))
-	}
+	l.poll.Wake()
 	return true
 }
 
@@ -28,13 +22,12 @@ func (l *loop) handOver(a adopted) {
 	l.load.Add(1)
 	if !l.post(func(l *loop) { l.inbox = append(l.inbox, a) }) {
 		l.load.Add(-1)
-		closeWithReset(a.fd)
+		eventloop.CloseWithReset(a.fd)
 	}
 }
 
-// takePosted serves what other goroutines posted.
+// takePosted serves what other goroutines posted (the poller was woken).
 func (l *loop) takePosted() {
-	l.posted.Store(false)
 	l.mu.Lock()
 	inbox, detach, abort := l.inbox, l.detach, l.abort
 	l.inbox, l.abort = nil, false
@@ -42,7 +35,7 @@ func (l *loop) takePosted() {
 	for _, a := range inbox {
 		l.load.Add(-1) // admit counts it again if it stays
 		if abort || l.p.forced.Load() {
-			closeWithReset(a.fd)
+			eventloop.CloseWithReset(a.fd)
 			continue
 		}
 		l.admit(a.fd, a.peer)
@@ -65,8 +58,8 @@ func (l *loop) exit() {
 	l.mu.Unlock()
 	for _, a := range inbox {
 		l.load.Add(-1)
-		closeWithReset(a.fd)
+		eventloop.CloseWithReset(a.fd)
 	}
-	l.file.Close()
+	l.poll.Close()
 	l.p.loopDone()
 }

@@ -1,44 +1,17 @@
 // Package tcprelay is the userspace mode's TCP data plane: one Proxy per
-// service-port listener accepts connections that a portal rule redirected
-// to it, picks an endpoint through an lb.Picker with bounded fail-over, and
-// relays bytes both ways, preserving half-close and resets.
+// service-port listener accepts the connections a portal rule redirected
+// to it, refuses those that did not come through a portal (no open relay),
+// picks an endpoint through an lb.Picker with bounded fail-over, and relays
+// bytes both ways, preserving half-close and resets.
 //
-// A Proxy is served by event loops rather than goroutines per connection.
-// A loop is one goroutine and an epoll set registered with Go's netpoller
-// (an idle loop parks; it holds no thread). It accepts from the listener
-// itself, checks SO_ORIGINAL_DST, connects to the endpoint without blocking
-// (the next endpoint after a refusal or DialTimeout), and then, on every
-// edge-triggered readiness event, reads into a buffer borrowed for the turn
-// and writes straight to the peer. Only when the peer's send buffer is full
-// does a connection keep the rest, in a pooled buffer, and stop reading the
-// other side until EPOLLOUT; an idle connection holds no buffer, pipe or
-// goroutine. A direction that has moved 64 KiB in full reads (bulk, not
-// requests) switches to splice(2) through a pooled pipe. A Proxy starts one
-// loop and adds loops up to GOMAXPROCS as connections come, handing a new
-// connection to the least loaded one. The loops' system calls never block
-// and skip the scheduler (rawsys_linux.go).
-//
-// Measured in the lab (bench/dataplane, 2 shared cores, other work running;
-// the kproxy binary against the previous goroutine-per-connection relay,
-// run as a process of its own, and HAProxy, interleaved in the same runs, 3
-// rounds each, medians, % of kernel DNAT in the same round): keep-alive
-// requests 29.1k req/s (62-65%), HAProxy 29.2k (61-63%), previous relay
-// 23.6k (50-52%); relay CPU per request 15.2 µs, HAProxy 15.6, previous
-// 22.0. New connections 5.19k/s (52-53%), HAProxy 5.12k, previous 3.96k;
-// CPU per connection 94 µs, HAProxy 91, previous 146. RSS per idle proxied
-// connection (9872 open, fresh processes) 0.42 KiB, HAProxy 3.26, previous
-// 9.84. Bulk (iperf3, 6 rounds over two runs) 1 stream 61% (previous 68%,
-// HAProxy 39%) at 266 ms of relay CPU per GB (previous 334), 8 streams 57%
-// (previous 60%, HAProxy 39%); the rates of single rounds scatter by ±30%,
-// the CPU figures by a few percent. Tried and dropped, same runs: the
-// scheduler-aware syscall.Syscall (18.6 µs per request, 116 per connection,
-// against 15.9 and 97: every call out of an all-idle process woke sysmon);
-// polling again before parking, yielding with runtime.Gosched (×16) or
-// sched_yield (×20), -20% keep-alive rate; one loop at most, no different
-// from two on these rows; a 256 KiB per-turn budget for a bulk direction
-// (1 stream 8.6 against 12.0 Gbit/s with 4 MiB; 1 MiB kept); read/write
-// only for bulk (600 ms CPU per GB against 233 with splice); going back to
-// read/write when spliced chunks turn small (inconclusive, kept simple).
+// Why event loops (lb/eventloop) rather than goroutines per connection: an
+// idle connection then holds no goroutine, buffer or pipe, and a busy one
+// costs a read and a write per event. A loop reads into a buffer borrowed
+// for the turn and writes straight to the peer, keeping a pooled buffer
+// only while the peer's send buffer is full; a direction that moves bulk
+// switches to splice(2). A Proxy starts one loop and adds loops up to
+// GOMAXPROCS as connections come. bench/MEASUREMENTS.md has the numbers
+// behind these choices.
 package tcprelay
 
 import (
@@ -110,12 +83,16 @@ type Config struct {
 	// GOMAXPROCS when Serve starts. One starts with Serve, more as
 	// connections come.
 	Loops int
+	// Logger receives the proxy's log lines, with "proxy" set to its name;
+	// the zero value means klog.Background().
+	Logger klog.Logger
 }
 
 // Proxy relays one listener's connections.
 type Proxy struct {
 	cfg     Config
 	name    string
+	log     klog.Logger
 	ln      net.Listener
 	port    uint16 // the listener's port
 	picker  atomic.Pointer[pickerBox]
@@ -175,9 +152,14 @@ func New(cfg Config) (*Proxy, error) {
 	if a, ok := cfg.Listener.Addr().(*net.TCPAddr); ok {
 		port = uint16(a.Port)
 	}
+	log := cfg.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
 	p := &Proxy{
 		cfg:      cfg,
 		name:     name,
+		log:      log.WithValues("proxy", name),
 		ln:       cfg.Listener,
 		port:     port,
 		metrics:  cfg.Metrics.For(lbmetrics.ProtocolTCP),
@@ -283,7 +265,7 @@ func (p *Proxy) logErrorLimited(err error, msg string, kv ...any) {
 	suppressed := p.suppressed
 	p.lastErrLog, p.suppressed = now, 0
 	p.mu.Unlock()
-	klog.ErrorS(err, msg, append([]any{"proxy", p.name, "suppressedSinceLastLog", suppressed}, kv...)...)
+	p.log.Error(err, msg, append([]any{"suppressedSinceLastLog", suppressed}, kv...)...)
 }
 
 func (p *Proxy) isClosed() bool {

@@ -4,7 +4,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 // errPipeEmpty guards against a splice out of a pipe that holds nothing,
@@ -23,7 +24,7 @@ func (l *loop) pumpSpliced(c *conn, d direction) bool {
 			p, err := l.p.pools.getPipe()
 			if err != nil {
 				// Out of descriptors for a pipe: copy through the buffer.
-				klog.V(2).InfoS("No splice pipe; relaying with read/write", "proxy", l.p.name, "err", err)
+				l.p.log.V(2).Info("No splice pipe; relaying with read/write", "err", err)
 				c.spliced[d] = false
 				l.serveLater(c)
 				return true
@@ -96,4 +97,4 @@ func (l *loop) putEmptyPipe(dst *side) {
 }
 
 // spliceFD moves up to n bytes between descriptors without blocking.
-func spliceFD(from, to, n int) (int, error) { return rawSplice(from, to, n) }
+func spliceFD(from, to, n int) (int, error) { return eventloop.Splice(from, to, n) }

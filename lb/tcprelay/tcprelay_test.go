@@ -13,9 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -423,30 +420,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
-
-func TestDecodeSockaddr(t *testing.T) {
-	v4 := unix.RawSockaddrInet6{}
-	sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&v4))
-	sa4.Family, sa4.Port, sa4.Addr = unix.AF_INET, htons(80), [4]byte{198, 18, 0, 10}
-	v6 := unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: htons(443), Addr: netip.MustParseAddr("fd00::10").As16()}
-	for _, tc := range []struct {
-		name string
-		sa   unix.RawSockaddrInet6
-		want string
-		err  bool
-	}{
-		{name: "IPv4", sa: v4, want: "198.18.0.10:80"},
-		{name: "IPv6", sa: v6, want: "[fd00::10]:443"},
-		{name: "unknown family", sa: unix.RawSockaddrInet6{Family: unix.AF_UNIX}, err: true},
-	} {
-		got, err := decodeSockaddr(&tc.sa)
-		if (err != nil) != tc.err || (!tc.err && got.String() != tc.want) {
-			t.Errorf("%s: decodeSockaddr = %v, %v; want %s (error %v)", tc.name, got, err, tc.want, tc.err)
-		}
-	}
-}
-
-func htons(p uint16) uint16 { return ntohs(p) }
 
 func TestRaiseNoFileLimit(t *testing.T) {
 	lim, err := RaiseNoFileLimit()

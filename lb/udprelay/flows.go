@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 // flow is one client's association with one endpoint: the client's address
@@ -11,7 +12,7 @@ import (
 // go back to the client.
 type flow struct {
 	client     netip.AddrPort
-	clientName rawName // the client's sockaddr as received, to address replies
+	clientName eventloop.Sockaddr // the client's sockaddr as received, to address replies
 	endpoint   netip.AddrPort
 	picker     lb.Picker // the picker that chose endpoint, told of failures
 	fd         int       // connected upstream socket

@@ -8,31 +8,12 @@
 // after IdleTimeout without traffic either way and are bounded by MaxFlows,
 // the least recently active one being evicted first.
 //
-// One relay is one event loop on one goroutine: an epoll set holding the
-// proxy socket and every upstream socket. Client datagrams are read with
-// recvmmsg(2) and replies written with sendmmsg(2), so a busy relay makes
-// about two system calls per datagram pair instead of the six or more of a
-// goroutine-per-flow relay parked on Go's netpoller. Replies are read with
-// recvmmsg(2) too, per ready upstream socket: a short count shows the socket
-// is drained without the read that would return EAGAIN. Once a turn has
-// moved everything, the loop parks on the netpoller at once.
-//
-// Measured in the lab (bench/dataplane: 64-byte request/response, 16 flows,
-// 2 cores shared with the client and the echo server, which the runs keep
-// busy; interleaved runs of the variants, 2 rounds each): polling the epoll
-// set 16 more times (yielding in between) before parking, which an earlier
-// loopback benchmark had favoured, cost 41 µs of machine CPU per request
-// against 32-34 µs without, and 37-40% of DNAT's rate against 43-52%: the
-// yields took CPU the client and the echo server needed. Without it the
-// relay needs 14.4-15.6 µs of its own CPU per request, a goroutine-per-flow
-// io.Copy relay 17.7-19.0 µs. Making the loop's calls with RawSyscall
-// (sys_linux.go) saved a further ~5% of its CPU. A forward goroutine
-// (recvmmsg, write upstream) plus a reply goroutine (epoll, recvmmsg,
-// sendmmsg) was tried and dropped: every datagram pair then costs two
-// parks and wake-ups instead of one (30-40% of DNAT). The rest of a
-// request's cost is the kernel's: the relay adds two local deliveries and
-// two sends per round trip, each doing netfilter, conntrack and the
-// receiver's wake-up, to DNAT's forwarding.
+// Why one event loop (lb/eventloop) rather than a goroutine per flow: a
+// relay is one goroutine holding the proxy socket and every upstream socket
+// in one epoll set; client datagrams are read with recvmmsg(2) and replies
+// written with sendmmsg(2), so a busy relay makes about two system calls
+// per datagram pair instead of six or more, and an idle one parks on Go's
+// netpoller. bench/MEASUREMENTS.md has the numbers behind these choices.
 //
 // Open-relay protection is not done here: for UDP the original destination
 // of a REDIRECTed datagram cannot be read from the socket
@@ -43,15 +24,12 @@ package udprelay
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -60,6 +38,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 )
 
@@ -101,27 +80,25 @@ type Config struct {
 	// BatchSize is the number of datagrams per recvmmsg/sendmmsg; 0 means
 	// DefaultBatchSize, 1 turns batching off (benchmarks compare).
 	BatchSize int
+	// Logger receives the relay's log lines, with "relay" set to Name; the
+	// zero value means klog.Background().
+	Logger klog.Logger
 }
 
 // Relay is a running UDP relay for one proxy socket. Its methods are safe to
 // call from any goroutine.
 type Relay struct {
 	name    string
+	log     klog.Logger
 	conn    *net.UDPConn
 	proxyFD int // a dup of conn's descriptor, owned by the relay
-	epollFD int
-	// epollFile registers the epoll set with Go's netpoller, so an idle
-	// relay parks its goroutine instead of blocking a thread in epoll_wait.
-	epollFile *os.File
-	epollRC   syscall.RawConn
-	waitFn    func(fd uintptr) bool
-	ready     int
-	waitErr   error
-	wakeFD    int // eventfd: Close, context cancellation and requests
-	idle      int64
-	maxFlows  int
-	epoch     time.Time
-	picker    atomic.Pointer[pickerBox]
+	// poll holds the proxy socket and every upstream socket; its Wake
+	// brings Close, context cancellation and CloseFlowsTo to the loop.
+	poll     *eventloop.Poller
+	idle     int64
+	maxFlows int
+	epoch    time.Time
+	picker   atomic.Pointer[pickerBox]
 
 	metrics   *lbmetrics.Protocol
 	flowGauge prometheus.Gauge
@@ -140,7 +117,6 @@ type Relay struct {
 	// Owned by the event loop.
 	flows   *flowTable
 	in, out batch
-	events  []unix.EpollEvent
 }
 
 type pickerBox struct{ lb.Picker }
@@ -148,9 +124,9 @@ type pickerBox struct{ lb.Picker }
 // batch is a set of mmsghdrs with their buffers and addresses, reused for
 // every recvmmsg or sendmmsg.
 type batch struct {
-	hdrs  []mmsghdr
+	hdrs  []eventloop.Mmsghdr
 	iovs  []unix.Iovec
-	names []rawName
+	names []eventloop.Sockaddr
 	bufs  [][]byte
 	flows []*flow // out only: which flow each reply belongs to
 	n     int
@@ -158,17 +134,17 @@ type batch struct {
 
 func newBatch(size int) batch {
 	b := batch{
-		hdrs:  make([]mmsghdr, size),
+		hdrs:  make([]eventloop.Mmsghdr, size),
 		iovs:  make([]unix.Iovec, size),
-		names: make([]rawName, size),
+		names: make([]eventloop.Sockaddr, size),
 		bufs:  make([][]byte, size),
 		flows: make([]*flow, size),
 	}
 	for i := range size {
 		b.bufs[i] = make([]byte, BufferSize)
 		b.iovs[i].Base = &b.bufs[i][0]
-		b.hdrs[i].hdr.Iov = &b.iovs[i]
-		b.hdrs[i].hdr.Iovlen = 1
+		b.hdrs[i].Hdr.Iov = &b.iovs[i]
+		b.hdrs[i].Hdr.Iovlen = 1
 	}
 	return b
 }
@@ -197,12 +173,15 @@ func New(cfg Config) (*Relay, error) {
 	if m == nil {
 		m = lbmetrics.Discard()
 	}
+	log := cfg.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
 	r := &Relay{
 		name:      cfg.Name,
+		log:       log.WithValues("relay", cfg.Name),
 		conn:      cfg.Conn,
 		proxyFD:   -1,
-		epollFD:   -1,
-		wakeFD:    -1,
 		idle:      int64(cfg.IdleTimeout),
 		maxFlows:  cfg.MaxFlows,
 		epoch:     time.Now(),
@@ -214,7 +193,6 @@ func New(cfg Config) (*Relay, error) {
 		flows:     newFlowTable(),
 		in:        newBatch(cfg.BatchSize),
 		out:       newBatch(cfg.BatchSize),
-		events:    make([]unix.EpollEvent, maxEvents),
 	}
 	r.picker.Store(&pickerBox{cfg.Picker})
 	if err := r.openFDs(); err != nil {
@@ -225,55 +203,31 @@ func New(cfg Config) (*Relay, error) {
 }
 
 func (r *Relay) openFDs() error {
-	rc, err := r.conn.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("reading proxy socket descriptor: %w", err)
-	}
-	var dupErr error
-	if err := rc.Control(func(fd uintptr) {
-		// The loop uses its own descriptor so the socket stays valid until
-		// the loop is done with it, whoever closes Conn.
-		r.proxyFD, dupErr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-	}); err != nil {
-		return fmt.Errorf("reading proxy socket descriptor: %w", err)
-	}
-	if dupErr != nil {
+	// The loop uses its own descriptor so the socket stays valid until the
+	// loop is done with it, whoever closes Conn.
+	var err error
+	if r.proxyFD, err = eventloop.Dup(r.conn); err != nil {
 		r.proxyFD = -1
-		return fmt.Errorf("duplicating proxy socket descriptor: %w", dupErr)
+		return fmt.Errorf("proxy socket: %w", err)
 	}
-	if r.epollFD, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-		return fmt.Errorf("creating epoll set: %w", err)
+	if r.poll, err = eventloop.New("udp-relay-epoll", maxEvents); err != nil {
+		return err
 	}
-	if err := unix.SetNonblock(r.epollFD, true); err != nil {
-		return fmt.Errorf("making epoll set non-blocking: %w", err)
-	}
-	r.epollFile = os.NewFile(uintptr(r.epollFD), "udp-relay-epoll")
-	if r.epollRC, err = r.epollFile.SyscallConn(); err != nil {
-		return fmt.Errorf("registering epoll set with the netpoller: %w", err)
-	}
-	r.waitFn = r.pollEvents
-	if r.wakeFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		return fmt.Errorf("creating eventfd: %w", err)
-	}
-	for _, fd := range []int{r.proxyFD, r.wakeFD} {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-		if err := unix.EpollCtl(r.epollFD, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			return fmt.Errorf("adding descriptor to epoll set: %w", err)
-		}
+	if err := r.poll.Add(r.proxyFD, unix.EPOLLIN, 0); err != nil {
+		return fmt.Errorf("watching the proxy socket: %w", err)
 	}
 	return nil
 }
 
+// closeFDs closes the epoll set and the relay's proxy descriptor; r.poll
+// stays set, so a late wake-up finds a closed poller, which ignores it.
 func (r *Relay) closeFDs() {
-	if r.epollFile != nil {
-		r.epollFile.Close()
-		r.epollFile, r.epollFD = nil, -1
+	if r.poll != nil {
+		r.poll.Close()
 	}
-	for _, fd := range []*int{&r.proxyFD, &r.epollFD, &r.wakeFD} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
-		}
+	if r.proxyFD >= 0 {
+		unix.Close(r.proxyFD)
+		r.proxyFD = -1
 	}
 }
 
@@ -290,8 +244,8 @@ func (r *Relay) SetPicker(p lb.Picker) {
 func (r *Relay) CloseFlowsTo(endpoint netip.AddrPort) {
 	r.mu.Lock()
 	r.dropTo = append(r.dropTo, endpoint)
-	r.wakeLocked()
 	r.mu.Unlock()
+	r.poll.Wake()
 }
 
 // FlowCount returns the number of flows in the table.
@@ -356,44 +310,32 @@ func (r *Relay) Close() error {
 func (r *Relay) requestStop() {
 	r.mu.Lock()
 	r.stop = true
-	r.wakeLocked()
 	r.mu.Unlock()
-}
-
-// wakeLocked interrupts epoll_wait. r.mu guards wakeFD against Close.
-func (r *Relay) wakeLocked() {
-	if r.wakeFD < 0 {
-		return
-	}
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	// EAGAIN means the counter is already non-zero: the loop will wake.
-	_, _ = unix.Write(r.wakeFD, one[:])
+	r.poll.Wake()
 }
 
 // now is the relay's monotonic clock in nanoseconds.
 func (r *Relay) now() int64 { return int64(time.Since(r.epoch)) }
 
 func (r *Relay) loop() error {
-	var deadline time.Time
 	for {
-		n, err := r.wait(&deadline)
+		var deadline time.Time
+		if f := r.flows.oldest(); f != nil {
+			deadline = r.epoch.Add(time.Duration(f.lastActive + r.idle))
+		}
+		events, err := r.poll.Wait(deadline, false)
 		if err != nil {
 			return fmt.Errorf("udp relay %s: waiting for events: %w", r.name, err)
 		}
+		if r.poll.Woken() && r.handleWake() {
+			return nil
+		}
 		now := r.now()
-		for _, ev := range r.events[:n] {
-			switch int(ev.Fd) {
-			case r.wakeFD:
-				if r.handleWake() {
-					return nil
-				}
-			case r.proxyFD:
+		for _, ev := range events {
+			if int(ev.Fd) == r.proxyFD {
 				r.readClients(now)
-			default:
-				if f := r.flows.byFD[ev.Fd]; f != nil {
-					r.readEndpoint(f, now)
-				}
+			} else if f := r.flows.byFD[ev.Fd]; f != nil {
+				r.readEndpoint(f, now)
 			}
 		}
 		r.flushReplies()
@@ -401,49 +343,9 @@ func (r *Relay) loop() error {
 	}
 }
 
-// wait returns the number of ready events, parking on the netpoller until
-// there are some or the oldest flow is due to expire (then it returns 0).
-// *deadline carries the read deadline last set, to skip redundant updates.
-func (r *Relay) wait(deadline *time.Time) (int, error) {
-	var want time.Time
-	if f := r.flows.oldest(); f != nil {
-		want = r.epoch.Add(time.Duration(f.lastActive + r.idle))
-	}
-	// Re-arm only when the wanted deadline is earlier (or none is set): a
-	// deadline that fires early just wakes the loop to re-arm, which is
-	// cheaper than resetting a timer on every turn as flows stay active.
-	if want.IsZero() != deadline.IsZero() || want.Before(*deadline) || !time.Now().Before(*deadline) {
-		if err := r.epollFile.SetReadDeadline(want); err != nil {
-			return 0, err
-		}
-		*deadline = want
-	}
-	r.ready, r.waitErr = 0, nil
-	if err := r.epollRC.Read(r.waitFn); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return 0, nil
-		}
-		return 0, err
-	}
-	return r.ready, r.waitErr
-}
-
-// pollEvents collects ready events without blocking; returning false parks
-// the goroutine until the epoll set becomes readable.
-func (r *Relay) pollEvents(fd uintptr) bool {
-	n, err := pollNow(int(fd), r.events)
-	if errors.Is(err, unix.EINTR) {
-		return false
-	}
-	r.ready, r.waitErr = n, err
-	return n > 0 || err != nil
-}
-
 // handleWake serves requests from other goroutines; it reports whether the
 // loop must stop.
 func (r *Relay) handleWake() bool {
-	var buf [8]byte
-	_, _ = unix.Read(r.wakeFD, buf[:])
 	r.mu.Lock()
 	stop, dropTo := r.stop, r.dropTo
 	r.dropTo = nil
@@ -468,22 +370,22 @@ func (r *Relay) readClients(now int64) {
 	b := &r.in
 	for i := range b.hdrs {
 		b.iovs[i].Len = BufferSize
-		b.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&b.names[i].sa))
-		b.hdrs[i].hdr.Namelen = uint32(unsafe.Sizeof(b.names[i].sa))
-		b.hdrs[i].hdr.Flags = 0
+		b.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.names[i].Raw))
+		b.hdrs[i].Hdr.Namelen = uint32(unsafe.Sizeof(b.names[i].Raw))
+		b.hdrs[i].Hdr.Flags = 0
 	}
-	n, err := recvmmsg(r.proxyFD, b.hdrs)
+	n, err := eventloop.Recvmmsg(r.proxyFD, b.hdrs)
 	if err != nil {
 		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
-			klog.V(4).InfoS("UDP relay read failed", "relay", r.name, "err", err)
+			r.log.V(4).Info("UDP relay read failed", "err", err)
 		}
 		return
 	}
 	var relayed int
 	for i := range n {
 		h := &b.hdrs[i]
-		b.names[i].len = h.hdr.Namelen
-		client, err := b.names[i].addrPort()
+		b.names[i].Len = h.Hdr.Namelen
+		client, err := b.names[i].AddrPort()
 		if err != nil {
 			continue
 		}
@@ -494,11 +396,11 @@ func (r *Relay) readClients(now int64) {
 			}
 		}
 		r.flows.touch(f, now)
-		if err := send(f.fd, b.bufs[i][:h.len]); err != nil {
+		if _, err := eventloop.Send(f.fd, b.bufs[i][:h.Len], unix.MSG_DONTWAIT); err != nil {
 			r.sendFailed(f, err)
 			continue
 		}
-		relayed += int(h.len)
+		relayed += int(h.Len)
 	}
 	if relayed > 0 {
 		r.metrics.BytesToEndpoint.Add(float64(relayed))
@@ -513,7 +415,7 @@ func (r *Relay) sendFailed(f *flow, err error) {
 		r.endpointRefused(f)
 		return
 	}
-	klog.V(5).InfoS("UDP datagram to endpoint dropped", "relay", r.name, "endpoint", f.endpoint, "err", err)
+	r.log.V(5).Info("UDP datagram to endpoint dropped", "endpoint", f.endpoint, "err", err)
 }
 
 // endpointFailed tells errors that mean the endpoint is gone (an ICMP
@@ -529,7 +431,7 @@ func endpointFailed(err error) bool {
 }
 
 func (r *Relay) endpointRefused(f *flow) {
-	klog.V(4).InfoS("UDP endpoint refused, closing flow", "relay", r.name, "client", f.client, "endpoint", f.endpoint)
+	r.log.V(4).Info("UDP endpoint refused, closing flow", "client", f.client, "endpoint", f.endpoint)
 	r.metrics.DialFailures.Inc()
 	f.picker.Failed(f.client.Addr().Unmap(), f.endpoint)
 	r.closeFlow(f)
@@ -537,7 +439,7 @@ func (r *Relay) endpointRefused(f *flow) {
 
 // newFlow picks an endpoint for client and connects a socket to it. It
 // returns nil, counted, when there is no endpoint or none can be connected.
-func (r *Relay) newFlow(client netip.AddrPort, name *rawName, now int64) *flow {
+func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int64) *flow {
 	picker := r.picker.Load().Picker
 	clientIP := client.Addr().Unmap()
 	candidates := picker.Pick(clientIP)
@@ -554,15 +456,14 @@ func (r *Relay) newFlow(client netip.AddrPort, name *rawName, now int64) *flow {
 	for _, ep := range candidates {
 		fd, err := dialUDP(ep)
 		if err != nil {
-			klog.V(4).InfoS("UDP endpoint unusable", "relay", r.name, "endpoint", ep, "err", err)
+			r.log.V(4).Info("UDP endpoint unusable", "endpoint", ep, "err", err)
 			r.metrics.DialFailures.Inc()
 			picker.Failed(clientIP, ep)
 			continue
 		}
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-		if err := unix.EpollCtl(r.epollFD, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			unix.Close(fd)
-			klog.ErrorS(err, "Cannot watch UDP upstream socket", "relay", r.name, "endpoint", ep)
+		if err := r.poll.Add(fd, unix.EPOLLIN, 0); err != nil {
+			eventloop.Close(fd)
+			r.log.Error(err, "Cannot watch UDP upstream socket", "endpoint", ep)
 			continue
 		}
 		f := &flow{client: client, clientName: *name, endpoint: ep, picker: picker, fd: fd, lastActive: now}
@@ -589,11 +490,11 @@ func (r *Relay) readEndpoint(f *flow, now int64) {
 		want := min(len(b.hdrs)-b.n, maxReadsPerEvent-read)
 		for i := b.n; i < b.n+want; i++ {
 			b.iovs[i].Len = BufferSize
-			b.hdrs[i].hdr.Name = nil
-			b.hdrs[i].hdr.Namelen = 0
-			b.hdrs[i].hdr.Flags = 0
+			b.hdrs[i].Hdr.Name = nil
+			b.hdrs[i].Hdr.Namelen = 0
+			b.hdrs[i].Hdr.Flags = 0
 		}
-		got, err := recvmmsg(f.fd, b.hdrs[b.n:b.n+want])
+		got, err := eventloop.Recvmmsg(f.fd, b.hdrs[b.n:b.n+want])
 		if err != nil {
 			if endpointFailed(err) {
 				r.endpointRefused(f)
@@ -601,9 +502,9 @@ func (r *Relay) readEndpoint(f *flow, now int64) {
 			return // EAGAIN: drained
 		}
 		for i := b.n; i < b.n+got; i++ {
-			b.iovs[i].Len = uint64(b.hdrs[i].len)
-			b.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&f.clientName.sa))
-			b.hdrs[i].hdr.Namelen = f.clientName.len
+			b.iovs[i].Len = uint64(b.hdrs[i].Len)
+			b.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&f.clientName.Raw))
+			b.hdrs[i].Hdr.Namelen = f.clientName.Len
 			b.flows[i] = f
 		}
 		b.n += got
@@ -623,18 +524,18 @@ func (r *Relay) flushReplies() {
 	b := &r.out
 	var sentBytes uint64
 	for start := 0; start < b.n; {
-		sent, err := sendmmsg(r.proxyFD, b.hdrs[start:b.n])
+		sent, err := eventloop.Sendmmsg(r.proxyFD, b.hdrs[start:b.n])
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			if errors.Is(err, unix.EAGAIN) {
-				klog.V(5).InfoS("UDP replies dropped: send buffer full", "relay", r.name, "dropped", b.n-start)
+				r.log.V(5).Info("UDP replies dropped: send buffer full", "dropped", b.n-start)
 				break
 			}
 			// The first message failed on its own (e.g. its client's
 			// route vanished): skip it.
-			klog.V(5).InfoS("UDP reply dropped", "relay", r.name, "client", b.flows[start].client, "err", err)
+			r.log.V(5).Info("UDP reply dropped", "client", b.flows[start].client, "err", err)
 			start++
 			continue
 		}
@@ -655,15 +556,15 @@ func (r *Relay) flushReplies() {
 // expire closes flows idle for IdleTimeout, oldest first.
 func (r *Relay) expire(now int64) {
 	for f := r.flows.oldest(); f != nil && now-f.lastActive >= r.idle; f = r.flows.oldest() {
-		klog.V(5).InfoS("UDP flow expired", "relay", r.name, "client", f.client, "endpoint", f.endpoint)
+		r.log.V(5).Info("UDP flow expired", "client", f.client, "endpoint", f.endpoint)
 		r.closeFlow(f)
 	}
 }
 
 func (r *Relay) closeFlow(f *flow) {
 	r.flows.remove(f)
-	_ = unix.EpollCtl(r.epollFD, unix.EPOLL_CTL_DEL, f.fd, nil)
-	unix.Close(f.fd)
+	_ = r.poll.Del(f.fd)
+	eventloop.Close(f.fd)
 	r.flowsNow.Add(-1)
 	r.flowGauge.Dec()
 }
