@@ -29,3 +29,11 @@ func (p Params) of(name string) sysctl.Sysctls {
 	}
 	return p.Sysctls
 }
+
+// The files of three sysctls above, under their former names, until
+// cmd/kproxy/app's tests read them by name (sysctl.Proc{}.Read).
+const (
+	TCPEstablishedTimeoutPath = sysctl.DefaultRoot + "/" + TCPEstablishedTimeoutSysctl
+	TCPCloseWaitTimeoutPath   = sysctl.DefaultRoot + "/" + TCPCloseWaitTimeoutSysctl
+	UDPTimeoutPath            = sysctl.DefaultRoot + "/" + UDPTimeoutSysctl
+)
