@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -35,8 +36,8 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
-	// Now defaults to time.Now.
-	Now func() time.Time
+	// Clock times passes and reconciliation; nil means the wall clock.
+	Clock clock.PassiveClock
 }
 
 // Cleaner deletes stale conntrack flows after each successful sync. Its
@@ -64,8 +65,8 @@ func New(cfg Config) (*Cleaner, error) {
 	if cfg.BoundUDPPorts == nil {
 		cfg.BoundUDPPorts = BoundUDPPorts
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	m, err := newCleanupMetrics(cfg.Registerer)
 	if err != nil {
@@ -80,7 +81,7 @@ func New(cfg Config) (*Cleaner, error) {
 // stop the caller.
 func (c *Cleaner) AfterSync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) {
 	logger := klog.FromContext(ctx).WithValues("component", "conntrack")
-	start := c.cfg.Now()
+	start := c.cfg.Clock.Now()
 	filters := FiltersFor(c.prev, snap, changes)
 	c.prev = snap
 	reconcile := c.lastReconcile.IsZero() || (changes != nil && changes.Full) ||
@@ -110,7 +111,7 @@ func (c *Cleaner) AfterSync(ctx context.Context, snap *servicemap.Snapshot, chan
 	if reconcile && !failed {
 		c.lastReconcile = start
 	}
-	took := c.cfg.Now().Sub(start)
+	took := c.cfg.Clock.Since(start)
 	c.metrics.deleted.Add(float64(deleted))
 	c.metrics.duration.Observe(took.Seconds())
 	logger.V(2).Info("Cleaned up conntrack after a sync", "deletedFlows", deleted, "filters", len(filters),

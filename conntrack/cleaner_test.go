@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/conntrack/fakeconntrack"
@@ -55,15 +56,15 @@ type fixture struct {
 	t       *testing.T
 	table   *fakeconntrack.Table
 	reg     *prometheus.Registry
-	now     time.Time
+	clock   *clocktesting.FakeClock
 	cleaner *conntrack.Cleaner
 	gen     uint64
 }
 
 func newFixture(t *testing.T, cfg conntrack.Config) *fixture {
 	t.Helper()
-	f := &fixture{t: t, table: &fakeconntrack.Table{}, reg: prometheus.NewRegistry(), now: t0}
-	cfg.Table, cfg.Registerer, cfg.Now = f.table, f.reg, func() time.Time { return f.now }
+	f := &fixture{t: t, table: &fakeconntrack.Table{}, reg: prometheus.NewRegistry(), clock: clocktesting.NewFakeClock(t0)}
+	cfg.Table, cfg.Registerer, cfg.Clock = f.table, f.reg, f.clock
 	if cfg.LocalAddresses == nil {
 		cfg.LocalAddresses = func() ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("127.0.0.1")}, nil
@@ -198,7 +199,7 @@ func TestCleanerReconcilesOnSchedule(t *testing.T) {
 		{advance: time.Second},
 	}
 	for i, s := range steps {
-		f.now = f.now.Add(s.advance)
+		f.clock.Step(s.advance)
 		f.sync(servicemap.ChangeSet{Full: s.full}, dns)
 		var got []string
 		for _, r := range f.table.TakeRequests() {

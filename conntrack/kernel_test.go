@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 )
 
 // Each test here runs in a fresh network namespace with its own conntrack
@@ -89,19 +91,19 @@ func TestTuneOnKernel(t *testing.T) {
 		return
 	}
 	// A namespace can set its own timeouts but not the table size.
-	changes, err := Tune(FileParams{}, Settings{MaxPerCore: 32768, Min: 131072,
+	changes, err := Tune(Params{}, Settings{MaxPerCore: 32768, Min: 131072,
 		TCPEstablishedTimeout: 2 * time.Hour, UDPTimeout: 45 * time.Second, UDPStreamTimeout: 150 * time.Second,
 		TCPBeLiberal: true}, 2)
-	if err == nil || !errors.Is(err, fs.ErrPermission) {
-		t.Errorf("Tune error = %v, want nf_conntrack_max refused with a permission error", err)
+	if err == nil || !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "sysctl "+MaxSysctl) {
+		t.Errorf("Tune error = %v, want nf_conntrack_max refused with a permission error naming it", err)
 	}
 	want := map[string]int{
-		TCPEstablishedTimeoutPath: 7200, UDPTimeoutPath: 45, UDPStreamTimeoutPath: 150, TCPBeLiberalPath: 1,
+		TCPEstablishedTimeoutSysctl: 7200, UDPTimeoutSysctl: 45, UDPStreamTimeoutSysctl: 150, TCPBeLiberalSysctl: 1,
 	}
-	for path, v := range want {
-		got, err := FileParams{}.Get(path)
+	for name, v := range want {
+		got, err := sysctl.ReadInt(sysctl.Proc{}, name)
 		if err != nil || got != v {
-			t.Errorf("%s = %d (%v), want %d", path, got, err, v)
+			t.Errorf("%s = %d (%v), want %d", name, got, err, v)
 		}
 	}
 	var changed []string
@@ -109,7 +111,7 @@ func TestTuneOnKernel(t *testing.T) {
 		changed = append(changed, c.Path)
 	}
 	slices.Sort(changed)
-	wantChanged := []string{TCPBeLiberalPath, TCPEstablishedTimeoutPath, UDPTimeoutPath, UDPStreamTimeoutPath}
+	wantChanged := []string{TCPBeLiberalSysctl, TCPEstablishedTimeoutSysctl, UDPTimeoutSysctl, UDPStreamTimeoutSysctl}
 	slices.Sort(wantChanged)
 	if diff := cmp.Diff(wantChanged, changed); diff != "" {
 		t.Errorf("changes (-want +got):\n%s", diff)

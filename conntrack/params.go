@@ -1,38 +1,39 @@
 package conntrack
 
-import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
+import "kproxy.dev/kproxy/redirect/kernel/sysctl"
+
+// Params are where Tune reads and writes: the nf_conntrack sysctls, and the
+// module parameter that holds the hash size. The zero value is the kernel's.
+type Params struct {
+	// Sysctls nil means /proc/sys.
+	Sysctls sysctl.Sysctls
+	// Modules holds module parameters by their name under /sys/module
+	// (HashsizeParam); nil means the kernel's.
+	Modules sysctl.Sysctls
+}
+
+// FileParams is the kernel's Params under its former name, until callers
+// write Params{}.
+type FileParams = Params
+
+// of returns where the parameter name lives.
+func (p Params) of(name string) sysctl.Sysctls {
+	if name == HashsizeParam {
+		if p.Modules == nil {
+			return sysctl.Proc{Root: sysctl.ModulesRoot}
+		}
+		return p.Modules
+	}
+	if p.Sysctls == nil {
+		return sysctl.Proc{}
+	}
+	return p.Sysctls
+}
+
+// The files of three sysctls above, under their former names, until
+// cmd/kproxy/app's tests read them by name (sysctl.Proc{}.Read).
+const (
+	TCPEstablishedTimeoutPath = sysctl.DefaultRoot + "/" + TCPEstablishedTimeoutSysctl
+	TCPCloseWaitTimeoutPath   = sysctl.DefaultRoot + "/" + TCPCloseWaitTimeoutSysctl
+	UDPTimeoutPath            = sysctl.DefaultRoot + "/" + UDPTimeoutSysctl
 )
-
-// Params reads and writes the kernel's integer parameters by file path:
-// sysctls under /proc/sys and module parameters under /sys/module.
-type Params interface {
-	Get(path string) (int, error)
-	Set(path string, value int) error
-}
-
-// FileParams is the real Params: it reads and writes the files.
-type FileParams struct{}
-
-var _ Params = FileParams{}
-
-// Get implements Params.
-func (FileParams) Get(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("%s holds %q, not an integer", path, strings.TrimSpace(string(b)))
-	}
-	return v, nil
-}
-
-// Set implements Params.
-func (FileParams) Set(path string, value int) error {
-	return os.WriteFile(path, []byte(strconv.Itoa(value)), 0o644)
-}

@@ -6,19 +6,20 @@ import (
 	"io/fs"
 	"syscall"
 	"time"
+
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 )
 
-// The parameters Tune sets.
+// The parameters Tune sets: sysctls, and the nf_conntrack module's hash
+// size (a module parameter, see Params).
 const (
-	sysctlDir = "/proc/sys/net/netfilter/"
-
-	MaxPath                   = sysctlDir + "nf_conntrack_max"
-	HashsizePath              = "/sys/module/nf_conntrack/parameters/hashsize"
-	TCPEstablishedTimeoutPath = sysctlDir + "nf_conntrack_tcp_timeout_established"
-	TCPCloseWaitTimeoutPath   = sysctlDir + "nf_conntrack_tcp_timeout_close_wait"
-	TCPBeLiberalPath          = sysctlDir + "nf_conntrack_tcp_be_liberal"
-	UDPTimeoutPath            = sysctlDir + "nf_conntrack_udp_timeout"
-	UDPStreamTimeoutPath      = sysctlDir + "nf_conntrack_udp_timeout_stream"
+	MaxSysctl                   = "net/netfilter/nf_conntrack_max"
+	HashsizeParam               = "nf_conntrack/parameters/hashsize"
+	TCPEstablishedTimeoutSysctl = "net/netfilter/nf_conntrack_tcp_timeout_established"
+	TCPCloseWaitTimeoutSysctl   = "net/netfilter/nf_conntrack_tcp_timeout_close_wait"
+	TCPBeLiberalSysctl          = "net/netfilter/nf_conntrack_tcp_be_liberal"
+	UDPTimeoutSysctl            = "net/netfilter/nf_conntrack_udp_timeout"
+	UDPStreamTimeoutSysctl      = "net/netfilter/nf_conntrack_udp_timeout_stream"
 )
 
 // Settings are kube-proxy's --conntrack-* flags. Zero values leave the
@@ -37,6 +38,7 @@ type Settings struct {
 
 // Change is one parameter Tune wrote. Old is -1 when it could not be read.
 type Change struct {
+	// Path is the parameter's name (MaxSysctl, HashsizeParam, ...).
 	Path     string
 	Old, New int
 }
@@ -49,8 +51,8 @@ type Change struct {
 func Tune(p Params, s Settings, cpus int) ([]Change, error) {
 	var changes []Change
 	var errs []error
-	set := func(path string, want int) bool {
-		c, err := setParam(p, path, want)
+	set := func(name string, want int) bool {
+		c, err := setParam(p.of(name), name, want)
 		if err != nil {
 			errs = append(errs, err)
 			return false
@@ -60,29 +62,29 @@ func Tune(p Params, s Settings, cpus int) ([]Change, error) {
 		}
 		return true
 	}
-	if max := TableSize(s, cpus); max > 0 && set(MaxPath, max) {
+	if max := TableSize(s, cpus); max > 0 && set(MaxSysctl, max) {
 		// A larger table with the old hash size means long bucket chains.
 		// The hash size can only be raised from the initial namespace, so
 		// it is only read when the table size could be set at all.
-		if cur, err := p.Get(HashsizePath); err != nil || cur < max/4 {
-			set(HashsizePath, max/4)
+		if cur, err := sysctl.ReadInt(p.of(HashsizeParam), HashsizeParam); err != nil || cur < max/4 {
+			set(HashsizeParam, max/4)
 		}
 	}
 	for _, t := range []struct {
-		path string
+		name string
 		d    time.Duration
 	}{
-		{TCPEstablishedTimeoutPath, s.TCPEstablishedTimeout},
-		{TCPCloseWaitTimeoutPath, s.TCPCloseWaitTimeout},
-		{UDPTimeoutPath, s.UDPTimeout},
-		{UDPStreamTimeoutPath, s.UDPStreamTimeout},
+		{TCPEstablishedTimeoutSysctl, s.TCPEstablishedTimeout},
+		{TCPCloseWaitTimeoutSysctl, s.TCPCloseWaitTimeout},
+		{UDPTimeoutSysctl, s.UDPTimeout},
+		{UDPStreamTimeoutSysctl, s.UDPStreamTimeout},
 	} {
 		if t.d > 0 {
-			set(t.path, seconds(t.d))
+			set(t.name, seconds(t.d))
 		}
 	}
 	if s.TCPBeLiberal {
-		set(TCPBeLiberalPath, 1)
+		set(TCPBeLiberalSysctl, 1)
 	}
 	return changes, errors.Join(errs...)
 }
@@ -102,29 +104,30 @@ func seconds(d time.Duration) int {
 	return max(int(d/time.Second), 1)
 }
 
-// setParam writes want to path unless it already holds it, and returns what
-// it changed (nil when nothing) or an error naming the parameter.
-func setParam(p Params, path string, want int) (*Change, error) {
-	old, err := p.Get(path)
+// setParam writes want to name unless it already holds it, and returns what
+// it changed (nil when nothing) or an error naming the parameter (the
+// sysctl package's errors do).
+func setParam(s sysctl.Sysctls, name string, want int) (*Change, error) {
+	old, err := sysctl.ReadInt(s, name)
 	if err == nil && old == want {
 		return nil, nil
 	}
 	if err != nil {
 		old = -1
 	}
-	if err := p.Set(path, want); err != nil {
-		return nil, fmt.Errorf("setting %s to %d: %w%s", path, want, err, hint(path, err))
+	if err := sysctl.WriteInt(s, name, want); err != nil {
+		return nil, fmt.Errorf("%w%s", err, hint(name, err))
 	}
-	return &Change{Path: path, Old: old, New: want}, nil
+	return &Change{Path: name, Old: old, New: want}, nil
 }
 
 // hint explains the usual reasons a parameter cannot be set.
-func hint(path string, err error) string {
+func hint(name string, err error) string {
 	switch {
-	case path == MaxPath && errors.Is(err, fs.ErrPermission):
+	case name == MaxSysctl && errors.Is(err, fs.ErrPermission):
 		return " (nf_conntrack_max is read-only outside the initial network namespace; " +
 			"--conntrack-max-per-core=0 leaves it alone)"
-	case path == HashsizePath && errors.Is(err, syscall.EOPNOTSUPP):
+	case name == HashsizeParam && errors.Is(err, syscall.EOPNOTSUPP):
 		return " (the hash size can only be set from the initial network namespace)"
 	case errors.Is(err, syscall.EROFS):
 		return " (mounted read-only, as container runtimes often mount /proc/sys and /sys)"

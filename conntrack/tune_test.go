@@ -1,52 +1,44 @@
 package conntrack
 
 import (
-	"errors"
-	"io/fs"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
 )
 
-// fakeParams holds parameter values, fails reads or writes of chosen
-// paths, and records the writes.
-type fakeParams struct {
-	values  map[string]int
-	getErrs map[string]error
-	setErrs map[string]error
-	writes  []string
+// fakeKernel holds the sysctls and the hash size (their names never
+// collide, so one fake serves as both, keeping the writes in order).
+func fakeKernel(values map[string]string, readErrs, writeErrs map[string]syscall.Errno) (Params, *fakesysctl.Sysctls) {
+	f := fakesysctl.New(values)
+	for name, errno := range readErrs {
+		f.FailReads(name, errno)
+	}
+	for name, errno := range writeErrs {
+		f.FailWrites(name, errno)
+	}
+	return Params{Sysctls: f, Modules: f}, f
 }
 
-func (p *fakeParams) Get(path string) (int, error) {
-	if err := p.getErrs[path]; err != nil {
-		return 0, err
+// shortWrites are f's writes without the parameters' directories.
+func shortWrites(f *fakesysctl.Sysctls) []string {
+	var out []string
+	for _, w := range f.Writes() {
+		out = append(out, strings.TrimPrefix(strings.TrimPrefix(w, "net/netfilter/"), "nf_conntrack/parameters/"))
 	}
-	v, ok := p.values[path]
-	if !ok {
-		return 0, fs.ErrNotExist
-	}
-	return v, nil
-}
-
-func (p *fakeParams) Set(path string, v int) error {
-	if err := p.setErrs[path]; err != nil {
-		return err
-	}
-	p.values[path] = v
-	p.writes = append(p.writes, strings.TrimPrefix(strings.TrimPrefix(path, sysctlDir), "/sys/module/nf_conntrack/parameters/")+"="+strconv.Itoa(v))
-	return nil
+	return out
 }
 
 // kernelDefaults are a machine's values before tuning.
-func kernelDefaults() map[string]int {
-	return map[string]int{
-		MaxPath: 65536, HashsizePath: 16384,
-		TCPEstablishedTimeoutPath: 432000, TCPCloseWaitTimeoutPath: 60, TCPBeLiberalPath: 0,
-		UDPTimeoutPath: 30, UDPStreamTimeoutPath: 120,
+func kernelDefaults() map[string]string {
+	return map[string]string{
+		MaxSysctl: "65536", HashsizeParam: "16384",
+		TCPEstablishedTimeoutSysctl: "432000", TCPCloseWaitTimeoutSysctl: "60", TCPBeLiberalSysctl: "0",
+		UDPTimeoutSysctl: "30", UDPStreamTimeoutSysctl: "120",
 	}
 }
 
@@ -58,9 +50,9 @@ func TestTune(t *testing.T) {
 		name       string
 		settings   Settings
 		cpus       int
-		values     map[string]int // nil: kernelDefaults
-		getErrs    map[string]error
-		setErrs    map[string]error
+		values     map[string]string // nil: kernelDefaults
+		readErrs   map[string]syscall.Errno
+		writeErrs  map[string]syscall.Errno
 		wantWrites []string
 		wantErrs   []string // substrings, one per failed parameter
 	}{
@@ -79,14 +71,14 @@ func TestTune(t *testing.T) {
 		{
 			name:     "a hash size already large enough is kept",
 			settings: Settings{MaxPerCore: 32768, Min: 131072}, cpus: 2,
-			values:     map[string]int{MaxPath: 65536, HashsizePath: 262144},
+			values:     map[string]string{MaxSysctl: "65536", HashsizeParam: "262144"},
 			wantWrites: []string{"nf_conntrack_max=131072"},
 		},
 		{
 			name:     "values already in place are not written",
 			settings: kubeProxyDefaults, cpus: 2,
-			values: map[string]int{MaxPath: 131072, HashsizePath: 32768,
-				TCPEstablishedTimeoutPath: 86400, TCPCloseWaitTimeoutPath: 3600},
+			values: map[string]string{MaxSysctl: "131072", HashsizeParam: "32768",
+				TCPEstablishedTimeoutSysctl: "86400", TCPCloseWaitTimeoutSysctl: "3600"},
 		},
 		{
 			name:     "max per core 0 leaves the table size alone, whatever the minimum",
@@ -102,32 +94,31 @@ func TestTune(t *testing.T) {
 		{
 			name:     "inside a network namespace: the table size fails, the rest is still set",
 			settings: kubeProxyDefaults, cpus: 2,
-			setErrs:    map[string]error{MaxPath: fs.ErrPermission, HashsizePath: syscall.EOPNOTSUPP},
+			writeErrs:  map[string]syscall.Errno{MaxSysctl: syscall.EACCES, HashsizeParam: syscall.EOPNOTSUPP},
 			wantWrites: []string{"nf_conntrack_tcp_timeout_established=86400", "nf_conntrack_tcp_timeout_close_wait=3600"},
-			wantErrs:   []string{"setting /proc/sys/net/netfilter/nf_conntrack_max to 131072: permission denied (nf_conntrack_max is read-only outside the initial network namespace"},
+			wantErrs:   []string{"writing sysctl net/netfilter/nf_conntrack_max=131072: permission denied (nf_conntrack_max is read-only outside the initial network namespace"},
 		},
 		{
 			name:     "an unreadable hash size is raised anyway",
 			settings: Settings{MaxPerCore: 32768, Min: 131072}, cpus: 2,
-			getErrs:    map[string]error{HashsizePath: fs.ErrPermission},
+			readErrs:   map[string]syscall.Errno{HashsizeParam: syscall.EACCES},
 			wantWrites: []string{"nf_conntrack_max=131072", "hashsize=32768"},
 		},
 		{
 			name:     "a read-only /proc/sys and /sys: one error per parameter, each naming it",
 			settings: kubeProxyDefaults, cpus: 2,
-			setErrs: map[string]error{MaxPath: syscall.EROFS, TCPEstablishedTimeoutPath: syscall.EROFS, TCPCloseWaitTimeoutPath: syscall.EROFS},
+			writeErrs: map[string]syscall.Errno{MaxSysctl: syscall.EROFS, TCPEstablishedTimeoutSysctl: syscall.EROFS, TCPCloseWaitTimeoutSysctl: syscall.EROFS},
 			wantErrs: []string{
-				"nf_conntrack_max to 131072: read-only file system (mounted read-only",
-				"nf_conntrack_tcp_timeout_established to 86400: read-only file system",
-				"nf_conntrack_tcp_timeout_close_wait to 3600: read-only file system",
+				"nf_conntrack_max=131072: read-only file system (mounted read-only",
+				"nf_conntrack_tcp_timeout_established=86400: read-only file system",
+				"nf_conntrack_tcp_timeout_close_wait=3600: read-only file system",
 			},
 		},
 		{
 			name:     "no nf_conntrack module",
 			settings: Settings{UDPTimeout: time.Minute}, cpus: 2,
-			values:   map[string]int{},
-			setErrs:  map[string]error{UDPTimeoutPath: fs.ErrNotExist},
-			wantErrs: []string{"nf_conntrack_udp_timeout to 60: file does not exist (is the nf_conntrack module loaded?)"},
+			values:   map[string]string{},
+			wantErrs: []string{"writing sysctl net/netfilter/nf_conntrack_udp_timeout=60: no such file or directory (is the nf_conntrack module loaded?)"},
 		},
 	}
 	for _, tt := range tests {
@@ -136,9 +127,9 @@ func TestTune(t *testing.T) {
 			if values == nil {
 				values = kernelDefaults()
 			}
-			p := &fakeParams{values: values, getErrs: tt.getErrs, setErrs: tt.setErrs}
+			p, f := fakeKernel(values, tt.readErrs, tt.writeErrs)
 			changes, err := Tune(p, tt.settings, tt.cpus)
-			if diff := cmp.Diff(tt.wantWrites, p.writes); diff != "" {
+			if diff := cmp.Diff(tt.wantWrites, shortWrites(f)); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
 			if len(changes) != len(tt.wantWrites) {
@@ -161,13 +152,13 @@ func TestTune(t *testing.T) {
 }
 
 func TestTuneReportsOldValues(t *testing.T) {
-	p := &fakeParams{values: map[string]int{}, getErrs: map[string]error{UDPTimeoutPath: errors.New("unreadable")}}
-	p.values[UDPStreamTimeoutPath] = 120
+	p, _ := fakeKernel(map[string]string{UDPTimeoutSysctl: "", UDPStreamTimeoutSysctl: "120"},
+		map[string]syscall.Errno{UDPTimeoutSysctl: syscall.EACCES}, nil)
 	changes, err := Tune(p, Settings{UDPTimeout: time.Minute, UDPStreamTimeout: 3 * time.Minute}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Change{{Path: UDPTimeoutPath, Old: -1, New: 60}, {Path: UDPStreamTimeoutPath, Old: 120, New: 180}}
+	want := []Change{{Path: UDPTimeoutSysctl, Old: -1, New: 60}, {Path: UDPStreamTimeoutSysctl, Old: 120, New: 180}}
 	if diff := cmp.Diff(want, changes); diff != "" {
 		t.Errorf("changes (-want +got):\n%s", diff)
 	}

@@ -3,10 +3,10 @@ package ipvsref
 import (
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 )
 
 // Section is one normalised part of a namespace's state.
@@ -108,12 +108,12 @@ func linkState(link string) ([]string, error) {
 func readSysctls(names []string) []string {
 	var out []string
 	for _, name := range names {
-		data, err := os.ReadFile(filepath.Join("/proc/sys", name))
+		v, err := (sysctl.Proc{}).Read(name)
 		if err != nil {
 			out = append(out, name+" (unreadable)")
 			continue
 		}
-		out = append(out, name+" = "+strings.TrimSpace(string(data)))
+		out = append(out, name+" = "+v)
 	}
 	return out
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -101,8 +102,8 @@ type Config struct {
 	// least recently used pin is dropped to make room. 0 means
 	// DefaultMaxAffinityEntries.
 	MaxAffinityEntries int
-	// Now is the clock affinity timeouts are measured with; nil means time.Now.
-	Now func() time.Time
+	// Clock measures affinity timeouts; nil means the wall clock.
+	Clock clock.PassiveClock
 	// Registerer, when set, gets the balancer's metrics.
 	Registerer prometheus.Registerer
 }
@@ -112,7 +113,7 @@ type Config struct {
 type Balancer struct {
 	nodeName    string
 	maxAffinity int
-	clk         clock
+	clk         epochClock
 	stats       stats
 
 	mu    sync.Mutex // guards the fields below; never taken by Pick
@@ -133,9 +134,9 @@ type portPickers struct {
 
 // New returns a Balancer with no service ports; call Update with a snapshot.
 func New(cfg Config) (*Balancer, error) {
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
 	maxAffinity := cfg.MaxAffinityEntries
 	if maxAffinity <= 0 {
@@ -144,7 +145,7 @@ func New(cfg Config) (*Balancer, error) {
 	b := &Balancer{
 		nodeName:    cfg.NodeName,
 		maxAffinity: maxAffinity,
-		clk:         clock{now: now, epoch: now()},
+		clk:         epochClock{clock: clk, epoch: clk.Now()},
 		topo:        servicemap.Topology{NodeName: cfg.NodeName},
 		ports:       map[servicemap.ServicePortName]*portPickers{},
 	}
@@ -306,7 +307,7 @@ func (b *Balancer) RunSweeper(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			b.Sweep(b.clk.now())
+			b.Sweep(b.clk.clock.Now())
 		}
 	}
 }

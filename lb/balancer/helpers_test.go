@@ -2,7 +2,6 @@ package balancer
 
 import (
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -146,15 +146,15 @@ func aps(ss ...string) []netip.AddrPort {
 type world struct {
 	t     testing.TB
 	tr    *servicemap.Tracker
-	clock *fakeClock
+	clock *clocktesting.FakeClock
 	b     *Balancer
 }
 
 func newWorld(t testing.TB, cfg Config) *world {
 	t.Helper()
-	w := &world{t: t, tr: servicemap.NewTracker(thisNode, nil), clock: newFakeClock()}
-	if cfg.Now == nil {
-		cfg.Now = w.clock.Now
+	w := &world{t: t, tr: servicemap.NewTracker(thisNode, nil), clock: clocktesting.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))}
+	if cfg.Clock == nil {
+		cfg.Clock = w.clock
 	}
 	b, err := New(cfg)
 	if err != nil {
@@ -185,24 +185,4 @@ func (w *world) setZone(zone string) {
 	w.tr.OnNodeUpdate(&v1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: thisNode, Labels: map[string]string{v1.LabelTopologyZone: zone},
 	}})
-}
-
-// fakeClock is a settable clock for affinity timeouts.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Step(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }

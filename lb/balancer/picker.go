@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -63,14 +65,14 @@ func (st *pickState) rotation(i int) []netip.AddrPort { return st.ring[i : i+st.
 type picker struct {
 	state  atomic.Pointer[pickState]
 	cursor atomic.Uint64
-	clk    *clock
+	clk    *epochClock
 	stats  *stats
 	aff    affinityTable
 }
 
 var _ lb.Picker = (*picker)(nil)
 
-func newPicker(clk *clock, st *stats, maxAffinity int) *picker {
+func newPicker(clk *epochClock, st *stats, maxAffinity int) *picker {
 	p := &picker{clk: clk, stats: st}
 	p.aff.max = maxAffinity
 	p.state.Store(&pickState{})
@@ -182,15 +184,15 @@ func eligibleFor(sp *servicemap.ServicePort, key Key, topo servicemap.Topology) 
 	return newPickState(eligibleEndpoints(sp, key.Class, key.Family, topo), sp.AffinityTimeout)
 }
 
-// clock measures time in nanoseconds since the balancer was made, from an
-// injectable source (monotonic with time.Now).
-type clock struct {
-	now   func() time.Time
+// epochClock measures time in nanoseconds since the balancer was made, so
+// affinity entries hold an int64 (monotonic with the real clock).
+type epochClock struct {
+	clock clock.PassiveClock
 	epoch time.Time
 }
 
-func (c *clock) nanos() int64         { return c.at(c.now()) }
-func (c *clock) at(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
+func (c *epochClock) nanos() int64         { return c.at(c.clock.Now()) }
+func (c *epochClock) at(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
 
 // stats are the balancer's counters, kept in atomics so the hot path never
 // touches a Prometheus collector.

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 var (
@@ -491,7 +492,7 @@ func TestUpdate(t *testing.T) {
 
 // TestConcurrentUse runs picks, pins and updates together; run with -race.
 func TestConcurrentUse(t *testing.T) {
-	w := newWorld(t, Config{MaxAffinityEntries: 8, Now: time.Now})
+	w := newWorld(t, Config{MaxAffinityEntries: 8, Clock: clock.RealClock{}})
 	threeBackends(w, affinity(1))
 	keys := []Key{key("s", Internal, IPv4), key("s", External, IPv4)}
 	valid := map[netip.AddrPort]bool{}

@@ -2,7 +2,6 @@ package ipvs
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -20,42 +19,16 @@ import (
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// fakeSysctls records writes; fail names the sysctls whose writes fail.
-type fakeSysctls struct {
-	mu     sync.Mutex
-	values map[string]int
-	writes map[string]int
-	fail   map[string]bool
-}
-
-func newFakeSysctls() *fakeSysctls {
-	return &fakeSysctls{values: map[string]int{}, writes: map[string]int{}, fail: map[string]bool{}}
-}
-
-func (s *fakeSysctls) Write(name string, value int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.writes[name]++
-	if s.fail[name] {
-		return fmt.Errorf("open /proc/sys/%s: read-only file system", name)
-	}
-	s.values[name] = value
-	return nil
-}
-
-func (s *fakeSysctls) setFail(name string, on bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail[name] = on
-}
-
-func (s *fakeSysctls) writesOf(name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writes[name]
+// newFakeSysctls is a fresh network namespace's sysctls the mode writes.
+func newFakeSysctls() *fakesysctl.Sysctls {
+	return fakesysctl.New(map[string]string{
+		"net/ipv4/ip_forward": "0", "net/ipv4/vs/conntrack": "0",
+		"net/ipv4/vs/expire_nodest_conn": "0", "net/ipv4/vs/expire_quiescent_template": "0",
+	})
 }
 
 // rig is an IPv4 Mode over fresh fakes, without a background drain.
@@ -64,7 +37,7 @@ type rig struct {
 	link    *fakeipvs.Link
 	sets    *fakeipvs.IPSets
 	ipt     *fakeiptables.Fake
-	sysctls *fakeSysctls
+	sysctls *fakesysctl.Sysctls
 	clock   *clocktesting.FakeClock
 	reg     *prometheus.Registry
 	m       *Mode

@@ -15,6 +15,7 @@ import (
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
 	"kproxy.dev/kproxy/redirect/ipvs/reconcile"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -50,8 +51,8 @@ type Config struct {
 	// LocalAddresses lists the node's addresses on every interface but
 	// kube-ipvs0, read on every sync (see handles.LocalAddressesExcept).
 	LocalAddresses func() ([]netip.Addr, error)
-	// Sysctls writes the sysctls the mode needs; nil means ProcSysctls.
-	Sysctls Sysctls
+	// Sysctls writes the sysctls the mode needs; nil means the kernel's.
+	Sysctls sysctl.Sysctls
 	// DrainInterval: 0 means DefaultDrainInterval; negative starts no
 	// background drain (Drain is then the caller's to call).
 	DrainInterval time.Duration
@@ -67,7 +68,7 @@ type Config struct {
 
 // Mode is kube-proxy's IPVS mode.
 type Mode struct {
-	sysctls Sysctls
+	sysctls sysctl.Sysctls
 	logger  klog.Logger
 
 	mu       sync.Mutex
@@ -95,7 +96,7 @@ func New(cfg Config) (*Mode, error) {
 	}
 	m := &Mode{sysctls: cfg.Sysctls, logger: cfg.Logger, sysctlsDone: map[string]int{}}
 	if m.sysctls == nil {
-		m.sysctls = ProcSysctls{}
+		m.sysctls = sysctl.Proc{}
 	}
 	for _, fc := range cfg.Families {
 		fam := fc.Desired.Family
@@ -164,7 +165,7 @@ func (m *Mode) writeSysctls(sysctls []desired.Sysctl, full bool) error {
 		if v, done := m.sysctlsDone[s.Name]; done && v == s.Value && !full {
 			continue
 		}
-		err := m.sysctls.Write(s.Name, s.Value)
+		err := sysctl.WriteInt(m.sysctls, s.Name, s.Value)
 		switch {
 		case err == nil:
 			m.sysctlsDone[s.Name] = s.Value

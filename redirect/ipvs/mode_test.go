@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,11 +42,10 @@ func (g *rig) kernelText() string {
 	sb.WriteString("# iptables-save\n")
 	sb.WriteString(g.ipt.Save(""))
 	sb.WriteString("# sysctls\n")
-	g.sysctls.mu.Lock()
-	for _, name := range slices.Sorted(maps.Keys(g.sysctls.values)) {
-		sb.WriteString(name + "=" + strconv.Itoa(g.sysctls.values[name]) + "\n")
+	values := g.sysctls.Values()
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		sb.WriteString(name + "=" + values[name] + "\n")
 	}
-	g.sysctls.mu.Unlock()
 	return sb.String()
 }
 
@@ -97,7 +95,7 @@ func TestUnchangedSyncWritesNothing(t *testing.T) {
 
 	// A full sync re-reads IPVS and rewrites the layer and the sysctls,
 	// repairing what others changed.
-	before := g.sysctls.writesOf("net/ipv4/ip_forward")
+	before := g.sysctls.WritesOf("net/ipv4/ip_forward")
 	if err := g.m.Sync(context.Background(), snapshot(web(), dns()), &servicemap.ChangeSet{Full: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +105,7 @@ func TestUnchangedSyncWritesNothing(t *testing.T) {
 	if n := len(g.ipt.Restores()); n != restores+1 {
 		t.Errorf("a full sync ran %d restores, want 1", n-restores)
 	}
-	if g.sysctls.writesOf("net/ipv4/ip_forward") != before+1 {
+	if g.sysctls.WritesOf("net/ipv4/ip_forward") != before+1 {
 		t.Error("a full sync did not rewrite net/ipv4/ip_forward")
 	}
 }
@@ -225,7 +223,7 @@ func TestSysctlFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newRig(t, -1)
-			g.sysctls.setFail(tt.sysctl, true)
+			g.sysctls.FailWrites(tt.sysctl, syscall.EROFS)
 			err := g.sync(web())
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Sync = %v, want an error: %v", err, tt.wantErr)
@@ -236,16 +234,16 @@ func TestSysctlFailures(t *testing.T) {
 			// The rest was programmed all the same.
 			g.expectKernel(t, web())
 
-			g.sysctls.setFail(tt.sysctl, false)
-			before := g.sysctls.writesOf(tt.sysctl)
+			g.sysctls.FailWrites(tt.sysctl, 0)
+			before := g.sysctls.WritesOf(tt.sysctl)
 			g.mustSync(t, web())
-			retried := g.sysctls.writesOf(tt.sysctl) > before
+			retried := g.sysctls.WritesOf(tt.sysctl) > before
 			if retried != tt.wantErr {
 				t.Errorf("next sync rewrote %s: %v, want %v (required ones are retried, others wait for a full sync)",
 					tt.sysctl, retried, tt.wantErr)
 			}
-			if other := "net/ipv4/vs/expire_quiescent_template"; g.sysctls.writesOf(other) != 1 {
-				t.Errorf("%s written %d times, want once", other, g.sysctls.writesOf(other))
+			if other := "net/ipv4/vs/expire_quiescent_template"; g.sysctls.WritesOf(other) != 1 {
+				t.Errorf("%s written %d times, want once", other, g.sysctls.WritesOf(other))
 			}
 		})
 	}

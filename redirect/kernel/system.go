@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 )
 
 // System is the netlink and socket surface the probes use. Errors are the
@@ -36,7 +37,10 @@ type System interface {
 }
 
 // NetlinkSystem is the real System.
-type NetlinkSystem struct{}
+type NetlinkSystem struct {
+	// Sysctls nil means the kernel's.
+	Sysctls sysctl.Sysctls
+}
 
 var _ System = NetlinkSystem{}
 
@@ -98,12 +102,15 @@ func (NetlinkSystem) ConntrackStats() error {
 
 // IPv6Off implements System, as kube-proxy decides whether a node can do
 // IPv6: the kernel has it (/proc/net/if_inet6) and it is not disabled.
-func (NetlinkSystem) IPv6Off() error {
+func (n NetlinkSystem) IPv6Off() error {
 	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
 		return fmt.Errorf("the kernel has no IPv6 (%w)", err)
 	}
-	v, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/disable_ipv6")
-	if err == nil && strings.TrimSpace(string(v)) == "1" {
+	s := n.Sysctls
+	if s == nil {
+		s = sysctl.Proc{}
+	}
+	if v, err := s.Read("net/ipv6/conf/all/disable_ipv6"); err == nil && v == "1" {
 		return errors.New("IPv6 is disabled (net.ipv6.conf.all.disable_ipv6=1)")
 	}
 	return nil

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/runner"
-	"kproxy.dev/kproxy/sync/runner/clock"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -143,7 +143,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.RetryInterval = cfg.SyncPeriod
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
+		cfg.Clock = clock.RealClock{}
 	}
 	e := &Engine{
 		smap:    cfg.Map,

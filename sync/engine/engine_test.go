@@ -15,12 +15,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/runner"
-	"kproxy.dev/kproxy/sync/runner/clock/fakeclock"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -132,14 +132,14 @@ type fixture struct {
 	mode    *fakeMode
 	metrics *metrics.Metrics
 	health  *healthz.Health
-	clock   *fakeclock.Clock
+	clock   *clocktesting.FakeClock
 	engine  *Engine
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t) // logs go to the test's output
-	f := &fixture{ctx: ctx, smap: &fakeMap{}, mode: &fakeMode{}, metrics: metrics.New(), clock: fakeclock.New(t0)}
+	f := &fixture{ctx: ctx, smap: &fakeMap{}, mode: &fakeMode{}, metrics: metrics.New(), clock: clocktesting.NewFakeClock(t0)}
 	f.health = healthz.New(time.Minute, f.metrics, f.clock)
 	e, err := New(Config{Map: f.smap, Mode: f.mode, Metrics: f.metrics, Health: f.health,
 		SyncPeriod: 30 * time.Second, Clock: f.clock})

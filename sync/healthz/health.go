@@ -12,24 +12,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/sync/metrics"
 )
-
-// Clock is the time source; clock.Real and fakeclock.Clock satisfy it.
-type Clock interface {
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
 
 // Health tracks queued and applied updates. The proxy is healthy while no
 // update is pending or the oldest pending one is younger than the health
 // timeout; /healthz additionally needs this node to be eligible for traffic.
 type Health struct {
-	clock   Clock
+	clock   clock.PassiveClock
 	timeout time.Duration
 	healthz *prometheus.CounterVec
 	livez   *prometheus.CounterVec
@@ -43,11 +35,11 @@ type Health struct {
 // New returns a Health with the given timeout (kube-proxy uses twice the sync
 // period) counting responses into m. A nil clock means the wall clock; a nil
 // m means responses are not counted.
-func New(healthTimeout time.Duration, m *metrics.Metrics, clock Clock) *Health {
-	if clock == nil {
-		clock = realClock{}
+func New(healthTimeout time.Duration, m *metrics.Metrics, clk clock.PassiveClock) *Health {
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
-	h := &Health{clock: clock, timeout: healthTimeout, nodeEligible: true}
+	h := &Health{clock: clk, timeout: healthTimeout, nodeEligible: true}
 	if m != nil {
 		h.healthz, h.livez = m.HealthzTotal, m.LivezTotal
 	}

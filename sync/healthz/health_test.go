@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"kproxy.dev/kproxy/sync/metrics"
-	"kproxy.dev/kproxy/sync/runner/clock/fakeclock"
 )
 
 var t0 = time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC)
@@ -40,11 +40,11 @@ func get(t *testing.T, h http.Handler, path string) (int, body) {
 }
 
 func TestHealthTransitions(t *testing.T) {
-	type action func(h *Health, clk *fakeclock.Clock)
-	queued := func(h *Health, _ *fakeclock.Clock) { h.QueuedUpdate() }
-	updated := func(h *Health, _ *fakeclock.Clock) { h.Updated() }
-	wait := func(d time.Duration) action { return func(_ *Health, clk *fakeclock.Clock) { clk.Step(d) } }
-	nodeEligible := func(e bool) action { return func(h *Health, _ *fakeclock.Clock) { h.SetNodeEligible(e) } }
+	type action func(h *Health, clk *clocktesting.FakeClock)
+	queued := func(h *Health, _ *clocktesting.FakeClock) { h.QueuedUpdate() }
+	updated := func(h *Health, _ *clocktesting.FakeClock) { h.Updated() }
+	wait := func(d time.Duration) action { return func(_ *Health, clk *clocktesting.FakeClock) { clk.Step(d) } }
+	nodeEligible := func(e bool) action { return func(h *Health, _ *clocktesting.FakeClock) { h.SetNodeEligible(e) } }
 
 	tests := []struct {
 		name        string
@@ -65,7 +65,7 @@ func TestHealthTransitions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := fakeclock.New(t0)
+			clk := clocktesting.NewFakeClock(t0)
 			m := metrics.New()
 			h := New(timeout, m, clk)
 			for _, a := range tt.actions {
@@ -117,7 +117,7 @@ func other(code int) int {
 }
 
 func TestBodyFields(t *testing.T) {
-	clk := fakeclock.New(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	h := New(timeout, nil, clk)
 	h.Updated()
 	clk.Step(time.Minute)

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-
-	"kproxy.dev/kproxy/sync/runner/clock"
+	"k8s.io/utils/clock"
 )
 
 // Reason says why a run happened; the function reads it with ReasonFrom.
@@ -108,7 +107,7 @@ func New(cfg Config, fn Func) (*Runner, error) {
 			cfg.Name, cfg.MinInterval, cfg.MaxInterval)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
+		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.RetryInterval == 0 {
 		cfg.RetryInterval = cfg.MinInterval
@@ -166,9 +165,16 @@ func (r *Runner) Loop(ctx context.Context) {
 
 		var timer clock.Timer
 		var fire <-chan time.Time
-		if ok {
+		switch {
+		case ok && due.After(now):
 			timer = r.clock.NewTimer(due.Sub(now))
 			fire = timer.C()
+		case ok:
+			// Already due: no timer, as a fake clock's timer for d <= 0 only
+			// fires at its next step.
+			ready := make(chan time.Time, 1)
+			ready <- now
+			fire = ready
 		}
 		if r.onIdle != nil {
 			if !ok {

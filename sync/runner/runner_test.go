@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"kproxy.dev/kproxy/sync/runner/clock/fakeclock"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -18,7 +18,7 @@ var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 // what, and never has to sleep.
 type harness struct {
 	t     *testing.T
-	clk   *fakeclock.Clock
+	clk   *clocktesting.FakeClock
 	r     *Runner
 	idle  chan time.Time
 	due   time.Time
@@ -33,7 +33,7 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	h := &harness{t: t, clk: fakeclock.New(t0), idle: make(chan time.Time), done: make(chan struct{})}
+	h := &harness{t: t, clk: clocktesting.NewFakeClock(t0), idle: make(chan time.Time), done: make(chan struct{})}
 	cfg.Clock = h.clk
 	r, err := New(cfg, h.fn)
 	if err != nil {
@@ -265,7 +265,7 @@ func TestLoop(t *testing.T) {
 }
 
 func TestLoopStopsOnContextDone(t *testing.T) {
-	clk := fakeclock.New(t0)
+	clk := clocktesting.NewFakeClock(t0)
 	r, err := New(Config{MinInterval: time.Second, MaxInterval: time.Minute, Clock: clk}, func(context.Context) error { return nil })
 	if err != nil {
 		t.Fatal(err)

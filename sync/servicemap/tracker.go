@@ -11,6 +11,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Tracker is the Sink that keeps the current Services, EndpointSlices and Node
@@ -23,7 +24,7 @@ import (
 type Tracker struct {
 	nodeName string
 	onChange func()
-	now      func() time.Time
+	clock    clock.PassiveClock
 
 	mu sync.Mutex // guards the source state below
 	// services holds each tracked service's port templates (no endpoints).
@@ -55,7 +56,7 @@ func NewTracker(nodeName string, onChange func()) *Tracker {
 	return &Tracker{
 		nodeName:     nodeName,
 		onChange:     onChange,
-		now:          time.Now,
+		clock:        clock.RealClock{},
 		services:     map[types.NamespacedName][]*ServicePort{},
 		slices:       map[types.NamespacedName]*sliceEntry{},
 		byService:    map[types.NamespacedName]map[string]*sliceEntry{},
@@ -77,7 +78,7 @@ func (t *Tracker) notify(changed bool) {
 // noteEventLocked records when the oldest pending event arrived.
 func (t *Tracker) noteEventLocked() {
 	if t.firstEvent.IsZero() {
-		t.firstEvent = t.now()
+		t.firstEvent = t.clock.Now()
 	}
 }
 
