@@ -3,6 +3,7 @@ package cleanup
 import (
 	"strings"
 
+	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -42,14 +43,14 @@ var ownedChains = []ownedChain{
 	{table: "nat", name: "KUBE-FW-", prefix: true, modes: iptablesOnly},
 	{table: "nat", name: "KUBE-SEP-", prefix: true, modes: iptablesOnly},
 	{table: "nat", name: "KUBE-XLB-", prefix: true, modes: iptablesOnly}, // before 1.24
-	{table: "nat", name: "KUBE-PROXY-CANARY", modes: iptablesOnly},
+	{table: "nat", name: restore.CanaryChain, modes: iptablesOnly},
 	{table: "filter", name: "KUBE-SERVICES", modes: iptablesOnly},
 	{table: "filter", name: "KUBE-EXTERNAL-SERVICES", modes: iptablesOnly},
 	{table: "filter", name: "KUBE-NODEPORTS", modes: iptablesOnly},
 	{table: "filter", name: "KUBE-FORWARD", modes: iptablesAndIPVS},
 	{table: "filter", name: "KUBE-PROXY-FIREWALL", modes: iptablesAndIPVS},
-	{table: "filter", name: "KUBE-PROXY-CANARY", modes: iptablesOnly},
-	{table: "mangle", name: "KUBE-PROXY-CANARY", modes: iptablesOnly},
+	{table: "filter", name: restore.CanaryChain, modes: iptablesOnly},
+	{table: "mangle", name: restore.CanaryChain, modes: iptablesOnly},
 
 	// ipvs mode.
 	{table: "nat", name: "KUBE-NODE-PORT", modes: ipvsOnly},

@@ -128,27 +128,6 @@ func TestPlanRejectsMalformedSave(t *testing.T) {
 	}
 }
 
-func TestSplitArgs(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want []string
-	}{
-		{`-A X -j Y`, []string{"-A", "X", "-j", "Y"}},
-		{`-A X -m comment --comment "a -j KUBE-SERVICES" -j RETURN`, []string{"-A", "X", "-m", "comment", "--comment", "a -j KUBE-SERVICES", "-j", "RETURN"}},
-		{`-A X -m comment --comment "say \"hi\"" -j RETURN`, []string{"-A", "X", "-m", "comment", "--comment", `say "hi"`, "-j", "RETURN"}},
-		{`-A X -m comment --comment "" -j RETURN`, []string{"-A", "X", "-m", "comment", "--comment", "", "-j", "RETURN"}},
-	} {
-		got, err := splitArgs(c.in)
-		if err != nil {
-			t.Errorf("splitArgs(%q): %v", c.in, err)
-			continue
-		}
-		if diff := cmp.Diff(c.want, got); diff != "" {
-			t.Errorf("splitArgs(%q) (-want +got):\n%s", c.in, diff)
-		}
-	}
-}
-
 func TestRemoveSet(t *testing.T) {
 	for _, c := range []struct {
 		name string

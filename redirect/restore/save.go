@@ -1,0 +1,121 @@
+package restore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// SavedTable is one table of an iptables-save dump.
+type SavedTable struct {
+	Name   string
+	Chains []SavedChain // in dump order: built-in chains first, as both backends print them
+	Rules  []SavedRule  // in dump order
+}
+
+// SavedChain is a chain declaration ":NAME POLICY [packets:bytes]".
+type SavedChain struct {
+	Name string
+	// Policy is ACCEPT or DROP for a built-in chain, "-" for a user chain.
+	Policy string
+}
+
+// Builtin says whether the chain is one of the table's built-in chains,
+// which carry a policy instead of "-".
+func (c SavedChain) Builtin() bool { return c.Policy != "-" }
+
+// SavedRule is one "-A CHAIN ..." line.
+type SavedRule struct {
+	Chain string
+	// Line is the rule as printed, starting "-A " (without the counters
+	// iptables-save -c prints in front).
+	Line string
+	spec int // where the text after "-A CHAIN " starts in Line
+}
+
+// Spec is the rule after "-A CHAIN ", as iptables-restore takes it after
+// "-A CHAIN", "-I CHAIN 1" or "-D CHAIN".
+func (r SavedRule) Spec() string { return r.Line[r.spec:] }
+
+// Words splits the rule after "-A CHAIN" into words (see SplitRule).
+func (r SavedRule) Words() ([]string, error) {
+	return SplitRule(r.Spec())
+}
+
+// ParseChainLine reads a chain declaration ":NAME POLICY [packets:bytes]"
+// (the counters may be missing) of a save or a restore payload.
+func ParseChainLine(line string) (SavedChain, bool) {
+	if !strings.HasPrefix(line, ":") {
+		return SavedChain{}, false
+	}
+	fields := strings.Fields(line[1:])
+	if len(fields) < 2 {
+		return SavedChain{}, false
+	}
+	return SavedChain{Name: fields[0], Policy: fields[1]}, true
+}
+
+// ParseSave reads iptables-save output into its tables. Comment lines and
+// blank lines are skipped; a line that is not iptables-save's, a table
+// opened inside another or one without COMMIT is an error naming the line.
+// Rules are not split into words (only their chain is read): most callers
+// look at a few of the rules only.
+func ParseSave(save string) ([]SavedTable, error) {
+	var tables []SavedTable
+	var cur *SavedTable
+	n := 0
+	for raw := range strings.SplitSeq(save, "\n") {
+		n++
+		line := strings.TrimSpace(raw)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "*"):
+			if cur != nil {
+				return nil, fmt.Errorf("iptables-save line %d: table %q starts before table %q is committed", n, line[1:], cur.Name)
+			}
+			tables = append(tables, SavedTable{Name: line[1:]})
+			cur = &tables[len(tables)-1]
+		case cur == nil:
+			return nil, fmt.Errorf("iptables-save line %d: %q outside any table", n, line)
+		case line == "COMMIT":
+			cur = nil
+		case strings.HasPrefix(line, ":"):
+			c, ok := ParseChainLine(line)
+			if !ok {
+				return nil, fmt.Errorf("iptables-save line %d: malformed chain declaration %q", n, line)
+			}
+			cur.Chains = append(cur.Chains, c)
+		case strings.HasPrefix(line, "-A "), strings.HasPrefix(line, "["):
+			r, ok := parseRuleLine(line)
+			if !ok {
+				return nil, fmt.Errorf("iptables-save line %d: malformed rule %q", n, line)
+			}
+			cur.Rules = append(cur.Rules, r)
+		default:
+			return nil, fmt.Errorf("iptables-save line %d: unexpected %q", n, line)
+		}
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("iptables-save output ends inside table %q (no COMMIT)", cur.Name)
+	}
+	return tables, nil
+}
+
+// parseRuleLine reads "-A CHAIN ...", after "[packets:bytes] " counters if
+// any.
+func parseRuleLine(line string) (SavedRule, bool) {
+	if strings.HasPrefix(line, "[") {
+		_, rest, ok := strings.Cut(line, "] ")
+		if !ok {
+			return SavedRule{}, false
+		}
+		line = rest
+	}
+	if !strings.HasPrefix(line, "-A ") {
+		return SavedRule{}, false
+	}
+	chain, spec, _ := strings.Cut(strings.TrimLeft(line[3:], " "), " ")
+	if chain == "" {
+		return SavedRule{}, false
+	}
+	return SavedRule{Chain: chain, Line: line, spec: len(line) - len(spec)}, true
+}
