@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // restore applies one restore payload and records it. Each table section
@@ -74,7 +74,7 @@ func (f *Fake) apply(prog, payload string, noflush bool) *failure {
 				return parseFailure(prog, n, se.Msg, se.Bare)
 			}
 		default:
-			words, err := rulespec.Split(line)
+			words, err := restore.SplitRule(line)
 			if err != nil {
 				return parseFailure(prog, n, err.Error(), false)
 			}

@@ -119,3 +119,29 @@ func parseRuleLine(line string) (SavedRule, bool) {
 	}
 	return SavedRule{Chain: chain, Line: line, spec: len(line) - len(spec)}, true
 }
+
+// NewSavedRule is the rule spec in chain as iptables-save prints it.
+func NewSavedRule(chain, spec string) SavedRule {
+	if spec == "" {
+		return SavedRule{Chain: chain, Line: "-A " + chain, spec: len("-A ") + len(chain)}
+	}
+	return SavedRule{Chain: chain, Line: "-A " + chain + " " + spec, spec: len("-A ") + len(chain) + 1}
+}
+
+// FormatSave prints tables as iptables-save does, without its timestamp
+// comments and with zero counters: per table "*NAME", its chain
+// declarations, its rules and COMMIT. ParseSave reads it back.
+func FormatSave(tables ...SavedTable) string {
+	var b strings.Builder
+	for _, t := range tables {
+		b.WriteString("*" + t.Name + "\n")
+		for _, c := range t.Chains {
+			b.WriteString(":" + c.Name + " " + c.Policy + " [0:0]\n")
+		}
+		for _, r := range t.Rules {
+			b.WriteString(r.Line + "\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.String()
+}

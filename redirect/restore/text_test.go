@@ -1,4 +1,4 @@
-package rulespec
+package restore
 
 import (
 	"slices"
@@ -19,12 +19,12 @@ func TestSplit(t *testing.T) {
 		{`a\b c`, []string{`a\b`, "c"}},
 	}
 	for _, tc := range cases {
-		got, err := Split(tc.line)
+		got, err := SplitRule(tc.line)
 		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("Split(%q) = %q, %v; want %q", tc.line, got, err, tc.want)
+			t.Errorf("SplitRule(%q) = %q, %v; want %q", tc.line, got, err, tc.want)
 		}
 	}
-	if _, err := Split(`--comment "open`); err == nil {
+	if _, err := SplitRule(`--comment "open`); err == nil {
 		t.Error("an unterminated quote was accepted")
 	}
 }
@@ -46,16 +46,16 @@ func TestJoinQuotesLikeIPTablesSave(t *testing.T) {
 	}
 	for _, tc := range cases {
 		words := []string{"-m", "comment", "--comment", tc.comment}
-		got := Join(words)
+		got := JoinRule(words)
 		if got != tc.want {
-			t.Errorf("Join(comment %q) = %s, want %s", tc.comment, got, tc.want)
+			t.Errorf("JoinRule(comment %q) = %s, want %s", tc.comment, got, tc.want)
 		}
-		back, err := Split(got)
+		back, err := SplitRule(got)
 		if err != nil || !slices.Equal(back, words) {
-			t.Errorf("Split(Join(%q)) = %q, %v: does not round-trip", words, back, err)
+			t.Errorf("SplitRule(JoinRule(%q)) = %q, %v: does not round-trip", words, back, err)
 		}
 	}
-	if got := Join([]string{"-d", "10.0.0.1/32", "--to-destination", "[fd00::1]:80", "x y"}); got != `-d 10.0.0.1/32 --to-destination [fd00::1]:80 "x y"` {
+	if got := JoinRule([]string{"-d", "10.0.0.1/32", "--to-destination", "[fd00::1]:80", "x y"}); got != `-d 10.0.0.1/32 --to-destination [fd00::1]:80 "x y"` {
 		t.Errorf("Join quoted a word that needs no quotes, or missed one: %s", got)
 	}
 }
