@@ -146,7 +146,10 @@ func (p *Payload) size() int {
 			n += 1 + len(c) + len(declared) + len("-X \n") + len(c)
 		}
 		for _, l := range s.lines {
-			n += len(l.op) + len(l.chain) + 2 + len(l.rule)
+			n += len(l.op) + len(l.chain) + len("\n")
+			if l.rule != "" {
+				n += 1 + len(l.rule)
+			}
 			if l.op == opInsert {
 				n += len(" 1")
 			}
