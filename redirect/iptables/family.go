@@ -261,13 +261,8 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 		}
 		payloads = []*restore.Payload{merged}
 	}
-	for i, p := range payloads {
-		if p.Empty() {
-			continue
-		}
-		if err := f.tables.Restore(ctx, p.Bytes()); err != nil {
-			return fmt.Errorf("full sync, restore %d of %d: %w", i+1, len(payloads), err)
-		}
+	if err := restoreAll(ctx, f.tables, payloads); err != nil {
+		return fmt.Errorf("full sync, %w", err)
 	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.PortRules, len(want))
 	for name, pr := range want {
@@ -381,14 +376,8 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 		portDiff(diff, old, new, hasTail)
 		chunks.Fit(diff.Chains()).Merge(diff)
 	}
-	payloads := chunks.Payloads()
-	for i, p := range payloads {
-		if p.Empty() {
-			continue
-		}
-		if err := f.tables.Restore(ctx, p.Bytes()); err != nil {
-			return fmt.Errorf("partial sync of %d service ports, restore %d of %d: %w", len(names), i+1, len(payloads), err)
-		}
+	if err := restoreAll(ctx, f.tables, chunks.Payloads()); err != nil {
+		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
 	}
 	for name, pr := range want {
 		if pr == nil {

@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -12,6 +14,20 @@ import (
 var tableOrder = []string{string(rules.Mangle), string(rules.NAT), string(rules.Filter)}
 
 func newPayload() *restore.Payload { return restore.NewPayload(tableOrder...) }
+
+// restoreAll restores the non-empty payloads in order; the error says which
+// of them failed ("restore 2 of 3: ...").
+func restoreAll(ctx context.Context, t Tables, payloads []*restore.Payload) error {
+	for i, p := range payloads {
+		if p.Empty() {
+			continue
+		}
+		if err := t.Restore(ctx, p.Bytes()); err != nil {
+			return fmt.Errorf("restore %d of %d: %w", i+1, len(payloads), err)
+		}
+	}
+	return nil
+}
 
 // writeChain declares c and writes its rules.
 func writeChain(p *restore.Payload, c rules.Chain) { p.WriteChain(string(c.Table), c.Name, c.Rules) }
