@@ -2,6 +2,7 @@ package restore
 
 import (
 	"fmt"
+	"iter"
 	"strings"
 )
 
@@ -54,6 +55,53 @@ func ParseChainLine(line string) (SavedChain, bool) {
 	return SavedChain{Name: fields[0], Policy: fields[1]}, true
 }
 
+// LineKind is what a line of an iptables-save dump or an iptables-restore
+// payload is; both formats share the layout.
+type LineKind int
+
+const (
+	BlankLine   LineKind = iota // empty, or a "#" comment
+	TableLine                   // "*NAME" opens a table
+	CommitLine                  // "COMMIT" closes it
+	ChainLine                   // ":NAME POLICY [packets:bytes]"
+	CommandLine                 // anything else: a rule ("-A ...") or command
+)
+
+// Line is one line, without surrounding white space, and its 1-based
+// number.
+type Line struct {
+	N    int
+	Kind LineKind
+	Text string
+}
+
+// Lines yields the lines of a save or restore text in order; a final
+// newline ends the last line rather than starting an empty one.
+func Lines(text string) iter.Seq[Line] {
+	return func(yield func(Line) bool) {
+		n := 0
+		for raw := range strings.SplitSeq(strings.TrimSuffix(text, "\n"), "\n") {
+			n++
+			l := Line{N: n, Text: strings.TrimSpace(raw)}
+			switch {
+			case l.Text == "" || strings.HasPrefix(l.Text, "#"):
+				l.Kind = BlankLine
+			case strings.HasPrefix(l.Text, "*"):
+				l.Kind = TableLine
+			case l.Text == "COMMIT":
+				l.Kind = CommitLine
+			case strings.HasPrefix(l.Text, ":"):
+				l.Kind = ChainLine
+			default:
+				l.Kind = CommandLine
+			}
+			if !yield(l) {
+				return
+			}
+		}
+	}
+}
+
 // ParseSave reads iptables-save output into its tables. Comment lines and
 // blank lines are skipped; a line that is not iptables-save's, a table
 // opened inside another or one without COMMIT is an error naming the line.
@@ -62,36 +110,31 @@ func ParseChainLine(line string) (SavedChain, bool) {
 func ParseSave(save string) ([]SavedTable, error) {
 	var tables []SavedTable
 	var cur *SavedTable
-	n := 0
-	for raw := range strings.SplitSeq(save, "\n") {
-		n++
-		line := strings.TrimSpace(raw)
+	for l := range Lines(save) {
 		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "*"):
+		case l.Kind == BlankLine:
+		case l.Kind == TableLine:
 			if cur != nil {
-				return nil, fmt.Errorf("iptables-save line %d: table %q starts before table %q is committed", n, line[1:], cur.Name)
+				return nil, fmt.Errorf("iptables-save line %d: table %q starts before table %q is committed", l.N, l.Text[1:], cur.Name)
 			}
-			tables = append(tables, SavedTable{Name: line[1:]})
+			tables = append(tables, SavedTable{Name: l.Text[1:]})
 			cur = &tables[len(tables)-1]
 		case cur == nil:
-			return nil, fmt.Errorf("iptables-save line %d: %q outside any table", n, line)
-		case line == "COMMIT":
+			return nil, fmt.Errorf("iptables-save line %d: %q outside any table", l.N, l.Text)
+		case l.Kind == CommitLine:
 			cur = nil
-		case strings.HasPrefix(line, ":"):
-			c, ok := ParseChainLine(line)
+		case l.Kind == ChainLine:
+			c, ok := ParseChainLine(l.Text)
 			if !ok {
-				return nil, fmt.Errorf("iptables-save line %d: malformed chain declaration %q", n, line)
+				return nil, fmt.Errorf("iptables-save line %d: malformed chain declaration %q", l.N, l.Text)
 			}
 			cur.Chains = append(cur.Chains, c)
-		case strings.HasPrefix(line, "-A "), strings.HasPrefix(line, "["):
-			r, ok := parseRuleLine(line)
+		default:
+			r, ok := parseRuleLine(l.Text)
 			if !ok {
-				return nil, fmt.Errorf("iptables-save line %d: malformed rule %q", n, line)
+				return nil, fmt.Errorf("iptables-save line %d: unexpected %q", l.N, l.Text)
 			}
 			cur.Rules = append(cur.Rules, r)
-		default:
-			return nil, fmt.Errorf("iptables-save line %d: unexpected %q", n, line)
 		}
 	}
 	if cur != nil {

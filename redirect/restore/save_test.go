@@ -118,3 +118,30 @@ func TestNewSavedRule(t *testing.T) {
 		}
 	}
 }
+
+func TestLines(t *testing.T) {
+	text := "# Generated\n*nat\n:KUBE-A - [0:0]\n  -A KUBE-A -j RETURN \n\n-X KUBE-B\nCOMMIT\n"
+	want := []Line{
+		{1, BlankLine, "# Generated"},
+		{2, TableLine, "*nat"},
+		{3, ChainLine, ":KUBE-A - [0:0]"},
+		{4, CommandLine, "-A KUBE-A -j RETURN"},
+		{5, BlankLine, ""},
+		{6, CommandLine, "-X KUBE-B"},
+		{7, CommitLine, "COMMIT"},
+	}
+	var got []Line
+	for l := range Lines(text) {
+		got = append(got, l)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Lines (-want +got):\n%s", diff)
+	}
+	n := 0
+	for range Lines("") {
+		n++
+	}
+	if n != 1 {
+		t.Errorf("Lines(\"\") yields %d lines, want 1 (blank)", n)
+	}
+}
