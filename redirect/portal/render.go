@@ -32,7 +32,7 @@ func Payload(rs *Ruleset, stale []StaleChain) []byte {
 			p.Declare(t.Name, c)
 		}
 		for _, r := range t.Rules {
-			p.Append(t.Name, r.Chain, restore.JoinRule(r.Args))
+			p.AppendWords(t.Name, r.Chain, r.Args)
 		}
 		for _, s := range stale {
 			if s.Table != t.Name {

@@ -25,6 +25,7 @@ type section struct {
 // building a string per line.
 type ruleLine struct {
 	op, chain, rule string
+	words           []string // rendered by JoinRule in place of rule, when set
 }
 
 // NewPayload returns an empty payload whose tables come in tableOrder.
@@ -60,12 +61,19 @@ func (p *Payload) WriteChain(table, chain string, rules []string) {
 	p.Declare(table, chain)
 	s := p.section(table)
 	for _, r := range rules {
-		s.lines = append(s.lines, ruleLine{"-A ", chain, r})
+		s.lines = append(s.lines, ruleLine{op: "-A ", chain: chain, rule: r})
 	}
 }
 
 // Append appends rule to chain ("-A").
 func (p *Payload) Append(table, chain, rule string) { p.line(table, "-A ", chain, rule) }
+
+// AppendWords appends the rule made of words to chain, rendered as JoinRule
+// renders them (without building the line first).
+func (p *Payload) AppendWords(table, chain string, words []string) {
+	s := p.section(table)
+	s.lines = append(s.lines, ruleLine{op: "-A ", chain: chain, words: words})
+}
 
 // Insert inserts rule at the top of chain ("-I CHAIN 1").
 func (p *Payload) Insert(table, chain, rule string) { p.line(table, opInsert, chain, rule) }
@@ -82,7 +90,7 @@ func (p *Payload) DeleteSaved(table string, r SavedRule) {
 
 func (p *Payload) line(table, op, chain, rule string) {
 	s := p.section(table)
-	s.lines = append(s.lines, ruleLine{op, chain, rule})
+	s.lines = append(s.lines, ruleLine{op: op, chain: chain, rule: rule})
 }
 
 // Remove flushes and deletes chain, after the section's rule lines (which
@@ -150,6 +158,9 @@ func (p *Payload) size() int {
 			if l.rule != "" {
 				n += 1 + len(l.rule)
 			}
+			if len(l.words) > 0 {
+				n += 1 + joinedLen(l.words)
+			}
 			if l.op == opInsert {
 				n += len(" 1")
 			}
@@ -182,6 +193,10 @@ func (p *Payload) AppendTo(dst []byte) []byte {
 			if l.rule != "" {
 				dst = append(dst, ' ')
 				dst = append(dst, l.rule...)
+			}
+			if len(l.words) > 0 {
+				dst = append(dst, ' ')
+				dst = appendJoined(dst, l.words)
 			}
 			dst = append(dst, '\n')
 		}

@@ -64,6 +64,15 @@ func TestPayloadRendering(t *testing.T) {
 			chains: 2,
 		},
 		{
+			name: "rules given as words are joined by JoinRule",
+			write: func(p *Payload) {
+				p.AppendWords("nat", "KUBE-A", []string{"-p", "tcp", "-m", "comment", "--comment", `ns/a:p "x"`, "-j", "RETURN"})
+				p.AppendWords("nat", "KUBE-A", []string{"-m", "comment", "--comment", "plain", "-j", "RETURN"})
+				p.AppendWords("nat", "KUBE-A", nil)
+			},
+			want: lines("*nat", `-A KUBE-A -p tcp -m comment --comment "ns/a:p \"x\"" -j RETURN`, "-A KUBE-A -m comment --comment plain -j RETURN", "-A KUBE-A", "COMMIT"),
+		},
+		{
 			name: "a saved rule deleted as printed",
 			write: func(p *Payload) {
 				p.DeleteSaved("filter", NewSavedRule("INPUT", `-m comment --comment "a b" -j KUBE-X`))

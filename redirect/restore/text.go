@@ -23,6 +23,16 @@ func plainByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
+// bare says whether a comment is printed without quotes.
+func bare[T ~string | ~[]byte](w T) bool {
+	for i := 0; i < len(w); i++ {
+		if !plainByte(w[i]) {
+			return false
+		}
+	}
+	return len(w) > 0
+}
+
 func escapedByte(c byte) bool { return c == '"' || c == '\\' || c == '\'' }
 
 // Quote returns s as iptables-save prints a comment (see the quoting rule).
@@ -40,17 +50,14 @@ func AppendQuoted(dst []byte, s string) []byte {
 // whole without a copy.
 func QuoteTail(buf []byte, start int) []byte {
 	word := buf[start:]
-	escapes, plain := 0, len(word) > 0
-	for _, c := range word {
-		if !plainByte(c) {
-			plain = false
-			if escapedByte(c) {
-				escapes++
-			}
-		}
-	}
-	if plain {
+	if bare(word) {
 		return buf
+	}
+	escapes := 0
+	for _, c := range word {
+		if escapedByte(c) {
+			escapes++
+		}
 	}
 	n := len(buf)
 	for range 2 + escapes {
@@ -80,28 +87,57 @@ func CommentMatch(text string) string { return "-m comment --comment " + Quote(t
 // unless it would not split back as itself (empty, or holding a space, tab,
 // carriage return or double quote), then in quotes with the same escapes.
 func JoinRule(words []string) string {
-	var b []byte
+	return string(appendJoined(make([]byte, 0, joinedLen(words)), words))
+}
+
+// mustQuote says how JoinRule prints words[i]: quoted, or bare.
+func mustQuote(words []string, i int) bool {
+	w := words[i]
+	if i > 0 && words[i-1] == "--comment" {
+		return !bare(w)
+	}
+	return w == "" || strings.ContainsAny(w, " \t\r\"")
+}
+
+func appendJoined(dst []byte, words []string) []byte {
 	for i, w := range words {
 		if i > 0 {
-			b = append(b, ' ')
+			dst = append(dst, ' ')
 		}
-		switch {
-		case i > 0 && words[i-1] == "--comment":
-			b = AppendQuoted(b, w)
-		case w == "" || strings.ContainsAny(w, " \t\r\""):
-			b = append(b, '"')
+		if !mustQuote(words, i) {
+			dst = append(dst, w...)
+			continue
+		}
+		dst = append(dst, '"')
+		for j := 0; j < len(w); j++ {
+			if escapedByte(w[j]) {
+				dst = append(dst, '\\')
+			}
+			dst = append(dst, w[j])
+		}
+		dst = append(dst, '"')
+	}
+	return dst
+}
+
+// joinedLen is the length of appendJoined's output.
+func joinedLen(words []string) int {
+	n := 0
+	for i, w := range words {
+		if i > 0 {
+			n++
+		}
+		n += len(w)
+		if mustQuote(words, i) {
+			n += 2
 			for j := 0; j < len(w); j++ {
 				if escapedByte(w[j]) {
-					b = append(b, '\\')
+					n++
 				}
-				b = append(b, w[j])
 			}
-			b = append(b, '"')
-		default:
-			b = append(b, w...)
 		}
 	}
-	return string(b)
+	return n
 }
 
 // SplitRule splits one iptables-restore line (or a rule as iptables-save
