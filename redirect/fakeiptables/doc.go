@@ -33,8 +33,7 @@
 //
 // Rules are stored as written, since the modes write iptables-save's
 // canonical text, with one normalisation: words are re-quoted the way
-// iptables-save quotes them (a comment is quoted unless it is made only of
-// letters, digits, '-' and '_'). So `--comment "web"` is stored and saved
+// iptables-save quotes them (restore.JoinRule). So `--comment "web"` is stored and saved
 // as `--comment web`, and a -D, or a go-iptables Exists, finds a rule
 // whichever quoting it was written with. Other rewrites of the real tool
 // are not applied: "-s 10.0.0.1" stays as written (iptables-save prints

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // The go-iptables calls restore.JumpRules makes. Each is one iptables
@@ -27,7 +28,7 @@ func (f *Fake) Exists(tableName, chainName string, spec ...string) (bool, error)
 	if !ok {
 		return false, nil
 	}
-	text := joinRule(spec)
+	text := restore.JoinRule(spec)
 	return slices.ContainsFunc(c.rules, func(r rule) bool { return r.text == text }), nil
 }
 
@@ -75,10 +76,7 @@ func parseRule(f *Fake, tableName string, words []string) (*rulespec.Rule, error
 	return rulespec.Parse(words, rulespec.Context{Family: f.fam, Table: tableName})
 }
 
-// joinRule renders go-iptables' argument words as the fake stores rules.
-func joinRule(words []string) string { return rulespec.Join(words) }
-
 func commandError(tableName, op, chainName string, args []string, code int, msg string) error {
 	return fmt.Errorf("fakeiptables: iptables -t %s %s %s %s: exit status %d: %s",
-		tableName, op, chainName, rulespec.Join(args), code, msg)
+		tableName, op, chainName, restore.JoinRule(args), code, msg)
 }

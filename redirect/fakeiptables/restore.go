@@ -2,9 +2,8 @@ package fakeiptables
 
 import (
 	"fmt"
-	"strings"
 
-	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // restore applies one restore payload and records it. Each table section
@@ -36,17 +35,17 @@ func (f *Fake) injected() *failure {
 }
 
 func (f *Fake) apply(prog, payload string, noflush bool) *failure {
-	lines := strings.Split(strings.TrimSuffix(payload, "\n"), "\n")
 	var (
 		x    *txn
 		name string
+		last int
 	)
-	for i, raw := range lines {
-		n := i + 1
-		line := strings.TrimSpace(raw)
+	for l := range restore.Lines(payload) {
+		n, line := l.N, l.Text
+		last = n
 		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "*"):
+		case l.Kind == restore.BlankLine:
+		case l.Kind == restore.TableLine:
 			if x != nil {
 				return parseFailure(prog, n, fmt.Sprintf("Bad argument `%s'", line), true)
 			}
@@ -58,7 +57,7 @@ func (f *Fake) apply(prog, payload string, noflush bool) *failure {
 			if !noflush {
 				x.work.flushAll()
 			}
-		case line == "COMMIT":
+		case l.Kind == restore.CommitLine:
 			if x == nil {
 				return commandFailure(prog, n, "")
 			}
@@ -69,12 +68,12 @@ func (f *Fake) apply(prog, payload string, noflush bool) *failure {
 			x = nil
 		case x == nil:
 			return commandFailure(prog, n, "")
-		case strings.HasPrefix(line, ":"):
+		case l.Kind == restore.ChainLine:
 			if se := x.declare(line, n); se != nil {
 				return parseFailure(prog, n, se.Msg, se.Bare)
 			}
 		default:
-			words, err := rulespec.Split(line)
+			words, err := restore.SplitRule(line)
 			if err != nil {
 				return parseFailure(prog, n, err.Error(), false)
 			}
@@ -84,7 +83,7 @@ func (f *Fake) apply(prog, payload string, noflush bool) *failure {
 		}
 	}
 	if x != nil {
-		return commitExpected(prog, len(lines)+1)
+		return commitExpected(prog, last+1)
 	}
 	return nil
 }

@@ -1,9 +1,9 @@
 package fakeiptables
 
 import (
-	"fmt"
 	"slices"
-	"strings"
+
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // Save renders tables in iptables-save's format, without its timestamp
@@ -27,22 +27,22 @@ func (f *Fake) Save(tableName string) string {
 		}
 		slices.Sort(names)
 	}
-	var b strings.Builder
+	saved := make([]restore.SavedTable, 0, len(names))
 	for _, n := range names {
 		t := f.table(n)
-		fmt.Fprintf(&b, "*%s\n", n)
+		st := restore.SavedTable{Name: n}
 		order := t.order()
 		for _, c := range order {
-			fmt.Fprintf(&b, ":%s %s [0:0]\n", c, t.chains[c].policy)
+			st.Chains = append(st.Chains, restore.SavedChain{Name: c, Policy: t.chains[c].policy})
 		}
 		for _, c := range order {
 			for _, r := range t.chains[c].rules {
-				fmt.Fprintf(&b, "-A %s %s\n", c, r.text)
+				st.Rules = append(st.Rules, restore.NewSavedRule(c, r.text))
 			}
 		}
-		b.WriteString("COMMIT\n")
+		saved = append(saved, st)
 	}
-	return b.String()
+	return restore.FormatSave(saved...)
 }
 
 // Rules returns one chain's rules as "-A CHAIN rule" lines, nil if the
@@ -56,7 +56,7 @@ func (f *Fake) Rules(tableName, chainName string) []string {
 	}
 	out := make([]string, len(c.rules))
 	for i, r := range c.rules {
-		out[i] = "-A " + chainName + " " + r.text
+		out[i] = restore.NewSavedRule(chainName, r.text).Line
 	}
 	return out
 }

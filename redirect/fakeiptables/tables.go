@@ -23,8 +23,8 @@ func builtinChains(table string) []string {
 
 // rule is one stored rule.
 type rule struct {
-	// text is the rule after "-A CHAIN ", as the fake prints it (see Join
-	// in package rulespec for the one normalisation applied).
+	// text is the rule after "-A CHAIN ", as the fake prints it (see
+	// restore.JoinRule for the one normalisation applied).
 	text string
 	// jumpsTo is the user chain the rule jumps or goes to, "" if none.
 	jumpsTo string

@@ -9,6 +9,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // txn applies one table's commands to a fork of the table, noting what the
@@ -80,14 +81,14 @@ func (x *txn) verdict() (int, string) {
 
 // declare handles ":CHAIN POLICY [packets:bytes]". Counters are ignored.
 func (x *txn) declare(line string, n int) *rulespec.Error {
-	fields := strings.Fields(line[1:])
-	if len(fields) < 2 {
+	decl, ok := restore.ParseChainLine(line)
+	if !ok {
 		return &rulespec.Error{Msg: fmt.Sprintf("Bad argument `%s'", line), Bare: true}
 	}
 	if x.refused != nil {
 		return nil
 	}
-	name, policy := fields[0], fields[1]
+	name, policy := decl.Name, decl.Policy
 	c, exists := x.work.chains[name]
 	switch {
 	case exists && c.builtin:
@@ -215,7 +216,7 @@ func (x *txn) ruleCommand(op, chainName string, words []string, n int) *rulespec
 		if parsed, err = rulespec.Parse(words, rulespec.Context{Family: x.fam, Table: x.work.name}); err != nil {
 			return asSyntaxError(err)
 		}
-		r = rule{text: rulespec.Join(words)}
+		r = rule{text: restore.JoinRule(words)}
 		if parsed.Target.IsChain() {
 			r.jumpsTo = parsed.Target.Name
 		}

@@ -7,22 +7,18 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
-
-// canaryChain is the empty chain whose absence shows that someone flushed a
-// table kproxy writes to (kube-proxy's name, so operators' tools agree).
-const canaryChain = "KUBE-PROXY-CANARY"
 
 // canaryTables are the tables holding a canary. Every sync checks the
 // mangle one, which is cheap on both backends (mangle is small, and the
@@ -210,31 +206,24 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 	}
 	shared := model.SharedChains()
 
-	var payloads []*payload
-	first := newPayload()
+	chunks := restore.NewChunks(f.maxChains, tableOrder...)
 	for _, sc := range shared {
 		if !existing[sc.Table][sc.Name] {
-			first.section(sc.Table).declare = append(first.section(sc.Table).declare, sc.Name)
-			first.chains++
+			chunks.Current().Declare(string(sc.Table), sc.Name)
 		}
 	}
-	payloads = append(payloads, first)
 
 	portShared := sharedRules{}
-	current := newPayload()
-	payloads = append(payloads, current)
+	chunks.Next()
 	keep := map[sharedKey]bool{}
 	for _, name := range slices.SortedFunc(maps.Keys(want), servicemap.ServicePortName.Compare) {
 		pr := want[name]
 		if pr == nil {
 			continue
 		}
-		if f.maxChains > 0 && current.chains > 0 && current.chains+len(pr.Chains) > f.maxChains {
-			current = newPayload()
-			payloads = append(payloads, current)
-		}
+		current := chunks.Fit(len(pr.Chains))
 		for _, c := range pr.Chains {
-			current.writeChain(c)
+			writeChain(current, c)
 			keep[sharedKey{c.Table, c.Name}] = true
 		}
 		for _, r := range pr.Shared {
@@ -242,45 +231,41 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 		}
 	}
 
-	if f.maxChains > 0 && current.chains > 0 {
-		current = newPayload()
-		payloads = append(payloads, current)
+	current := chunks.Current()
+	if chunks.Split() && current.Chains() > 0 {
+		current = chunks.Next()
 	}
-	current.writeShared(shared, portShared)
+	writeShared(current, shared, portShared)
 	// Jumps from the built-in chains go in with the shared chains they
 	// enter, as restore lines: checking each with iptables -C would cost a
 	// read of the whole table per rule on the legacy backend.
 	for _, j := range jumps {
 		if j.First {
-			current.line(j.Table, "-I "+j.Chain+" 1 "+j.Rule())
+			current.Insert(string(j.Table), j.Chain, j.Rule())
 		} else {
-			current.line(j.Table, "-A "+j.Chain+" "+j.Rule())
+			current.Append(string(j.Table), j.Chain, j.Rule())
 		}
 	}
 	for _, t := range []rules.Table{rules.NAT, rules.Filter} {
 		for _, name := range slices.Sorted(maps.Keys(existing[t])) {
 			if isPerPortChain(name) && !keep[sharedKey{t, name}] {
-				if f.maxChains > 0 && current.chains >= f.maxChains {
-					current = newPayload()
-					payloads = append(payloads, current)
-				}
-				current.removeChain(t, name)
+				chunks.Fit(1).Remove(string(t), name)
 			}
 		}
 	}
 
-	if f.maxChains <= 0 {
+	payloads := chunks.Payloads()
+	if !chunks.Split() {
 		// One transaction: the first payload's empty declarations are
 		// redundant with the rewrite of every shared chain.
-		payloads = []*payload{merge(payloads[1:])}
+		merged := newPayload()
+		for _, p := range payloads[1:] {
+			merged.Merge(p)
+		}
+		payloads = []*restore.Payload{merged}
 	}
-	for i, p := range payloads {
-		if p.empty() {
-			continue
-		}
-		if err := f.tables.Restore(ctx, p.bytes()); err != nil {
-			return fmt.Errorf("full sync, restore %d of %d: %w", i+1, len(payloads), err)
-		}
+	if err := restoreAll(ctx, f.tables, payloads); err != nil {
+		return fmt.Errorf("full sync, %w", err)
 	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.PortRules, len(want))
 	for name, pr := range want {
@@ -314,13 +299,19 @@ func (f *family) kernelState(ctx context.Context, readKernel bool) (map[rules.Ta
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the %s table: %w", t, err)
 		}
-		for _, name := range chainsInDump(dump) {
-			existing[t][name] = true
+		saved, err := restore.ParseSave(dump)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the %s table: %w", t, err)
 		}
-		for line := range strings.SplitSeq(dump, "\n") {
-			if chain, _, ok := strings.Cut(strings.TrimPrefix(line, "-A "), " "); ok && strings.HasPrefix(line, "-A ") && isBuiltin(chain) {
-				k := sharedKey{t, chain}
-				builtin[k] = append(builtin[k], line)
+		for _, st := range saved {
+			for _, c := range st.Chains {
+				existing[t][c.Name] = true
+			}
+			for _, r := range st.Rules {
+				if isBuiltin(r.Chain) {
+					k := sharedKey{t, r.Chain}
+					builtin[k] = append(builtin[k], r.Line)
+				}
 			}
 		}
 	}
@@ -378,29 +369,18 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 		f.logger.Error(portErr, "Some service ports cannot be programmed; they keep their previous rules", "family", f.fam)
 	}
 	hasTail := sharedHasTail(f.model.SharedChains())
-	var payloads []*payload
-	current := newPayload()
-	payloads = append(payloads, current)
+	chunks := restore.NewChunks(f.maxChains, tableOrder...)
 	for _, name := range names {
 		old, new := f.applied[name], want[name]
 		if old == new {
 			continue
 		}
 		diff := newPayload()
-		diff.portDiff(old, new, hasTail)
-		if f.maxChains > 0 && current.chains > 0 && current.chains+diff.chains > f.maxChains {
-			current = newPayload()
-			payloads = append(payloads, current)
-		}
-		current.append(diff)
+		portDiff(diff, old, new, hasTail)
+		chunks.Fit(diff.Chains()).Merge(diff)
 	}
-	for i, p := range payloads {
-		if p.empty() {
-			continue
-		}
-		if err := f.tables.Restore(ctx, p.bytes()); err != nil {
-			return fmt.Errorf("partial sync of %d service ports, restore %d of %d: %w", len(names), i+1, len(payloads), err)
-		}
+	if err := restoreAll(ctx, f.tables, chunks.Payloads()); err != nil {
+		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
 	}
 	for name, pr := range want {
 		if pr == nil {
@@ -415,7 +395,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 // canariesIntact says whether the canary chains of tables still exist.
 func (f *family) canariesIntact(ctx context.Context, tables []rules.Table) (bool, error) {
 	for _, t := range tables {
-		ok, err := f.tables.ChainExists(ctx, t, canaryChain)
+		ok, err := f.tables.ChainExists(ctx, t, restore.CanaryChain)
 		if err != nil || !ok {
 			return false, err
 		}
@@ -440,26 +420,6 @@ func (f *family) reportRuleCounts() {
 	for _, t := range []rules.Table{rules.NAT, rules.Filter} {
 		f.metrics.Rules.WithLabelValues(string(t), string(f.fam)).Set(float64(counts[t]))
 	}
-}
-
-// merge concatenates payloads into one transaction.
-func merge(ps []*payload) *payload {
-	out := newPayload()
-	for _, p := range ps {
-		out.append(p)
-	}
-	return out
-}
-
-// append adds q's content after p's.
-func (p *payload) append(q *payload) {
-	for t, s := range q.tables {
-		d := p.section(t)
-		d.declare = append(d.declare, s.declare...)
-		d.lines = append(d.lines, s.lines...)
-		d.remove = append(d.remove, s.remove...)
-	}
-	p.chains += q.chains
 }
 
 // configEqual compares two rule configs; any difference changes rules of

@@ -1,102 +1,36 @@
 package iptables
 
 import (
-	"bytes"
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/iptables/rules"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
-// Payloads are iptables-restore inputs for --noflush. A chain declared with
-// ":NAME - [0:0]" is created or flushed; "-X" deletes a chain (declared, so
-// flushed, earlier in the same transaction, as nf_tables refuses to delete a
-// chain that still has rules).
+// tableOrder is the order tables appear in a payload (restore.Payload).
+var tableOrder = []string{string(rules.Mangle), string(rules.NAT), string(rules.Filter)}
 
-// tableOrder is the order tables appear in a payload.
-var tableOrder = []rules.Table{rules.Mangle, rules.NAT, rules.Filter}
+func newPayload() *restore.Payload { return restore.NewPayload(tableOrder...) }
 
-// section collects one table's part of a payload.
-type section struct {
-	declare []string // chain names to create or flush
-	lines   []string // -A/-I/-D lines, in order
-	remove  []string // chain names to flush and delete, after lines
-}
-
-func (s *section) empty() bool { return len(s.declare) == 0 && len(s.lines) == 0 && len(s.remove) == 0 }
-
-// payload is a restore input under construction, one section per table.
-type payload struct {
-	tables map[rules.Table]*section
-	chains int // chains declared or removed: the cost unit of nf_tables restores
-}
-
-func newPayload() *payload { return &payload{tables: map[rules.Table]*section{}} }
-
-func (p *payload) section(t rules.Table) *section {
-	s, ok := p.tables[t]
-	if !ok {
-		s = &section{}
-		p.tables[t] = s
-	}
-	return s
-}
-
-// writeChain declares c and appends its rules.
-func (p *payload) writeChain(c rules.Chain) {
-	s := p.section(c.Table)
-	s.declare = append(s.declare, c.Name)
-	for _, r := range c.Rules {
-		s.lines = append(s.lines, "-A "+c.Name+" "+r)
-	}
-	p.chains++
-}
-
-// removeChain flushes and deletes a chain nothing references any more.
-func (p *payload) removeChain(t rules.Table, name string) {
-	s := p.section(t)
-	s.remove = append(s.remove, name)
-	p.chains++
-}
-
-func (p *payload) line(t rules.Table, l string) { s := p.section(t); s.lines = append(s.lines, l) }
-
-func (p *payload) empty() bool {
-	for _, s := range p.tables {
-		if !s.empty() {
-			return false
-		}
-	}
-	return true
-}
-
-// bytes renders the payload: per table, declarations, then rules, then
-// deletions, then COMMIT.
-func (p *payload) bytes() []byte {
-	var b bytes.Buffer
-	for _, t := range tableOrder {
-		s, ok := p.tables[t]
-		if !ok || s.empty() {
+// restoreAll restores the non-empty payloads in order; the error says which
+// of them failed ("restore 2 of 3: ...").
+func restoreAll(ctx context.Context, t Tables, payloads []*restore.Payload) error {
+	for i, p := range payloads {
+		if p.Empty() {
 			continue
 		}
-		b.WriteString("*" + string(t) + "\n")
-		for _, name := range s.declare {
-			b.WriteString(":" + name + " - [0:0]\n")
+		if err := t.Restore(ctx, p.Bytes()); err != nil {
+			return fmt.Errorf("restore %d of %d: %w", i+1, len(payloads), err)
 		}
-		for _, name := range s.remove {
-			b.WriteString(":" + name + " - [0:0]\n")
-		}
-		for _, l := range s.lines {
-			b.WriteString(l)
-			b.WriteByte('\n')
-		}
-		for _, name := range s.remove {
-			b.WriteString("-X " + name + "\n")
-		}
-		b.WriteString("COMMIT\n")
 	}
-	return b.Bytes()
+	return nil
 }
+
+// writeChain declares c and writes its rules.
+func writeChain(p *restore.Payload, c rules.Chain) { p.WriteChain(string(c.Table), c.Name, c.Rules) }
 
 // sharedKey identifies a shared chain.
 type sharedKey struct {
@@ -115,11 +49,11 @@ func (sr sharedRules) add(r rules.SharedRule) {
 
 // writeShared declares every shared chain with its port rules (sorted) and
 // then its tail.
-func (p *payload) writeShared(shared []rules.SharedChain, portRules sharedRules) {
+func writeShared(p *restore.Payload, shared []rules.SharedChain, portRules sharedRules) {
 	for _, sc := range shared {
 		rs := slices.Clone(portRules[sharedKey{sc.Table, sc.Name}])
 		slices.Sort(rs)
-		p.writeChain(rules.Chain{Table: sc.Table, Name: sc.Name, Rules: append(rs, sc.Tail...)})
+		writeChain(p, rules.Chain{Table: sc.Table, Name: sc.Name, Rules: append(rs, sc.Tail...)})
 	}
 }
 
@@ -137,7 +71,7 @@ func sharedHasTail(shared []rules.SharedChain) map[sharedKey]bool {
 // (either may be nil: a port appearing or going away). Chains whose rules
 // did not change are left alone; shared rules are deleted and inserted one
 // by one, so the shared chains are never rewritten by a partial sync.
-func (p *payload) portDiff(old, new *rules.PortRules, hasTail map[sharedKey]bool) {
+func portDiff(p *restore.Payload, old, new *rules.PortRules, hasTail map[sharedKey]bool) {
 	oldChains := map[string]rules.Chain{}
 	if old != nil {
 		for _, c := range old.Chains {
@@ -151,14 +85,14 @@ func (p *payload) portDiff(old, new *rules.PortRules, hasTail map[sharedKey]bool
 				continue
 			}
 			delete(oldChains, c.Name)
-			p.writeChain(c)
+			writeChain(p, c)
 		}
 	}
 	oldShared, newShared := sharedSet(old), sharedSet(new)
 	if old != nil {
 		for _, r := range old.Shared {
 			if !newShared[r] {
-				p.line(r.Table, "-D "+r.Chain+" "+r.Rule)
+				p.Delete(string(r.Table), r.Chain, r.Rule)
 			}
 		}
 	}
@@ -168,9 +102,9 @@ func (p *payload) portDiff(old, new *rules.PortRules, hasTail map[sharedKey]bool
 				continue
 			}
 			if hasTail[sharedKey{r.Table, r.Chain}] {
-				p.line(r.Table, "-I "+r.Chain+" 1 "+r.Rule)
+				p.Insert(string(r.Table), r.Chain, r.Rule)
 			} else {
-				p.line(r.Table, "-A "+r.Chain+" "+r.Rule)
+				p.Append(string(r.Table), r.Chain, r.Rule)
 			}
 		}
 	}
@@ -180,7 +114,7 @@ func (p *payload) portDiff(old, new *rules.PortRules, hasTail map[sharedKey]bool
 		for i := len(old.Chains) - 1; i >= 0; i-- {
 			c := old.Chains[i]
 			if _, gone := oldChains[c.Name]; gone {
-				p.removeChain(c.Table, c.Name)
+				p.Remove(string(c.Table), c.Name)
 			}
 		}
 	}
@@ -202,18 +136,4 @@ func sharedSet(pr *rules.PortRules) map[rules.SharedRule]bool {
 // before 1.24, removed when found.
 func isPerPortChain(name string) bool {
 	return rules.IsPortChain(name) || strings.HasPrefix(name, "KUBE-XLB-")
-}
-
-// chainsInDump lists the chain names an iptables-save dump of one table
-// declares.
-func chainsInDump(dump string) []string {
-	var out []string
-	for line := range strings.SplitSeq(dump, "\n") {
-		if strings.HasPrefix(line, ":") {
-			if name, _, ok := strings.Cut(line[1:], " "); ok {
-				out = append(out, name)
-			}
-		}
-	}
-	return out
 }

@@ -127,7 +127,11 @@ func (a *Applier) findStale(ctx context.Context) ([]StaleChain, error) {
 		if err != nil {
 			return nil, fmt.Errorf("looking for stale chains: %w", err)
 		}
-		out = append(out, findStale(table, save)...)
+		found, err := findStale(table, save)
+		if err != nil {
+			return nil, fmt.Errorf("looking for stale chains in the %s table: %w", table, err)
+		}
+		out = append(out, found...)
 	}
 	return out, nil
 }

@@ -9,11 +9,11 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -126,18 +126,10 @@ type Rule struct {
 // String renders the rule as an iptables-restore line, quoting comments the
 // way iptables-save does.
 func (r Rule) String() string {
-	var b strings.Builder
-	b.WriteString("-A ")
-	b.WriteString(r.Chain)
-	for i, a := range r.Args {
-		b.WriteByte(' ')
-		if i > 0 && r.Args[i-1] == "--comment" {
-			b.WriteString(strconv.Quote(a))
-			continue
-		}
-		b.WriteString(a)
+	if len(r.Args) == 0 {
+		return "-A " + r.Chain
 	}
-	return b.String()
+	return "-A " + r.Chain + " " + restore.JoinRule(r.Args)
 }
 
 // Table is the full content of kproxy's chains in one table.

@@ -110,7 +110,7 @@ func blameAtCommit(lines []string, commitLine int, stderr string) int {
 	}
 	section := lines[start : commitLine-1]
 	for i, l := range section {
-		if strings.HasPrefix(l, "-") && jumpTarget(strings.Fields(l)) == chain {
+		if strings.HasPrefix(l, "-") && JumpTarget(strings.Fields(l)) == chain {
 			return start + i + 1
 		}
 	}
@@ -120,17 +120,6 @@ func blameAtCommit(lines []string, commitLine int, stderr string) int {
 		}
 	}
 	return 0
-}
-
-// jumpTarget is the word after the last -j/-g of a rule's words.
-func jumpTarget(words []string) string {
-	for i := len(words) - 2; i >= 0; i-- {
-		switch words[i] {
-		case "-j", "--jump", "-g", "--goto":
-			return words[i+1]
-		}
-	}
-	return ""
 }
 
 func containsWord(line, word string) bool {

@@ -32,16 +32,11 @@ type Jump struct {
 	Args []string
 }
 
-// Target is the chain the rule jumps or goes to (the word after the last
-// -j or -g), or its last word when it names none.
+// Target is the chain the rule jumps or goes to (see JumpTarget), or its
+// last word when it names none.
 func (j Jump) Target() string {
-	for i := len(j.Args) - 2; i >= 0; i-- {
-		if j.Args[i] == "-j" || j.Args[i] == "-g" {
-			return j.Args[i+1]
-		}
-	}
-	if len(j.Args) == 0 {
-		return ""
+	if t := JumpTarget(j.Args); t != "" || len(j.Args) == 0 {
+		return t
 	}
 	return j.Args[len(j.Args)-1]
 }

@@ -7,6 +7,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // Rules is a parsed dump, ready to trace packets of its family through.
@@ -42,16 +43,27 @@ func tracedTables() []string { return []string{"nat", "filter"} }
 // cannot parse, a jump to a chain the table does not declare, a loop of
 // jumps, rules in a table other than nat and filter.
 func Load(dump string, fam kernel.Family) (*Rules, error) {
-	rs := &Rules{fam: fam, tables: map[string]*table{}}
-	var cur *table
-	for i, raw := range strings.Split(dump, "\n") {
-		line := strings.TrimSpace(raw)
-		if err := rs.line(&cur, line); err != nil {
-			return nil, fmt.Errorf("dump line %d %q: %w", i+1, line, err)
-		}
+	saved, err := restore.ParseSave(dump)
+	if err != nil {
+		return nil, fmt.Errorf("dump: %w", err)
 	}
-	if cur != nil {
-		return nil, fmt.Errorf("dump: table %s has no COMMIT", cur.name)
+	rs := &Rules{fam: fam, tables: map[string]*table{}}
+	for _, st := range saved {
+		if _, dup := rs.tables[st.Name]; dup {
+			return nil, fmt.Errorf("dump: table %s dumped twice", st.Name)
+		}
+		t := &table{name: st.Name, chains: map[string]*chain{}}
+		rs.tables[st.Name] = t
+		for _, c := range st.Chains {
+			if err := t.declare(c); err != nil {
+				return nil, fmt.Errorf("dump: table %s: %w", st.Name, err)
+			}
+		}
+		for _, r := range st.Rules {
+			if err := t.appendRule(r, fam); err != nil {
+				return nil, fmt.Errorf("dump rule %q: %w", r.Line, err)
+			}
+		}
 	}
 	for _, t := range rs.tables {
 		if err := t.check(); err != nil {
@@ -61,79 +73,34 @@ func Load(dump string, fam kernel.Family) (*Rules, error) {
 	return rs, nil
 }
 
-func (rs *Rules) line(cur **table, line string) error {
-	switch {
-	case line == "" || strings.HasPrefix(line, "#"):
-		return nil
-	case strings.HasPrefix(line, "*"):
-		if *cur != nil {
-			return fmt.Errorf("table %s opened before table %s's COMMIT", line[1:], (*cur).name)
-		}
-		name := line[1:]
-		if _, dup := rs.tables[name]; dup {
-			return fmt.Errorf("table %s dumped twice", name)
-		}
-		*cur = &table{name: name, chains: map[string]*chain{}}
-		rs.tables[name] = *cur
-		return nil
-	case *cur == nil:
-		return fmt.Errorf("outside a table")
-	case line == "COMMIT":
-		*cur = nil
-		return nil
-	case strings.HasPrefix(line, ":"):
-		return (*cur).declare(line)
-	case strings.HasPrefix(line, "-A "), strings.HasPrefix(line, "["):
-		return (*cur).appendRule(line, rs.fam)
+func (t *table) declare(c restore.SavedChain) error {
+	if _, dup := t.chains[c.Name]; dup {
+		return fmt.Errorf("chain %s declared twice", c.Name)
 	}
-	return fmt.Errorf("not an iptables-save line")
-}
-
-func (t *table) declare(line string) error {
-	fields := strings.Fields(line[1:])
-	if len(fields) < 2 {
-		return fmt.Errorf("malformed chain declaration")
+	if c.Builtin() && c.Policy != "ACCEPT" && c.Policy != "DROP" {
+		return fmt.Errorf("chain %s has policy %s; only ACCEPT and DROP exist", c.Name, c.Policy)
 	}
-	name, policy := fields[0], fields[1]
-	if _, dup := t.chains[name]; dup {
-		return fmt.Errorf("chain %s declared twice", name)
-	}
-	builtin := policy != "-"
-	if builtin && policy != "ACCEPT" && policy != "DROP" {
-		return fmt.Errorf("chain %s has policy %s; only ACCEPT and DROP exist", name, policy)
-	}
-	t.chains[name] = &chain{name: name, builtin: builtin, policy: policy}
+	t.chains[c.Name] = &chain{name: c.Name, builtin: c.Builtin(), policy: c.Policy}
 	return nil
 }
 
-func (t *table) appendRule(line string, fam kernel.Family) error {
-	if strings.HasPrefix(line, "[") {
-		// "[packets:bytes] -A ..." from iptables-save -c.
-		_, rest, ok := strings.Cut(line, "] ")
-		if !ok {
-			return fmt.Errorf("malformed counters")
-		}
-		line = rest
-	}
-	words, err := rulespec.Split(line)
-	if err != nil {
-		return err
-	}
-	if len(words) < 2 || words[0] != "-A" {
-		return fmt.Errorf("not an -A rule")
-	}
-	c, ok := t.chains[words[1]]
+func (t *table) appendRule(r restore.SavedRule, fam kernel.Family) error {
+	c, ok := t.chains[r.Chain]
 	if !ok {
-		return fmt.Errorf("rule in chain %s, which table %s does not declare", words[1], t.name)
+		return fmt.Errorf("rule in chain %s, which table %s does not declare", r.Chain, t.name)
 	}
 	if !slices.Contains(tracedTables(), t.name) {
 		return fmt.Errorf("table %s has rules; the tracer follows only the nat and filter tables", t.name)
 	}
-	parsed, err := rulespec.Parse(words[2:], rulespec.Context{Family: fam, Table: t.name})
+	words, err := r.Words()
 	if err != nil {
 		return err
 	}
-	c.rules = append(c.rules, &rule{text: t.name + ": " + line, parsed: parsed})
+	parsed, err := rulespec.Parse(words, rulespec.Context{Family: fam, Table: t.name})
+	if err != nil {
+		return err
+	}
+	c.rules = append(c.rules, &rule{text: t.name + ": " + r.Line, parsed: parsed})
 	return nil
 }
 

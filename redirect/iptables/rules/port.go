@@ -94,8 +94,9 @@ func (w *portWriter) sharedRules() {
 		if p.usesFirewallChain {
 			// What KUBE-FW let through was DNATed before the filter
 			// table sees it; what reaches this rule was not allowed.
-			w.t.word("-d").host(ip, w.b.hostBits).word("-p").word(p.proto).
-				s(`-m comment --comment "`).s(p.name).s(" traffic not accepted by ").name(fw).s(`" `).
+			w.t.word("-d").host(ip, w.b.hostBits).word("-p").word(p.proto)
+			c := w.t.openComment()
+			w.t.s(p.name).s(" traffic not accepted by ").name(fw).closeComment(c).
 				word("-m").word(p.proto).word("--dport").uint(uint64(p.port)).s("-j DROP")
 			w.shared(Filter, ProxyFirewall)
 		}

@@ -4,6 +4,8 @@ import (
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"net/netip"
 	"slices"
+
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // Chains shared by every service port, and the ones kproxy only watches.
@@ -17,29 +19,31 @@ const (
 	ProxyFirewall    = "KUBE-PROXY-FIREWALL"    // filter: LoadBalancer source ranges
 	// Canary is created empty in mangle, nat and filter; the mode watches
 	// it to notice a flush of the tables by someone else.
-	Canary = "KUBE-PROXY-CANARY"
+	Canary = restore.CanaryChain
 	// KubeletFirewall is kubelet's chain; kube-proxy fills it with the same
 	// localnet guard when NodePorts answer on localhost. Cleanup keeps it.
 	KubeletFirewall = "KUBE-FIREWALL"
 )
 
 // nodePortsComment marks the jump(s) closing nat KUBE-SERVICES.
-const nodePortsComment = `-m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain"`
+func nodePortsComment() string {
+	return restore.CommentMatch("kubernetes service nodeports; NOTE: this must be the last rule in this chain")
+}
 
 // buildSharedChains lists the shared chains in the order a restore payload
 // declares them (filter, then nat, then mangle, as kube-proxy writes them).
 func (b *Builder) buildSharedChains() []SharedChain {
 	mark := b.mark + "/" + b.mark
 	forward := []string{
-		`-m comment --comment "kubernetes forwarding rules" -m mark --mark ` + mark + ` -j ACCEPT`,
-		`-m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
+		restore.CommentMatch("kubernetes forwarding rules") + ` -m mark --mark ` + mark + ` -j ACCEPT`,
+		restore.CommentMatch("kubernetes forwarding conntrack rule") + ` -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
 	}
 	if !b.cfg.ConntrackTCPBeLiberal {
 		// Packets conntrack calls INVALID would otherwise reach a pod
 		// un-NATed and be answered with a reset (kubernetes issue 74839).
 		forward = slices.Insert(forward, 0, `-m conntrack --ctstate INVALID -j DROP`)
 	}
-	masquerade := `-m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE`
+	masquerade := restore.CommentMatch("kubernetes service traffic requiring SNAT") + ` -j MASQUERADE`
 	if b.cfg.RandomFully {
 		masquerade += " --random-fully"
 	}
@@ -55,7 +59,7 @@ func (b *Builder) buildSharedChains() []SharedChain {
 		// route_localnet lets martian 127/8 traffic in from the wire;
 		// only locally generated or DNATed loopback traffic may pass.
 		chains = append(chains, SharedChain{Table: Filter, Name: KubeletFirewall, Tail: []string{
-			`! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
+			`! -s 127.0.0.0/8 -d 127.0.0.0/8 ` + restore.CommentMatch("block incoming localnet connections") + ` -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
 		}})
 	}
 	return append(chains,
@@ -83,16 +87,16 @@ func (b *Builder) nodePortsJumps() []string {
 		switch {
 		case b.v6:
 			// Localhost NodePorts never work on IPv6.
-			return []string{`! -d ::1/128 ` + nodePortsComment + ` -m addrtype --dst-type LOCAL -j ` + NodePorts}
+			return []string{`! -d ::1/128 ` + nodePortsComment() + ` -m addrtype --dst-type LOCAL -j ` + NodePorts}
 		case !b.localhostNodePorts:
-			return []string{`! -d 127.0.0.0/8 ` + nodePortsComment + ` -m addrtype --dst-type LOCAL -j ` + NodePorts}
+			return []string{`! -d 127.0.0.0/8 ` + nodePortsComment() + ` -m addrtype --dst-type LOCAL -j ` + NodePorts}
 		default:
-			return []string{nodePortsComment + ` -m addrtype --dst-type LOCAL -j ` + NodePorts}
+			return []string{nodePortsComment() + ` -m addrtype --dst-type LOCAL -j ` + NodePorts}
 		}
 	}
 	var out []string
 	for _, a := range b.nodePortIPs() {
-		out = append(out, `-d `+a.String()+b.hostBits+` `+nodePortsComment+` -j `+NodePorts)
+		out = append(out, `-d `+a.String()+b.hostBits+` `+nodePortsComment()+` -j `+NodePorts)
 	}
 	return out
 }
@@ -155,20 +159,4 @@ func (b *Builder) buildJumps() []Jump {
 }
 
 // Rule returns the jump as iptables-save prints it after "-A <Chain> ".
-func (j Jump) Rule() string {
-	var b []byte
-	for i := 0; i < len(j.Args); i++ {
-		if i > 0 {
-			b = append(b, ' ')
-		}
-		a := j.Args[i]
-		b = append(b, a...)
-		if a == "--comment" && i+1 < len(j.Args) {
-			i++
-			b = append(b, ` "`...)
-			b = append(b, j.Args[i]...)
-			b = append(b, '"')
-		}
-	}
-	return string(b)
-}
+func (j Jump) Rule() string { return restore.JoinRule(j.Args) }

@@ -3,6 +3,8 @@ package rules
 import (
 	"net/netip"
 	"strconv"
+
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 // portText accumulates the text of one port's rules and chain names in a
@@ -98,25 +100,35 @@ func (t *portText) prefix(p netip.Prefix) *portText {
 	return t
 }
 
-// comment writes the comment match with the concatenation of parts;
-// iptables-save always quotes a comment.
+// openComment starts the comment match; its text is written straight into
+// the buffer from the returned position, then closeComment quotes it as a
+// whole by restore's quoting rule.
+func (t *portText) openComment() int {
+	t.buf = append(t.buf, "-m comment --comment "...)
+	return len(t.buf)
+}
+
+func (t *portText) closeComment(start int) *portText {
+	t.buf = append(restore.QuoteTail(t.buf, start), ' ')
+	return t
+}
+
+// comment writes the comment match with the concatenation of parts.
 func (t *portText) comment(parts ...string) *portText {
-	t.buf = append(t.buf, `-m comment --comment "`...)
+	start := t.openComment()
 	for _, p := range parts {
 		t.buf = append(t.buf, p...)
 	}
-	t.buf = append(t.buf, `" `...)
-	return t
+	return t.closeComment(start)
 }
 
 // endpointComment writes the comment "<port> -> <endpoint>".
 func (t *portText) endpointComment(name string, ep netip.AddrPort) *portText {
-	t.buf = append(t.buf, `-m comment --comment "`...)
+	start := t.openComment()
 	t.buf = append(t.buf, name...)
 	t.buf = append(t.buf, " -> "...)
 	t.buf = appendEndpoint(t.buf, ep)
-	t.buf = append(t.buf, `" `...)
-	return t
+	return t.closeComment(start)
 }
 
 func (t *portText) endpoint(ep netip.AddrPort) *portText {

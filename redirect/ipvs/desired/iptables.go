@@ -49,7 +49,7 @@ type Jump struct {
 
 func jumps() []Jump {
 	j := func(table, from, to, comment string) Jump {
-		return Jump{Table: table, From: from, Rule: "-m comment --comment " + quote(comment) + " -j " + to}
+		return Jump{Table: table, From: from, Rule: restore.CommentMatch(comment) + " -j " + to}
 	}
 	return []Jump{
 		j(tableNAT, "OUTPUT", ChainServices, servicePortalsComment),
@@ -92,7 +92,7 @@ func (t *tableWriter) add(chain string, parts ...string) {
 func setMatch(s *Set, flags string, withComment bool) string {
 	m := "-m set --match-set " + s.Spec.Name + " " + flags
 	if withComment {
-		m = "-m comment --comment " + quote(s.Spec.Comment) + " " + m
+		m = restore.CommentMatch(s.Spec.Comment) + " " + m
 	}
 	return m
 }
@@ -188,8 +188,8 @@ func buildTables(cfg Config, st *State, noNodeAccess []Entry) []Table {
 			nat.add(ChainServices, setMatch(set(base), "dst,dst", false), "-j ACCEPT")
 		}
 	}
-	filter.add(ChainForward, "-m comment --comment", quote(forwardComment), "-m mark --mark", mark+"/"+mark, "-j ACCEPT")
-	filter.add(ChainForward, `-m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`)
+	filter.add(ChainForward, restore.CommentMatch(forwardComment), "-m mark --mark", mark+"/"+mark, "-j ACCEPT")
+	filter.add(ChainForward, restore.CommentMatch("kubernetes forwarding conntrack rule"), "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
 	filter.add(ChainNodePort, setMatch(set(SetHealthCheckNP), "dst", true), "-j ACCEPT")
 	// A VIP answers only on service ports: refuse new connections to any
 	// other port of an address on kube-ipvs0.
@@ -204,7 +204,7 @@ func buildTables(cfg Config, st *State, noNodeAccess []Entry) []Table {
 	// masqueraded twice. MARK's --xor-mark and --or-mark are written in the
 	// --set-xmark form iptables-save prints them in.
 	nat.add(ChainPostrouting, "-j MARK --set-xmark", mark+"/0x0")
-	masq := `-m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE`
+	masq := restore.CommentMatch("kubernetes service traffic requiring SNAT") + " -j MASQUERADE"
 	if cfg.RandomFully {
 		masq += " --random-fully"
 	}
@@ -227,35 +227,16 @@ func protoNumber(p string) string {
 	return p
 }
 
-// quote quotes a comment the way iptables-save does: only when it holds
-// characters other than letters, digits, '_' and '-'.
-func quote(s string) string {
-	plain := s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
-	}) < 0
-	if plain {
-		return s
-	}
-	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
-}
-
 // RenderTables renders the layer as an iptables-restore payload (and what
 // iptables-save would print for these chains).
 func RenderTables(tables []Table) string {
-	var sb strings.Builder
+	p := restore.NewPayload()
 	for _, t := range tables {
-		sb.WriteString("*" + t.Name + "\n")
 		for _, c := range t.Chains {
-			sb.WriteString(":" + c.Name + " - [0:0]\n")
+			p.WriteChain(t.Name, c.Name, c.Rules)
 		}
-		for _, c := range t.Chains {
-			for _, r := range c.Rules {
-				sb.WriteString("-A " + c.Name + " " + r + "\n")
-			}
-		}
-		sb.WriteString("COMMIT\n")
 	}
-	return sb.String()
+	return p.String()
 }
 
 // RestoreJumps turns the jumps into restore's form. kube-proxy prepends

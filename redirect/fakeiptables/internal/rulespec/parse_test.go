@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/restore"
 )
 
 func TestParseReadsEveryPart(t *testing.T) {
-	words, err := Split(`! -s 10.1.2.3/8 -d 198.18.0.10/32 -p tcp ! -i eth+ -o lo -m comment --comment "a b" -m tcp ! --dport 80:90 -m conntrack ! --ctstate DNAT --ctorigdst 198.18.0.1 -j DNAT --to-destination 198.19.1.11:8080`)
+	words, err := restore.SplitRule(`! -s 10.1.2.3/8 -d 198.18.0.10/32 -p tcp ! -i eth+ -o lo -m comment --comment "a b" -m tcp ! --dport 80:90 -m conntrack ! --ctstate DNAT --ctorigdst 198.18.0.1 -j DNAT --to-destination 198.19.1.11:8080`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestParseIPVSModeVocabulary(t *testing.T) {
 		if fam == "" {
 			fam = kernel.IPv4
 		}
-		words, err := Split(tc.line)
+		words, err := restore.SplitRule(tc.line)
 		if err != nil {
 			t.Fatal(err)
 		}
