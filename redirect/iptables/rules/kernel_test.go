@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
 )
 
@@ -120,7 +121,7 @@ func compareTable(t *testing.T, tbl Table, got savedTable, want []Chain) {
 		}
 		if g := got[i].Rules; !slices.Equal(g, w.Rules) {
 			t.Errorf("%s table, chain %s: iptables-save shows\n%s\nthe model wrote\n%s\ndiff:\n%s", tbl, w.Name,
-				strings.Join(g, "\n"), strings.Join(w.Rules, "\n"), lineDiff(strings.Join(w.Rules, "\n"), strings.Join(g, "\n")))
+				strings.Join(g, "\n"), strings.Join(w.Rules, "\n"), testkit.LineDiff(strings.Join(w.Rules, "\n"), strings.Join(g, "\n")))
 		}
 	}
 	for _, g := range got {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"kproxy.dev/kproxy/bench/testkit"
 )
 
 // TestNodePortsTailAndLocalhost checks how --nodeport-addresses,
@@ -22,32 +24,32 @@ func TestNodePortsTailAndLocalhost(t *testing.T) {
 		{"every local address and localhost", with(v4Config(), func(c *Config) { c.LocalhostNodePorts = true }),
 			[]string{comment + ` -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`}, true},
 		{"a zero-length prefix is every address", with(v4Config(), func(c *Config) {
-			c.NodePortAddresses, c.InterfaceAddrs = prefixes("198.19.0.0/24", "0.0.0.0/0"), addrs("198.19.0.1")
+			c.NodePortAddresses, c.InterfaceAddrs = testkit.Prefixes("198.19.0.0/24", "0.0.0.0/0"), testkit.Addrs("198.19.0.1")
 		}), []string{`! -d 127.0.0.0/8 ` + comment + ` -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`}, false},
 		{"IPv6 never serves localhost", with(v6Config(), func(c *Config) { c.LocalhostNodePorts = true }),
 			[]string{`! -d ::1/128 ` + comment + ` -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`}, false},
 		{"listed addresses without loopback turn localhost off", with(v4Config(), func(c *Config) {
 			c.LocalhostNodePorts = true
-			c.NodePortAddresses = prefixes("198.19.0.0/24")
-			c.InterfaceAddrs = addrs("127.0.0.1", "198.19.0.9", "198.19.0.1", "198.19.0.1", "198.19.3.1")
+			c.NodePortAddresses = testkit.Prefixes("198.19.0.0/24")
+			c.InterfaceAddrs = testkit.Addrs("127.0.0.1", "198.19.0.9", "198.19.0.1", "198.19.0.1", "198.19.3.1")
 		}), []string{
 			`-d 198.19.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`,
 			`-d 198.19.0.9/32 ` + comment + ` -j KUBE-NODEPORTS`,
 		}, false},
 		{"listed loopback needs localhost NodePorts", with(v4Config(), func(c *Config) {
-			c.NodePortAddresses = prefixes("127.0.0.1/32", "198.19.0.1/32")
-			c.InterfaceAddrs = addrs("127.0.0.1", "198.19.0.1")
+			c.NodePortAddresses = testkit.Prefixes("127.0.0.1/32", "198.19.0.1/32")
+			c.InterfaceAddrs = testkit.Addrs("127.0.0.1", "198.19.0.1")
 		}), []string{`-d 198.19.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`}, false},
 		{"listed loopback with localhost NodePorts", with(v4Config(), func(c *Config) {
 			c.LocalhostNodePorts = true
-			c.NodePortAddresses = prefixes("127.0.0.1/32", "198.19.0.1/32")
-			c.InterfaceAddrs = addrs("127.0.0.1", "198.19.0.1")
+			c.NodePortAddresses = testkit.Prefixes("127.0.0.1/32", "198.19.0.1/32")
+			c.InterfaceAddrs = testkit.Addrs("127.0.0.1", "198.19.0.1")
 		}), []string{
 			`-d 127.0.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`,
 			`-d 198.19.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`,
 		}, true},
 		{"no address matches: no jump at all", with(v4Config(), func(c *Config) {
-			c.NodePortAddresses, c.InterfaceAddrs = prefixes("198.19.7.0/24"), addrs("198.19.0.1")
+			c.NodePortAddresses, c.InterfaceAddrs = testkit.Prefixes("198.19.7.0/24"), testkit.Addrs("198.19.0.1")
 		}), nil, false},
 	}
 	for _, tt := range tests {
