@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -141,4 +142,37 @@ func ZoneHints(zones ...string) EPOpt { return func(e *servicemap.Endpoint) { e.
 // Snapshot is generation 1 of ports, seen by NodeName.
 func Snapshot(ports ...*servicemap.ServicePort) *servicemap.Snapshot {
 	return servicemap.NewSnapshot(1, &servicemap.NodeInfo{Name: NodeName}, ports...)
+}
+
+// NodeIP is NodeName's address in fam.
+func NodeIP(fam kernel.Family) netip.Addr {
+	if fam == kernel.IPv6 {
+		return netip.MustParseAddr(NodeIPv6)
+	}
+	return netip.MustParseAddr(NodeIPv4)
+}
+
+// PodCIDR is the pods' range in fam, the fixtures' --cluster-cidr.
+func PodCIDR(fam kernel.Family) netip.Prefix {
+	if fam == kernel.IPv6 {
+		return netip.MustParsePrefix("fd00:19:1::/64")
+	}
+	return netip.MustParsePrefix("198.19.1.0/24")
+}
+
+// Topology is NodeName in Zone.
+func Topology() servicemap.Topology { return servicemap.Topology{NodeName: NodeName, Zone: Zone} }
+
+// Case is one mode-specific golden case: the mode's configuration C and
+// the service ports it programs.
+type Case[C any] struct {
+	Name   string
+	Config C
+	Ports  []*servicemap.ServicePort
+}
+
+// With returns c changed by change, for tables of cases.
+func With[C any](c C, change func(*C)) C {
+	change(&c)
+	return c
 }

@@ -3,7 +3,6 @@ package portal
 import (
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -54,27 +53,21 @@ func cataloguePortals(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family
 // the iptables and IPVS modes render the same scenarios beside them. Ports
 // Build cannot program are recorded with its error.
 func TestCatalogue(t *testing.T) {
-	for _, sc := range catalogue.All() {
-		t.Run(sc.Name, func(t *testing.T) {
-			snap := sc.Snapshot()
-			var sb strings.Builder
-			fmt.Fprintf(&sb, "# %s\n", sc.Doc)
-			for _, fam := range catalogue.Families(snap) {
-				rs, err := Build(fam, catalogueNode(), cataloguePortals(t, snap, fam))
-				fmt.Fprintf(&sb, "\n# %s restore payload\n", fam)
-				if err != nil {
-					fmt.Fprintf(&sb, "error: %v\n", err)
-				}
-				if rs == nil {
-					continue
-				}
-				sb.Write(Payload(rs, nil))
-				fmt.Fprintf(&sb, "# %s claims\n", fam)
-				for _, c := range rs.Claims {
-					fmt.Fprintf(&sb, "%s\n", c)
-				}
-			}
-			testkit.Golden(t, filepath.Join("testdata", "scenarios", sc.Name+".golden"), sb.String())
-		})
-	}
+	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "# %s restore payload\n", fam)
+		rs, err := Build(fam, catalogueNode(), cataloguePortals(t, snap, fam))
+		if err != nil {
+			fmt.Fprintf(&sb, "error: %v\n", err)
+		}
+		if rs == nil {
+			return sb.String()
+		}
+		sb.Write(Payload(rs, nil))
+		fmt.Fprintf(&sb, "# %s claims\n", fam)
+		for _, c := range rs.Claims {
+			fmt.Fprintf(&sb, "%s\n", c)
+		}
+		return sb.String()
+	})
 }

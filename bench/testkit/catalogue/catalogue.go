@@ -12,7 +12,13 @@
 package catalogue
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -250,5 +256,47 @@ func All() []Scenario {
 			},
 			Slices: []*discovery.EndpointSlice{webSlice("headless", three()...)},
 		},
+	}
+}
+
+// RenderEach is a mode's catalogue test: for every scenario it calls
+// render once per family of Families (render writes its own header for the
+// family, and an error as text: a refusal is a result too), and compares
+// the scenario's Doc line and the renderings with
+// testdata/scenarios/<name>.golden in the calling package. A golden file
+// of no scenario fails the test (KPROXY_UPDATE_GOLDEN=1 removes it), so a
+// renamed scenario leaves nothing stale behind.
+func RenderEach(t *testing.T, render func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string) {
+	t.Helper()
+	dir := filepath.Join("testdata", "scenarios")
+	known := map[string]bool{}
+	for _, sc := range All() {
+		known[sc.Name+".golden"] = true
+	}
+	files, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		switch {
+		case known[f.Name()]:
+		case testkit.Updating():
+			if err := os.Remove(filepath.Join(dir, f.Name())); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Errorf("%s belongs to no scenario of the catalogue (%s=1 removes it)", filepath.Join(dir, f.Name()), testkit.UpdateEnv)
+		}
+	}
+	for _, sc := range All() {
+		t.Run(sc.Name, func(t *testing.T) {
+			snap := sc.Snapshot()
+			var sb strings.Builder
+			sb.WriteString("# " + sc.Doc + "\n")
+			for _, fam := range Families(snap) {
+				sb.WriteString("\n" + render(t, snap, fam))
+			}
+			testkit.Golden(t, filepath.Join(dir, sc.Name+".golden"), sb.String())
+		})
 	}
 }

@@ -12,7 +12,7 @@ import (
 // port (30,000 on a large cluster) at start and for each changed port on a
 // partial sync.
 func BenchmarkForPort(b *testing.B) {
-	builder := mustBuilder(b, with(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }))
+	builder := mustBuilder(b, testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }))
 	sp := testkit.Port("default", "web", 80, "198.18.0.10", testkit.NodePort(30080), testkit.LoadBalancerIPs("198.18.200.1"),
 		testkit.Affinity(time.Hour), testkit.Endpoints(manyEndpoints(10)...))
 	b.ReportAllocs()

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,9 +18,9 @@ import (
 // rewrites them).
 func TestGolden(t *testing.T) {
 	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
-			b := mustBuilder(t, sc.cfg)
-			testkit.Golden(t, filepath.Join("testdata", sc.name+".golden"), renderRestore(b, mustPorts(t, b, sc.ports...)))
+		t.Run(sc.Name, func(t *testing.T) {
+			b := mustBuilder(t, sc.Config)
+			testkit.Golden(t, filepath.Join("testdata", sc.Name+".golden"), renderRestore(b, mustPorts(t, b, sc.Ports...)))
 		})
 	}
 }
@@ -29,11 +30,8 @@ func TestGolden(t *testing.T) {
 // --random-fully) on testkit's node with the pod range as --cluster-cidr.
 // Change it here when Config changes.
 func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
-	cfg, pods := v4Config(), "198.19.1.0/24"
-	if fam == kernel.IPv6 {
-		cfg, pods = v6Config(), "fd00:19:1::/64"
-	}
-	cfg.ClusterCIDRs = testkit.Prefixes(pods)
+	cfg := nodeConfig(fam)
+	cfg.ClusterCIDRs = []netip.Prefix{testkit.PodCIDR(fam)}
 	cfg.LocalhostNodePorts, cfg.RandomFully = true, true
 	cfg.Topology = servicemap.TopologyOf(testkit.NodeName, snap)
 	return cfg
@@ -41,33 +39,27 @@ func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
 
 // TestCatalogue renders every scenario of the shared catalogue to this
 // mode's restore payload, per family, in testdata/scenarios/<name>.golden;
-// the IPVS and userspace modes render the same scenarios beside theirs. A
+// the IPVS and userspace modes render the same scenarios beside it. A
 // port the model refuses is recorded with its error, as the mode logs it.
 func TestCatalogue(t *testing.T) {
-	for _, sc := range catalogue.All() {
-		t.Run(sc.Name, func(t *testing.T) {
-			snap := sc.Snapshot()
-			var sb strings.Builder
-			fmt.Fprintf(&sb, "# %s\n", sc.Doc)
-			for _, fam := range catalogue.Families(snap) {
-				fmt.Fprintf(&sb, "\n# %s restore payload\n", fam)
-				b, err := New(catalogueConfig(fam, snap))
-				if err != nil {
-					fmt.Fprintf(&sb, "error: %v\n", err)
-					continue
-				}
-				var ports []PortRules
-				for name, sp := range snap.All() {
-					pr, err := b.ForPort(sp)
-					if err != nil {
-						fmt.Fprintf(&sb, "error: service port %s: %v\n", name, err)
-						continue
-					}
-					ports = append(ports, pr)
-				}
-				sb.WriteString(renderRestore(b, ports))
+	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "# %s restore payload\n", fam)
+		b, err := New(catalogueConfig(fam, snap))
+		if err != nil {
+			fmt.Fprintf(&sb, "error: %v\n", err)
+			return sb.String()
+		}
+		var ports []PortRules
+		for name, sp := range snap.All() {
+			pr, err := b.ForPort(sp)
+			if err != nil {
+				fmt.Fprintf(&sb, "error: service port %s: %v\n", name, err)
+				continue
 			}
-			testkit.Golden(t, filepath.Join("testdata", "scenarios", sc.Name+".golden"), sb.String())
-		})
-	}
+			ports = append(ports, pr)
+		}
+		sb.WriteString(renderRestore(b, ports))
+		return sb.String()
+	})
 }

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"net/netip"
 	"testing"
 
 	"kproxy.dev/kproxy/bench/testkit"
@@ -11,23 +12,13 @@ import (
 // Fixtures come from bench/testkit: service VIPs in 198.18.0.0/16, the node
 // and pods in 198.19.0.0/16 (pods in 198.19.1.0/24), IPv6 under fd00::.
 
-func v4Config() Config {
-	return Config{
-		Family:        kernel.IPv4,
-		MasqueradeBit: 14,
-		NodeIPs:       testkit.Addrs(testkit.NodeIPv4),
-		Topology:      servicemap.Topology{NodeName: testkit.NodeName, Zone: testkit.Zone},
-	}
+// nodeConfig is the rule model's configuration on testkit's node in fam.
+func nodeConfig(fam kernel.Family) Config {
+	return Config{Family: fam, MasqueradeBit: 14, NodeIPs: []netip.Addr{testkit.NodeIP(fam)}, Topology: testkit.Topology()}
 }
 
-func v6Config() Config {
-	return Config{
-		Family:        kernel.IPv6,
-		MasqueradeBit: 14,
-		NodeIPs:       testkit.Addrs(testkit.NodeIPv6),
-		Topology:      servicemap.Topology{NodeName: testkit.NodeName, Zone: testkit.Zone},
-	}
-}
+func v4Config() Config { return nodeConfig(kernel.IPv4) }
+func v6Config() Config { return nodeConfig(kernel.IPv6) }
 
 func mustBuilder(t testing.TB, cfg Config) *Builder {
 	t.Helper()

@@ -25,13 +25,13 @@ func TestKernelReadsBackTheSameText(t *testing.T) {
 	}
 	for _, sc := range scenarios() {
 		for _, be := range kernel.Backends() {
-			t.Run(sc.name+"/"+string(be), func(t *testing.T) {
-				fam := sc.cfg.Family
+			t.Run(sc.Name+"/"+string(be), func(t *testing.T) {
+				fam := sc.Config.Family
 				if _, err := exec.LookPath(be.RestoreCommand(fam)); err != nil {
 					t.Skipf("%s not installed", be.RestoreCommand(fam))
 				}
-				b := mustBuilder(t, sc.cfg)
-				ports := mustPorts(t, b, sc.ports...)
+				b := mustBuilder(t, sc.Config)
+				ports := mustPorts(t, b, sc.Ports...)
 				save, err := restoreAndSave(be, fam, renderRestore(b, ports))
 				if err != nil {
 					t.Fatal(err)

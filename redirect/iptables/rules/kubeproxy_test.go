@@ -76,7 +76,7 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	snap, _ := tr.Snapshot()
 	want := map[kernel.Family]ruleset{}
 	for _, cfg := range []Config{
-		with(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }),
+		testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }),
 		{Family: kernel.IPv6, MasqueradeBit: 14},
 	} {
 		// kube-proxy's defaults: localhost NodePorts on, --random-fully

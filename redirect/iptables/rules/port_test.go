@@ -68,13 +68,13 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name: "masquerade-all marks every cluster IP connection",
-			cfg:  with(v4Config(), func(c *Config) { c.MasqueradeAll = true }),
+			cfg:  testkit.With(v4Config(), func(c *Config) { c.MasqueradeAll = true }),
 			sp:   web(testkit.ThreeEndpoints()),
 			has:  []string{"nat " + svc + " -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ"},
 		},
 		{
 			name: "cluster CIDR marks only off-cluster sources",
-			cfg:  with(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.7/24") }),
+			cfg:  testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.7/24") }),
 			sp:   web(testkit.ThreeEndpoints()),
 			has:  []string{"nat " + svc + " ! -s 198.19.1.0/24 -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ"},
 		},
@@ -227,13 +227,13 @@ func TestForPortBehaviour(t *testing.T) {
 // it; no chain is empty; and every chain is reached from somewhere.
 func TestPortChainsAreSelfContained(t *testing.T) {
 	for _, sc := range scenarios() {
-		b := mustBuilder(t, sc.cfg)
-		for _, pr := range mustPorts(t, b, sc.ports...) {
+		b := mustBuilder(t, sc.Config)
+		for _, pr := range mustPorts(t, b, sc.Ports...) {
 			pos := map[string]int{}
 			for i, c := range pr.Chains {
 				pos[c.Name] = i
 				if len(c.Rules) == 0 {
-					t.Errorf("%s %s: chain %s has no rules", sc.name, pr.Name, c.Name)
+					t.Errorf("%s %s: chain %s has no rules", sc.Name, pr.Name, c.Name)
 				}
 			}
 			reached := map[string]bool{}
@@ -247,9 +247,9 @@ func TestPortChainsAreSelfContained(t *testing.T) {
 				i, own := pos[target]
 				switch {
 				case !own:
-					t.Errorf("%s %s: %s jumps to %s, which the port does not create", sc.name, pr.Name, from, target)
+					t.Errorf("%s %s: %s jumps to %s, which the port does not create", sc.Name, pr.Name, from, target)
 				case at >= 0 && i >= at:
-					t.Errorf("%s %s: %s jumps to %s, listed after it", sc.name, pr.Name, from, target)
+					t.Errorf("%s %s: %s jumps to %s, listed after it", sc.Name, pr.Name, from, target)
 				}
 			}
 			for _, r := range pr.Shared {
@@ -262,7 +262,7 @@ func TestPortChainsAreSelfContained(t *testing.T) {
 			}
 			for _, c := range pr.Chains {
 				if !reached[c.Name] {
-					t.Errorf("%s %s: nothing jumps to %s", sc.name, pr.Name, c.Name)
+					t.Errorf("%s %s: nothing jumps to %s", sc.Name, pr.Name, c.Name)
 				}
 			}
 		}

@@ -70,7 +70,7 @@ func TestVirtualServerOptions(t *testing.T) {
 	}{
 		{"default scheduler", v4Config(), testkit.Port("d", "a", 80, "198.18.0.1"), 0, 0, "rr"},
 		{"affinity is persistence", v4Config(), testkit.Port("d", "a", 80, "198.18.0.1", testkit.Affinity(90*time.Second)), FlagPersistent, 90, "rr"},
-		{"mh hashes the port", with(v4Config(), func(c *Config) { c.Scheduler = "mh" }), testkit.Port("d", "a", 80, "198.18.0.1"), FlagMHPort, 0, "mh"},
+		{"mh hashes the port", testkit.With(v4Config(), func(c *Config) { c.Scheduler = "mh" }), testkit.Port("d", "a", 80, "198.18.0.1"), FlagMHPort, 0, "mh"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,7 +103,7 @@ func TestNodePortAddresses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := with(tt.cfg, func(c *Config) { c.LocalAddrs, c.NodePortAddresses = tt.local, tt.npa })
+			cfg := testkit.With(tt.cfg, func(c *Config) { c.LocalAddrs, c.NodePortAddresses = tt.local, tt.npa })
 			if got := nodePortIPs(cfg); !slices.Equal(got, tt.want) {
 				t.Errorf("nodePortIPs = %v, want %v", got, tt.want)
 			}

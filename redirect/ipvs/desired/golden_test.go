@@ -2,8 +2,8 @@ package desired
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"kproxy.dev/kproxy/bench/testkit"
@@ -16,8 +16,8 @@ import (
 // with testdata/<scenario>.golden (KPROXY_UPDATE_GOLDEN=1 rewrites them).
 func TestGolden(t *testing.T) {
 	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
-			testkit.Golden(t, filepath.Join("testdata", sc.name+".golden"), Dump(mustBuild(t, sc.cfg, sc.ports...)))
+		t.Run(sc.Name, func(t *testing.T) {
+			testkit.Golden(t, filepath.Join("testdata", sc.Name+".golden"), Dump(mustBuild(t, sc.Config, sc.Ports...)))
 		})
 	}
 }
@@ -27,11 +27,8 @@ func TestGolden(t *testing.T) {
 // node, whose addresses are its local ones, with the pod range as
 // --cluster-cidr. Change it here when Config changes.
 func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
-	cfg, pods := v4Config(), "198.19.1.0/24"
-	if fam == kernel.IPv6 {
-		cfg, pods = v6Config(), "fd00:19:1::/64"
-	}
-	cfg.ClusterCIDRs = testkit.Prefixes(pods)
+	cfg := nodeConfig(fam)
+	cfg.ClusterCIDRs = []netip.Prefix{testkit.PodCIDR(fam)}
 	cfg.RandomFully = true
 	cfg.Topology = servicemap.TopologyOf(testkit.NodeName, snap)
 	return cfg
@@ -43,21 +40,11 @@ func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
 // iptables and userspace modes render the same scenarios beside it. A
 // state Build refuses is recorded with its error.
 func TestCatalogue(t *testing.T) {
-	for _, sc := range catalogue.All() {
-		t.Run(sc.Name, func(t *testing.T) {
-			snap := sc.Snapshot()
-			var sb strings.Builder
-			fmt.Fprintf(&sb, "# %s\n", sc.Doc)
-			for _, fam := range catalogue.Families(snap) {
-				sb.WriteString("\n")
-				st, err := Build(catalogueConfig(fam, snap), snap)
-				if err != nil {
-					fmt.Fprintf(&sb, "# family %s\nerror: %v\n", fam, err)
-					continue
-				}
-				sb.WriteString(Dump(st))
-			}
-			testkit.Golden(t, filepath.Join("testdata", "scenarios", sc.Name+".golden"), sb.String())
-		})
-	}
+	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string {
+		st, err := Build(catalogueConfig(fam, snap), snap)
+		if err != nil {
+			return fmt.Sprintf("# family %s\nerror: %v\n", fam, err)
+		}
+		return Dump(st)
+	})
 }

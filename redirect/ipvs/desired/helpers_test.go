@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"net/netip"
 	"testing"
 
 	"kproxy.dev/kproxy/bench/testkit"
@@ -11,27 +12,20 @@ import (
 // Fixtures come from bench/testkit: VIPs in 198.18.0.0/16, node and pods in
 // 198.19.0.0/16 (pods in 198.19.1.0/24), IPv6 under fd00::.
 
-func v4Config() Config {
-	return Config{
-		Family:        kernel.IPv4,
-		MasqueradeBit: 14,
-		LocalAddrs:    testkit.Addrs("127.0.0.1", testkit.NodeIPv4),
-		NodeIPs:       testkit.Addrs(testkit.NodeIPv4),
-		Topology:      servicemap.Topology{NodeName: testkit.NodeName, Zone: testkit.Zone},
+// nodeConfig is the desired state's configuration on testkit's node in
+// fam, whose local addresses are loopback and the node's address.
+func nodeConfig(fam kernel.Family) Config {
+	loopback := netip.MustParseAddr("127.0.0.1")
+	if fam == kernel.IPv6 {
+		loopback = netip.IPv6Loopback()
 	}
+	node := testkit.NodeIP(fam)
+	return Config{Family: fam, MasqueradeBit: 14, LocalAddrs: []netip.Addr{loopback, node}, NodeIPs: []netip.Addr{node},
+		Topology: testkit.Topology()}
 }
 
-func v6Config() Config {
-	return Config{
-		Family:        kernel.IPv6,
-		MasqueradeBit: 14,
-		LocalAddrs:    testkit.Addrs("::1", testkit.NodeIPv6),
-		NodeIPs:       testkit.Addrs(testkit.NodeIPv6),
-		Topology:      servicemap.Topology{NodeName: testkit.NodeName, Zone: testkit.Zone},
-	}
-}
-
-func with(c Config, change func(*Config)) Config { change(&c); return c }
+func v4Config() Config { return nodeConfig(kernel.IPv4) }
+func v6Config() Config { return nodeConfig(kernel.IPv6) }
 
 func mustBuild(t testing.TB, cfg Config, ports ...*servicemap.ServicePort) *State {
 	t.Helper()
