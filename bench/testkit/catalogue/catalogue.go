@@ -68,7 +68,7 @@ func Families(snap *servicemap.Snapshot) []kernel.Family {
 	return fams
 }
 
-// Names of the clusters' addresses, to keep the scenarios readable.
+// Short names that keep the scenarios readable.
 const (
 	tcp  = v1.ProtocolTCP
 	udp  = v1.ProtocolUDP
