@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/bench/testkit"
 )
 
 // The cleanup benchmark's table: benchServices UDP services (a cluster IP
@@ -71,7 +72,7 @@ func benchExpectations() *Expectations {
 // the sync's filters, and with a reconciliation that finds the same flows.
 func BenchmarkCleanup100k(b *testing.B) {
 	flows, filters, stale := benchTable()
-	node := addrs("198.19.0.1", "127.0.0.1")
+	node := testkit.Addrs("198.19.0.1", "127.0.0.1")
 	for _, bc := range []struct {
 		name string
 		req  Request

@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/conntrack/fakeconntrack"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -24,16 +24,15 @@ import (
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func name(svc string, proto v1.Protocol) servicemap.ServicePortName {
-	return servicemap.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "default", Name: svc}, Port: "p", Protocol: proto}
+	return testkit.PortName("default", svc, "p", proto)
 }
 
 // servicePort is a port with one cluster IP and the given serving
 // endpoints ("ip:port").
 func servicePort(svc string, proto v1.Protocol, vip string, port uint16, endpoints ...string) *servicemap.ServicePort {
-	sp := &servicemap.ServicePort{Name: name(svc, proto), Port: port, ClusterIPs: []netip.Addr{netip.MustParseAddr(vip)}}
+	sp := testkit.Port("default", svc, port, vip, testkit.Named("p"), testkit.Protocol(proto))
 	for _, e := range endpoints {
-		a := netip.MustParseAddrPort(e)
-		sp.Endpoints = append(sp.Endpoints, servicemap.Endpoint{Addr: a.Addr(), Port: a.Port(), Ready: true, Serving: true})
+		sp.Endpoints = append(sp.Endpoints, testkit.EP(e))
 	}
 	return sp
 }

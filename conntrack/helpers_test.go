@@ -5,29 +5,19 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// Test fixtures: service ports are built by hand, from compact strings.
-
-func addrs(list ...string) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range list {
-		out = append(out, netip.MustParseAddr(s))
-	}
-	return out
-}
+// Test fixtures: service ports are built by hand, from compact strings,
+// with bench/testkit.
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
+// portName is default/<svc>, its port named after the protocol.
 func portName(svc string, proto v1.Protocol) servicemap.ServicePortName {
-	return servicemap.ServicePortName{
-		NamespacedName: types.NamespacedName{Namespace: "default", Name: svc},
-		Port:           strings.ToLower(string(proto)),
-		Protocol:       proto,
-	}
+	return testkit.PortName("default", svc, strings.ToLower(string(proto)), proto)
 }
 
 // svcPort is a service port under construction.
@@ -36,29 +26,25 @@ type svcPort struct{ sp *servicemap.ServicePort }
 // port starts a service port of service svc on the given port number with
 // the given cluster IPs.
 func port(svc string, proto v1.Protocol, number uint16, clusterIPs ...string) svcPort {
-	return svcPort{&servicemap.ServicePort{Name: portName(svc, proto), Port: number, ClusterIPs: addrs(clusterIPs...)}}
+	return svcPort{testkit.Port("default", svc, number, strings.Join(clusterIPs, ","),
+		testkit.Named(strings.ToLower(string(proto))), testkit.Protocol(proto))}
 }
 
-func (p svcPort) external(ips ...string) svcPort {
-	p.sp.ExternalIPs = addrs(ips...)
+func (p svcPort) with(opts ...testkit.PortOpt) svcPort {
+	for _, o := range opts {
+		o(p.sp)
+	}
 	return p
 }
 
-func (p svcPort) lb(ips ...string) svcPort {
-	p.sp.LoadBalancerIPs = addrs(ips...)
-	return p
-}
-
-func (p svcPort) nodePort(n uint16) svcPort {
-	p.sp.NodePort = n
-	return p
-}
+func (p svcPort) external(ips ...string) svcPort { return p.with(testkit.ExternalIPs(ips...)) }
+func (p svcPort) lb(ips ...string) svcPort       { return p.with(testkit.LoadBalancerIPs(ips...)) }
+func (p svcPort) nodePort(n uint16) svcPort      { return p.with(testkit.NodePort(n)) }
 
 // serving adds ready, serving endpoints ("ip:port").
 func (p svcPort) serving(eps ...string) svcPort {
 	for _, e := range eps {
-		a := ap(e)
-		p.sp.Endpoints = append(p.sp.Endpoints, servicemap.Endpoint{Addr: a.Addr(), Port: a.Port(), Ready: true, Serving: true})
+		p.sp.Endpoints = append(p.sp.Endpoints, testkit.EP(e))
 	}
 	return p
 }
@@ -66,8 +52,7 @@ func (p svcPort) serving(eps ...string) svcPort {
 // notServing adds endpoints that are terminating and no longer serving.
 func (p svcPort) notServing(eps ...string) svcPort {
 	for _, e := range eps {
-		a := ap(e)
-		p.sp.Endpoints = append(p.sp.Endpoints, servicemap.Endpoint{Addr: a.Addr(), Port: a.Port(), Terminating: true})
+		p.sp.Endpoints = append(p.sp.Endpoints, testkit.EP(e, testkit.Gone))
 	}
 	return p
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 )
 
@@ -30,7 +31,7 @@ func TestNetlinkTableOnKernel(t *testing.T) {
 	tcpFlow := flow(TCP, "198.19.0.2:40006", "198.18.0.10:53", "198.19.1.11:9000")
 	pinned6 := flow(UDP, "[fd00:19::2]:40001", "[fd00:18::10]:53", "[fd00:19:1::11]:9000")
 	all := []Flow{pinned, other, refused, nodePort, elsewhere, tcpFlow, pinned6}
-	node := addrs("198.19.0.1", "127.0.0.1")
+	node := testkit.Addrs("198.19.0.1", "127.0.0.1")
 
 	tests := []struct {
 		name string

@@ -3,6 +3,8 @@ package conntrack
 import (
 	"net/netip"
 	"testing"
+
+	"kproxy.dev/kproxy/bench/testkit"
 )
 
 // flow builds a flow: "udp 198.19.0.2:40000 -> 198.18.0.10:53 reply 198.19.1.11:9000".
@@ -13,7 +15,7 @@ func flow(proto Protocol, src, dst, reply string) Flow {
 func TestMatcher(t *testing.T) {
 	vip := ServiceAddress(ap("198.18.0.10:53"))
 	nodeIP := "198.19.0.1"
-	node := addrs(nodeIP, "127.0.0.1")
+	node := testkit.Addrs(nodeIP, "127.0.0.1")
 	kernelNAT := &Expectations{Dataplane: KernelNAT, Endpoints: map[Destination][]netip.AddrPort{
 		vip:                                  {ap("198.19.1.11:9000")},
 		NodePortOf(IPv4, 30053):              {ap("198.19.1.11:9000")},
@@ -109,7 +111,7 @@ func TestRequestEmpty(t *testing.T) {
 		want bool
 	}{
 		{Request{Family: IPv4}, true},
-		{Request{Family: IPv4, Local: addrs("198.19.0.1")}, true},
+		{Request{Family: IPv4, Local: testkit.Addrs("198.19.0.1")}, true},
 		{Request{Family: IPv4, Filters: []Filter{AllFlowsTo(UDP, NodePortOf(IPv4, 1))}}, false},
 		{Request{Family: IPv4, Reconcile: &Expectations{}}, false},
 	} {

@@ -1,18 +1,15 @@
 package syncscale
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 // goldenTable has a row of every kind: both measured, kproxy missing a
 // target, kube-proxy over budget, a change answered by a full sync, a size
@@ -68,20 +65,7 @@ func goldenTable() *Table {
 }
 
 func TestTableMarkdownGolden(t *testing.T) {
-	got := goldenTable().Markdown()
-	path := filepath.Join("testdata", "table.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading %s (regenerate with -update): %v", path, err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("table differs from %s (-want +got; regenerate with -update if intended):\n%s", path, diff)
-	}
+	testkit.Golden(t, filepath.Join("testdata", "table.golden"), goldenTable().Markdown())
 }
 
 func TestTargetFor(t *testing.T) {

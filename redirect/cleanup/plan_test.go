@@ -1,18 +1,15 @@
 package cleanup
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/sync/mode"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden restore inputs in testdata")
 
 // render joins plans into one text for golden comparison.
 func render(plans []TableRestore) string {
@@ -61,19 +58,7 @@ func TestPlanGolden(t *testing.T) {
 				}
 				return
 			}
-			path := filepath.Join("testdata", c.golden)
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("restore input differs from %s (-want +got):\n%s", path, diff)
-			}
+			testkit.Golden(t, filepath.Join("testdata", c.golden), got)
 		})
 	}
 }

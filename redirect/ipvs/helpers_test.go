@@ -11,10 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
@@ -182,21 +182,15 @@ func (g *rig) value(t testing.TB, name string, labels ...string) float64 {
 }
 
 func snapshot(ports ...*servicemap.ServicePort) *servicemap.Snapshot {
-	return servicemap.NewSnapshot(1, nil, ports...)
+	return testkit.Snapshot(ports...)
 }
 
 // svc is a service port "default/<name>:p" with a cluster IP and ready
 // endpoints on other nodes.
 func svc(name string, proto v1.Protocol, clusterIP string, port uint16, eps ...string) *servicemap.ServicePort {
-	sp := &servicemap.ServicePort{
-		Name: servicemap.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "default", Name: name},
-			Port: "p", Protocol: proto},
-		ClusterIPs: []netip.Addr{netip.MustParseAddr(clusterIP)},
-		Port:       port,
-	}
+	sp := testkit.Port("default", name, port, clusterIP, testkit.Named("p"), testkit.Protocol(proto))
 	for _, e := range eps {
-		ap := netip.MustParseAddrPort(e)
-		sp.Endpoints = append(sp.Endpoints, servicemap.Endpoint{Addr: ap.Addr(), Port: ap.Port(), Ready: true, Serving: true})
+		sp.Endpoints = append(sp.Endpoints, testkit.EP(e))
 	}
 	return sp
 }

@@ -3,9 +3,7 @@ package ipvs
 import (
 	"context"
 	"errors"
-	"flag"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,12 +13,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 func web() *servicemap.ServicePort {
 	sp := svc("web", v1.ProtocolTCP, "198.18.0.10", 80, "198.19.1.11:8080", "198.19.1.12:8080")
@@ -54,20 +51,7 @@ func TestFirstSyncFromAnEmptyKernel(t *testing.T) {
 	g.mustSync(t, web(), dns())
 	g.expectKernel(t, web(), dns())
 
-	golden := filepath.Join("testdata", "first-sync.golden")
-	got := g.kernelText()
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("reading the golden file (run with -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("kernel after the first sync differs from %s (run with -update after checking):\n%s", golden, got)
-	}
+	testkit.Golden(t, filepath.Join("testdata", "first-sync.golden"), g.kernelText())
 
 	// Two cluster IPs, plus the NodePort on each of the two node addresses.
 	for name, want := range map[string]float64{"kproxy_ipvs_virtual_servers": 3, "kproxy_ipvs_real_servers": 6} {

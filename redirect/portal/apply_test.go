@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
@@ -35,8 +36,8 @@ func buildV4(t *testing.T, svcs ...*v1.Service) *Ruleset {
 
 func TestApplyWritesChainsAndJumps(t *testing.T) {
 	a, fake := newFakeApplier(t)
-	web := service("default", "web", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort }, port("http", v1.ProtocolTCP, 80, 30080))
-	dns := service("kube-system", "dns", clusterIPs("198.18.0.53"), port("dns", v1.ProtocolUDP, 53, 0))
+	web := service("default", "web", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort }, catalogue.Port("http", v1.ProtocolTCP, 80, 30080))
+	dns := service("kube-system", "dns", clusterIPs("198.18.0.53"), catalogue.Port("dns", v1.ProtocolUDP, 53, 0))
 	rs := buildV4(t, web, dns)
 	if err := a.Apply(context.Background(), rs, true); err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -83,7 +84,7 @@ func TestApplyWritesChainsAndJumps(t *testing.T) {
 
 func TestApplyFullSyncRestoresAFlushedJump(t *testing.T) {
 	a, fake := newFakeApplier(t)
-	rs := buildV4(t, service("default", "web", nil, port("http", v1.ProtocolTCP, 80, 0)))
+	rs := buildV4(t, service("default", "web", nil, catalogue.Port("http", v1.ProtocolTCP, 80, 0)))
 	if err := a.Apply(context.Background(), rs, true); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestApplyRemovesKubeProxyUserspaceLeftovers(t *testing.T) {
 	if _, err := fake.Run(context.Background(), []byte(old), "iptables-nft-restore", "--noflush"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Apply(context.Background(), buildV4(t, service("default", "web", nil, port("http", v1.ProtocolTCP, 80, 0))), true); err != nil {
+	if err := a.Apply(context.Background(), buildV4(t, service("default", "web", nil, catalogue.Port("http", v1.ProtocolTCP, 80, 0))), true); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	if fake.HasChain("filter", "KUBE-NODEPORT-NON-LOCAL") || strings.Contains(fake.Save("filter"), "NON-LOCAL") {
@@ -123,7 +124,7 @@ func TestApplyRemovesKubeProxyUserspaceLeftovers(t *testing.T) {
 
 func TestApplyNamesTheFailingRule(t *testing.T) {
 	a, fake := newFakeApplier(t)
-	rs := buildV4(t, service("default", "web", nil, port("http", v1.ProtocolTCP, 80, 0)))
+	rs := buildV4(t, service("default", "web", nil, catalogue.Port("http", v1.ProtocolTCP, 80, 0)))
 	// A rule jumping to a chain nobody declared, as a bug in Build would write.
 	bad := Rule{Chain: ChainPortalsHost, Args: []string{"-d", "198.18.0.99/32", "-j", "KUBE-NOWHERE"}}
 	rs.NAT.Rules = append(rs.NAT.Rules, bad)

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/redirect/kernel"
 )
 
@@ -20,7 +21,7 @@ func BenchmarkBuildAndRender(b *testing.B) {
 			s.Spec.Type = v1.ServiceTypeNodePort
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = ip, []string{ip}
 			s.Spec.ExternalIPs = []string{fmt.Sprintf("198.18.%d.%d", 100+i/250, i%250+1)}
-		}, port("http", v1.ProtocolTCP, 80, int32(30000+i%2768))))
+		}, catalogue.Port("http", v1.ProtocolTCP, 80, int32(30000+i%2768))))
 	}
 	snap := snapshotOf(b, svcs...)
 	for _, tc := range []struct {

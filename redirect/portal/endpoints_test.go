@@ -8,8 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/lb/balancer"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -19,47 +19,13 @@ import (
 // map of node-a.
 func snapshotWithSlices(t testing.TB, svcs []*v1.Service, slices []*discovery.EndpointSlice) *servicemap.Snapshot {
 	t.Helper()
-	tr := servicemap.NewTracker("node-a", nil)
-	for _, s := range svcs {
-		tr.OnServiceUpdate(s)
-	}
-	for _, s := range slices {
-		tr.OnEndpointSliceUpdate(s)
-	}
-	tr.OnSynced()
-	snap, _ := tr.Snapshot()
-	return snap
-}
-
-type endpointOpt func(*discovery.Endpoint)
-
-func onNode(n string) endpointOpt { return func(e *discovery.Endpoint) { e.NodeName = &n } }
-
-func conditions(ready, serving, terminating bool) endpointOpt {
-	return func(e *discovery.Endpoint) {
-		e.Conditions = discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating}
-	}
+	return catalogue.Scenario{Services: svcs, Slices: slices}.Snapshot()
 }
 
 // webSlice is an EndpointSlice of default/web's "http" port (8080) holding
-// the given endpoints.
-func webSlice(fam discovery.AddressType, eps ...discovery.Endpoint) *discovery.EndpointSlice {
-	name, proto, port := "http", v1.ProtocolTCP, int32(8080)
-	return &discovery.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-" + strings.ToLower(string(fam)),
-			Labels: map[string]string{discovery.LabelServiceName: "web"}},
-		AddressType: fam,
-		Endpoints:   eps,
-		Ports:       []discovery.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
-	}
-}
-
-func endpoint(addr string, opts ...endpointOpt) discovery.Endpoint {
-	e := discovery.Endpoint{Addresses: []string{addr}}
-	for _, o := range opts {
-		o(&e)
-	}
-	return e
+// the given endpoints, of their family.
+func webSlice(eps ...discovery.Endpoint) *discovery.EndpointSlice {
+	return catalogue.Slice("default", "web", catalogue.SlicePorts(catalogue.SlicePort("http", v1.ProtocolTCP, 8080)), eps...)
 }
 
 // TestEndpointStateOfWithTheBalancer asks the real balancer whether each
@@ -81,7 +47,7 @@ func TestEndpointStateOfWithTheBalancer(t *testing.T) {
 		{
 			name:   "ready endpoint elsewhere serves both classes",
 			svc:    nodePortWeb(nil),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4, endpoint("198.19.1.11", onNode("node-b")))},
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("198.19.1.11"))},
 			want:   ClassEndpoints{},
 		},
 		{
@@ -90,50 +56,46 @@ func TestEndpointStateOfWithTheBalancer(t *testing.T) {
 			want: ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},
 		{
-			name: "only unready, not serving endpoints",
-			svc:  nodePortWeb(nil),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
-				endpoint("198.19.1.11", onNode("node-a"), conditions(false, false, false)))},
-			want: ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
+			name:   "only unready, not serving endpoints",
+			svc:    nodePortWeb(nil),
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("198.19.1.11", catalogue.OnThisNode, catalogue.Conditions(false, false, false)))},
+			want:   ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},
 		{
-			name: "serving-terminating fallback still serves",
-			svc:  nodePortWeb(nil),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
-				endpoint("198.19.1.11", onNode("node-b"), conditions(false, true, true)))},
-			want: ClassEndpoints{},
+			name:   "serving-terminating fallback still serves",
+			svc:    nodePortWeb(nil),
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("198.19.1.11", catalogue.Conditions(false, true, true)))},
+			want:   ClassEndpoints{},
 		},
 		{
 			name:   "externalTrafficPolicy Local, endpoints only elsewhere",
 			svc:    nodePortWeb(etpLocal),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4, endpoint("198.19.1.11", onNode("node-b")))},
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("198.19.1.11"))},
 			want:   ClassEndpoints{External: NoLocalEndpoints},
 		},
 		{
 			name:   "internalTrafficPolicy Local, endpoints only elsewhere",
 			svc:    nodePortWeb(itpLocal),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4, endpoint("198.19.1.11", onNode("node-b")))},
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("198.19.1.11"))},
 			want:   ClassEndpoints{Internal: NoLocalEndpoints},
 		},
 		{
 			name: "externalTrafficPolicy Local, a local serving-terminating endpoint",
 			svc:  nodePortWeb(etpLocal),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
-				endpoint("198.19.1.11", onNode("node-b")),
-				endpoint("198.19.1.12", onNode("node-a"), conditions(false, true, true)))},
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("198.19.1.11"),
+				catalogue.Endpoint("198.19.1.12", catalogue.OnThisNode, catalogue.Conditions(false, true, true)))},
 			want: ClassEndpoints{},
 		},
 		{
-			name: "both policies Local, nothing ready anywhere",
-			svc:  nodePortWeb(func(s *v1.Service) { etpLocal(s); itpLocal(s) }),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv4,
-				endpoint("198.19.1.11", onNode("node-b"), conditions(false, false, true)))},
-			want: ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
+			name:   "both policies Local, nothing ready anywhere",
+			svc:    nodePortWeb(func(s *v1.Service) { etpLocal(s); itpLocal(s) }),
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("198.19.1.11", catalogue.Conditions(false, false, true)))},
+			want:   ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},
 		{
 			name:   "endpoints of the other family only",
 			svc:    nodePortWeb(nil),
-			slices: []*discovery.EndpointSlice{webSlice(discovery.AddressTypeIPv6, endpoint("fd00:19:1::11", onNode("node-a")))},
+			slices: []*discovery.EndpointSlice{webSlice(catalogue.Endpoint("fd00:19:1::11", catalogue.OnThisNode))},
 			want:   ClassEndpoints{Internal: NoEndpoints, External: NoEndpoints},
 		},
 	}
@@ -182,7 +144,7 @@ func TestRefusalKeepsPortalsAndTargetsOneClass(t *testing.T) {
 		s.Spec.Type = v1.ServiceTypeLoadBalancer
 		s.Spec.ExternalIPs = []string{"198.18.5.5"}
 		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.9.9"}}
-	}, port("http", v1.ProtocolTCP, 80, 30080), port("dns", v1.ProtocolUDP, 53, 30053)))
+	}, catalogue.Port("http", v1.ProtocolTCP, 80, 30080), catalogue.Port("dns", v1.ProtocolUDP, 53, 30053)))
 	build := func(e ClassEndpoints) *Ruleset {
 		t.Helper()
 		portals := PortalsFrom(snap, sequentialProxyPorts(snap, true))

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/redirect/kernel"
 )
 
@@ -38,14 +39,14 @@ func TestNoEndpointsRefusedOnKernel(t *testing.T) {
 
 			nodePort := func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort }
 			empty := service("default", "empty", func(s *v1.Service) { clusterIPs("198.18.0.30")(s); nodePort(s) },
-				port("http", v1.ProtocolTCP, 80, 30090), port("dns", v1.ProtocolUDP, 53, 30053))
+				catalogue.Port("http", v1.ProtocolTCP, 80, 30090), catalogue.Port("dns", v1.ProtocolUDP, 53, 30053))
 			web := service("default", "web", func(s *v1.Service) { clusterIPs("198.18.0.31")(s); nodePort(s) },
-				port("http", v1.ProtocolTCP, 80, 30080), port("dns", v1.ProtocolUDP, 53, 30054))
+				catalogue.Port("http", v1.ProtocolTCP, 80, 30080), catalogue.Port("dns", v1.ProtocolUDP, 53, 30054))
 			local := service("default", "local", func(s *v1.Service) {
 				clusterIPs("198.18.0.32")(s)
 				nodePort(s)
 				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-			}, port("http", v1.ProtocolTCP, 80, 30091))
+			}, catalogue.Port("http", v1.ProtocolTCP, 80, 30091))
 			states := map[string]ClassEndpoints{
 				"empty": {Internal: NoEndpoints, External: NoEndpoints},
 				"local": {External: NoLocalEndpoints},

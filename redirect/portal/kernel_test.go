@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -72,8 +73,8 @@ func TestPortalsOnKernel(t *testing.T) {
 				s.Spec.Type = v1.ServiceTypeLoadBalancer
 				s.Spec.LoadBalancerSourceRanges = []string{"198.19.0.2/32"}
 				s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.9.9"}}
-			}, port("http", v1.ProtocolTCP, 80, 30080))
-			dns := service("kube-system", "dns", clusterIPs("198.18.0.53"), port("dns", v1.ProtocolUDP, 53, 0))
+			}, catalogue.Port("http", v1.ProtocolTCP, 80, 30080))
+			dns := service("kube-system", "dns", clusterIPs("198.18.0.53"), catalogue.Port("dns", v1.ProtocolUDP, 53, 0))
 			node := Node{HostIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}
 			build := func(svcs ...*v1.Service) *Ruleset {
 				rs, err := Build(kernel.IPv4, node, PortalsFrom(snapshotOf(t, svcs...), proxy))

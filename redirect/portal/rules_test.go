@@ -1,35 +1,25 @@
 package portal
 
 import (
-	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"kproxy.dev/kproxy/bench/testkit"
+	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
 // snapshotOf runs real Service objects through the service map.
 func snapshotOf(t testing.TB, svcs ...*v1.Service) *servicemap.Snapshot {
 	t.Helper()
-	tr := servicemap.NewTracker("node-a", nil)
-	for _, s := range svcs {
-		tr.OnServiceUpdate(s)
-	}
-	tr.OnSynced()
-	snap, _ := tr.Snapshot()
-	return snap
+	return catalogue.Scenario{Services: svcs}.Snapshot()
 }
 
 func service(ns, name string, mutate func(*v1.Service), ports ...v1.ServicePort) *v1.Service {
@@ -55,11 +45,7 @@ func nodePortWeb(mutate func(*v1.Service)) *v1.Service {
 		if mutate != nil {
 			mutate(s)
 		}
-	}, port("http", v1.ProtocolTCP, 80, 30080))
-}
-
-func port(name string, proto v1.Protocol, p, nodePort int32) v1.ServicePort {
-	return v1.ServicePort{Name: name, Protocol: proto, Port: p, NodePort: nodePort, TargetPort: intstr.FromInt32(8080)}
+	}, catalogue.Port("http", v1.ProtocolTCP, 80, 30080))
 }
 
 func clusterIPs(ips ...string) func(*v1.Service) {
@@ -119,7 +105,7 @@ func TestBuildGolden(t *testing.T) {
 		{
 			name: "clusterip-tcp-udp",
 			svcs: []*v1.Service{service("kube-system", "dns", nil,
-				port("dns-tcp", v1.ProtocolTCP, 53, 0), port("dns", v1.ProtocolUDP, 53, 0))},
+				catalogue.Port("dns-tcp", v1.ProtocolTCP, 53, 0), catalogue.Port("dns", v1.ProtocolUDP, 53, 0))},
 			node: testNode,
 		},
 		{
@@ -140,7 +126,7 @@ func TestBuildGolden(t *testing.T) {
 			name: "external-ips",
 			svcs: []*v1.Service{service("default", "ext", func(s *v1.Service) {
 				s.Spec.ExternalIPs = []string{"198.18.5.5", "198.19.1.1"}
-			}, port("", v1.ProtocolTCP, 8443, 0))},
+			}, catalogue.Port("", v1.ProtocolTCP, 8443, 0))},
 			node: testNode,
 		},
 		{
@@ -150,12 +136,12 @@ func TestBuildGolden(t *testing.T) {
 					s.Spec.Type = v1.ServiceTypeLoadBalancer
 					s.Spec.LoadBalancerSourceRanges = []string{"198.19.2.0/24", "203.0.113.7/32"}
 					s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.9.9"}}
-				}, port("https", v1.ProtocolTCP, 443, 30443)),
+				}, catalogue.Port("https", v1.ProtocolTCP, 443, 30443)),
 				service("default", "open-lb", func(s *v1.Service) {
 					s.Spec.Type = v1.ServiceTypeLoadBalancer
 					s.Spec.ClusterIP, s.Spec.ClusterIPs = "198.18.0.11", []string{"198.18.0.11"}
 					s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.9.10"}}
-				}, port("syslog", v1.ProtocolUDP, 514, 30514)),
+				}, catalogue.Port("syslog", v1.ProtocolUDP, 514, 30514)),
 			},
 			node: testNode,
 		},
@@ -169,8 +155,8 @@ func TestBuildGolden(t *testing.T) {
 					s.Spec.LoadBalancerSourceRanges = []string{"fd00:1::/64"}
 					s.Spec.ExternalIPs = []string{"198.18.5.6", "fd00:18::5"}
 					s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "fd00:18::99"}, {IP: "198.18.9.20"}}
-				}, port("http", v1.ProtocolTCP, 80, 30081), port("dns", v1.ProtocolUDP, 53, 30053)),
-				service("default", "v6only", clusterIPs("fd00:18::11"), port("", v1.ProtocolTCP, 80, 0)),
+				}, catalogue.Port("http", v1.ProtocolTCP, 80, 30081), catalogue.Port("dns", v1.ProtocolUDP, 53, 30053)),
+				service("default", "v6only", clusterIPs("fd00:18::11"), catalogue.Port("", v1.ProtocolTCP, 80, 0)),
 			},
 			node: testNode,
 		},
@@ -179,7 +165,7 @@ func TestBuildGolden(t *testing.T) {
 			svcs: []*v1.Service{service("shop", "api", func(s *v1.Service) {
 				s.Spec.Type = v1.ServiceTypeNodePort
 				s.Spec.ExternalIPs = []string{"198.18.5.7"}
-			}, port("http", v1.ProtocolTCP, 80, 30180), port("grpc", v1.ProtocolTCP, 9090, 30190), port("metrics", v1.ProtocolUDP, 9125, 0))},
+			}, catalogue.Port("http", v1.ProtocolTCP, 80, 30180), catalogue.Port("grpc", v1.ProtocolTCP, 9090, 30190), catalogue.Port("metrics", v1.ProtocolUDP, 9125, 0))},
 			node:   testNode,
 			shared: true,
 		},
@@ -194,8 +180,8 @@ func TestBuildGolden(t *testing.T) {
 					s.Spec.LoadBalancerSourceRanges = []string{"198.19.2.0/24"}
 					s.Spec.ExternalIPs = []string{"198.18.5.30", "198.19.1.1"}
 					s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.9.30"}, {IP: "fd00:18::9:30"}}
-				}, port("http", v1.ProtocolTCP, 80, 30080), port("dns", v1.ProtocolUDP, 53, 30053)),
-				service("default", "served", clusterIPs("198.18.0.31"), port("", v1.ProtocolTCP, 80, 0)),
+				}, catalogue.Port("http", v1.ProtocolTCP, 80, 30080), catalogue.Port("dns", v1.ProtocolUDP, 53, 30053)),
+				service("default", "served", clusterIPs("198.18.0.31"), catalogue.Port("", v1.ProtocolTCP, 80, 0)),
 			},
 			node: testNode,
 			endpoints: func(sp *servicemap.ServicePort) ClassEndpoints {
@@ -214,7 +200,7 @@ func TestBuildGolden(t *testing.T) {
 				s.Spec.Type = v1.ServiceTypeNodePort
 				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
 				s.Spec.ExternalIPs = []string{"198.18.5.40"}
-			}, port("http", v1.ProtocolTCP, 80, 30081))},
+			}, catalogue.Port("http", v1.ProtocolTCP, 80, 30081))},
 			node: func() Node {
 				n := testNode
 				n.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}
@@ -236,28 +222,15 @@ func TestBuildGolden(t *testing.T) {
 					portals[i].Endpoints = tc.endpoints(portals[i].Port)
 				}
 			}
-			got := render(t, tc.node, portals)
-			path := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("rules differ from %s (-want +got):\n%s", path, diff)
-			}
+			testkit.Golden(t, filepath.Join("testdata", tc.name+".golden"), render(t, tc.node, portals))
 		})
 	}
 }
 
 func TestBuildIsDeterministicAndOrderIndependent(t *testing.T) {
 	snap := snapshotOf(t,
-		service("b", "svc", nil, port("p", v1.ProtocolTCP, 80, 0)),
-		service("a", "svc", clusterIPs("198.18.0.12"), port("p", v1.ProtocolUDP, 80, 0)),
+		service("b", "svc", nil, catalogue.Port("p", v1.ProtocolTCP, 80, 0)),
+		service("a", "svc", clusterIPs("198.18.0.12"), catalogue.Port("p", v1.ProtocolUDP, 80, 0)),
 	)
 	portals := PortalsFrom(snap, sequentialProxyPorts(snap, false))
 	first, err := Build(kernel.IPv4, testNode, portals)
@@ -279,8 +252,8 @@ func TestBuildIsDeterministicAndOrderIndependent(t *testing.T) {
 
 func TestBuildReportsPortsItCannotProgram(t *testing.T) {
 	snap := snapshotOf(t,
-		service("default", "web", nil, port("http", v1.ProtocolTCP, 80, 0)),
-		service("default", "v6", clusterIPs("fd00:18::1"), port("http", v1.ProtocolTCP, 80, 0)),
+		service("default", "web", nil, catalogue.Port("http", v1.ProtocolTCP, 80, 0)),
+		service("default", "v6", clusterIPs("fd00:18::1"), catalogue.Port("http", v1.ProtocolTCP, 80, 0)),
 	)
 	portals := PortalsFrom(snap, sequentialProxyPorts(snap, false))
 	v4only := Node{HostIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}
@@ -301,7 +274,7 @@ func TestBuildReportsPortsItCannotProgram(t *testing.T) {
 }
 
 func TestPortalsFromSkipsPortsWithoutProxyPorts(t *testing.T) {
-	snap := snapshotOf(t, service("default", "sctp", nil, port("s", v1.ProtocolSCTP, 9, 0), port("t", v1.ProtocolTCP, 9, 0)))
+	snap := snapshotOf(t, service("default", "sctp", nil, catalogue.Port("s", v1.ProtocolSCTP, 9, 0), catalogue.Port("t", v1.ProtocolTCP, 9, 0)))
 	got := PortalsFrom(snap, func(n servicemap.ServicePortName) (ProxyPorts, bool) {
 		return ProxyPorts{Internal: 41000, External: 41000}, n.Protocol != v1.ProtocolSCTP
 	})
@@ -312,7 +285,7 @@ func TestPortalsFromSkipsPortsWithoutProxyPorts(t *testing.T) {
 
 func TestZeroProxyPortLeavesThatClassOut(t *testing.T) {
 	snap := snapshotOf(t, service("default", "web", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort },
-		port("http", v1.ProtocolTCP, 80, 30080)))
+		catalogue.Port("http", v1.ProtocolTCP, 80, 30080)))
 	portals := PortalsFrom(snap, func(servicemap.ServicePortName) (ProxyPorts, bool) {
 		return ProxyPorts{Internal: 41000}, true
 	})

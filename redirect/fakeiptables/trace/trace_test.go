@@ -1,16 +1,15 @@
 package trace
 
 import (
-	"flag"
 	"fmt"
 	"math"
 	"net/netip"
 	"os"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+	"kproxy.dev/kproxy/bench/testkit"
+)
 
 // The node of testdata/kube-proxy.save and testdata/userspace.save.
 var (
@@ -219,26 +218,7 @@ func TestTraceKubeProxyDump(t *testing.T) {
 			fmt.Fprintf(&golden, "== %s\n%s\n", tc.name, res)
 		})
 	}
-	compareGolden(t, "kube-proxy.traces", golden.String())
-}
-
-// compareGolden compares got with testdata/name, or rewrites it with -update.
-func compareGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := "testdata/" + name
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("traces differ from %s (go test -update rewrites it):\n%s", path, got)
-	}
+	testkit.Golden(t, "testdata/kube-proxy.traces", golden.String())
 }
 
 func TestTraceUserspacePortals(t *testing.T) {

@@ -1,38 +1,65 @@
 package rules
 
 import (
-	"flag"
-	"os"
+	"fmt"
+	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"kproxy.dev/kproxy/bench/testkit"
+	"kproxy.dev/kproxy/bench/testkit/catalogue"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
 // TestGolden renders every scenario to a full restore payload and compares
-// it, as text, with testdata/<scenario>.golden.
+// it, as text, with testdata/<scenario>.golden (KPROXY_UPDATE_GOLDEN=1
+// rewrites them).
 func TestGolden(t *testing.T) {
 	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
-			b := mustBuilder(t, sc.cfg)
-			got := renderRestore(b, mustPorts(t, b, sc.ports...))
-			path := filepath.Join("testdata", sc.name+".golden")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("reading the golden file (run with -update to create it): %v", err)
-			}
-			if got != string(want) {
-				t.Errorf("%s differs from the rendered rules (run with -update to accept):\n%s", path, lineDiff(string(want), got))
-			}
+		t.Run(sc.Name, func(t *testing.T) {
+			b := mustBuilder(t, sc.Config)
+			testkit.Golden(t, filepath.Join("testdata", sc.Name+".golden"), renderRestore(b, mustPorts(t, b, sc.Ports...)))
 		})
 	}
+}
+
+// catalogueConfig is the iptables mode's configuration for the shared
+// catalogue in family fam: kube-proxy's defaults (localhost NodePorts,
+// --random-fully) on testkit's node with the pod range as --cluster-cidr.
+// Change it here when Config changes.
+func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
+	cfg := nodeConfig(fam)
+	cfg.ClusterCIDRs = []netip.Prefix{testkit.PodCIDR(fam)}
+	cfg.LocalhostNodePorts, cfg.RandomFully = true, true
+	cfg.Topology = servicemap.TopologyOf(testkit.NodeName, snap)
+	return cfg
+}
+
+// TestCatalogue renders every scenario of the shared catalogue to this
+// mode's restore payload, per family, in testdata/scenarios/<name>.golden;
+// the IPVS and userspace modes render the same scenarios beside it. A
+// port the model refuses is recorded with its error, as the mode logs it.
+func TestCatalogue(t *testing.T) {
+	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "# %s restore payload\n", fam)
+		b, err := New(catalogueConfig(fam, snap))
+		if err != nil {
+			fmt.Fprintf(&sb, "error: %v\n", err)
+			return sb.String()
+		}
+		var ports []PortRules
+		for name, sp := range snap.All() {
+			pr, err := b.ForPort(sp)
+			if err != nil {
+				fmt.Fprintf(&sb, "error: service port %s: %v\n", name, err)
+				continue
+			}
+			ports = append(ports, pr)
+		}
+		sb.WriteString(renderRestore(b, ports))
+		return sb.String()
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
 )
 
@@ -24,13 +25,13 @@ func TestKernelReadsBackTheSameText(t *testing.T) {
 	}
 	for _, sc := range scenarios() {
 		for _, be := range kernel.Backends() {
-			t.Run(sc.name+"/"+string(be), func(t *testing.T) {
-				fam := sc.cfg.Family
+			t.Run(sc.Name+"/"+string(be), func(t *testing.T) {
+				fam := sc.Config.Family
 				if _, err := exec.LookPath(be.RestoreCommand(fam)); err != nil {
 					t.Skipf("%s not installed", be.RestoreCommand(fam))
 				}
-				b := mustBuilder(t, sc.cfg)
-				ports := mustPorts(t, b, sc.ports...)
+				b := mustBuilder(t, sc.Config)
+				ports := mustPorts(t, b, sc.Ports...)
 				save, err := restoreAndSave(be, fam, renderRestore(b, ports))
 				if err != nil {
 					t.Fatal(err)
@@ -120,7 +121,7 @@ func compareTable(t *testing.T, tbl Table, got savedTable, want []Chain) {
 		}
 		if g := got[i].Rules; !slices.Equal(g, w.Rules) {
 			t.Errorf("%s table, chain %s: iptables-save shows\n%s\nthe model wrote\n%s\ndiff:\n%s", tbl, w.Name,
-				strings.Join(g, "\n"), strings.Join(w.Rules, "\n"), lineDiff(strings.Join(w.Rules, "\n"), strings.Join(g, "\n")))
+				strings.Join(g, "\n"), strings.Join(w.Rules, "\n"), testkit.LineDiff(strings.Join(w.Rules, "\n"), strings.Join(g, "\n")))
 		}
 	}
 	for _, g := range got {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -43,7 +44,7 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 		t.Fatalf("kube-proxy not built: run `make tools`: %v", err)
 	}
 	api := lab.StartAPIServer(t)
-	node := lab.CreateNode(t, api.Client, nodeName, nodeIPv4)
+	node := lab.CreateNode(t, api.Client, testkit.NodeName, testkit.NodeIPv4)
 	node.Labels[v1.LabelTopologyZone] = "zone-a"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -55,7 +56,7 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 
 	// The model's view of the same objects, including the API server's
 	// own default/kubernetes service.
-	tr := servicemap.NewTracker(nodeName, nil)
+	tr := servicemap.NewTracker(testkit.NodeName, nil)
 	tr.OnNodeUpdate(node)
 	svcs, err := api.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -75,13 +76,13 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	snap, _ := tr.Snapshot()
 	want := map[kernel.Family]ruleset{}
 	for _, cfg := range []Config{
-		with(v4Config(), func(c *Config) { c.ClusterCIDRs = prefixes("198.19.1.0/24") }),
+		testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }),
 		{Family: kernel.IPv6, MasqueradeBit: 14},
 	} {
 		// kube-proxy's defaults: localhost NodePorts on, --random-fully
 		// where iptables has it (1.8.9 does).
 		cfg.LocalhostNodePorts, cfg.RandomFully = true, true
-		cfg.Topology = servicemap.TopologyOf(nodeName, snap)
+		cfg.Topology = servicemap.TopologyOf(testkit.NodeName, snap)
 		b := mustBuilder(t, cfg)
 		var ports []PortRules
 		for _, sp := range snap.All() {
@@ -91,7 +92,7 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	}
 
 	proxy := exec.Command(kubeProxy, "--kubeconfig", api.KubeconfigPath, "--proxy-mode", "iptables",
-		"--hostname-override", nodeName, "--cluster-cidr", "198.19.1.0/24",
+		"--hostname-override", testkit.NodeName, "--cluster-cidr", "198.19.1.0/24",
 		// Conntrack settings are global or absent in a namespace: leave them.
 		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0",
 		"--conntrack-tcp-timeout-close-wait", "0", "-v", "2")
@@ -233,7 +234,7 @@ func compareWithKubeProxy(t errorer, tbl Table, got savedTable, want ruleset) {
 			g, wr = slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(wr))
 		}
 		if !slices.Equal(g, wr) {
-			t.Errorf("%s table, chain %s:\n%s", tbl, w.Name, lineDiff(strings.Join(wr, "\n"), strings.Join(g, "\n")))
+			t.Errorf("%s table, chain %s:\n%s", tbl, w.Name, testkit.LineDiff(strings.Join(wr, "\n"), strings.Join(g, "\n")))
 		}
 	}
 	for _, g := range got {
@@ -281,7 +282,7 @@ func createKubeProxyFixtures(ctx context.Context, t *testing.T, client kubernete
 		e := discovery.Endpoint{Addresses: []string{ip}, NodeName: ptr.To("node-b"),
 			Conditions: discovery.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}}
 		if onThisNode {
-			e.NodeName = ptr.To(nodeName)
+			e.NodeName = ptr.To(testkit.NodeName)
 		}
 		if change != nil {
 			change(&e)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"kproxy.dev/kproxy/bench/testkit"
 )
 
 // TestChainNamesMatchKubeProxy checks names against the ones kube-proxy
@@ -23,7 +24,7 @@ func TestChainNamesMatchKubeProxy(t *testing.T) {
 		{"ns5", "svc5", "p80", "10.180.0.3:80", "KUBE-SVC-NUKIZ6OKUXPJNT4C", "KUBE-SEP-I77PXRDZVX7PMWMN"},
 	}
 	for _, tt := range tests {
-		n := spn(tt.ns, tt.name, tt.port, v1.ProtocolTCP)
+		n := testkit.PortName(tt.ns, tt.name, tt.port, v1.ProtocolTCP)
 		if got := ServiceChain(n); got != tt.svc {
 			t.Errorf("ServiceChain(%s) = %s, want %s", n, got, tt.svc)
 		}
@@ -33,13 +34,13 @@ func TestChainNamesMatchKubeProxy(t *testing.T) {
 	}
 	// The other per-port chains share the service's hash (kube-proxy's
 	// KUBE-FW-NUKIZ6OKUXPJNT4C and KUBE-EXT-GNZBNJ2PO5MGZ6GT).
-	if got := FirewallChain(spn("ns5", "svc5", "p80", v1.ProtocolTCP)); got != "KUBE-FW-NUKIZ6OKUXPJNT4C" {
+	if got := FirewallChain(testkit.PortName("ns5", "svc5", "p80", v1.ProtocolTCP)); got != "KUBE-FW-NUKIZ6OKUXPJNT4C" {
 		t.Errorf("FirewallChain = %s", got)
 	}
-	if got := ExternalChain(spn("ns2", "svc2", "p80", v1.ProtocolTCP)); got != "KUBE-EXT-GNZBNJ2PO5MGZ6GT" {
+	if got := ExternalChain(testkit.PortName("ns2", "svc2", "p80", v1.ProtocolTCP)); got != "KUBE-EXT-GNZBNJ2PO5MGZ6GT" {
 		t.Errorf("ExternalChain = %s", got)
 	}
-	if got := LocalServiceChain(spn("ns2", "svc2", "p80", v1.ProtocolTCP)); got != "KUBE-SVL-GNZBNJ2PO5MGZ6GT" {
+	if got := LocalServiceChain(testkit.PortName("ns2", "svc2", "p80", v1.ProtocolTCP)); got != "KUBE-SVL-GNZBNJ2PO5MGZ6GT" {
 		t.Errorf("LocalServiceChain = %s", got)
 	}
 }
@@ -48,7 +49,7 @@ func TestChainNamesMatchKubeProxy(t *testing.T) {
 // lower case), the port name (absent for an unnamed port), and the
 // endpoint as "ip:port" or "[ip]:port".
 func TestChainNameInputs(t *testing.T) {
-	tcp, udp := spn("ns", "svc", "p", v1.ProtocolTCP), spn("ns", "svc", "p", v1.ProtocolUDP)
+	tcp, udp := testkit.PortName("ns", "svc", "p", v1.ProtocolTCP), testkit.PortName("ns", "svc", "p", v1.ProtocolUDP)
 	if ServiceChain(tcp) == ServiceChain(udp) {
 		t.Errorf("TCP and UDP ports of one name share the chain %s", ServiceChain(tcp))
 	}
@@ -57,8 +58,8 @@ func TestChainNameInputs(t *testing.T) {
 		got, input string
 	}{
 		{"port name", portNameString(tcp), "ns/svc:p"},
-		{"unnamed port", portNameString(spn("ns", "svc", "", v1.ProtocolTCP)), "ns/svc"},
-		{"protocol", lowerProtocol(spn("ns", "svc", "", v1.ProtocolSCTP)), "sctp"},
+		{"unnamed port", portNameString(testkit.PortName("ns", "svc", "", v1.ProtocolTCP)), "ns/svc"},
+		{"protocol", lowerProtocol(testkit.PortName("ns", "svc", "", v1.ProtocolSCTP)), "sctp"},
 		{"IPv4 endpoint", string(appendEndpoint(nil, netip.MustParseAddrPort("10.0.0.1:80"))), "10.0.0.1:80"},
 		{"IPv4-mapped endpoint", string(appendEndpoint(nil, netip.MustParseAddrPort("[::ffff:10.0.0.1]:80"))), "10.0.0.1:80"},
 		{"IPv6 endpoint", string(appendEndpoint(nil, netip.MustParseAddrPort("[fd00::1]:80"))), "[fd00::1]:80"},

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -36,10 +37,10 @@ func TestForPortBehaviour(t *testing.T) {
 		fw  = "KUBE-FW-CDGGSHYLG3RE2FKL"
 	)
 	sep := func(endpoint string) string {
-		return EndpointChain(spn("default", "web", "http", "TCP"), netip.MustParseAddrPort(endpoint))
+		return EndpointChain(testkit.PortName("default", "web", "http", "TCP"), netip.MustParseAddrPort(endpoint))
 	}
-	web := func(opts ...portOpt) *servicemap.ServicePort {
-		return servicePort("default", "web", 80, "198.18.0.10", opts...)
+	web := func(opts ...testkit.PortOpt) *servicemap.ServicePort {
+		return testkit.Port("default", "web", 80, "198.18.0.10", opts...)
 	}
 	tests := []struct {
 		name   string
@@ -51,7 +52,7 @@ func TestForPortBehaviour(t *testing.T) {
 	}{
 		{
 			name:   "cluster IP spreads evenly over three endpoints",
-			sp:     web(threeEndpoints()),
+			sp:     web(testkit.ThreeEndpoints()),
 			chains: []string{sep("198.19.1.11:8080"), sep("198.19.1.12:8080"), sep("198.19.1.13:8080"), svc},
 			has: []string{
 				"nat KUBE-SERVICES -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j " + svc,
@@ -67,19 +68,19 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name: "masquerade-all marks every cluster IP connection",
-			cfg:  with(v4Config(), func(c *Config) { c.MasqueradeAll = true }),
-			sp:   web(threeEndpoints()),
+			cfg:  testkit.With(v4Config(), func(c *Config) { c.MasqueradeAll = true }),
+			sp:   web(testkit.ThreeEndpoints()),
 			has:  []string{"nat " + svc + " -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ"},
 		},
 		{
 			name: "cluster CIDR marks only off-cluster sources",
-			cfg:  with(v4Config(), func(c *Config) { c.ClusterCIDRs = prefixes("198.19.1.7/24") }),
-			sp:   web(threeEndpoints()),
+			cfg:  testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.7/24") }),
+			sp:   web(testkit.ThreeEndpoints()),
 			has:  []string{"nat " + svc + " ! -s 198.19.1.0/24 -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ"},
 		},
 		{
 			name: "affinity checks recent clients before balancing",
-			sp:   web(affinity(90*time.Second), endpoints(ep("198.19.1.11:8080"))),
+			sp:   web(testkit.Affinity(90*time.Second), testkit.Endpoints(testkit.EP("198.19.1.11:8080"))),
 			has: []string{
 				"nat " + svc + " -m comment --comment \"default/web:http -> 198.19.1.11:8080\" -m recent --rcheck --seconds 90 --reap --name " + sep("198.19.1.11:8080") + " --mask 255.255.255.255 --rsource -j " + sep("198.19.1.11:8080"),
 				"nat " + sep("198.19.1.11:8080") + " -p tcp -m comment --comment \"default/web:http\" -m recent --set --name " + sep("198.19.1.11:8080") + " --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 198.19.1.11:8080",
@@ -87,21 +88,21 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name:   "internal policy Local keeps cluster IP traffic on this node",
-			sp:     web(internalLocal(), endpoints(ep("198.19.1.11:8080"), ep("198.19.1.12:8080", local))),
+			sp:     web(testkit.InternalLocal(), testkit.Endpoints(testkit.EP("198.19.1.11:8080"), testkit.EP("198.19.1.12:8080", testkit.Local))),
 			chains: []string{sep("198.19.1.12:8080"), svl},
 			has:    []string{"nat KUBE-SERVICES -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http cluster IP\" -m tcp --dport 80 -j " + svl},
 			lacks:  []string{svc, "198.19.1.11"},
 		},
 		{
 			name:   "internal policy Local without local endpoints drops",
-			sp:     web(internalLocal(), endpoints(ep("198.19.1.11:8080"))),
+			sp:     web(testkit.InternalLocal(), testkit.Endpoints(testkit.EP("198.19.1.11:8080"))),
 			chains: []string{},
 			has:    []string{"filter KUBE-SERVICES -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http has no local endpoints\" -m tcp --dport 80 -j DROP"},
 			lacks:  []string{"nat"},
 		},
 		{
 			name:   "no endpoints rejects on every address",
-			sp:     web(nodePort(30080), externalIPs("198.18.100.1"), loadBalancerIPs("198.18.200.1"), sourceRanges("203.0.113.0/24")),
+			sp:     web(testkit.NodePort(30080), testkit.ExternalIPs("198.18.100.1"), testkit.LoadBalancerIPs("198.18.200.1"), testkit.SourceRanges("203.0.113.0/24")),
 			chains: []string{},
 			has: []string{
 				"filter KUBE-SERVICES -d 198.18.0.10/32 -p tcp -m comment --comment \"default/web:http has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable",
@@ -114,7 +115,7 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name:   "external policy Local without local endpoints drops outside traffic but serves the node's own",
-			sp:     web(nodePort(30080), externalLocal(0), endpoints(ep("198.19.1.11:8080"))),
+			sp:     web(testkit.NodePort(30080), testkit.ExternalLocal(0), testkit.Endpoints(testkit.EP("198.19.1.11:8080"))),
 			chains: []string{sep("198.19.1.11:8080"), svc, ext},
 			has: []string{
 				"filter KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"default/web:http has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30080 -j DROP",
@@ -125,7 +126,7 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name:   "external policy Local with a local endpoint",
-			sp:     web(nodePort(30080), externalLocal(31000), endpoints(ep("198.19.1.11:8080"), ep("198.19.1.12:8080", local))),
+			sp:     web(testkit.NodePort(30080), testkit.ExternalLocal(31000), testkit.Endpoints(testkit.EP("198.19.1.11:8080"), testkit.EP("198.19.1.12:8080", testkit.Local))),
 			chains: []string{sep("198.19.1.11:8080"), sep("198.19.1.12:8080"), svc, svl, ext},
 			has: []string{
 				"nat " + ext + " -j " + svl,
@@ -136,7 +137,7 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name:   "source ranges send LoadBalancer traffic through the firewall chain",
-			sp:     web(loadBalancerIPs("198.18.200.1"), sourceRanges("203.0.113.0/24"), endpoints(ep("198.19.1.11:8080"))),
+			sp:     web(testkit.LoadBalancerIPs("198.18.200.1"), testkit.SourceRanges("203.0.113.0/24"), testkit.Endpoints(testkit.EP("198.19.1.11:8080"))),
 			chains: []string{sep("198.19.1.11:8080"), svc, ext, fw},
 			has: []string{
 				"nat KUBE-SERVICES -d 198.18.200.1/32 -p tcp -m comment --comment \"default/web:http loadbalancer IP\" -m tcp --dport 80 -j " + fw,
@@ -149,29 +150,29 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name:   "a zero-length source range allows everyone",
-			sp:     web(loadBalancerIPs("198.18.200.1"), sourceRanges("203.0.113.0/24", "0.0.0.0/0"), endpoints(ep("198.19.1.11:8080"))),
+			sp:     web(testkit.LoadBalancerIPs("198.18.200.1"), testkit.SourceRanges("203.0.113.0/24", "0.0.0.0/0"), testkit.Endpoints(testkit.EP("198.19.1.11:8080"))),
 			chains: []string{sep("198.19.1.11:8080"), svc, ext},
 			lacks:  []string{fw, "KUBE-PROXY-FIREWALL"},
 		},
 		{
 			name:   "terminating endpoints serve only when none is ready",
-			sp:     web(endpoints(ep("198.19.1.11:8080", terminating), ep("198.19.1.12:8080", gone))),
+			sp:     web(testkit.Endpoints(testkit.EP("198.19.1.11:8080", testkit.Terminating), testkit.EP("198.19.1.12:8080", testkit.Gone))),
 			chains: []string{sep("198.19.1.11:8080"), svc},
 			lacks:  []string{"198.19.1.12", "filter"},
 		},
 		{
 			name:   "ready endpoints win over terminating ones",
-			sp:     web(endpoints(ep("198.19.1.11:8080", terminating), ep("198.19.1.12:8080"))),
+			sp:     web(testkit.Endpoints(testkit.EP("198.19.1.11:8080", testkit.Terminating), testkit.EP("198.19.1.12:8080"))),
 			chains: []string{sep("198.19.1.12:8080"), svc},
 		},
 		{
 			name:   "zone hints narrow the cluster endpoints",
-			sp:     web(endpoints(ep("198.19.1.11:8080", zoneHints("zone-b")), ep("198.19.1.12:8080", zoneHints("zone-a")))),
+			sp:     web(testkit.Endpoints(testkit.EP("198.19.1.11:8080", testkit.ZoneHints("zone-b")), testkit.EP("198.19.1.12:8080", testkit.ZoneHints("zone-a")))),
 			chains: []string{sep("198.19.1.12:8080"), svc},
 		},
 		{
 			name: "endpoints are balanced in the order of their text, as kube-proxy sorts them",
-			sp:   web(endpoints(ep("198.19.1.9:8080"), ep("198.19.1.10:8080"))),
+			sp:   web(testkit.Endpoints(testkit.EP("198.19.1.9:8080"), testkit.EP("198.19.1.10:8080"))),
 			has: []string{
 				"nat " + svc + " -m comment --comment \"default/web:http -> 198.19.1.10:8080\" -m statistic --mode random --probability 0.50000000000 -j " + sep("198.19.1.10:8080"),
 				"nat " + svc + " -m comment --comment \"default/web:http -> 198.19.1.9:8080\" -j " + sep("198.19.1.9:8080"),
@@ -179,7 +180,7 @@ func TestForPortBehaviour(t *testing.T) {
 		},
 		{
 			name:   "endpoints of the other family are ignored",
-			sp:     web(endpoints(ep("[fd00:19:1::11]:8080"), ep("198.19.1.11:8080"))),
+			sp:     web(testkit.Endpoints(testkit.EP("[fd00:19:1::11]:8080"), testkit.EP("198.19.1.11:8080"))),
 			chains: []string{sep("198.19.1.11:8080"), svc},
 		},
 	}
@@ -226,13 +227,13 @@ func TestForPortBehaviour(t *testing.T) {
 // it; no chain is empty; and every chain is reached from somewhere.
 func TestPortChainsAreSelfContained(t *testing.T) {
 	for _, sc := range scenarios() {
-		b := mustBuilder(t, sc.cfg)
-		for _, pr := range mustPorts(t, b, sc.ports...) {
+		b := mustBuilder(t, sc.Config)
+		for _, pr := range mustPorts(t, b, sc.Ports...) {
 			pos := map[string]int{}
 			for i, c := range pr.Chains {
 				pos[c.Name] = i
 				if len(c.Rules) == 0 {
-					t.Errorf("%s %s: chain %s has no rules", sc.name, pr.Name, c.Name)
+					t.Errorf("%s %s: chain %s has no rules", sc.Name, pr.Name, c.Name)
 				}
 			}
 			reached := map[string]bool{}
@@ -246,9 +247,9 @@ func TestPortChainsAreSelfContained(t *testing.T) {
 				i, own := pos[target]
 				switch {
 				case !own:
-					t.Errorf("%s %s: %s jumps to %s, which the port does not create", sc.name, pr.Name, from, target)
+					t.Errorf("%s %s: %s jumps to %s, which the port does not create", sc.Name, pr.Name, from, target)
 				case at >= 0 && i >= at:
-					t.Errorf("%s %s: %s jumps to %s, listed after it", sc.name, pr.Name, from, target)
+					t.Errorf("%s %s: %s jumps to %s, listed after it", sc.Name, pr.Name, from, target)
 				}
 			}
 			for _, r := range pr.Shared {
@@ -261,7 +262,7 @@ func TestPortChainsAreSelfContained(t *testing.T) {
 			}
 			for _, c := range pr.Chains {
 				if !reached[c.Name] {
-					t.Errorf("%s %s: nothing jumps to %s", sc.name, pr.Name, c.Name)
+					t.Errorf("%s %s: nothing jumps to %s", sc.Name, pr.Name, c.Name)
 				}
 			}
 		}
@@ -271,8 +272,8 @@ func TestPortChainsAreSelfContained(t *testing.T) {
 // TestForPortLeavesItsInputAlone: snapshot ports are shared and immutable;
 // building rules (which sorts endpoints as text) must not reorder them.
 func TestForPortLeavesItsInputAlone(t *testing.T) {
-	sp := servicePort("default", "web", 80, "198.18.0.10", nodePort(30080), externalLocal(0),
-		endpoints(ep("198.19.1.9:8080", local), ep("198.19.1.10:8080"), ep("198.19.1.11:8080", local)))
+	sp := testkit.Port("default", "web", 80, "198.18.0.10", testkit.NodePort(30080), testkit.ExternalLocal(0),
+		testkit.Endpoints(testkit.EP("198.19.1.9:8080", testkit.Local), testkit.EP("198.19.1.10:8080"), testkit.EP("198.19.1.11:8080", testkit.Local)))
 	before := slices.Clone(sp.Endpoints)
 	pr, err := mustBuilder(t, v4Config()).ForPort(sp)
 	if err != nil {

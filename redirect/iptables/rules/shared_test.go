@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"kproxy.dev/kproxy/bench/testkit"
 )
 
 // TestNodePortsTailAndLocalhost checks how --nodeport-addresses,
@@ -19,35 +21,35 @@ func TestNodePortsTailAndLocalhost(t *testing.T) {
 	}{
 		{"every local address, no localhost", v4Config(),
 			[]string{`! -d 127.0.0.0/8 ` + comment + ` -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`}, false},
-		{"every local address and localhost", with(v4Config(), func(c *Config) { c.LocalhostNodePorts = true }),
+		{"every local address and localhost", testkit.With(v4Config(), func(c *Config) { c.LocalhostNodePorts = true }),
 			[]string{comment + ` -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`}, true},
-		{"a zero-length prefix is every address", with(v4Config(), func(c *Config) {
-			c.NodePortAddresses, c.InterfaceAddrs = prefixes("198.19.0.0/24", "0.0.0.0/0"), addrs("198.19.0.1")
+		{"a zero-length prefix is every address", testkit.With(v4Config(), func(c *Config) {
+			c.NodePortAddresses, c.InterfaceAddrs = testkit.Prefixes("198.19.0.0/24", "0.0.0.0/0"), testkit.Addrs("198.19.0.1")
 		}), []string{`! -d 127.0.0.0/8 ` + comment + ` -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`}, false},
-		{"IPv6 never serves localhost", with(v6Config(), func(c *Config) { c.LocalhostNodePorts = true }),
+		{"IPv6 never serves localhost", testkit.With(v6Config(), func(c *Config) { c.LocalhostNodePorts = true }),
 			[]string{`! -d ::1/128 ` + comment + ` -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`}, false},
-		{"listed addresses without loopback turn localhost off", with(v4Config(), func(c *Config) {
+		{"listed addresses without loopback turn localhost off", testkit.With(v4Config(), func(c *Config) {
 			c.LocalhostNodePorts = true
-			c.NodePortAddresses = prefixes("198.19.0.0/24")
-			c.InterfaceAddrs = addrs("127.0.0.1", "198.19.0.9", "198.19.0.1", "198.19.0.1", "198.19.3.1")
+			c.NodePortAddresses = testkit.Prefixes("198.19.0.0/24")
+			c.InterfaceAddrs = testkit.Addrs("127.0.0.1", "198.19.0.9", "198.19.0.1", "198.19.0.1", "198.19.3.1")
 		}), []string{
 			`-d 198.19.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`,
 			`-d 198.19.0.9/32 ` + comment + ` -j KUBE-NODEPORTS`,
 		}, false},
-		{"listed loopback needs localhost NodePorts", with(v4Config(), func(c *Config) {
-			c.NodePortAddresses = prefixes("127.0.0.1/32", "198.19.0.1/32")
-			c.InterfaceAddrs = addrs("127.0.0.1", "198.19.0.1")
+		{"listed loopback needs localhost NodePorts", testkit.With(v4Config(), func(c *Config) {
+			c.NodePortAddresses = testkit.Prefixes("127.0.0.1/32", "198.19.0.1/32")
+			c.InterfaceAddrs = testkit.Addrs("127.0.0.1", "198.19.0.1")
 		}), []string{`-d 198.19.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`}, false},
-		{"listed loopback with localhost NodePorts", with(v4Config(), func(c *Config) {
+		{"listed loopback with localhost NodePorts", testkit.With(v4Config(), func(c *Config) {
 			c.LocalhostNodePorts = true
-			c.NodePortAddresses = prefixes("127.0.0.1/32", "198.19.0.1/32")
-			c.InterfaceAddrs = addrs("127.0.0.1", "198.19.0.1")
+			c.NodePortAddresses = testkit.Prefixes("127.0.0.1/32", "198.19.0.1/32")
+			c.InterfaceAddrs = testkit.Addrs("127.0.0.1", "198.19.0.1")
 		}), []string{
 			`-d 127.0.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`,
 			`-d 198.19.0.1/32 ` + comment + ` -j KUBE-NODEPORTS`,
 		}, true},
-		{"no address matches: no jump at all", with(v4Config(), func(c *Config) {
-			c.NodePortAddresses, c.InterfaceAddrs = prefixes("198.19.7.0/24"), addrs("198.19.0.1")
+		{"no address matches: no jump at all", testkit.With(v4Config(), func(c *Config) {
+			c.NodePortAddresses, c.InterfaceAddrs = testkit.Prefixes("198.19.7.0/24"), testkit.Addrs("198.19.0.1")
 		}), nil, false},
 	}
 	for _, tt := range tests {
@@ -82,9 +84,9 @@ func TestFixedChains(t *testing.T) {
 		absent string
 	}{
 		{"mark chain sets bit 14", v4Config(), MarkMasq, NAT, []string{`-j MARK --set-xmark 0x4000/0x4000`}, ""},
-		{"mark chain sets bit 0", with(v4Config(), func(c *Config) { c.MasqueradeBit = 0 }), MarkMasq, NAT,
+		{"mark chain sets bit 0", testkit.With(v4Config(), func(c *Config) { c.MasqueradeBit = 0 }), MarkMasq, NAT,
 			[]string{`-j MARK --set-xmark 0x1/0x1`}, ""},
-		{"postrouting with bit 31 and random-fully", with(v4Config(), func(c *Config) { c.MasqueradeBit, c.RandomFully = 31, true }),
+		{"postrouting with bit 31 and random-fully", testkit.With(v4Config(), func(c *Config) { c.MasqueradeBit, c.RandomFully = 31, true }),
 			Postrouting, NAT, []string{
 				`-m mark ! --mark 0x80000000/0x80000000 -j RETURN`,
 				`-j MARK --set-xmark 0x80000000/0x0`,
@@ -95,7 +97,7 @@ func TestFixedChains(t *testing.T) {
 			`-m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT`,
 			`-m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
 		}, ""},
-		{"forward with a liberal conntrack", with(v4Config(), func(c *Config) { c.ConntrackTCPBeLiberal = true }), Forward, Filter, []string{
+		{"forward with a liberal conntrack", testkit.With(v4Config(), func(c *Config) { c.ConntrackTCPBeLiberal = true }), Forward, Filter, []string{
 			`-m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT`,
 			`-m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
 		}, "INVALID"},

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -23,14 +24,14 @@ func TestValidate(t *testing.T) {
 		{"unknown family", func(c *Config) { c.Family = "IPv5" }, []string{`unknown Family "IPv5"`}},
 		{"masquerade bit too large", func(c *Config) { c.MasqueradeBit = 32 }, []string{"MasqueradeBit: 32 is outside 0-31"}},
 		{"masquerade bit negative", func(c *Config) { c.MasqueradeBit = -1 }, []string{"MasqueradeBit: -1"}},
-		{"IPv6 cluster CIDR in IPv4", func(c *Config) { c.ClusterCIDRs = prefixes("198.19.1.0/24", "fd00::/64") },
+		{"IPv6 cluster CIDR in IPv4", func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24", "fd00::/64") },
 			[]string{"ClusterCIDRs[1]: fd00::/64 is not an IPv4 prefix"}},
 		{"invalid nodeport prefix", func(c *Config) { c.NodePortAddresses = []netip.Prefix{{}} },
 			[]string{"NodePortAddresses[0]: not a valid prefix"}},
-		{"mapped prefix", func(c *Config) { c.NodePortAddresses = prefixes("::ffff:198.19.0.0/120") },
+		{"mapped prefix", func(c *Config) { c.NodePortAddresses = testkit.Prefixes("::ffff:198.19.0.0/120") },
 			[]string{"NodePortAddresses[0]: ::ffff:198.19.0.0/120 is an IPv4-mapped"}},
-		{"IPv6 node IP", func(c *Config) { c.NodeIPs = addrs("fd00::1") }, []string{"NodeIPs[0]: fd00::1 is not an IPv4 address"}},
-		{"zoned interface address", func(c *Config) { c.Family, c.InterfaceAddrs = kernel.IPv6, addrs("fe80::1%eth0") },
+		{"IPv6 node IP", func(c *Config) { c.NodeIPs = testkit.Addrs("fd00::1") }, []string{"NodeIPs[0]: fd00::1 is not an IPv4 address"}},
+		{"zoned interface address", func(c *Config) { c.Family, c.InterfaceAddrs = kernel.IPv6, testkit.Addrs("fe80::1%eth0") },
 			[]string{"InterfaceAddrs[0]: fe80::1%eth0 has a zone", "NodeIPs[0]: 198.19.0.1 is not an IPv6 address"}},
 		{"every problem is reported", func(c *Config) { c.MasqueradeBit = 40; c.NodeIPs = []netip.Addr{{}} },
 			[]string{"MasqueradeBit", "NodeIPs[0]: not a valid address"}},
@@ -68,7 +69,7 @@ func TestValidate(t *testing.T) {
 // service port, never a panic or a broken restore payload.
 func TestForPortRefusesWhatItCannotExpress(t *testing.T) {
 	ok := func() *servicemap.ServicePort {
-		return servicePort("default", "web", 80, "198.18.0.10", endpoints(ep("198.19.1.11:8080")))
+		return testkit.Port("default", "web", 80, "198.18.0.10", testkit.Endpoints(testkit.EP("198.19.1.11:8080")))
 	}
 	change := func(f func(*servicemap.ServicePort)) *servicemap.ServicePort { sp := ok(); f(sp); return sp }
 	tests := []struct {
@@ -106,8 +107,8 @@ func TestForPortRefusesWhatItCannotExpress(t *testing.T) {
 // its own, and a port without a cluster IP of the family is absent, even
 // when its external addresses are of that family.
 func TestForPortOtherFamilyContributesNothing(t *testing.T) {
-	sp := servicePort("default", "v4", 80, "198.18.0.10", nodePort(30080), externalIPs("fd00:18::1"),
-		endpoints(ep("[fd00:19:1::11]:8080")))
+	sp := testkit.Port("default", "v4", 80, "198.18.0.10", testkit.NodePort(30080), testkit.ExternalIPs("fd00:18::1"),
+		testkit.Endpoints(testkit.EP("[fd00:19:1::11]:8080")))
 	sp.Name.Protocol = v1.ProtocolUDP
 	pr, err := mustBuilder(t, v6Config()).ForPort(sp)
 	if err != nil {

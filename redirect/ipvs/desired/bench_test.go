@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -18,10 +19,10 @@ func largeSnapshot(n, eps int) *servicemap.Snapshot {
 			a := netip.AddrFrom4([4]byte{198, 19, byte(1 + (i*eps+j)/65536%200), byte((i*eps + j) / 256 % 256)})
 			e = append(e, servicemap.Endpoint{Addr: a.Next(), Port: uint16(8000 + j), Ready: true, Serving: true})
 		}
-		ports = append(ports, port("bench", fmt.Sprintf("svc-%05d", i), 80,
-			netip.AddrFrom4([4]byte{198, 18, byte(i / 256), byte(i % 256)}).String(), endpoints(e...)))
+		ports = append(ports, testkit.Port("bench", fmt.Sprintf("svc-%05d", i), 80,
+			netip.AddrFrom4([4]byte{198, 18, byte(i / 256), byte(i % 256)}).String(), testkit.Endpoints(e...)))
 	}
-	return servicemap.NewSnapshot(1, &servicemap.NodeInfo{Name: nodeName}, ports...)
+	return servicemap.NewSnapshot(1, &servicemap.NodeInfo{Name: testkit.NodeName}, ports...)
 }
 
 func BenchmarkBuild(b *testing.B) {

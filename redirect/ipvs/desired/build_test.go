@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -28,25 +29,25 @@ func realServersOf(t *testing.T, st *State, key string) []string {
 }
 
 func TestRealServersFollowTrafficPolicies(t *testing.T) {
-	eps := endpoints(ep("198.19.1.11:80"), ep("198.19.1.12:80", local), ep("198.19.1.13:80", terminating))
+	eps := testkit.Endpoints(testkit.EP("198.19.1.11:80"), testkit.EP("198.19.1.12:80", testkit.Local), testkit.EP("198.19.1.13:80", testkit.Terminating))
 	tests := []struct {
 		name string
 		port *servicemap.ServicePort
 		key  string
 		want []string
 	}{
-		{"cluster policy: ready ones", port("d", "a", 80, "198.18.0.1", eps), "TCP/198.18.0.1:80",
+		{"cluster policy: ready ones", testkit.Port("d", "a", 80, "198.18.0.1", eps), "TCP/198.18.0.1:80",
 			[]string{"198.19.1.11:80", "198.19.1.12:80"}},
-		{"internal Local: local ready one", port("d", "a", 80, "198.18.0.1", eps, internalLocal()), "TCP/198.18.0.1:80",
+		{"internal Local: local ready one", testkit.Port("d", "a", 80, "198.18.0.1", eps, testkit.InternalLocal()), "TCP/198.18.0.1:80",
 			[]string{"198.19.1.12:80"}},
-		{"internal Local without local endpoints: none", port("d", "a", 80, "198.18.0.1", internalLocal(),
-			endpoints(ep("198.19.1.11:80"))), "TCP/198.18.0.1:80", nil},
-		{"external Local leaves the cluster IP alone", port("d", "a", 80, "198.18.0.1", eps, nodePort(30000), externalLocal(0)),
+		{"internal Local without local endpoints: none", testkit.Port("d", "a", 80, "198.18.0.1", testkit.InternalLocal(),
+			testkit.Endpoints(testkit.EP("198.19.1.11:80"))), "TCP/198.18.0.1:80", nil},
+		{"external Local leaves the cluster IP alone", testkit.Port("d", "a", 80, "198.18.0.1", eps, testkit.NodePort(30000), testkit.ExternalLocal(0)),
 			"TCP/198.18.0.1:80", []string{"198.19.1.11:80", "198.19.1.12:80"}},
-		{"external Local narrows the NodePort", port("d", "a", 80, "198.18.0.1", eps, nodePort(30000), externalLocal(0)),
+		{"external Local narrows the NodePort", testkit.Port("d", "a", 80, "198.18.0.1", eps, testkit.NodePort(30000), testkit.ExternalLocal(0)),
 			"TCP/198.19.0.1:30000", []string{"198.19.1.12:80"}},
-		{"serving-terminating fallback", port("d", "a", 80, "198.18.0.1",
-			endpoints(ep("198.19.1.13:80", terminating))), "TCP/198.18.0.1:80", []string{"198.19.1.13:80"}},
+		{"serving-terminating fallback", testkit.Port("d", "a", 80, "198.18.0.1",
+			testkit.Endpoints(testkit.EP("198.19.1.13:80", testkit.Terminating))), "TCP/198.18.0.1:80", []string{"198.19.1.13:80"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,9 +68,9 @@ func TestVirtualServerOptions(t *testing.T) {
 		wantTO    uint32
 		wantSched string
 	}{
-		{"default scheduler", v4Config(), port("d", "a", 80, "198.18.0.1"), 0, 0, "rr"},
-		{"affinity is persistence", v4Config(), port("d", "a", 80, "198.18.0.1", affinity(90*time.Second)), FlagPersistent, 90, "rr"},
-		{"mh hashes the port", with(v4Config(), func(c *Config) { c.Scheduler = "mh" }), port("d", "a", 80, "198.18.0.1"), FlagMHPort, 0, "mh"},
+		{"default scheduler", v4Config(), testkit.Port("d", "a", 80, "198.18.0.1"), 0, 0, "rr"},
+		{"affinity is persistence", v4Config(), testkit.Port("d", "a", 80, "198.18.0.1", testkit.Affinity(90*time.Second)), FlagPersistent, 90, "rr"},
+		{"mh hashes the port", testkit.With(v4Config(), func(c *Config) { c.Scheduler = "mh" }), testkit.Port("d", "a", 80, "198.18.0.1"), FlagMHPort, 0, "mh"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,8 +87,8 @@ func TestVirtualServerOptions(t *testing.T) {
 }
 
 func TestNodePortAddresses(t *testing.T) {
-	local := addrs("127.0.0.1", "198.19.0.1", "198.19.2.1")
-	local6 := addrs("::1", "fe80::1", "fd00:19::1")
+	local := testkit.Addrs("127.0.0.1", "198.19.0.1", "198.19.2.1")
+	local6 := testkit.Addrs("::1", "fe80::1", "fd00:19::1")
 	tests := []struct {
 		name  string
 		cfg   Config
@@ -95,14 +96,14 @@ func TestNodePortAddresses(t *testing.T) {
 		npa   []netip.Prefix
 		want  []netip.Addr
 	}{
-		{"empty: every local address but loopback", v4Config(), local, nil, addrs("198.19.0.1", "198.19.2.1")},
-		{"a /0 matches all too", v4Config(), local, prefixes("0.0.0.0/0"), addrs("198.19.0.1", "198.19.2.1")},
-		{"restricted, loopback left out", v4Config(), local, prefixes("198.19.2.0/24", "127.0.0.0/8"), addrs("198.19.2.1")},
-		{"IPv6: neither loopback nor link-local", v6Config(), local6, nil, addrs("fd00:19::1")},
+		{"empty: every local address but loopback", v4Config(), local, nil, testkit.Addrs("198.19.0.1", "198.19.2.1")},
+		{"a /0 matches all too", v4Config(), local, testkit.Prefixes("0.0.0.0/0"), testkit.Addrs("198.19.0.1", "198.19.2.1")},
+		{"restricted, loopback left out", v4Config(), local, testkit.Prefixes("198.19.2.0/24", "127.0.0.0/8"), testkit.Addrs("198.19.2.1")},
+		{"IPv6: neither loopback nor link-local", v6Config(), local6, nil, testkit.Addrs("fd00:19::1")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := with(tt.cfg, func(c *Config) { c.LocalAddrs, c.NodePortAddresses = tt.local, tt.npa })
+			cfg := testkit.With(tt.cfg, func(c *Config) { c.LocalAddrs, c.NodePortAddresses = tt.local, tt.npa })
 			if got := nodePortIPs(cfg); !slices.Equal(got, tt.want) {
 				t.Errorf("nodePortIPs = %v, want %v", got, tt.want)
 			}
@@ -129,9 +130,9 @@ func TestSetNameIPv6(t *testing.T) {
 func TestValidateNamesEveryBadField(t *testing.T) {
 	cfg := v4Config()
 	cfg.MasqueradeBit = 40
-	cfg.LocalAddrs = addrs("fd00::1")
-	cfg.ClusterCIDRs = prefixes("fd00::/64")
-	_, err := Build(cfg, snapshot())
+	cfg.LocalAddrs = testkit.Addrs("fd00::1")
+	cfg.ClusterCIDRs = testkit.Prefixes("fd00::/64")
+	_, err := Build(cfg, testkit.Snapshot())
 	if err == nil {
 		t.Fatal("Build accepted a bad config")
 	}
@@ -140,7 +141,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, field)
 		}
 	}
-	if _, err := Build(Config{Family: "IPv5"}, snapshot()); err == nil || !strings.Contains(err.Error(), "IPv5") {
+	if _, err := Build(Config{Family: "IPv5"}, testkit.Snapshot()); err == nil || !strings.Contains(err.Error(), "IPv5") {
 		t.Errorf("unknown family: err = %v", err)
 	}
 }
@@ -183,8 +184,8 @@ func TestSourceRangeOfEverythingIsSplit(t *testing.T) {
 			if tt.cfg.Family == kernel.IPv6 {
 				cluster = "fd00:18::1"
 			}
-			st := mustBuild(t, tt.cfg, port("d", "a", 80, cluster, lbIPs(tt.lb), sourceRanges(tt.rng),
-				endpoints(ep(netip.AddrPortFrom(tt.cfg.NodeIPs[0], 80).String()))))
+			st := mustBuild(t, tt.cfg, testkit.Port("d", "a", 80, cluster, testkit.LoadBalancerIPs(tt.lb), testkit.SourceRanges(tt.rng),
+				testkit.Endpoints(testkit.EP(netip.AddrPortFrom(tt.cfg.NodeIPs[0], 80).String()))))
 			var got []string
 			for _, m := range st.Set(SetLBSourceCIDR).Members {
 				got = append(got, m.Net.String())

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/fakeiptables/trace"
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -44,8 +45,8 @@ type scenario struct {
 
 func TestWalk(t *testing.T) {
 	const third = 1.0 / 3
-	web := func(opts ...portOption) *servicemap.ServicePort {
-		return svc("web", "198.18.0.10:80", append([]portOption{nodePort(30080),
+	web := func(opts ...testkit.PortOpt) *servicemap.ServicePort {
+		return svc("web", "198.18.0.10:80", append([]testkit.PortOpt{testkit.NodePort(30080),
 			eps("198.19.1.11:8080", "198.19.1.12:8080", "local 198.19.1.13:8080")}, opts...)...)
 	}
 	everyWebEndpoint := func(masq bool) []landing {
@@ -58,7 +59,7 @@ func TestWalk(t *testing.T) {
 			ports: []*servicemap.ServicePort{
 				web(),
 				svc("empty", "198.18.0.30:80"),
-				svc("dns", "198.18.0.12:53", proto(v1.ProtocolUDP), eps("198.19.1.11:5353")),
+				svc("dns", "198.18.0.12:53", testkit.Protocol(v1.ProtocolUDP), eps("198.19.1.11:5353")),
 			},
 			cases: []walkCase{
 				{name: "cluster IP from a pod: every endpoint, source kept",
@@ -116,8 +117,8 @@ func TestWalk(t *testing.T) {
 			name: "externalTrafficPolicy Local",
 			cfg:  configV4(),
 			ports: []*servicemap.ServicePort{
-				svc("local", "198.18.0.20:80", nodePort(30090), externalLocal(32090), eps("198.19.1.11:8080", "local 198.19.1.13:8080")),
-				svc("elsewhere", "198.18.0.21:80", nodePort(30091), externalLocal(32091), eps("198.19.1.11:8080")),
+				svc("local", "198.18.0.20:80", testkit.NodePort(30090), testkit.ExternalLocal(32090), eps("198.19.1.11:8080", "local 198.19.1.13:8080")),
+				svc("elsewhere", "198.18.0.21:80", testkit.NodePort(30091), testkit.ExternalLocal(32091), eps("198.19.1.11:8080")),
 			},
 			cases: []walkCase{
 				{name: "NodePort from outside: only the local endpoint, source kept",
@@ -165,9 +166,9 @@ func TestWalk(t *testing.T) {
 			name: "SCTP",
 			cfg:  configV4(),
 			ports: []*servicemap.ServicePort{
-				svc("sig", "198.18.0.13:3868", proto(v1.ProtocolSCTP), nodePort(30868), externalLocal(0),
+				svc("sig", "198.18.0.13:3868", testkit.Protocol(v1.ProtocolSCTP), testkit.NodePort(30868), testkit.ExternalLocal(0),
 					eps("198.19.1.11:3868", "local 198.19.1.12:3868")),
-				svc("sig-any", "198.18.0.14:3869", proto(v1.ProtocolSCTP), nodePort(30869), eps("198.19.1.11:3869")),
+				svc("sig-any", "198.18.0.14:3869", testkit.Protocol(v1.ProtocolSCTP), testkit.NodePort(30869), eps("198.19.1.11:3869")),
 			},
 			cases: []walkCase{
 				{name: "cluster IP",
@@ -185,7 +186,7 @@ func TestWalk(t *testing.T) {
 			name: "IPv6",
 			cfg:  configV6(),
 			ports: []*servicemap.ServicePort{
-				svc("web6", "[fd00:18::10]:80", nodePort(30081), eps("[fd00:19:1::11]:8080", "local [fd00:19:1::12]:8080")),
+				svc("web6", "[fd00:18::10]:80", testkit.NodePort(30081), eps("[fd00:19:1::11]:8080", "local [fd00:19:1::12]:8080")),
 			},
 			cases: []walkCase{
 				{name: "cluster IP from a pod: source kept",
