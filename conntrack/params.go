@@ -12,10 +12,6 @@ type Params struct {
 	Modules sysctl.Sysctls
 }
 
-// FileParams is the kernel's Params under its former name, until callers
-// write Params{}.
-type FileParams = Params
-
 // of returns where the parameter name lives.
 func (p Params) of(name string) sysctl.Sysctls {
 	if name == HashsizeParam {
@@ -29,11 +25,3 @@ func (p Params) of(name string) sysctl.Sysctls {
 	}
 	return p.Sysctls
 }
-
-// The files of three sysctls above, under their former names, until
-// cmd/kproxy/app's tests read them by name (sysctl.Proc{}.Read).
-const (
-	TCPEstablishedTimeoutPath = sysctl.DefaultRoot + "/" + TCPEstablishedTimeoutSysctl
-	TCPCloseWaitTimeoutPath   = sysctl.DefaultRoot + "/" + TCPCloseWaitTimeoutSysctl
-	UDPTimeoutPath            = sysctl.DefaultRoot + "/" + UDPTimeoutSysctl
-)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/sync/mode"
 )

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"strings"
 
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/redirect/iptables/rules"
@@ -50,7 +48,10 @@ func Missing(f kernel.Features) []string {
 // found usable (IPv4 is required: Missing refuses the mode without it).
 func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
 	logger := d.Logger
-	beLiberal := readSysctl(d, "net/netfilter/nf_conntrack_tcp_be_liberal") == "1"
+	beLiberal, err := d.Sysctls.Read("net/netfilter/nf_conntrack_tcp_be_liberal")
+	if err != nil {
+		logger.V(2).Info("Could not read a sysctl; taking it as unset", "err", err)
+	}
 	if s.DetectLocalMode != "" && s.DetectLocalMode != "ClusterCIDR" {
 		logger.Info("Warning: this --detect-local-mode is not supported by kproxy's iptables mode; "+
 			"traffic is treated as with no local-traffic detector (only --cluster-cidr is)", "detectLocalMode", s.DetectLocalMode)
@@ -72,7 +73,7 @@ func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
 			RandomFully:   ipt.RandomFully,
 
 			LocalhostNodePorts:    s.LocalhostNodePorts && fam == ipfamily.IPv4,
-			ConntrackTCPBeLiberal: beLiberal,
+			ConntrackTCPBeLiberal: beLiberal == "1",
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			rc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync
@@ -89,7 +90,7 @@ func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
 	if s.LocalhostNodePorts && !s.NodePorts.Primary && nodeaddr.AdmitsIPv4Loopback(ipfamily.Prefixes(s.NodePorts.CIDRs, ipfamily.IPv4)) {
 		// NodePorts on 127.0.0.1 are DNATed to other hosts, which the
 		// kernel only routes with route_localnet, as kube-proxy sets it.
-		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/route_localnet", []byte("1"), 0); err != nil {
+		if err := d.Sysctls.Write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			logger.Error(err, "Could not set net.ipv4.conf.all.route_localnet=1: NodePorts will not answer on 127.0.0.1 "+
 				"(pass --iptables-localhost-nodeports=false to silence this)")
 		}
@@ -98,14 +99,4 @@ func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
 		LocalAddresses: kernel.InterfaceAddresses,
 	})
-}
-
-// readSysctl returns a sysctl's value, "" when it cannot be read (logged).
-func readSysctl(d mode.Deps, name string) string {
-	b, err := os.ReadFile("/proc/sys/" + name)
-	if err != nil {
-		d.Logger.V(2).Info("Could not read a sysctl", "sysctl", name, "err", err)
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }

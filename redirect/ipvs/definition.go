@@ -99,7 +99,7 @@ func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
 	m, err := New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, ExcludeCIDRs: s.IPVS.ExcludeCIDRs,
 		LocalAddresses: func() ([]netip.Addr, error) { return handles.LocalAddressesExcept(handles.DummyLink) },
-		Registry:       d.Registry, Logger: logger,
+		Sysctls:        d.Sysctls, Registry: d.Registry, Logger: logger,
 	})
 	if err != nil {
 		handle.Close()

@@ -12,6 +12,7 @@ import (
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 )
 
@@ -97,5 +98,7 @@ type Deps struct {
 	Features kernel.Features
 	// Registry receives the mode's metrics.
 	Registry prometheus.Registerer
-	Logger   klog.Logger
+	// Sysctls are where the mode reads and writes the sysctls it needs.
+	Sysctls sysctl.Sysctls
+	Logger  klog.Logger
 }

@@ -17,6 +17,7 @@ import (
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/redirect/cleanup"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/modes"
 	"kproxy.dev/kproxy/sync/engine"
 	"kproxy.dev/kproxy/sync/healthz"
@@ -72,7 +73,7 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	// nf_conntrack_tcp_be_liberal.
 	tuneConntrack(logger, cfg.Conntrack)
 
-	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Logger: logger})
+	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Sysctls: sysctl.Proc{}, Logger: logger})
 	if err != nil {
 		return err
 	}

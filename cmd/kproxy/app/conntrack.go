@@ -17,7 +17,7 @@ import (
 // start. What cannot be set (a read-only /proc/sys, nf_conntrack_max inside
 // a network namespace) is one warning; nothing else depends on it.
 func tuneConntrack(logger klog.Logger, cfg options.ConntrackConfig) {
-	changes, err := conntrack.Tune(conntrack.FileParams{}, conntrack.Settings{
+	changes, err := conntrack.Tune(conntrack.Params{}, conntrack.Settings{
 		MaxPerCore:            int(cfg.MaxPerCore),
 		Min:                   int(cfg.Min),
 		TCPEstablishedTimeout: cfg.TCPEstablishedTimeout,

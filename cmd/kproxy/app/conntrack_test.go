@@ -17,6 +17,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/conntrack"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 )
 
 const udpService = `apiVersion: v1
@@ -119,14 +120,13 @@ func TestRunTunesConntrack(t *testing.T) {
 	// Defaults for the table size, which a namespace cannot change, and
 	// the TCP timeouts, which it can; a UDP timeout on top.
 	logs := runOn(t, udpService, "--conntrack-udp-timeout=45s")
-	for path, want := range map[string]string{
-		conntrack.TCPEstablishedTimeoutPath: "86400",
-		conntrack.TCPCloseWaitTimeoutPath:   "3600",
-		conntrack.UDPTimeoutPath:            "45",
+	for name, want := range map[string]string{
+		conntrack.TCPEstablishedTimeoutSysctl: "86400",
+		conntrack.TCPCloseWaitTimeoutSysctl:   "3600",
+		conntrack.UDPTimeoutSysctl:            "45",
 	} {
-		b, err := os.ReadFile(path)
-		if got := strings.TrimSpace(string(b)); err != nil || got != want {
-			t.Errorf("%s = %q (%v), want %s", path, got, err, want)
+		if got, err := (sysctl.Proc{}).Read(name); err != nil || got != want {
+			t.Errorf("%s = %q (%v), want %s", name, got, err, want)
 		}
 	}
 	if n := strings.Count(logs.String(), "some conntrack settings could not be applied"); n != 1 {
