@@ -16,7 +16,6 @@ import (
 	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/nodeaddr"
-	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -106,7 +105,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	full := changes.Full || f.needFull || f.model == nil || !configEqual(cfg, f.modelCfg)
 	if !full {
 		tables := canaryTables[:1]
-		if runner.ReasonFrom(ctx) == runner.Periodic {
+		if changes.Periodic {
 			tables = canaryTables
 		}
 		intact, err := f.canariesIntact(ctx, tables)

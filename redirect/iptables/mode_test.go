@@ -17,7 +17,6 @@ import (
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -68,13 +67,13 @@ func newHarness(t *testing.T, maxChains int) *harness {
 
 func (h *harness) sync(t *testing.T, full bool, changed []servicemap.ServicePortName, removed []*servicemap.ServicePort, ports ...*servicemap.ServicePort) error {
 	t.Helper()
-	return h.syncCtx(context.Background(), full, changed, removed, ports...)
+	return h.syncChanges(&servicemap.ChangeSet{Full: full, Changed: changed, Removed: removed}, ports...)
 }
 
-func (h *harness) syncCtx(ctx context.Context, full bool, changed []servicemap.ServicePortName, removed []*servicemap.ServicePort, ports ...*servicemap.ServicePort) error {
+func (h *harness) syncChanges(changes *servicemap.ChangeSet, ports ...*servicemap.ServicePort) error {
 	h.gen++
 	snap := servicemap.NewSnapshot(h.gen, &servicemap.NodeInfo{Name: "node", Addresses: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}, ports...)
-	return h.mode.Sync(ctx, snap, &servicemap.ChangeSet{Full: full, Changed: changed, Removed: removed})
+	return h.mode.Sync(context.Background(), snap, changes)
 }
 
 func name(svc, port string) servicemap.ServicePortName {
@@ -338,7 +337,7 @@ func TestNATFlushRepairedByThePeriodicSync(t *testing.T) {
 	if _, err := h.fake.Run(context.Background(), []byte(flush.String()), "iptables-nft-restore", "--noflush"); err != nil {
 		t.Fatalf("flushing nat: %v\n%s", err, flush.String())
 	}
-	if err := h.syncCtx(runner.WithReason(context.Background(), runner.Periodic), false, nil, nil, ports...); err != nil {
+	if err := h.syncChanges(&servicemap.ChangeSet{Periodic: true}, ports...); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, h.fake.Save("")); diff != "" {

@@ -192,14 +192,6 @@ func (e *Engine) Run(ctx context.Context) {
 	e.runner.Loop(ctx)
 }
 
-// LastSynced returns the snapshot the mode last synced successfully (nil
-// before the first success).
-func (e *Engine) LastSynced() *servicemap.Snapshot {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.lastGood
-}
-
 // WaitForGeneration blocks until a successful sync covered snapshot
 // generation n or later, or ctx is done.
 func (e *Engine) WaitForGeneration(ctx context.Context, n uint64) error {
@@ -220,14 +212,13 @@ func (e *Engine) WaitForGeneration(ctx context.Context, n uint64) error {
 }
 
 // sync is the runner's function: one attempt to bring the mode up to date.
-func (e *Engine) sync(ctx context.Context) error {
+func (e *Engine) sync(ctx context.Context, reason runner.Reason) error {
 	if !e.smap.Synced() {
 		// Syncing a partial view would drop services that are merely not
 		// loaded yet; the map's OnSynced notification brings us back.
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("mode", e.mode.Name())
-	reason := runner.ReasonFrom(ctx)
 
 	snap, changes := e.smap.Snapshot()
 	if snap == nil {
@@ -244,6 +235,7 @@ func (e *Engine) sync(ctx context.Context) error {
 		changes, e.failed = e.failed, nil
 	}
 	periodic := reason == runner.Periodic
+	changes.Periodic = periodic
 	if !e.modeSeen || (periodic && e.clock.Now().Sub(e.lastFull) >= e.fullSyncPeriod) {
 		changes.Full = true
 	}

@@ -152,7 +152,7 @@ func newFixture(t *testing.T) *fixture {
 
 // tick runs one sync the way the runner would, for the given reason.
 func (f *fixture) tick(reason runner.Reason) error {
-	return f.engine.sync(runner.WithReason(f.ctx, reason))
+	return f.engine.sync(f.ctx, reason)
 }
 
 func TestSyncSequence(t *testing.T) {
@@ -270,7 +270,7 @@ func TestSyncSequence(t *testing.T) {
 					t.Errorf("step %d: mode calls (-want +got):\n%s", i, diff)
 				}
 				var gotLast uint64
-				if last := f.engine.LastSynced(); last != nil {
+				if last := lastSynced(f.engine); last != nil {
 					gotLast = last.Generation
 				}
 				if gotLast != s.wantLast {
@@ -495,4 +495,12 @@ func TestNewRequiresParts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lastSynced returns the snapshot the mode last synced successfully (nil
+// before the first success).
+func lastSynced(e *Engine) *servicemap.Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastGood
 }

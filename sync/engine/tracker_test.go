@@ -17,6 +17,7 @@ import (
 
 	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -82,7 +83,7 @@ func TestWithTracker(t *testing.T) {
 
 	tracker.OnServiceUpdate(service("web", "198.18.0.10"))
 	tracker.OnEndpointSliceUpdate(endpointSlice("web", "web-1", "198.19.1.1", "198.19.1.2"))
-	if e.LastSynced() != nil {
+	if lastSynced(e) != nil {
 		t.Fatal("synced before the map had its initial state")
 	}
 	tracker.OnSynced()
@@ -91,7 +92,7 @@ func TestWithTracker(t *testing.T) {
 	waitFor := func(what string, ok func(*servicemap.Snapshot) bool) *servicemap.Snapshot {
 		t.Helper()
 		for {
-			last := e.LastSynced()
+			last := lastSynced(e)
 			if last != nil && ok(last) {
 				return last
 			}
@@ -186,7 +187,7 @@ func BenchmarkPartialSync(b *testing.B) {
 	}
 	tracker.OnSynced()
 	ctx := context.Background()
-	if err := e.sync(ctx); err != nil {
+	if err := e.sync(ctx, runner.Requested); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
@@ -195,7 +196,7 @@ func BenchmarkPartialSync(b *testing.B) {
 		slice := endpointSlice("svc-7", "svc-7-1", fmt.Sprintf("198.19.100.%d", i%2+1))
 		slice.ResourceVersion = fmt.Sprint(i + 2)
 		tracker.OnEndpointSliceUpdate(slice)
-		if err := e.sync(ctx); err != nil {
+		if err := e.sync(ctx, runner.Requested); err != nil {
 			b.Fatal(err)
 		}
 	}

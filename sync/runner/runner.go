@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Reason says why a run happened; the function reads it with ReasonFrom.
+// Reason says why a run happened; the Runner passes it to its function.
 type Reason int
 
 const (
@@ -38,23 +38,6 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", int(r))
 }
 
-type reasonKey struct{}
-
-// ReasonFrom returns why the run whose context is ctx happened (Requested
-// when ctx did not come from a Runner).
-func ReasonFrom(ctx context.Context) Reason {
-	if r, ok := ctx.Value(reasonKey{}).(Reason); ok {
-		return r
-	}
-	return Requested
-}
-
-// WithReason returns ctx carrying r, as a Runner passes it to its function;
-// it lets callers and tests invoke such a function directly.
-func WithReason(ctx context.Context, r Reason) context.Context {
-	return context.WithValue(ctx, reasonKey{}, r)
-}
-
 // Config configures a Runner.
 type Config struct {
 	// Name appears in logs.
@@ -75,7 +58,7 @@ type Config struct {
 }
 
 // Func is the function a Runner runs.
-type Func func(ctx context.Context) error
+type Func func(ctx context.Context, reason Reason) error
 
 // Runner is a bounded-frequency runner. Create it with New and drive it with
 // Loop; Run and RetryAfter may be called from any goroutine.
@@ -214,7 +197,7 @@ func (r *Runner) runOnce(ctx context.Context, logger klog.Logger) {
 	r.sched.started(now)
 	r.mu.Unlock()
 
-	err := r.fn(WithReason(ctx, reason))
+	err := r.fn(ctx, reason)
 
 	r.mu.Lock()
 	r.sched.finished(r.clock.Now(), err != nil && ctx.Err() == nil)

@@ -62,9 +62,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	return h
 }
 
-func (h *harness) fn(ctx context.Context) error {
+func (h *harness) fn(ctx context.Context, reason Reason) error {
 	h.mu.Lock()
-	h.runs = append(h.runs, ReasonFrom(ctx))
+	h.runs = append(h.runs, reason)
 	n := h.requestsDuringRun
 	h.requestsDuringRun = 0
 	fail := h.fails > 0
@@ -266,7 +266,7 @@ func TestLoop(t *testing.T) {
 
 func TestLoopStopsOnContextDone(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	r, err := New(Config{MinInterval: time.Second, MaxInterval: time.Minute, Clock: clk}, func(context.Context) error { return nil })
+	r, err := New(Config{MinInterval: time.Second, MaxInterval: time.Minute, Clock: clk}, func(context.Context, Reason) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestRetryAfter(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	ok := func(context.Context) error { return nil }
+	ok := func(context.Context, Reason) error { return nil }
 	tests := []struct {
 		name string
 		cfg  Config
@@ -332,17 +332,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func TestReasonFrom(t *testing.T) {
-	if got := ReasonFrom(context.Background()); got != Requested {
-		t.Errorf("ReasonFrom(background) = %v, want requested", got)
-	}
-	if got := ReasonFrom(WithReason(context.Background(), Periodic)); got != Periodic {
-		t.Errorf("ReasonFrom(WithReason(periodic)) = %v", got)
-	}
-}
-
 func BenchmarkRunCoalescing(b *testing.B) {
-	r, err := New(Config{MinInterval: time.Hour}, func(context.Context) error { return nil })
+	r, err := New(Config{MinInterval: time.Hour}, func(context.Context, Reason) error { return nil })
 	if err != nil {
 		b.Fatal(err)
 	}

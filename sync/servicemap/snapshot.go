@@ -94,6 +94,10 @@ type ChangeSet struct {
 	NewlyServed []ServicePortName
 	// NodeChanged says this node's Node object changed.
 	NodeChanged bool
+	// Periodic says the sync runs because the sync period passed, not for
+	// a change: modes then also check what others may have changed behind
+	// their back (the iptables mode's canary chains).
+	Periodic bool
 
 	// ServiceChanges and EndpointChanges count the source events folded in.
 	ServiceChanges, EndpointChanges int
@@ -127,6 +131,7 @@ func (c *ChangeSet) Merge(later *ChangeSet) {
 	c.StaleEndpoints = slices.Concat(c.StaleEndpoints, later.StaleEndpoints)
 	c.NewlyServed = unionSorted(c.NewlyServed, later.NewlyServed)
 	c.NodeChanged = c.NodeChanged || later.NodeChanged
+	c.Periodic = later.Periodic
 	c.ServiceChanges += later.ServiceChanges
 	c.EndpointChanges += later.EndpointChanges
 	if c.FirstEvent.IsZero() || (!later.FirstEvent.IsZero() && later.FirstEvent.Before(c.FirstEvent)) {
