@@ -7,7 +7,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // TestCountMatchesTheFakesOwnCounts: after a full apply, a change and a
@@ -47,7 +47,7 @@ func TestCountsByKind(t *testing.T) {
 	vs := desired.VirtualServer{Key: desired.Key{Addr: VIP(0), Protocol: "TCP", Port: 80}, Scheduler: "rr"}
 	svc := handles.ToService(vs)
 	dest := handles.ToDestination(desired.RealServer{Addr: netip.MustParseAddr("198.19.1.1"), Port: 8080, Weight: 1})
-	spec := desired.SetSpecs(kernel.IPv4)[0]
+	spec := desired.SetSpecs(ipfamily.IPv4)[0]
 	calls := []struct {
 		name string
 		call func() error

@@ -9,7 +9,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Inventory is how much of one family's state a kernel holds: enough to
@@ -131,9 +131,9 @@ func ServiceOf(want *desired.State, k desired.Key) (desired.Service, error) {
 	return want.Services[i], nil
 }
 
-func familyOf(a netip.Addr) kernel.Family {
+func familyOf(a netip.Addr) ipfamily.Family {
 	if a.Unmap().Is4() {
-		return kernel.IPv4
+		return ipfamily.IPv4
 	}
-	return kernel.IPv6
+	return ipfamily.IPv6
 }

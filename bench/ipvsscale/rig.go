@@ -10,7 +10,7 @@ import (
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
 	"kproxy.dev/kproxy/redirect/ipvs/reconcile"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Rig is an IPv4 reconciler over kernel handles (NewRig: the real ones of
@@ -44,7 +44,7 @@ func NewRig() (*Rig, error) {
 func RigOver(h Handles) (*Rig, error) {
 	counted, counter := Count(h)
 	rec, err := reconcile.New(reconcile.Options{
-		IPVS: counted.IPVS, Link: counted.Link, IPSets: counted.IPSets, Family: kernel.IPv4,
+		IPVS: counted.IPVS, Link: counted.Link, IPSets: counted.IPSets, Family: ipfamily.IPv4,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ipvsscale rig: %w", err)

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -115,7 +115,7 @@ func (w Workload) Snapshot(variant int) (*servicemap.Snapshot, error) {
 // Config is the node's IPv4 desired-state configuration.
 func Config() desired.Config {
 	return desired.Config{
-		Family:        kernel.IPv4,
+		Family:        ipfamily.IPv4,
 		MasqueradeBit: 14,
 		LocalAddrs:    []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), nodeIP()},
 		NodeIPs:       []netip.Addr{nodeIP()},

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // hintChain is the mangle chain kubelet creates in the backend it uses;
@@ -22,16 +23,16 @@ func MarkBackend(ctx context.Context, b kernel.Backend) error {
 	if b != kernel.Legacy {
 		return nil
 	}
-	return run(ctx, b.Command(kernel.IPv4), "-w", "5", "-t", "mangle", "-N", hintChain)
+	return run(ctx, b.Command(ipfamily.IPv4), "-w", "5", "-t", "mangle", "-N", hintChain)
 }
 
 // SaveDump runs backend b's iptables-save for IPv4 (every table it holds;
 // naming a table would make the legacy tool instantiate it) and returns
 // the output and its summary.
 func SaveDump(ctx context.Context, b kernel.Backend) (Dump, string, error) {
-	out, err := exec.CommandContext(ctx, b.SaveCommand(kernel.IPv4)).Output()
+	out, err := exec.CommandContext(ctx, b.SaveCommand(ipfamily.IPv4)).Output()
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w%s", b.SaveCommand(kernel.IPv4), err, stderrOf(err))
+		return nil, "", fmt.Errorf("%s: %w%s", b.SaveCommand(ipfamily.IPv4), err, stderrOf(err))
 	}
 	return ParseSave(string(out)), string(out), nil
 }
@@ -41,9 +42,9 @@ func SaveDump(ctx context.Context, b kernel.Backend) (Dump, string, error) {
 // table from the kernel. It does not wait for the xtables lock (a restore
 // in progress holds it), so a poller retries instead of delaying the proxy.
 func ListChain(ctx context.Context, b kernel.Backend, chain string) (string, error) {
-	out, err := exec.CommandContext(ctx, b.Command(kernel.IPv4), "-t", "nat", "-S", chain).Output()
+	out, err := exec.CommandContext(ctx, b.Command(ipfamily.IPv4), "-t", "nat", "-S", chain).Output()
 	if err != nil {
-		return "", fmt.Errorf("%s -t nat -S %s: %w%s", b.Command(kernel.IPv4), chain, err, stderrOf(err))
+		return "", fmt.Errorf("%s -t nat -S %s: %w%s", b.Command(ipfamily.IPv4), chain, err, stderrOf(err))
 	}
 	return string(out), nil
 }

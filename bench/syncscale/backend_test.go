@@ -10,6 +10,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func TestKubeProxyLauncher(t *testing.T) {
@@ -90,10 +91,10 @@ func TestVerifyBackend(t *testing.T) {
 	ctx := context.Background()
 	restore := func(b kernel.Backend, rules string) {
 		t.Helper()
-		cmd := exec.Command(b.RestoreCommand(kernel.IPv4), "--noflush")
+		cmd := exec.Command(b.RestoreCommand(ipfamily.IPv4), "--noflush")
 		cmd.Stdin = strings.NewReader(rules)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", b.RestoreCommand(kernel.IPv4), err, out)
+			t.Fatalf("%s: %v\n%s", b.RestoreCommand(ipfamily.IPv4), err, out)
 		}
 	}
 	restore(kernel.NFT, `*nat

@@ -14,6 +14,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // resultDirEnv tells a row's process (re-executed in its own namespace by
@@ -207,7 +208,7 @@ func checkTools(b *testing.B) {
 		}
 	}
 	for _, be := range kernel.Backends() {
-		for _, tool := range []string{be.Command(kernel.IPv4), be.SaveCommand(kernel.IPv4), "xtables-" + string(be) + "-multi"} {
+		for _, tool := range []string{be.Command(ipfamily.IPv4), be.SaveCommand(ipfamily.IPv4), "xtables-" + string(be) + "-multi"} {
 			if _, err := exec.LookPath(tool); err != nil {
 				missing = append(missing, err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // TestNATVersion checks that each backend's version moves with a restore
@@ -23,10 +24,10 @@ func TestNATVersion(t *testing.T) {
 		t.Run(string(b), func(t *testing.T) {
 			restore := func(payload string) {
 				t.Helper()
-				cmd := exec.Command(b.RestoreCommand(kernel.IPv4), "--noflush")
+				cmd := exec.Command(b.RestoreCommand(ipfamily.IPv4), "--noflush")
 				cmd.Stdin = strings.NewReader(payload)
 				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("%s: %v\n%s", b.RestoreCommand(kernel.IPv4), err, out)
+					t.Fatalf("%s: %v\n%s", b.RestoreCommand(ipfamily.IPv4), err, out)
 				}
 			}
 			restore("*nat\n:KUBE-SVC-A - [0:0]\nCOMMIT\n")

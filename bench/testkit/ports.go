@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -145,16 +145,16 @@ func Snapshot(ports ...*servicemap.ServicePort) *servicemap.Snapshot {
 }
 
 // NodeIP is NodeName's address in fam.
-func NodeIP(fam kernel.Family) netip.Addr {
-	if fam == kernel.IPv6 {
+func NodeIP(fam ipfamily.Family) netip.Addr {
+	if fam == ipfamily.IPv6 {
 		return netip.MustParseAddr(NodeIPv6)
 	}
 	return netip.MustParseAddr(NodeIPv4)
 }
 
 // PodCIDR is the pods' range in fam, the fixtures' --cluster-cidr.
-func PodCIDR(fam kernel.Family) netip.Prefix {
-	if fam == kernel.IPv6 {
+func PodCIDR(fam ipfamily.Family) netip.Prefix {
+	if fam == ipfamily.IPv6 {
 		return netip.MustParsePrefix("fd00:19:1::/64")
 	}
 	return netip.MustParsePrefix("198.19.1.0/24")

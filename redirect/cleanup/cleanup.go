@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 const (
@@ -85,7 +86,7 @@ func (c *Cleaner) Clean(ctx context.Context, f kernel.Features, scope Scope) err
 		errs = append(errs, c.cleanIPVS(ctx, f, link))
 	}
 	errs = append(errs, c.deleteLink(ctx, kernel.ProbeLink))
-	for _, fam := range kernel.Families() {
+	for _, fam := range ipfamily.All() {
 		for _, b := range kernel.Backends() {
 			if t := f.Family(fam).Get(b); !t.Usable && !t.NotProbed {
 				continue
@@ -170,7 +171,7 @@ func (c *Cleaner) deleteLink(ctx context.Context, name string) error {
 
 // cleanIPTables restores only tables b's save shows, so a backend with no
 // tables (legacy on an nft node) gets none registered.
-func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam kernel.Family, scope Scope) error {
+func (c *Cleaner) cleanIPTables(ctx context.Context, b kernel.Backend, fam ipfamily.Family, scope Scope) error {
 	save, err := c.Runner.Run(ctx, nil, b.SaveCommand(fam))
 	if err != nil {
 		return fmt.Errorf("reading rules with %s: %w", b.SaveCommand(fam), err)

@@ -13,6 +13,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -24,7 +25,7 @@ var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 func nodeState(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	for _, fam := range kernel.Families() {
+	for _, fam := range ipfamily.All() {
 		for _, be := range kernel.Backends() {
 			b.WriteString("## " + be.SaveCommand(fam) + "\n")
 			for _, line := range strings.Split(lab.Run(t, be.SaveCommand(fam)), "\n") {
@@ -45,7 +46,7 @@ func nodeState(t *testing.T) string {
 	return b.String()
 }
 
-func runRestore(t *testing.T, be kernel.Backend, fam kernel.Family, input string) {
+func runRestore(t *testing.T, be kernel.Backend, fam ipfamily.Family, input string) {
 	t.Helper()
 	cmd := exec.Command(be.RestoreCommand(fam), "--noflush")
 	cmd.Stdin = strings.NewReader(input)
@@ -118,8 +119,8 @@ func installIPVSSets(t *testing.T) {
 func installKept(t *testing.T) {
 	t.Helper()
 	for _, be := range kernel.Backends() {
-		runRestore(t, be, kernel.IPv4, fixture(t, "kept-v4.save"))
-		runRestore(t, be, kernel.IPv6, fixture(t, "kept-v6.save"))
+		runRestore(t, be, ipfamily.IPv4, fixture(t, "kept-v4.save"))
+		runRestore(t, be, ipfamily.IPv6, fixture(t, "kept-v6.save"))
 	}
 	lab.Run(t, "ipset", "create", "user-allow", "hash:net")
 	lab.Run(t, "ipset", "add", "user-allow", "198.19.7.0/24")
@@ -134,13 +135,13 @@ func installLeftovers(t *testing.T) {
 	kept4, kept6 := fixture(t, "kept-v4.save"), fixture(t, "kept-v6.save")
 	installIPVSSets(t)
 	for _, f := range []string{"iptables-mode.save", "ipvs-mode.save", "userspace-mode.save"} {
-		runRestore(t, kernel.NFT, kernel.IPv4, leftoversOnly(t, fixture(t, f), kept4))
+		runRestore(t, kernel.NFT, ipfamily.IPv4, leftoversOnly(t, fixture(t, f), kept4))
 	}
 	for _, f := range []string{"ipvs-mode.save", "userspace-mode.save"} {
-		runRestore(t, kernel.Legacy, kernel.IPv4, leftoversOnly(t, fixture(t, f), kept4))
+		runRestore(t, kernel.Legacy, ipfamily.IPv4, leftoversOnly(t, fixture(t, f), kept4))
 	}
 	for _, be := range kernel.Backends() {
-		runRestore(t, be, kernel.IPv6, leftoversOnly(t, fixture(t, "ipv6-iptables-mode.save"), kept6))
+		runRestore(t, be, ipfamily.IPv6, leftoversOnly(t, fixture(t, "ipv6-iptables-mode.save"), kept6))
 	}
 	// No dummy driver here; a veth stands in for ipvs mode's dummy link.
 	lab.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "veth", "peer", "name", "kipvs-peer")
@@ -204,8 +205,8 @@ func TestCleanupExceptIPTablesOnKernel(t *testing.T) {
 	kept4 := fixture(t, "kept-v4.save")
 	installIPVSSets(t)
 	// iptables mode ran first, then ipvs mode: KUBE-SERVICES holds ipvs rules.
-	runRestore(t, kernel.NFT, kernel.IPv4, leftoversOnly(t, fixture(t, "iptables-mode.save"), kept4))
-	runRestore(t, kernel.NFT, kernel.IPv4, leftoversOnly(t, fixture(t, "ipvs-mode.save"), kept4))
+	runRestore(t, kernel.NFT, ipfamily.IPv4, leftoversOnly(t, fixture(t, "iptables-mode.save"), kept4))
+	runRestore(t, kernel.NFT, ipfamily.IPv4, leftoversOnly(t, fixture(t, "ipvs-mode.save"), kept4))
 	lab.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "veth", "peer", "name", "kipvs-peer")
 
 	if err := Clean(ctx, f, keeping(mode.IPTables)); err != nil {
@@ -244,9 +245,9 @@ func TestCleanupLegacyLeftovers(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	runRestore(t, kernel.Legacy, kernel.IPv4, fixture(t, "kept-v4.save"))
+	runRestore(t, kernel.Legacy, ipfamily.IPv4, fixture(t, "kept-v4.save"))
 	want := nodeState(t)
-	runRestore(t, kernel.Legacy, kernel.IPv4, leftoversOnly(t, fixture(t, "iptables-mode.save"), fixture(t, "kept-v4.save")))
+	runRestore(t, kernel.Legacy, ipfamily.IPv4, leftoversOnly(t, fixture(t, "iptables-mode.save"), fixture(t, "kept-v4.save")))
 
 	f := kernel.Detect(ctx)
 	if !f.IPv4.NFT.Usable || f.IPv4.Legacy.NotProbed || !f.IPv4.Legacy.Usable || f.Backend != kernel.Legacy {
@@ -265,7 +266,7 @@ func TestCleanupLegacyLeftovers(t *testing.T) {
 // exists and lo is the only link.
 func assertPristine(t *testing.T, when string) {
 	t.Helper()
-	for _, fam := range kernel.Families() {
+	for _, fam := range ipfamily.All() {
 		for _, be := range kernel.Backends() {
 			var rules []string
 			for _, line := range strings.Split(lab.Run(t, be.SaveCommand(fam)), "\n") {

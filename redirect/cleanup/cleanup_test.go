@@ -18,6 +18,7 @@ import (
 	ipvsmode "kproxy.dev/kproxy/redirect/ipvs"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/userspace"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -367,7 +368,7 @@ func TestCleanerOnlyReadsWhenNothingToClean(t *testing.T) {
 				t.Fatalf("All: %v", err)
 			}
 			reads := map[string]bool{}
-			for _, fam := range kernel.Families() {
+			for _, fam := range ipfamily.All() {
 				for _, b := range kernel.Backends() {
 					reads[b.SaveCommand(fam)] = true
 				}

@@ -9,12 +9,13 @@ import (
 	"sync"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Fake is one IP family's iptables, in memory. It is safe for concurrent
 // use. Use New.
 type Fake struct {
-	fam kernel.Family
+	fam ipfamily.Family
 
 	mu sync.Mutex
 	// tables holds the tables that exist: like nf_tables, a table appears
@@ -37,7 +38,7 @@ type Restore struct {
 
 // New returns an empty iptables of family fam: no table exists until a
 // restore or a JumpRules call writes to it.
-func New(fam kernel.Family) *Fake {
+func New(fam ipfamily.Family) *Fake {
 	return &Fake{fam: fam, tables: map[string]*table{}}
 }
 
@@ -87,11 +88,11 @@ func (f *Fake) Run(_ context.Context, stdin []byte, name string, args ...string)
 	return nil, cmdErr(cmdline, -1, "fakeiptables: unknown command "+name+"\n")
 }
 
-func familyOf(binary string) kernel.Family {
+func familyOf(binary string) ipfamily.Family {
 	if strings.HasPrefix(binary, "ip6tables") {
-		return kernel.IPv6
+		return ipfamily.IPv6
 	}
-	return kernel.IPv4
+	return ipfamily.IPv4
 }
 
 func cmdErr(cmdline []string, code int, stderr string) error {

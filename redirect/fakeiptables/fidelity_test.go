@@ -10,6 +10,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // fidelityCase is a payload the real tools refuse. wantLine is the line
@@ -73,8 +74,8 @@ func restoreErrorLine(t *testing.T, r *restore.Runner, payload string) int {
 func TestFakeFailuresNameTheRealToolsLines(t *testing.T) {
 	for _, tc := range fidelityCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			f := New(kernel.IPv4)
-			r, err := restore.NewRunner(kernel.IPv4, kernel.NFT, f)
+			f := New(ipfamily.IPv4)
+			r, err := restore.NewRunner(ipfamily.IPv4, kernel.NFT, f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +98,7 @@ func TestRealToolsFailLikeTheFake(t *testing.T) {
 			if lab.InFreshNetns(t) {
 				return
 			}
-			real, err := restore.NewRunner(kernel.IPv4, be, nil)
+			real, err := restore.NewRunner(ipfamily.IPv4, be, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,13 +114,13 @@ func TestRealToolsFailLikeTheFake(t *testing.T) {
 				if got := restoreErrorLine(t, real, tc.payload); got != want {
 					t.Errorf("%s: restore.Error names line %d, want %d", tc.name, got, want)
 				}
-				fake := New(kernel.IPv4)
+				fake := New(ipfamily.IPv4)
 				for _, p := range []string{fidelityBase, tc.payload} {
 					_, _ = fake.Run(context.Background(), []byte(p), "iptables-nft-restore", "--noflush")
 				}
 				for _, table := range []string{"nat", "filter"} {
 					if got, want := realSave(t, be, table), fake.Save(table); got != want {
-						t.Errorf("%s: after the failure %s holds\n%s\nthe fake holds\n%s", tc.name, be.SaveCommand(kernel.IPv4), got, want)
+						t.Errorf("%s: after the failure %s holds\n%s\nthe fake holds\n%s", tc.name, be.SaveCommand(ipfamily.IPv4), got, want)
 					}
 				}
 			}
@@ -135,7 +136,7 @@ func TestFakeSavesLikeTheRealTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := New(kernel.IPv4)
+	fake := New(ipfamily.IPv4)
 	if _, err := fake.Run(context.Background(), payload, "iptables-nft-restore", "--noflush"); err != nil {
 		t.Fatalf("the fake refused the canonical ruleset: %v", err)
 	}
@@ -144,10 +145,10 @@ func TestFakeSavesLikeTheRealTools(t *testing.T) {
 			if lab.InFreshNetns(t) {
 				return
 			}
-			lab.Run(t, be.RestoreCommand(kernel.IPv4), "--noflush", "testdata/canonical.restore")
+			lab.Run(t, be.RestoreCommand(ipfamily.IPv4), "--noflush", "testdata/canonical.restore")
 			for _, table := range []string{"nat", "filter"} {
 				if got, want := realSave(t, be, table), fake.Save(table); got != want {
-					t.Errorf("%s -t %s:\n%s\nthe fake saves\n%s", be.SaveCommand(kernel.IPv4), table, got, want)
+					t.Errorf("%s -t %s:\n%s\nthe fake saves\n%s", be.SaveCommand(ipfamily.IPv4), table, got, want)
 				}
 			}
 		})
@@ -158,7 +159,7 @@ func TestFakeSavesLikeTheRealTools(t *testing.T) {
 func resetTables(t *testing.T, be kernel.Backend) {
 	t.Helper()
 	ex := kernel.ExecRunner{}
-	if _, err := ex.Run(context.Background(), []byte("*nat\nCOMMIT\n*filter\nCOMMIT\n"), be.RestoreCommand(kernel.IPv4)); err != nil {
+	if _, err := ex.Run(context.Background(), []byte("*nat\nCOMMIT\n*filter\nCOMMIT\n"), be.RestoreCommand(ipfamily.IPv4)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -166,7 +167,7 @@ func resetTables(t *testing.T, be kernel.Backend) {
 // realSave is the real tool's dump of one table without its comments.
 func realSave(t *testing.T, be kernel.Backend, table string) string {
 	t.Helper()
-	return lab.WithoutComments(lab.Run(t, be.SaveCommand(kernel.IPv4), "-t", table))
+	return lab.WithoutComments(lab.Run(t, be.SaveCommand(ipfamily.IPv4), "-t", table))
 }
 
 func TestFidelityCasesAreDistinct(t *testing.T) {

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 var _ restore.JumpRules = (*Fake)(nil)
 
 func TestJumpRules(t *testing.T) {
-	f := New(kernel.IPv4)
+	f := New(ipfamily.IPv4)
 	jump := []string{"-m", "comment", "--comment", "a b", "-j", "KUBE-X"}
 	if err := f.Insert("nat", "OUTPUT", 1, jump...); err == nil || !strings.Contains(err.Error(), "Chain 'KUBE-X' does not exist") {
 		t.Fatalf("inserting a jump to a missing chain: %v, want the tool's complaint", err)

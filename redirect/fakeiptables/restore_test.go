@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 const prog = "iptables-nft-restore"
@@ -207,7 +208,7 @@ func TestRestoreRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := New(kernel.IPv4)
+			f := New(ipfamily.IPv4)
 			if err := restoreNoflush(f, "*filter\n:KEEP - [0:0]\n-A KEEP -j ACCEPT\nCOMMIT\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -238,7 +239,7 @@ func TestRestoreRefusals(t *testing.T) {
 }
 
 func TestRestoreKeepsTablesCommittedBeforeTheFailingOne(t *testing.T) {
-	f := New(kernel.IPv4)
+	f := New(ipfamily.IPv4)
 	err := restoreNoflush(f, "*nat\n:KUBE-A - [0:0]\nCOMMIT\n*filter\n:KUBE-B - [0:0]\n-A KUBE-B -j ACCEPT\n-A KUBE-B -j KUBE-NOPE\nCOMMIT\n*raw\n:KUBE-C - [0:0]\nCOMMIT\n")
 	if err == nil {
 		t.Fatal("restore succeeded")
@@ -302,7 +303,7 @@ func TestRestoreSemantics(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := New(kernel.IPv4)
+			f := New(ipfamily.IPv4)
 			if err := restoreNoflush(f, base); err != nil {
 				t.Fatal(err)
 			}
@@ -317,7 +318,7 @@ func TestRestoreSemantics(t *testing.T) {
 }
 
 func TestFailNextRestore(t *testing.T) {
-	f := New(kernel.IPv4)
+	f := New(ipfamily.IPv4)
 	f.FailNextRestore("iptables-nft-restore: line 1 failed: Resource temporarily unavailable.\n")
 	f.FailNextRestore("second\n")
 	payload := "*nat\n:KUBE-A - [0:0]\nCOMMIT\n"
@@ -342,15 +343,15 @@ func TestFailNextRestore(t *testing.T) {
 func TestRunRefusals(t *testing.T) {
 	cases := []struct {
 		name    string
-		fam     kernel.Family
+		fam     ipfamily.Family
 		command []string
 		want    string
 	}{
-		{"other family's binary", kernel.IPv4, []string{"ip6tables-nft-restore", "--noflush"}, "the IPv4 fake cannot run ip6tables-nft-restore"},
-		{"other family's save", kernel.IPv6, []string{"iptables-legacy-save"}, "the IPv6 fake cannot run iptables-legacy-save"},
-		{"unknown restore flag", kernel.IPv4, []string{"iptables-nft-restore", "--bogus"}, "iptables-nft-restore: unrecognized option '--bogus'"},
-		{"unknown table", kernel.IPv4, []string{"iptables-nft-save", "-t", "natt"}, "Table `natt' does not exist"},
-		{"not iptables", kernel.IPv4, []string{"ipset", "list"}, "unknown command ipset"},
+		{"other family's binary", ipfamily.IPv4, []string{"ip6tables-nft-restore", "--noflush"}, "the IPv4 fake cannot run ip6tables-nft-restore"},
+		{"other family's save", ipfamily.IPv6, []string{"iptables-legacy-save"}, "the IPv6 fake cannot run iptables-legacy-save"},
+		{"unknown restore flag", ipfamily.IPv4, []string{"iptables-nft-restore", "--bogus"}, "iptables-nft-restore: unrecognized option '--bogus'"},
+		{"unknown table", ipfamily.IPv4, []string{"iptables-nft-save", "-t", "natt"}, "Table `natt' does not exist"},
+		{"not iptables", ipfamily.IPv4, []string{"ipset", "list"}, "unknown command ipset"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

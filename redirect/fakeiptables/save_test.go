@@ -5,11 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func TestSave(t *testing.T) {
-	f := New(kernel.IPv6)
+	f := New(ipfamily.IPv6)
 	natEmpty := "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"
 	if got := f.Save(""); got != "" {
 		t.Errorf("a new fake saves %q, want no tables", got)

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // txn applies one table's commands to a fork of the table, noting what the
@@ -20,7 +20,7 @@ import (
 // the batch), and last the kernel refuses operations it cannot do (every
 // refusal is reported).
 type txn struct {
-	fam  kernel.Family
+	fam  ipfamily.Family
 	work *table
 	// refused is the first command refused while preparing the batch.
 	refused *refusal
@@ -37,7 +37,7 @@ type refusal struct {
 	missingChain string
 }
 
-func newTxn(fam kernel.Family, t *table) *txn { return &txn{fam: fam, work: t} }
+func newTxn(fam ipfamily.Family, t *table) *txn { return &txn{fam: fam, work: t} }
 
 // refuse records the first refusal; later commands are still parsed but no
 // longer applied, since the batch is lost anyway.

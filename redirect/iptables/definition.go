@@ -38,7 +38,7 @@ func Missing(f kernel.Features) []string {
 	if nb := f.NoBackend(); nb != nil {
 		return nb
 	}
-	if ipt := f.Chosen(kernel.IPv4); !ipt.DNAT {
+	if ipt := f.Chosen(ipfamily.IPv4); !ipt.DNAT {
 		return []string{fmt.Sprintf("the nat table of iptables-%s cannot load the DNAT target (%s)", f.Backend, ipt.Problem)}
 	}
 	return nil

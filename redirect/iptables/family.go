@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/iptables/rules"
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/nodeaddr"
@@ -28,7 +27,7 @@ var canaryTables = []rules.Table{rules.Mangle, rules.NAT, rules.Filter}
 // family is the iptables mode for one IP family: what it last wrote, and how
 // to write the next sync.
 type family struct {
-	fam      kernel.Family
+	fam      ipfamily.Family
 	tables   Tables
 	newModel func(rules.Config) (RuleModel, error)
 	base     rules.Config // the configured part; topology and node IPs come from snapshots

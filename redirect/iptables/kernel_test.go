@@ -12,6 +12,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -64,13 +65,13 @@ func TestSyncSequenceOnTheRealKernel(t *testing.T) {
 		for _, maxChains := range []int{0, 4} {
 			t.Run(fmt.Sprintf("%s/maxChains=%d", backend, maxChains), func(t *testing.T) {
 				err := kernel.ThreadSandbox{}.Do(func() {
-					tables, err := newTables(kernel.IPv4, backend, kernel.ExecRunner{})
+					tables, err := newTables(ipfamily.IPv4, backend, kernel.ExecRunner{})
 					if err != nil {
 						t.Error(err)
 						return
 					}
 					m, err := New(Config{Families: []FamilyConfig{{
-						Rules:               rules.Config{Family: kernel.IPv4, MasqueradeBit: 14, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}},
+						Rules:               rules.Config{Family: ipfamily.IPv4, MasqueradeBit: 14, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}},
 						Tables:              tables,
 						MaxChainsPerRestore: maxChains,
 					}}, NodeName: "node"})

@@ -9,23 +9,24 @@ import (
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // kernelTables implements Tables with the backend's iptables tools.
 type kernelTables struct {
-	fam     kernel.Family
+	fam     ipfamily.Family
 	backend kernel.Backend
 	exec    kernel.Runner
 	runner  *restore.Runner
 }
 
 // NewKernelTables returns the Tables of one family on one backend.
-func NewKernelTables(fam kernel.Family, backend kernel.Backend) (Tables, error) {
+func NewKernelTables(fam ipfamily.Family, backend kernel.Backend) (Tables, error) {
 	return newTables(fam, backend, kernel.ExecRunner{})
 }
 
 // newTables builds Tables on exec; tests pass fakeiptables.
-func newTables(fam kernel.Family, backend kernel.Backend, exec kernel.Runner) (*kernelTables, error) {
+func newTables(fam ipfamily.Family, backend kernel.Backend, exec kernel.Runner) (*kernelTables, error) {
 	r, err := restore.NewRunner(fam, backend, exec)
 	if err != nil {
 		return nil, err

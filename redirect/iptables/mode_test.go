@@ -17,6 +17,7 @@ import (
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/iptables/rules"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -44,15 +45,15 @@ type harness struct {
 
 func newHarness(t *testing.T, maxChains int) *harness {
 	t.Helper()
-	fake := fakeiptables.New(kernel.IPv4)
-	kt, err := newTables(kernel.IPv4, kernel.NFT, fake)
+	fake := fakeiptables.New(ipfamily.IPv4)
+	kt, err := newTables(ipfamily.IPv4, kernel.NFT, fake)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	m, err := New(Config{
 		Families: []FamilyConfig{{
-			Rules:               rules.Config{Family: kernel.IPv4, MasqueradeBit: 14, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}},
+			Rules:               rules.Config{Family: ipfamily.IPv4, MasqueradeBit: 14, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}},
 			Tables:              fakeTables{kt, fake},
 			MaxChainsPerRestore: maxChains,
 		}},

@@ -10,7 +10,6 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/reconcile"
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -18,7 +17,7 @@ import (
 
 // family is the IPVS mode for one IP family.
 type family struct {
-	fam      kernel.Family
+	fam      ipfamily.Family
 	base     desired.Config // the configured part; the rest comes from each snapshot
 	nodeName string
 	// nodePorts is --nodeport-addresses, resolved at each sync.

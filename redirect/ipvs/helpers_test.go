@@ -20,6 +20,7 @@ import (
 	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -49,10 +50,10 @@ type rig struct {
 func newRig(t testing.TB, drainInterval time.Duration) *rig {
 	t.Helper()
 	g := &rig{ipvs: &fakeipvs.IPVS{}, link: &fakeipvs.Link{}, sets: &fakeipvs.IPSets{},
-		ipt: fakeiptables.New(kernel.IPv4), sysctls: newFakeSysctls(), reg: prometheus.NewRegistry(),
+		ipt: fakeiptables.New(ipfamily.IPv4), sysctls: newFakeSysctls(), reg: prometheus.NewRegistry(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	g.setHook(nil)
-	tables, err := NewTables(kernel.IPv4, kernel.NFT, g.ipt, g.ipt)
+	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, g.ipt, g.ipt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func newRig(t testing.TB, drainInterval time.Duration) *rig {
 }
 
 func baseConfig() desired.Config {
-	return desired.Config{Family: kernel.IPv4, MasqueradeBit: 14,
+	return desired.Config{Family: ipfamily.IPv4, MasqueradeBit: 14,
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.128.0/17")}}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Tables is the mode's access to one family's iptables: restores of the
@@ -26,7 +27,7 @@ type restoreTables struct {
 // through exec (nil: the real tools) and checking jumps through jr (nil:
 // go-iptables on the backend's binary). Tests pass one fakeiptables.Fake as
 // both.
-func NewTables(fam kernel.Family, be kernel.Backend, exec kernel.Runner, jr restore.JumpRules) (Tables, error) {
+func NewTables(fam ipfamily.Family, be kernel.Backend, exec kernel.Runner, jr restore.JumpRules) (Tables, error) {
 	r, err := restore.NewRunner(fam, be, exec)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 const (
@@ -41,7 +42,7 @@ func Jumps() []restore.Jump {
 
 // Config configures an Applier for one IP family.
 type Config struct {
-	Family  kernel.Family
+	Family  ipfamily.Family
 	Backend kernel.Backend // from kernel.Features.Backend
 	// Runner runs iptables-restore and iptables-save; nil means kernel.ExecRunner.
 	Runner kernel.Runner
@@ -51,7 +52,7 @@ type Config struct {
 
 // Applier writes Rulesets of one family into the kernel.
 type Applier struct {
-	fam     kernel.Family
+	fam     ipfamily.Family
 	restore *restore.Runner
 	jumps   restore.JumpRules
 

@@ -12,12 +12,13 @@ import (
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func newFakeApplier(t *testing.T) (*Applier, *fakeiptables.Fake) {
 	t.Helper()
-	fake := fakeiptables.New(kernel.IPv4)
-	a, err := NewApplier(Config{Family: kernel.IPv4, Backend: kernel.NFT, Runner: fake, Jumps: fake})
+	fake := fakeiptables.New(ipfamily.IPv4)
+	a, err := NewApplier(Config{Family: ipfamily.IPv4, Backend: kernel.NFT, Runner: fake, Jumps: fake})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func newFakeApplier(t *testing.T) (*Applier, *fakeiptables.Fake) {
 func buildV4(t *testing.T, svcs ...*v1.Service) *Ruleset {
 	t.Helper()
 	snap := snapshotOf(t, svcs...)
-	rs, err := Build(kernel.IPv4, testNode, PortalsFrom(snap, sequentialProxyPorts(snap, false)))
+	rs, err := Build(ipfamily.IPv4, testNode, PortalsFrom(snap, sequentialProxyPorts(snap, false)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestApplyNamesTheFailingRule(t *testing.T) {
 
 func TestApplyRejectsMismatchedFamily(t *testing.T) {
 	a, _ := newFakeApplier(t)
-	rs := &Ruleset{Family: kernel.IPv6}
+	rs := &Ruleset{Family: ipfamily.IPv6}
 	if err := a.Apply(context.Background(), rs, true); err == nil {
 		t.Fatal("an IPv4 applier accepted an IPv6 ruleset")
 	}

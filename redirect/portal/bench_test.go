@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // BenchmarkBuildAndRender measures a full sync's rule computation for 5,000
@@ -39,7 +39,7 @@ func BenchmarkBuildAndRender(b *testing.B) {
 			b.ReportAllocs()
 			var size int
 			for b.Loop() {
-				rs, err := Build(kernel.IPv4, testNode, portals)
+				rs, err := Build(ipfamily.IPv4, testNode, portals)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -9,7 +9,7 @@ import (
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/lb/balancer"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -26,7 +26,7 @@ func catalogueNode() Node {
 // cataloguePortals is what the userspace mode hands Build for snap in fam:
 // every port with sequential proxy ports (a listener per class), and each
 // class's endpoint state as the real balancer sees it.
-func cataloguePortals(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) []Portal {
+func cataloguePortals(t *testing.T, snap *servicemap.Snapshot, fam ipfamily.Family) []Portal {
 	t.Helper()
 	bal, err := balancer.New(balancer.Config{NodeName: testkit.NodeName})
 	if err != nil {
@@ -34,7 +34,7 @@ func cataloguePortals(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family
 	}
 	bal.Update(snap)
 	bf := balancer.IPv4
-	if fam == kernel.IPv6 {
+	if fam == ipfamily.IPv6 {
 		bf = balancer.IPv6
 	}
 	usable := func(sp *servicemap.ServicePort, c balancer.Class) EndpointState {
@@ -53,7 +53,7 @@ func cataloguePortals(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family
 // the iptables and IPVS modes render the same scenarios beside them. Ports
 // Build cannot program are recorded with its error.
 func TestCatalogue(t *testing.T) {
-	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string {
+	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam ipfamily.Family) string {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "# %s restore payload\n", fam)
 		rs, err := Build(fam, catalogueNode(), cataloguePortals(t, snap, fam))

@@ -16,7 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -25,7 +25,7 @@ import (
 // address) or the port of an externalIP or LoadBalancer IP that is one of
 // the node's own addresses.
 type Claim struct {
-	Family   kernel.Family
+	Family   ipfamily.Family
 	Protocol v1.Protocol
 	Addr     netip.Addr
 	Port     uint16
@@ -33,7 +33,7 @@ type Claim struct {
 }
 
 type claimKey struct {
-	fam   kernel.Family
+	fam   ipfamily.Family
 	proto v1.Protocol
 	addr  netip.Addr
 	port  uint16
@@ -46,7 +46,7 @@ func (c Claim) bindAddr() netip.AddrPort {
 	addr := c.Addr
 	if !addr.IsValid() {
 		addr = netip.IPv4Unspecified()
-		if c.Family == kernel.IPv6 {
+		if c.Family == ipfamily.IPv6 {
 			addr = netip.IPv6Unspecified()
 		}
 	}
@@ -72,7 +72,7 @@ type SocketOpener struct{}
 func (SocketOpener) Open(c Claim) (io.Closer, error) {
 	addr := c.bindAddr().String()
 	suffix := "4"
-	if c.Family == kernel.IPv6 {
+	if c.Family == ipfamily.IPv6 {
 		suffix = "6"
 	}
 	switch c.Protocol {
@@ -97,7 +97,7 @@ func openSCTP(c Claim) (io.Closer, error) {
 	bind := c.bindAddr()
 	domain := unix.AF_INET
 	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(bind.Port()), Addr: bind.Addr().As4()}
-	if c.Family == kernel.IPv6 {
+	if c.Family == ipfamily.IPv6 {
 		domain = unix.AF_INET6
 		sa = &unix.SockaddrInet6{Port: int(bind.Port()), Addr: bind.Addr().As16()}
 	}

@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -45,7 +45,7 @@ func TestClaimerSync(t *testing.T) {
 	c := NewClaimer(o)
 	a, b := spn("default", "a", "http", v1.ProtocolTCP), spn("default", "b", "http", v1.ProtocolTCP)
 	claim := func(port uint16, owner servicemap.ServicePortName) Claim {
-		return Claim{Family: kernel.IPv4, Protocol: v1.ProtocolTCP, Port: port, Owner: owner}
+		return Claim{Family: ipfamily.IPv4, Protocol: v1.ProtocolTCP, Port: port, Owner: owner}
 	}
 
 	err := c.Sync([]Claim{claim(30080, a), claim(30080, b), claim(30099, b), claim(30081, b)})

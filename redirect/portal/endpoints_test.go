@@ -11,7 +11,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/lb/balancer"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -116,7 +116,7 @@ func TestEndpointStateOfWithTheBalancer(t *testing.T) {
 			bal.Update(snap)
 			state := func(c balancer.Class) EndpointState {
 				picks := bal.Picker(balancer.Key{Port: sp.Name, Class: c, Family: balancer.IPv4}).Pick(netip.Addr{})
-				return EndpointStateOf(sp, kernel.IPv4, len(picks) > 0)
+				return EndpointStateOf(sp, ipfamily.IPv4, len(picks) > 0)
 			}
 			got := ClassEndpoints{Internal: state(balancer.Internal), External: state(balancer.External)}
 			if got != tc.want {
@@ -127,10 +127,10 @@ func TestEndpointStateOfWithTheBalancer(t *testing.T) {
 }
 
 func TestEndpointStateOfNilPort(t *testing.T) {
-	if got := EndpointStateOf(nil, kernel.IPv4, false); got != NoEndpoints {
+	if got := EndpointStateOf(nil, ipfamily.IPv4, false); got != NoEndpoints {
 		t.Errorf("EndpointStateOf(nil, unusable) = %v, want %v", got, NoEndpoints)
 	}
-	if got := EndpointStateOf(nil, kernel.IPv4, true); got != HasEndpoints {
+	if got := EndpointStateOf(nil, ipfamily.IPv4, true); got != HasEndpoints {
 		t.Errorf("EndpointStateOf(nil, usable) = %v, want %v", got, HasEndpoints)
 	}
 }
@@ -151,7 +151,7 @@ func TestRefusalKeepsPortalsAndTargetsOneClass(t *testing.T) {
 		for i := range portals {
 			portals[i].Endpoints = e
 		}
-		rs, err := Build(kernel.IPv4, testNode, portals)
+		rs, err := Build(ipfamily.IPv4, testNode, portals)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // TestNoEndpointsRefusedOnKernel programs portals for a service without
@@ -56,11 +57,11 @@ func TestNoEndpointsRefusedOnKernel(t *testing.T) {
 				portals[i].Endpoints = states[portals[i].Port.Name.Name]
 			}
 			node := Node{HostIPs: []netip.Addr{topo.Node.IPv4}, LocalAddresses: []netip.Addr{topo.Node.IPv4, topo.Node.PodIPv4}}
-			rs, err := Build(kernel.IPv4, node, portals)
+			rs, err := Build(ipfamily.IPv4, node, portals)
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := NewApplier(Config{Family: kernel.IPv4, Backend: be})
+			a, err := NewApplier(Config{Family: ipfamily.IPv4, Backend: be})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,7 +128,7 @@ func TestNoEndpointsRefusedOnKernel(t *testing.T) {
 func ruleHits(t *testing.T, be kernel.Backend, comment string) int {
 	t.Helper()
 	total := 0
-	for _, line := range strings.Split(lab.Run(t, be.SaveCommand(kernel.IPv4), "-c", "-t", "filter"), "\n") {
+	for _, line := range strings.Split(lab.Run(t, be.SaveCommand(ipfamily.IPv4), "-c", "-t", "filter"), "\n") {
 		if !strings.Contains(line, `"`+comment+`"`) || !strings.HasPrefix(line, "[") {
 			continue
 		}

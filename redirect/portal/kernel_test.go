@@ -16,6 +16,7 @@ import (
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -36,8 +37,8 @@ func onKernel(t *testing.T, be kernel.Backend) (ranOutside bool) {
 	if lab.InFreshNetns(t) {
 		return true
 	}
-	if _, err := exec.LookPath(be.RestoreCommand(kernel.IPv4)); err != nil {
-		t.Skipf("%s not installed", be.RestoreCommand(kernel.IPv4))
+	if _, err := exec.LookPath(be.RestoreCommand(ipfamily.IPv4)); err != nil {
+		t.Skipf("%s not installed", be.RestoreCommand(ipfamily.IPv4))
 	}
 	return false
 }
@@ -77,13 +78,13 @@ func TestPortalsOnKernel(t *testing.T) {
 			dns := service("kube-system", "dns", clusterIPs("198.18.0.53"), catalogue.Port("dns", v1.ProtocolUDP, 53, 0))
 			node := Node{HostIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}
 			build := func(svcs ...*v1.Service) *Ruleset {
-				rs, err := Build(kernel.IPv4, node, PortalsFrom(snapshotOf(t, svcs...), proxy))
+				rs, err := Build(ipfamily.IPv4, node, PortalsFrom(snapshotOf(t, svcs...), proxy))
 				if err != nil {
 					t.Fatal(err)
 				}
 				return rs
 			}
-			a, err := NewApplier(Config{Family: kernel.IPv4, Backend: be})
+			a, err := NewApplier(Config{Family: ipfamily.IPv4, Backend: be})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +95,7 @@ func TestPortalsOnKernel(t *testing.T) {
 
 			// iptables-save prints exactly the rules Build wrote, chain by chain.
 			for _, tbl := range rs.Tables() {
-				save := lab.Run(t, be.SaveCommand(kernel.IPv4), "-t", tbl.Name)
+				save := lab.Run(t, be.SaveCommand(ipfamily.IPv4), "-t", tbl.Name)
 				var got, want []string
 				for _, line := range strings.Split(save, "\n") {
 					for _, c := range tbl.Chains {
@@ -145,7 +146,7 @@ func TestPortalsOnKernel(t *testing.T) {
 			if err := a.Apply(context.Background(), build(dns), false); err != nil {
 				t.Fatalf("second Apply: %v", err)
 			}
-			all := lab.Run(t, be.SaveCommand(kernel.IPv4))
+			all := lab.Run(t, be.SaveCommand(ipfamily.IPv4))
 			if strings.Contains(all, "default/web") {
 				t.Errorf("rules of the removed service remain:\n%s", all)
 			}
@@ -163,11 +164,11 @@ func TestApplyReportsTheKernelsComplaint(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	a, err := NewApplier(Config{Family: kernel.IPv4, Backend: kernel.NFT})
+	a, err := NewApplier(Config{Family: ipfamily.IPv4, Backend: kernel.NFT})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &Ruleset{Family: kernel.IPv4, NAT: Table{Name: TableNAT, Chains: natChains(), Rules: []Rule{
+	rs := &Ruleset{Family: ipfamily.IPv4, NAT: Table{Name: TableNAT, Chains: natChains(), Rules: []Rule{
 		{Chain: ChainPortalsHost, Args: []string{"-p", "tcp", "-j", "ACCEPT"}},
 		{Chain: ChainPortalsHost, Args: []string{"-p", "tcp", "-j", "KUBE-NOWHERE"}},
 	}}, Filter: Table{Name: TableFilter, Chains: filterChains()}}
@@ -198,10 +199,10 @@ func TestClaimsOnKernel(t *testing.T) {
 	c := NewClaimer(nil)
 	defer c.Close()
 	err = c.Sync([]Claim{
-		{Family: kernel.IPv4, Protocol: v1.ProtocolTCP, Port: 30080, Owner: web},
-		{Family: kernel.IPv4, Protocol: v1.ProtocolTCP, Port: 30081, Owner: api},
-		{Family: kernel.IPv6, Protocol: v1.ProtocolTCP, Port: 30081, Owner: api},
-		{Family: kernel.IPv4, Protocol: v1.ProtocolUDP, Port: 30053, Owner: dns},
+		{Family: ipfamily.IPv4, Protocol: v1.ProtocolTCP, Port: 30080, Owner: web},
+		{Family: ipfamily.IPv4, Protocol: v1.ProtocolTCP, Port: 30081, Owner: api},
+		{Family: ipfamily.IPv6, Protocol: v1.ProtocolTCP, Port: 30081, Owner: api},
+		{Family: ipfamily.IPv4, Protocol: v1.ProtocolUDP, Port: 30053, Owner: dns},
 	})
 	if err == nil || !strings.Contains(err.Error(), "default/web:http/TCP") || !strings.Contains(err.Error(), "0.0.0.0:30080") {
 		t.Fatalf("Sync = %v, want an error naming default/web and port 30080", err)
@@ -215,7 +216,7 @@ func TestClaimsOnKernel(t *testing.T) {
 		}
 	}
 	// The api service goes away: its ports are free again.
-	if err := c.Sync([]Claim{{Family: kernel.IPv4, Protocol: v1.ProtocolUDP, Port: 30053, Owner: dns}}); err != nil {
+	if err := c.Sync([]Claim{{Family: ipfamily.IPv4, Protocol: v1.ProtocolUDP, Port: 30053, Owner: dns}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tryBind("tcp4", "0.0.0.0:30081"); err != nil {

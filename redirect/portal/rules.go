@@ -4,15 +4,15 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/nodeaddr"
 	"net/netip"
 	"slices"
 	"strconv"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+
 	v1 "k8s.io/api/core/v1"
 
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -84,7 +84,7 @@ type ClassEndpoints struct {
 // the class is NoLocalEndpoints if some endpoint of the family would serve
 // under a Cluster policy (ready, or serving and terminating), as only a
 // Local policy can then have emptied the class; otherwise NoEndpoints.
-func EndpointStateOf(sp *servicemap.ServicePort, fam kernel.Family, usable bool) EndpointState {
+func EndpointStateOf(sp *servicemap.ServicePort, fam ipfamily.Family, usable bool) EndpointState {
 	if usable {
 		return HasEndpoints
 	}
@@ -141,7 +141,7 @@ type Table struct {
 
 // Ruleset is the desired state for one IP family.
 type Ruleset struct {
-	Family kernel.Family
+	Family ipfamily.Family
 	NAT    Table
 	Filter Table
 	// Claims are the sockets to hold for this family's NodePorts and local
@@ -170,7 +170,7 @@ func PortalsFrom(snap *servicemap.Snapshot, proxy func(servicemap.ServicePortNam
 // service-port-name order. Problems with single service ports (an unknown
 // protocol, no host IP for the family) are returned joined, naming the port;
 // the Ruleset is still complete for every other port.
-func Build(fam kernel.Family, node Node, portals []Portal) (*Ruleset, error) {
+func Build(fam ipfamily.Family, node Node, portals []Portal) (*Ruleset, error) {
 	rs := &Ruleset{
 		Family: fam,
 		NAT:    Table{Name: TableNAT, Chains: natChains()},
@@ -214,7 +214,7 @@ type guardKey struct {
 }
 
 type builder struct {
-	fam       kernel.Family
+	fam       ipfamily.Family
 	node      Node
 	rs        *Ruleset
 	hostIP    netip.Addr
@@ -447,11 +447,11 @@ func destMatch(src netip.Prefix, dst netip.Addr, proto, comment string, port uin
 
 // reject renders a REJECT target that refuses at once: a TCP reset for TCP
 // (the client's connect fails with ECONNREFUSED), port-unreachable otherwise.
-func reject(fam kernel.Family, proto string) []string {
+func reject(fam ipfamily.Family, proto string) []string {
 	switch {
 	case proto == "tcp":
 		return []string{"-j", "REJECT", "--reject-with", "tcp-reset"}
-	case fam == kernel.IPv6:
+	case fam == ipfamily.IPv6:
 		return []string{"-j", "REJECT", "--reject-with", "icmp6-port-unreachable"}
 	default:
 		return []string{"-j", "REJECT", "--reject-with", "icmp-port-unreachable"}
@@ -480,7 +480,7 @@ func protocolName(p v1.Protocol) (string, bool) {
 	return "", false
 }
 
-func ofFamily(addrs []netip.Addr, fam kernel.Family) []netip.Addr {
+func ofFamily(addrs []netip.Addr, fam ipfamily.Family) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range addrs {
 		if a.IsValid() && ipfamily.Of(a) == fam {
@@ -490,7 +490,7 @@ func ofFamily(addrs []netip.Addr, fam kernel.Family) []netip.Addr {
 	return out
 }
 
-func firstOfFamily(addrs []netip.Addr, fam kernel.Family) (netip.Addr, bool) {
+func firstOfFamily(addrs []netip.Addr, fam ipfamily.Family) (netip.Addr, bool) {
 	for _, a := range addrs {
 		if a.IsValid() && ipfamily.Of(a) == fam {
 			return a.Unmap(), true

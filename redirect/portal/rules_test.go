@@ -12,7 +12,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -79,7 +79,7 @@ var testNode = Node{
 func render(t *testing.T, node Node, portals []Portal) string {
 	t.Helper()
 	var b strings.Builder
-	for _, fam := range kernel.Families() {
+	for _, fam := range ipfamily.All() {
 		rs, err := Build(fam, node, portals)
 		if err != nil {
 			t.Fatalf("Build(%s): %v", fam, err)
@@ -233,12 +233,12 @@ func TestBuildIsDeterministicAndOrderIndependent(t *testing.T) {
 		service("a", "svc", clusterIPs("198.18.0.12"), catalogue.Port("p", v1.ProtocolUDP, 80, 0)),
 	)
 	portals := PortalsFrom(snap, sequentialProxyPorts(snap, false))
-	first, err := Build(kernel.IPv4, testNode, portals)
+	first, err := Build(ipfamily.IPv4, testNode, portals)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reversed := []Portal{portals[1], portals[0]}
-	second, err := Build(kernel.IPv4, testNode, reversed)
+	second, err := Build(ipfamily.IPv4, testNode, reversed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,14 +257,14 @@ func TestBuildReportsPortsItCannotProgram(t *testing.T) {
 	)
 	portals := PortalsFrom(snap, sequentialProxyPorts(snap, false))
 	v4only := Node{HostIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}
-	rs, err := Build(kernel.IPv6, v4only, portals)
+	rs, err := Build(ipfamily.IPv6, v4only, portals)
 	if err == nil || !strings.Contains(err.Error(), "default/v6:http/TCP") || !strings.Contains(err.Error(), "no IPv6 node address") {
 		t.Fatalf("Build without an IPv6 host IP: err = %v, want one naming default/v6:http/TCP", err)
 	}
 	if len(rs.NAT.Rules) != 0 {
 		t.Errorf("IPv6 rules were written without a host IP: %v", rs.NAT.Rules)
 	}
-	rs, err = Build(kernel.IPv4, v4only, portals)
+	rs, err = Build(ipfamily.IPv4, v4only, portals)
 	if err != nil {
 		t.Fatalf("IPv4 build: %v", err)
 	}
@@ -289,7 +289,7 @@ func TestZeroProxyPortLeavesThatClassOut(t *testing.T) {
 	portals := PortalsFrom(snap, func(servicemap.ServicePortName) (ProxyPorts, bool) {
 		return ProxyPorts{Internal: 41000}, true
 	})
-	rs, err := Build(kernel.IPv4, testNode, portals)
+	rs, err := Build(ipfamily.IPv4, testNode, portals)
 	if err != nil {
 		t.Fatal(err)
 	}

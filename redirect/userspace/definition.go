@@ -7,6 +7,7 @@ import (
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -31,7 +32,7 @@ func Missing(f kernel.Features) []string {
 	if nb := f.NoBackend(); nb != nil {
 		return nb
 	}
-	if ipt := f.Chosen(kernel.IPv4); !ipt.Redirect && !ipt.DNAT {
+	if ipt := f.Chosen(ipfamily.IPv4); !ipt.Redirect && !ipt.DNAT {
 		return []string{fmt.Sprintf("the nat table of iptables-%s can load neither the REDIRECT nor the DNAT target (%s)", f.Backend, ipt.Problem)}
 	}
 	return nil

@@ -47,7 +47,7 @@ type Config struct {
 	LocalAddresses func() ([]netip.Addr, error)
 	// Applier returns the portal applier of a family; nil means the real
 	// kernel through the detected iptables backend. Tests pass fakes.
-	Applier func(kernel.Family) (Applier, error)
+	Applier func(ipfamily.Family) (Applier, error)
 	// Opener claims NodePorts; nil means real sockets.
 	Opener portal.Opener
 }
@@ -66,8 +66,8 @@ type Mode struct {
 	alloc    *ports.Allocator
 	claimer  *portal.Claimer
 	unserved *sctprelay.UnservedReporter
-	families []kernel.Family
-	appliers map[kernel.Family]Applier
+	families []ipfamily.Family
+	appliers map[ipfamily.Family]Applier
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
 	ctx    context.Context
@@ -82,7 +82,7 @@ type Mode struct {
 // programmed until the first Sync.
 func New(ctx context.Context, cfg Config) (*Mode, error) {
 	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
-	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[kernel.Family]Applier{}}
+	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{}}
 	var err error
 	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("userspace mode metrics: %w", err)
@@ -101,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		m.cfg.LocalAddresses = kernel.InterfaceAddresses
 	}
 
-	for _, fam := range kernel.Families() {
+	for _, fam := range ipfamily.All() {
 		ipt := cfg.Features.Chosen(fam)
 		if !ipt.Usable || !(ipt.Redirect && ipt.DNAT) {
 			logger.Info("Not proxying this IP family: its iptables cannot REDIRECT and DNAT", "family", fam, "iptables", ipt.String())
@@ -251,7 +251,7 @@ func (m *Mode) Close() error {
 
 // proxyPorts is the portal lookup: the listener ports of a service port's
 // relays in one family, if it has any.
-func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam kernel.Family) (portal.ProxyPorts, bool) {
+func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam ipfamily.Family) (portal.ProxyPorts, bool) {
 	bf := balancerFamily(fam)
 	var pp portal.ProxyPorts
 	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.Internal, Family: bf}]; ok {
@@ -266,7 +266,7 @@ func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam kernel.Family) (p
 // endpointStates asks the balancer (through the relays' pickers, updated at
 // the start of Sync) whether each traffic class of sp has an endpoint in
 // fam, so the portals refuse clients of classes without one at once.
-func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam kernel.Family) portal.ClassEndpoints {
+func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam ipfamily.Family) portal.ClassEndpoints {
 	var e portal.ClassEndpoints
 	bf := balancerFamily(fam)
 	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.Internal, Family: bf}]; ok {
@@ -315,17 +315,17 @@ func hostIPs(bind netip.Addr, node *servicemap.NodeInfo, local []netip.Addr) []n
 	return out
 }
 
-func hostIPOf(ips []netip.Addr, fam kernel.Family) (netip.Addr, bool) {
+func hostIPOf(ips []netip.Addr, fam ipfamily.Family) (netip.Addr, bool) {
 	for _, ip := range ips {
-		if ip.Is4() == (fam == kernel.IPv4) {
+		if ip.Is4() == (fam == ipfamily.IPv4) {
 			return ip, true
 		}
 	}
 	return netip.Addr{}, false
 }
 
-func balancerFamily(fam kernel.Family) balancer.Family {
-	if fam == kernel.IPv6 {
+func balancerFamily(fam ipfamily.Family) balancer.Family {
+	if fam == ipfamily.IPv6 {
 		return balancer.IPv6
 	}
 	return balancer.IPv4

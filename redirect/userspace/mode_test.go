@@ -24,6 +24,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/portal"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -138,8 +139,8 @@ func TestSyncProgramsRelaysPortalsAndClaims(t *testing.T) {
 		LocalAddresses: func() ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("198.19.0.1")}, nil
 		},
-		Applier: func(f kernel.Family) (Applier, error) {
-			if f == kernel.IPv6 {
+		Applier: func(f ipfamily.Family) (Applier, error) {
+			if f == ipfamily.IPv6 {
 				return v6, nil
 			}
 			return v4, nil

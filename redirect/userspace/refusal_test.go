@@ -22,6 +22,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/userspace"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -94,7 +95,7 @@ func TestUserspaceModeRefusesWhileNoEndpoints(t *testing.T) {
 		if got, err := udp(); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("%s: UDP got %q, %v; want connection refused", when, got, err)
 		}
-		if save := lab.Run(t, features.Backend.SaveCommand(kernel.IPv4), "-t", "filter"); strings.Count(save, "has no endpoints") != 2 {
+		if save := lab.Run(t, features.Backend.SaveCommand(ipfamily.IPv4), "-t", "filter"); strings.Count(save, "has no endpoints") != 2 {
 			t.Errorf("%s: want one refusal rule per protocol in\n%s", when, save)
 		}
 	}
@@ -111,7 +112,7 @@ func TestUserspaceModeRefusesWhileNoEndpoints(t *testing.T) {
 	if got, err := udp(); err != nil || got != "ping" {
 		t.Errorf("with an endpoint: UDP got %q, %v; want the echo", got, err)
 	}
-	if save := lab.Run(t, features.Backend.SaveCommand(kernel.IPv4), "-t", "filter"); strings.Contains(save, "has no endpoints") {
+	if save := lab.Run(t, features.Backend.SaveCommand(ipfamily.IPv4), "-t", "filter"); strings.Contains(save, "has no endpoints") {
 		t.Errorf("refusal rules stayed after endpoints arrived:\n%s", save)
 	}
 

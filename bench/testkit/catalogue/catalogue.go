@@ -24,7 +24,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"kproxy.dev/kproxy/bench/testkit"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -58,11 +58,11 @@ func (s Scenario) Snapshot() *servicemap.Snapshot {
 // Families are the families a mode renders for snap: IPv4 always, IPv6
 // when some port has an IPv6 cluster IP. IPv4 is always shown so that an
 // empty snapshot shows each mode's base rules.
-func Families(snap *servicemap.Snapshot) []kernel.Family {
-	fams := []kernel.Family{kernel.IPv4}
+func Families(snap *servicemap.Snapshot) []ipfamily.Family {
+	fams := []ipfamily.Family{ipfamily.IPv4}
 	for _, sp := range snap.All() {
 		if slices.ContainsFunc(sp.ClusterIPs, servicemap.IsIPv6) {
-			return append(fams, kernel.IPv6)
+			return append(fams, ipfamily.IPv6)
 		}
 	}
 	return fams
@@ -266,7 +266,7 @@ func All() []Scenario {
 // testdata/scenarios/<name>.golden in the calling package. A golden file
 // of no scenario fails the test (KPROXY_UPDATE_GOLDEN=1 removes it), so a
 // renamed scenario leaves nothing stale behind.
-func RenderEach(t *testing.T, render func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string) {
+func RenderEach(t *testing.T, render func(t *testing.T, snap *servicemap.Snapshot, fam ipfamily.Family) string) {
 	t.Helper()
 	dir := filepath.Join("testdata", "scenarios")
 	known := map[string]bool{}

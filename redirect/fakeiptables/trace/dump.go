@@ -6,13 +6,13 @@ import (
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Rules is a parsed dump, ready to trace packets of its family through.
 type Rules struct {
-	fam    kernel.Family
+	fam    ipfamily.Family
 	tables map[string]*table
 }
 
@@ -42,7 +42,7 @@ func tracedTables() []string { return []string{"nat", "filter"} }
 // tracer cannot follow: a line that is not iptables-save's, a rule it
 // cannot parse, a jump to a chain the table does not declare, a loop of
 // jumps, rules in a table other than nat and filter.
-func Load(dump string, fam kernel.Family) (*Rules, error) {
+func Load(dump string, fam ipfamily.Family) (*Rules, error) {
 	saved, err := restore.ParseSave(dump)
 	if err != nil {
 		return nil, fmt.Errorf("dump: %w", err)
@@ -84,7 +84,7 @@ func (t *table) declare(c restore.SavedChain) error {
 	return nil
 }
 
-func (t *table) appendRule(r restore.SavedRule, fam kernel.Family) error {
+func (t *table) appendRule(r restore.SavedRule, fam ipfamily.Family) error {
 	c, ok := t.chains[r.Chain]
 	if !ok {
 		return fmt.Errorf("rule in chain %s, which table %s does not declare", r.Chain, t.name)

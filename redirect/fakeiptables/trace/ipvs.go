@@ -5,7 +5,7 @@ import (
 	"net/netip"
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // VirtualServer is one IPVS virtual service of Node.VirtualServers,
@@ -148,7 +148,7 @@ func protocolNumber(proto string) string {
 // udp or sctp, addresses of another family than the dump's (IPVS's NAT
 // forwarding does not cross families), a negative weight, a virtual
 // server listed twice.
-func (vs VirtualServer) check(fam kernel.Family) error {
+func (vs VirtualServer) check(fam ipfamily.Family) error {
 	switch {
 	case vs.Protocol != "tcp" && vs.Protocol != "udp" && vs.Protocol != "sctp":
 		return fmt.Errorf("protocol %q: want tcp, udp or sctp", vs.Protocol)

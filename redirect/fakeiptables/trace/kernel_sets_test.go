@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // kernelSetCase is one set match checked against the kernel: a packet from
@@ -29,7 +29,7 @@ type kernelSetCase struct {
 func kernelSetCases() []kernelSetCase {
 	ip := netip.MustParseAddr
 	v4 := func(typ string, members ...SetMember) IPSet {
-		return IPSet{Type: typ, Family: kernel.IPv4, Members: members}
+		return IPSet{Type: typ, Family: ipfamily.IPv4, Members: members}
 	}
 	ipPort := func(addr, proto string, port uint16) SetMember {
 		return SetMember{Addr: ip(addr), Protocol: proto, Port: port}

@@ -9,6 +9,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // loosen rewrites a canonical dump into equivalent text the kernel prints
@@ -71,7 +72,7 @@ func TestTracerReadsTheKernelsDump(t *testing.T) {
 			t.Errorf("the kernel prints the %s table as\n%s\nnot as the hand-written dump\n%s", table, got, want)
 		}
 	}
-	fake := fakeiptables.New(kernel.IPv4)
+	fake := fakeiptables.New(ipfamily.IPv4)
 	if _, err := fake.Run(context.Background(), []byte(loose), "iptables-nft-restore"); err != nil {
 		t.Fatalf("the fake refused the ruleset: %v", err)
 	}

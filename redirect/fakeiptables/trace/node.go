@@ -5,12 +5,12 @@ import (
 	"net/netip"
 	"slices"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // check refuses sets and virtual servers the kernel could not hold, so a
 // trace never answers from state that could not exist.
-func (n Node) check(fam kernel.Family) error {
+func (n Node) check(fam ipfamily.Family) error {
 	names := make([]string, 0, len(n.Sets))
 	for name := range n.Sets {
 		names = append(names, name)

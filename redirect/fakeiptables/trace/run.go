@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Run traces pkt through dump (iptables-save output of the nat and filter
@@ -64,11 +64,11 @@ func (rs *Rules) check(pkt Packet) error {
 	return nil
 }
 
-func familyOf(a netip.Addr) kernel.Family {
+func familyOf(a netip.Addr) ipfamily.Family {
 	if a.Is4() {
-		return kernel.IPv4
+		return ipfamily.IPv4
 	}
-	return kernel.IPv6
+	return ipfamily.IPv6
 }
 
 // tracer collects the paths of one packet.

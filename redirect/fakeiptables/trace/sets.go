@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // The ipset types "-m set" is traced for: those kube-proxy's IPVS mode uses.
@@ -24,7 +24,7 @@ type IPSet struct {
 	Type string
 	// Family is a hash set's address family; a packet of the other family
 	// never matches it. A bitmap:port set has none.
-	Family  kernel.Family
+	Family  ipfamily.Family
 	Members []SetMember
 }
 
@@ -169,7 +169,7 @@ func (s IPSet) check() error {
 			SetHashIP, SetHashIPPort, SetHashIPPortIP, SetHashIPPortNet, SetBitmapPort)
 	}
 	hashed := s.Type != SetBitmapPort
-	if hashed && s.Family != kernel.IPv4 && s.Family != kernel.IPv6 {
+	if hashed && s.Family != ipfamily.IPv4 && s.Family != ipfamily.IPv6 {
 		return fmt.Errorf("a %s set needs a Family", s.Type)
 	}
 	hasPort := len(parts) > 1 // the hash types with a port

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // TestSetMatch checks "-m set" against one set named S, through a filter
@@ -16,7 +16,7 @@ func TestSetMatch(t *testing.T) {
 	withProto := func(proto string) func(*Packet) { return func(p *Packet) { p.Protocol = proto } }
 	withSourcePort := func(p *Packet) { p.SourcePort = 40000 }
 	v4 := func(typ string, members ...SetMember) IPSet {
-		return IPSet{Type: typ, Family: kernel.IPv4, Members: members}
+		return IPSet{Type: typ, Family: ipfamily.IPv4, Members: members}
 	}
 	ipPort := func(addr, proto string, port uint16) SetMember {
 		return SetMember{Addr: ip(addr), Protocol: proto, Port: port}
@@ -73,7 +73,7 @@ func TestSetMatch(t *testing.T) {
 		{name: "the set sees the destination DNAT wrote", set: v4(SetHashIPPort, ipPort("198.19.0.1", "tcp", 8080)),
 			nat:   "-A PREROUTING -d 198.18.0.5/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 198.19.0.1:8080\n",
 			match: "--match-set S dst,dst", pkt: pkt(Forwarded, "198.19.0.2", "198.18.0.5:80"), matched: true},
-		{name: "a set of the other family never matches", set: IPSet{Type: SetHashIP, Family: kernel.IPv6, Members: []SetMember{{Addr: ip("fd00:19::1")}}},
+		{name: "a set of the other family never matches", set: IPSet{Type: SetHashIP, Family: ipfamily.IPv6, Members: []SetMember{{Addr: ip("fd00:19::1")}}},
 			match: "--match-set S dst", pkt: nodeHTTP, matched: false},
 		{name: "a source port flag without the packet's source port", set: IPSet{Type: SetBitmapPort, Members: []SetMember{{Port: 40000}}},
 			match: "--match-set S src", pkt: nodeHTTP, wantErrPart: "needs Packet.SourcePort"},
@@ -89,7 +89,7 @@ func TestSetMatch(t *testing.T) {
 			match: "--match-set S dst", pkt: nodeHTTP, wantErrPart: "Addr does not fit"},
 		{name: "a hash set without a family", set: IPSet{Type: SetHashIP},
 			match: "--match-set S dst", pkt: nodeHTTP, wantErrPart: "needs a Family"},
-		{name: "a type not modelled", set: IPSet{Type: "hash:net,iface", Family: kernel.IPv4},
+		{name: "a type not modelled", set: IPSet{Type: "hash:net,iface", Family: ipfamily.IPv4},
 			match: "--match-set S dst", pkt: nodeHTTP, wantErrPart: `type "hash:net,iface" is not modelled`},
 	}
 	for _, tc := range cases {

@@ -1,12 +1,13 @@
 package rules
 
 import (
-	"kproxy.dev/kproxy/sync/nodeaddr"
 	"slices"
 	"strconv"
 	"sync"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -52,7 +53,7 @@ func New(cfg Config) (*Builder, error) {
 
 	b := &Builder{
 		cfg:           cfg,
-		v6:            cfg.Family == kernel.IPv6,
+		v6:            cfg.Family == ipfamily.IPv6,
 		mark:          "0x" + strconv.FormatUint(1<<uint(cfg.MasqueradeBit), 16),
 		probabilities: newProbabilities(),
 	}

@@ -9,7 +9,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -29,7 +29,7 @@ func TestGolden(t *testing.T) {
 // catalogue in family fam: kube-proxy's defaults (localhost NodePorts,
 // --random-fully) on testkit's node with the pod range as --cluster-cidr.
 // Change it here when Config changes.
-func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
+func catalogueConfig(fam ipfamily.Family, snap *servicemap.Snapshot) Config {
 	cfg := nodeConfig(fam)
 	cfg.ClusterCIDRs = []netip.Prefix{testkit.PodCIDR(fam)}
 	cfg.LocalhostNodePorts, cfg.RandomFully = true, true
@@ -42,7 +42,7 @@ func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
 // the IPVS and userspace modes render the same scenarios beside it. A
 // port the model refuses is recorded with its error, as the mode logs it.
 func TestCatalogue(t *testing.T) {
-	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string {
+	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam ipfamily.Family) string {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "# %s restore payload\n", fam)
 		b, err := New(catalogueConfig(fam, snap))

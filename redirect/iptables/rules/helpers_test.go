@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/bench/testkit"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -13,12 +13,12 @@ import (
 // and pods in 198.19.0.0/16 (pods in 198.19.1.0/24), IPv6 under fd00::.
 
 // nodeConfig is the rule model's configuration on testkit's node in fam.
-func nodeConfig(fam kernel.Family) Config {
+func nodeConfig(fam ipfamily.Family) Config {
 	return Config{Family: fam, MasqueradeBit: 14, NodeIPs: []netip.Addr{testkit.NodeIP(fam)}, Topology: testkit.Topology()}
 }
 
-func v4Config() Config { return nodeConfig(kernel.IPv4) }
-func v6Config() Config { return nodeConfig(kernel.IPv6) }
+func v4Config() Config { return nodeConfig(ipfamily.IPv4) }
+func v6Config() Config { return nodeConfig(ipfamily.IPv6) }
 
 func mustBuilder(t testing.TB, cfg Config) *Builder {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // TestKernelReadsBackTheSameText installs every scenario's full ruleset
@@ -51,7 +52,7 @@ func TestKernelReadsBackTheSameText(t *testing.T) {
 
 // restoreAndSave runs restore with payload in a new network namespace and
 // returns what save then prints.
-func restoreAndSave(be kernel.Backend, fam kernel.Family, payload string) (string, error) {
+func restoreAndSave(be kernel.Backend, fam ipfamily.Family, payload string) (string, error) {
 	var save string
 	var runErr error
 	err := kernel.ThreadSandbox{}.Do(func() {

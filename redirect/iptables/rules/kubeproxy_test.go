@@ -20,6 +20,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -74,10 +75,10 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	}
 	tr.OnSynced()
 	snap, _ := tr.Snapshot()
-	want := map[kernel.Family]ruleset{}
+	want := map[ipfamily.Family]ruleset{}
 	for _, cfg := range []Config{
 		testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }),
-		{Family: kernel.IPv6, MasqueradeBit: 14},
+		{Family: ipfamily.IPv6, MasqueradeBit: 14},
 	} {
 		// kube-proxy's defaults: localhost NodePorts on, --random-fully
 		// where iptables has it (1.8.9 does).
@@ -115,7 +116,7 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 		}
 	}()
 
-	for _, fam := range kernel.Families() {
+	for _, fam := range ipfamily.All() {
 		var got map[Table]savedTable
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -135,7 +136,7 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 
 // kubeProxyDump reads the family's tables from whichever backend
 // kube-proxy wrote, without what the model leaves out on purpose.
-func kubeProxyDump(t *testing.T, fam kernel.Family) map[Table]savedTable {
+func kubeProxyDump(t *testing.T, fam ipfamily.Family) map[Table]savedTable {
 	t.Helper()
 	for _, be := range kernel.Backends() {
 		out, err := exec.Command(be.SaveCommand(fam)).Output()

@@ -13,7 +13,7 @@ package rules
 import (
 	"net/netip"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -79,7 +79,7 @@ type Jump struct {
 // Config is what the rule model depends on besides the snapshot, for one
 // family. Its fields mirror kube-proxy's flags.
 type Config struct {
-	Family kernel.Family
+	Family ipfamily.Family
 	// MasqueradeBit is --iptables-masquerade-bit (0-31, default 14).
 	MasqueradeBit int
 	// MasqueradeAll is --masquerade-all: SNAT all traffic sent via

@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"net/netip"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Validate checks a Config; the error names every bad field.
 func Validate(cfg Config) error {
 	var errs []error
-	if cfg.Family != kernel.IPv4 && cfg.Family != kernel.IPv6 {
-		errs = append(errs, fmt.Errorf("unknown Family %q (want %s or %s)", cfg.Family, kernel.IPv4, kernel.IPv6))
+	if cfg.Family != ipfamily.IPv4 && cfg.Family != ipfamily.IPv6 {
+		errs = append(errs, fmt.Errorf("unknown Family %q (want %s or %s)", cfg.Family, ipfamily.IPv4, ipfamily.IPv6))
 		// Every address check below depends on the family.
 		return errors.Join(errs...)
 	}
@@ -26,7 +26,7 @@ func Validate(cfg Config) error {
 	return errors.Join(errs...)
 }
 
-func checkPrefixes(field string, ps []netip.Prefix, fam kernel.Family) []error {
+func checkPrefixes(field string, ps []netip.Prefix, fam ipfamily.Family) []error {
 	var errs []error
 	for i, p := range ps {
 		switch {
@@ -41,7 +41,7 @@ func checkPrefixes(field string, ps []netip.Prefix, fam kernel.Family) []error {
 	return errs
 }
 
-func checkAddrs(field string, as []netip.Addr, fam kernel.Family) []error {
+func checkAddrs(field string, as []netip.Addr, fam ipfamily.Family) []error {
 	var errs []error
 	for i, a := range as {
 		switch {
@@ -58,9 +58,9 @@ func checkAddrs(field string, as []netip.Addr, fam kernel.Family) []error {
 
 // familyOf treats IPv4-mapped IPv6 addresses as IPv4, as the service map
 // does (servicemap.IsIPv6).
-func familyOf(a netip.Addr) kernel.Family {
+func familyOf(a netip.Addr) ipfamily.Family {
 	if a.Unmap().Is4() {
-		return kernel.IPv4
+		return ipfamily.IPv4
 	}
-	return kernel.IPv6
+	return ipfamily.IPv6
 }

@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/bench/testkit"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -31,7 +31,7 @@ func TestValidate(t *testing.T) {
 		{"mapped prefix", func(c *Config) { c.NodePortAddresses = testkit.Prefixes("::ffff:198.19.0.0/120") },
 			[]string{"NodePortAddresses[0]: ::ffff:198.19.0.0/120 is an IPv4-mapped"}},
 		{"IPv6 node IP", func(c *Config) { c.NodeIPs = testkit.Addrs("fd00::1") }, []string{"NodeIPs[0]: fd00::1 is not an IPv4 address"}},
-		{"zoned interface address", func(c *Config) { c.Family, c.InterfaceAddrs = kernel.IPv6, testkit.Addrs("fe80::1%eth0") },
+		{"zoned interface address", func(c *Config) { c.Family, c.InterfaceAddrs = ipfamily.IPv6, testkit.Addrs("fe80::1%eth0") },
 			[]string{"InterfaceAddrs[0]: fe80::1%eth0 has a zone", "NodeIPs[0]: 198.19.0.1 is not an IPv6 address"}},
 		{"every problem is reported", func(c *Config) { c.MasqueradeBit = 40; c.NodeIPs = []netip.Addr{{}} },
 			[]string{"MasqueradeBit", "NodeIPs[0]: not a valid address"}},

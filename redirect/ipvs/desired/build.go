@@ -1,15 +1,15 @@
 package desired
 
 import (
-	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/nodeaddr"
 	"net/netip"
 	"slices"
 	"time"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+
 	v1 "k8s.io/api/core/v1"
 
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -45,7 +45,7 @@ type builder struct {
 func newBuilder(cfg Config) *builder {
 	b := &builder{
 		cfg:      cfg,
-		v6:       cfg.Family == kernel.IPv6,
+		v6:       cfg.Family == ipfamily.IPv6,
 		local:    make(map[netip.Addr]bool, len(cfg.LocalAddrs)),
 		services: make(map[Key]*Service),
 		members:  make(map[string][]Entry),

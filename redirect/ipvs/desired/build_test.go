@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/testkit"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -118,10 +118,10 @@ func TestSetNameIPv6(t *testing.T) {
 		{"OTHER", "OTHER"},
 	}
 	for _, tt := range tests {
-		if got := SetName(tt.base, kernel.IPv6); got != tt.want || len(got) > maxSetName {
+		if got := SetName(tt.base, ipfamily.IPv6); got != tt.want || len(got) > maxSetName {
 			t.Errorf("SetName(%s, IPv6) = %q, want %q", tt.base, got, tt.want)
 		}
-		if got := SetName(tt.base, kernel.IPv4); got != tt.base {
+		if got := SetName(tt.base, ipfamily.IPv4); got != tt.base {
 			t.Errorf("SetName(%s, IPv4) = %q, want it unchanged", tt.base, got)
 		}
 	}
@@ -181,7 +181,7 @@ func TestSourceRangeOfEverythingIsSplit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cluster := "198.18.0.1"
-			if tt.cfg.Family == kernel.IPv6 {
+			if tt.cfg.Family == ipfamily.IPv6 {
 				cluster = "fd00:18::1"
 			}
 			st := mustBuild(t, tt.cfg, testkit.Port("d", "a", 80, cluster, testkit.LoadBalancerIPs(tt.lb), testkit.SourceRanges(tt.rng),

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -15,7 +15,7 @@ const DefaultScheduler = "rr"
 // Config is what the desired state depends on besides the snapshot, for one
 // family. Its fields mirror kube-proxy's flags and the node's addresses.
 type Config struct {
-	Family kernel.Family
+	Family ipfamily.Family
 	// Scheduler is --ipvs-scheduler; "" means DefaultScheduler. Any name
 	// the kernel accepts works; the kernel refuses unknown ones.
 	Scheduler string
@@ -56,8 +56,8 @@ func (c Config) scheduler() string {
 
 // Validate checks a Config; the error names every bad field.
 func Validate(c Config) error {
-	if c.Family != kernel.IPv4 && c.Family != kernel.IPv6 {
-		return fmt.Errorf("unknown Family %q (want %s or %s)", c.Family, kernel.IPv4, kernel.IPv6)
+	if c.Family != ipfamily.IPv4 && c.Family != ipfamily.IPv6 {
+		return fmt.Errorf("unknown Family %q (want %s or %s)", c.Family, ipfamily.IPv4, ipfamily.IPv6)
 	}
 	var errs []error
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
@@ -70,7 +70,7 @@ func Validate(c Config) error {
 	return errors.Join(errs...)
 }
 
-func checkAddrs(field string, as []netip.Addr, fam kernel.Family) []error {
+func checkAddrs(field string, as []netip.Addr, fam ipfamily.Family) []error {
 	var errs []error
 	for i, a := range as {
 		if !a.IsValid() || familyOf(a) != fam {
@@ -80,7 +80,7 @@ func checkAddrs(field string, as []netip.Addr, fam kernel.Family) []error {
 	return errs
 }
 
-func checkPrefixes(field string, ps []netip.Prefix, fam kernel.Family) []error {
+func checkPrefixes(field string, ps []netip.Prefix, fam ipfamily.Family) []error {
 	var errs []error
 	for i, p := range ps {
 		if !p.IsValid() || familyOf(p.Addr()) != fam {
@@ -91,9 +91,9 @@ func checkPrefixes(field string, ps []netip.Prefix, fam kernel.Family) []error {
 }
 
 // familyOf treats IPv4-mapped IPv6 addresses as IPv4, as the service map does.
-func familyOf(a netip.Addr) kernel.Family {
+func familyOf(a netip.Addr) ipfamily.Family {
 	if servicemap.IsIPv6(a) {
-		return kernel.IPv6
+		return ipfamily.IPv6
 	}
-	return kernel.IPv4
+	return ipfamily.IPv4
 }

@@ -8,7 +8,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/bench/testkit/catalogue"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -26,7 +26,7 @@ func TestGolden(t *testing.T) {
 // in family fam: kube-proxy's defaults (rr, --random-fully) on testkit's
 // node, whose addresses are its local ones, with the pod range as
 // --cluster-cidr. Change it here when Config changes.
-func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
+func catalogueConfig(fam ipfamily.Family, snap *servicemap.Snapshot) Config {
 	cfg := nodeConfig(fam)
 	cfg.ClusterCIDRs = []netip.Prefix{testkit.PodCIDR(fam)}
 	cfg.RandomFully = true
@@ -40,7 +40,7 @@ func catalogueConfig(fam kernel.Family, snap *servicemap.Snapshot) Config {
 // iptables and userspace modes render the same scenarios beside it. A
 // state Build refuses is recorded with its error.
 func TestCatalogue(t *testing.T) {
-	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam kernel.Family) string {
+	catalogue.RenderEach(t, func(t *testing.T, snap *servicemap.Snapshot, fam ipfamily.Family) string {
 		st, err := Build(catalogueConfig(fam, snap), snap)
 		if err != nil {
 			return fmt.Sprintf("# family %s\nerror: %v\n", fam, err)

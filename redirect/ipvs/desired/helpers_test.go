@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/bench/testkit"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -14,9 +14,9 @@ import (
 
 // nodeConfig is the desired state's configuration on testkit's node in
 // fam, whose local addresses are loopback and the node's address.
-func nodeConfig(fam kernel.Family) Config {
+func nodeConfig(fam ipfamily.Family) Config {
 	loopback := netip.MustParseAddr("127.0.0.1")
-	if fam == kernel.IPv6 {
+	if fam == ipfamily.IPv6 {
 		loopback = netip.IPv6Loopback()
 	}
 	node := testkit.NodeIP(fam)
@@ -24,8 +24,8 @@ func nodeConfig(fam kernel.Family) Config {
 		Topology: testkit.Topology()}
 }
 
-func v4Config() Config { return nodeConfig(kernel.IPv4) }
-func v6Config() Config { return nodeConfig(kernel.IPv6) }
+func v4Config() Config { return nodeConfig(ipfamily.IPv4) }
+func v6Config() Config { return nodeConfig(ipfamily.IPv6) }
 
 func mustBuild(t testing.TB, cfg Config, ports ...*servicemap.ServicePort) *State {
 	t.Helper()

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Chains of the IPVS mode's iptables layer (kube-proxy's names).
@@ -101,7 +101,7 @@ func setMatch(s *Set, flags string, withComment bool) string {
 // iptables-save's canonical form. Rules matching a set are only written
 // while the set has members, as kube-proxy does.
 func buildTables(cfg Config, st *State, noNodeAccess []Entry) []Table {
-	v6 := cfg.Family == kernel.IPv6
+	v6 := cfg.Family == ipfamily.IPv6
 	nat := newTable(tableNAT, ChainServices, ChainPostrouting, ChainNodePort, ChainLoadBalancer, ChainMarkMasq)
 	filter := newTable(tableFilter, ChainForward, ChainNodePort, ChainProxyFirewall, ChainSourceRangesFW, ChainIPVSFilter, ChainIPVSOutFilter)
 	set := st.Set

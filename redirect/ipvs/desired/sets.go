@@ -8,7 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Set types, as ipset names them.
@@ -50,12 +50,12 @@ type SetSpec struct {
 	// Base is the IPv4 name; Name the family's actual name.
 	Base, Name string
 	Type       string
-	Family     kernel.Family
+	Family     ipfamily.Family
 	Comment    string
 }
 
 // setSpecs lists the sets in the order kube-proxy declares them.
-func setSpecs(fam kernel.Family) []SetSpec {
+func setSpecs(fam ipfamily.Family) []SetSpec {
 	specs := []SetSpec{
 		{Base: SetLoopBack, Type: HashIPPortIP, Comment: "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"},
 		{Base: SetClusterIP, Type: HashIPPort, Comment: "Kubernetes service cluster ip + port for masquerade purpose"},
@@ -83,12 +83,12 @@ func setSpecs(fam kernel.Family) []SetSpec {
 }
 
 // SetSpecs returns every set the mode owns for fam, in kube-proxy's order.
-func SetSpecs(fam kernel.Family) []SetSpec { return setSpecs(fam) }
+func SetSpecs(fam ipfamily.Family) []SetSpec { return setSpecs(fam) }
 
 // SetName is a set's name in fam: IPv6 sets are "KUBE-6-...", cut to the
 // kernel's 31 characters, so both families' sets can coexist.
-func SetName(base string, fam kernel.Family) string {
-	if fam != kernel.IPv6 || !strings.HasPrefix(base, "KUBE-") {
+func SetName(base string, fam ipfamily.Family) string {
+	if fam != ipfamily.IPv6 || !strings.HasPrefix(base, "KUBE-") {
 		return base
 	}
 	name := "KUBE-6-" + strings.TrimPrefix(base, "KUBE-")

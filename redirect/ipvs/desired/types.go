@@ -13,7 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -98,7 +98,7 @@ type Sysctl struct {
 
 // State is everything the mode wants for one family.
 type State struct {
-	Family kernel.Family
+	Family ipfamily.Family
 	// Services are sorted by Key.
 	Services []Service
 	// Addresses to bind on kube-ipvs0, sorted.

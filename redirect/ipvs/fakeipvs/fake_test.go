@@ -10,7 +10,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func vs(addr string, sched string) desired.VirtualServer {
@@ -80,7 +80,7 @@ func TestListedServicesCarryTheHashedFlag(t *testing.T) {
 
 func TestLinkAndSetsFailLikeTheKernel(t *testing.T) {
 	a := netip.MustParseAddr("198.18.0.1")
-	spec := desired.SetSpecs(kernel.IPv4)[1] // KUBE-CLUSTER-IP, hash:ip,port
+	spec := desired.SetSpecs(ipfamily.IPv4)[1] // KUBE-CLUSTER-IP, hash:ip,port
 	member := desired.Entry{IP: a, Protocol: v1.ProtocolTCP, Port: 80}
 	tests := []struct {
 		name string

@@ -10,7 +10,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 type fakeSet struct {
@@ -173,7 +173,7 @@ func checkEntry(spec desired.SetSpec, e desired.Entry) error {
 	}
 	// An address of the other family arrives in an attribute the set's
 	// type does not take: the kernel calls that a protocol error too.
-	if !fits || hasIP && e.IP.Is6() != (spec.Family == kernel.IPv6) {
+	if !fits || hasIP && e.IP.Is6() != (spec.Family == ipfamily.IPv6) {
 		return nl.IPSetError(nl.IPSET_ERR_PROTOCOL)
 	}
 	// The kernel stores no zero-length prefix (the handle refuses it

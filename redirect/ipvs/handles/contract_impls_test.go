@@ -15,7 +15,7 @@ import (
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func fakeSets() implementation[setsEnv] {
@@ -40,7 +40,7 @@ func kernelSets() implementation[setsEnv] {
 		name: "kernel",
 		fresh: func(t *testing.T) setsEnv {
 			if referenced {
-				for _, fam := range []kernel.Family{kernel.IPv4, kernel.IPv6} {
+				for _, fam := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 					if out, err := exec.Command(iptablesCommand(fam), "-w", "-F", "INPUT").CombinedOutput(); err != nil {
 						t.Fatalf("flushing %s INPUT: %v: %s", fam, err, out)
 					}
@@ -78,9 +78,9 @@ func referenceSet(spec desired.SetSpec) error {
 
 // iptablesCommand is fam's iptables; the guest kernel has only the legacy
 // backend.
-func iptablesCommand(fam kernel.Family) string {
+func iptablesCommand(fam ipfamily.Family) string {
 	name := "iptables"
-	if fam == kernel.IPv6 {
+	if fam == ipfamily.IPv6 {
 		name = "ip6tables"
 	}
 	if guest.InGuest() {

@@ -9,7 +9,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // setsEnv is an IPSets with a way to make an iptables rule use a set, which
@@ -23,7 +23,7 @@ type setsEnv struct {
 // families: their real names, types and families.
 func contractSetSpecs() []desired.SetSpec {
 	var out []desired.SetSpec
-	for _, fam := range []kernel.Family{kernel.IPv4, kernel.IPv6} {
+	for _, fam := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 		seen := make(map[string]bool)
 		for _, spec := range desired.SetSpecs(fam) {
 			if !seen[spec.Type] {
@@ -38,7 +38,7 @@ func contractSetSpecs() []desired.SetSpec {
 // setMembers are members of the kinds desired builds for a set of spec's
 // type and family, sorted.
 func setMembers(spec desired.SetSpec) []desired.Entry {
-	v6 := spec.Family == kernel.IPv6
+	v6 := spec.Family == ipfamily.IPv6
 	ip := func(v4, v6addr string) netip.Addr {
 		if v6 {
 			return netip.MustParseAddr(v6addr)
@@ -239,13 +239,13 @@ func missingSetCases(spec desired.SetSpec, member desired.Entry) []contractCase[
 // kernel stores differently from how they were given.
 func setShapeCases() []contractCase[setsEnv] {
 	specs := contractSetSpecs()
-	spec := func(fam kernel.Family, typ string) desired.SetSpec {
+	spec := func(fam ipfamily.Family, typ string) desired.SetSpec {
 		i := slices.IndexFunc(specs, func(s desired.SetSpec) bool { return s.Family == fam && s.Type == typ })
 		return specs[i]
 	}
-	ipPort4, ipPort6 := spec(kernel.IPv4, desired.HashIPPort), spec(kernel.IPv6, desired.HashIPPort)
-	ports, ips6 := spec(kernel.IPv4, desired.BitmapPort), spec(kernel.IPv6, desired.HashIP)
-	nets4, nets6 := spec(kernel.IPv4, desired.HashIPPortNet), spec(kernel.IPv6, desired.HashIPPortNet)
+	ipPort4, ipPort6 := spec(ipfamily.IPv4, desired.HashIPPort), spec(ipfamily.IPv6, desired.HashIPPort)
+	ports, ips6 := spec(ipfamily.IPv4, desired.BitmapPort), spec(ipfamily.IPv6, desired.HashIP)
+	nets4, nets6 := spec(ipfamily.IPv4, desired.HashIPPortNet), spec(ipfamily.IPv6, desired.HashIPPortNet)
 	vip4, vip6 := netip.MustParseAddr("198.18.0.10"), netip.MustParseAddr("fd00:18::10")
 	netMember := func(vip netip.Addr, n string) desired.Entry {
 		return desired.Entry{IP: vip, Protocol: v1.ProtocolTCP, Port: 80, Net: netip.MustParsePrefix(n)}

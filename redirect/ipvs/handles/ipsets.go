@@ -10,7 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // NetlinkIPSets is the real IPSets, over netlink (no ipset binary).
@@ -18,7 +18,7 @@ type NetlinkIPSets struct{}
 
 func (NetlinkIPSets) Create(spec desired.SetSpec) error {
 	opts := netlink.IpsetCreateOptions{Family: unix.AF_INET}
-	if spec.Family == kernel.IPv6 {
+	if spec.Family == ipfamily.IPv6 {
 		opts.Family = unix.AF_INET6
 	}
 	if spec.Type == desired.BitmapPort {

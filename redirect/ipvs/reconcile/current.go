@@ -6,7 +6,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // currentService is a virtual server as the kernel holds it.
@@ -74,7 +74,7 @@ func (r *Reconciler) read() (*current, error) {
 		return nil, fmt.Errorf("listing addresses of %s: %w", handles.DummyLink, err)
 	}
 	for _, a := range addrs {
-		if a.Is6() == (r.opts.Family == kernel.IPv6) {
+		if a.Is6() == (r.opts.Family == ipfamily.IPv6) {
 			cur.addrs[a] = true
 		}
 	}

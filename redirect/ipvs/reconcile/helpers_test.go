@@ -15,7 +15,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -36,7 +36,7 @@ func newRig(t testing.TB, exclude ...string) *rig {
 	g := &rig{ipvs: &fakeipvs.IPVS{}, link: &fakeipvs.Link{}, sets: &fakeipvs.IPSets{},
 		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	g.setHook(nil)
-	opts := Options{IPVS: g.ipvs, Link: g.link, IPSets: g.sets, Family: kernel.IPv4,
+	opts := Options{IPVS: g.ipvs, Link: g.link, IPSets: g.sets, Family: ipfamily.IPv4,
 		Clock: g.clock, DrainTimeout: time.Minute}
 	for _, c := range exclude {
 		opts.ExcludeCIDRs = append(opts.ExcludeCIDRs, netip.MustParsePrefix(c))
@@ -98,7 +98,7 @@ func (g *rig) expectMatches(t testing.TB, st *desired.State) {
 
 func cfg() desired.Config {
 	return desired.Config{
-		Family: kernel.IPv4, MasqueradeBit: 14,
+		Family: ipfamily.IPv4, MasqueradeBit: 14,
 		LocalAddrs: []netip.Addr{netip.MustParseAddr("198.19.0.1")},
 		NodeIPs:    []netip.Addr{netip.MustParseAddr("198.19.0.1")},
 		Topology:   servicemap.Topology{NodeName: "node-a"},

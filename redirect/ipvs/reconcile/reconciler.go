@@ -30,7 +30,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // DefaultDrainTimeout bounds how long a removed TCP real server may keep
@@ -42,7 +42,7 @@ type Options struct {
 	IPVS   handles.IPVS
 	Link   handles.Link
 	IPSets handles.IPSets
-	Family kernel.Family
+	Family ipfamily.Family
 	// ExcludeCIDRs is --ipvs-exclude-cidrs: virtual servers inside them
 	// belong to someone else and are never touched.
 	ExcludeCIDRs []netip.Prefix
@@ -86,7 +86,7 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.IPVS == nil || opts.Link == nil || opts.IPSets == nil {
 		return nil, errors.New("reconcile: IPVS, Link and IPSets are required")
 	}
-	if opts.Family != kernel.IPv4 && opts.Family != kernel.IPv6 {
+	if opts.Family != ipfamily.IPv4 && opts.Family != ipfamily.IPv6 {
 		return nil, fmt.Errorf("reconcile: unknown family %q", opts.Family)
 	}
 	if opts.DrainTimeout <= 0 {
@@ -102,7 +102,7 @@ func New(opts Options) (*Reconciler, error) {
 // owned says whether a virtual server is this reconciler's to manage: of
 // its family and outside the excluded ranges.
 func (r *Reconciler) owned(k desired.Key) bool {
-	if (r.opts.Family == kernel.IPv6) != k.Addr.Is6() {
+	if (r.opts.Family == ipfamily.IPv6) != k.Addr.Is6() {
 		return false
 	}
 	return !slices.ContainsFunc(r.opts.ExcludeCIDRs, func(p netip.Prefix) bool { return p.Contains(k.Addr) })

@@ -9,7 +9,7 @@ import (
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/fakeiptables/trace"
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -19,7 +19,7 @@ import (
 // configV4 tells pods from other sources by the pod CIDR.
 func configV4(change ...func(*desired.Config)) desired.Config {
 	c := desired.Config{
-		Family:        kernel.IPv4,
+		Family:        ipfamily.IPv4,
 		MasqueradeBit: 14,
 		LocalAddrs:    testkit.Addrs("127.0.0.1", testkit.NodeIPv4),
 		NodeIPs:       testkit.Addrs(testkit.NodeIPv4),
@@ -34,7 +34,7 @@ func configV4(change ...func(*desired.Config)) desired.Config {
 
 func configV6() desired.Config {
 	return desired.Config{
-		Family:        kernel.IPv6,
+		Family:        ipfamily.IPv6,
 		MasqueradeBit: 14,
 		LocalAddrs:    testkit.Addrs("::1", testkit.NodeIPv6),
 		NodeIPs:       testkit.Addrs(testkit.NodeIPv6),

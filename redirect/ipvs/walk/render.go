@@ -6,8 +6,8 @@ import (
 
 	"kproxy.dev/kproxy/redirect/fakeiptables"
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // renderDump writes the state's iptables layer into an empty fake iptables
@@ -16,7 +16,7 @@ import (
 func renderDump(st *desired.State) (string, error) {
 	fake := fakeiptables.New(st.Family)
 	tool := "iptables-restore"
-	if st.Family == kernel.IPv6 {
+	if st.Family == ipfamily.IPv6 {
 		tool = "ip6tables-restore"
 	}
 	payload := desired.RenderTables(st.Tables)

@@ -5,11 +5,11 @@ import (
 	"strconv"
 	"strings"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // checkArg refuses an argument the extension would refuse.
-func checkArg(spec optSpec, arg string, fam kernel.Family) error {
+func checkArg(spec optSpec, arg string, fam ipfamily.Family) error {
 	var err error
 	switch spec.arg {
 	case portArg:

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Error is a rule the real tool's parser would refuse, worded as
@@ -23,7 +23,7 @@ func errorf(format string, a ...any) error { return &Error{Msg: fmt.Sprintf(form
 
 // Context is where a rule is written.
 type Context struct {
-	Family kernel.Family
+	Family ipfamily.Family
 	Table  string
 }
 

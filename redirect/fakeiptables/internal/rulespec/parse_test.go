@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func TestParseReadsEveryPart(t *testing.T) {
@@ -15,7 +15,7 @@ func TestParseReadsEveryPart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Parse(words, Context{Family: kernel.IPv4, Table: "nat"})
+	r, err := Parse(words, Context{Family: ipfamily.IPv4, Table: "nat"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,19 +45,19 @@ func TestParseReadsEveryPart(t *testing.T) {
 func TestParseTargets(t *testing.T) {
 	cases := []struct {
 		line    string
-		fam     kernel.Family
+		fam     ipfamily.Family
 		target  string
 		isChain bool
 		isGoto  bool
 	}{
-		{"-j KUBE-SVC-X", kernel.IPv4, "KUBE-SVC-X", true, false},
-		{"-g KUBE-SVC-X", kernel.IPv4, "KUBE-SVC-X", true, true},
-		{"-p tcp", kernel.IPv4, "", false, false},
-		{"-j MARK --set-xmark 0x4000/0x4000", kernel.IPv4, "MARK", false, false},
-		{"-j MASQUERADE --random-fully", kernel.IPv4, "MASQUERADE", false, false},
-		{"-p tcp -j REDIRECT --to-ports 40000", kernel.IPv4, "REDIRECT", false, false},
-		{"-p tcp -j DNAT --to-destination [fd00:19:1::11]:8080", kernel.IPv6, "DNAT", false, false},
-		{"-j REJECT --reject-with icmp6-port-unreachable", kernel.IPv6, "REJECT", false, false},
+		{"-j KUBE-SVC-X", ipfamily.IPv4, "KUBE-SVC-X", true, false},
+		{"-g KUBE-SVC-X", ipfamily.IPv4, "KUBE-SVC-X", true, true},
+		{"-p tcp", ipfamily.IPv4, "", false, false},
+		{"-j MARK --set-xmark 0x4000/0x4000", ipfamily.IPv4, "MARK", false, false},
+		{"-j MASQUERADE --random-fully", ipfamily.IPv4, "MASQUERADE", false, false},
+		{"-p tcp -j REDIRECT --to-ports 40000", ipfamily.IPv4, "REDIRECT", false, false},
+		{"-p tcp -j DNAT --to-destination [fd00:19:1::11]:8080", ipfamily.IPv6, "DNAT", false, false},
+		{"-j REJECT --reject-with icmp6-port-unreachable", ipfamily.IPv6, "REJECT", false, false},
 	}
 	for _, tc := range cases {
 		r, err := Parse(strings.Fields(tc.line), Context{Family: tc.fam, Table: "nat"})
@@ -74,37 +74,37 @@ func TestParseTargets(t *testing.T) {
 func TestParseRefusals(t *testing.T) {
 	cases := []struct {
 		line, table string
-		fam         kernel.Family
+		fam         ipfamily.Family
 		want        string
 		bare        bool
 	}{
-		{"-m foo --bar", "filter", kernel.IPv4, "Couldn't load match `foo'", false},
-		{"-p tcp -m tcp --foo 1", "filter", kernel.IPv4, `unknown option "--foo"`, false},
-		{"-m tcp --dport 80", "filter", kernel.IPv4, "TCP match requires '-p tcp'", false},
-		{"! -p tcp -m tcp --dport 80", "filter", kernel.IPv4, "TCP match requires '-p tcp'", false},
-		{"-p udp -m udp --dport http", "filter", kernel.IPv4, "invalid port/service `http' specified", false},
-		{"-s fd00::1", "filter", kernel.IPv4, "host/network `fd00::1' not found", false},
-		{"-d 10.0.0.1", "filter", kernel.IPv6, "host/network `10.0.0.1' not found", false},
-		{"-s 10.0.0.0/33", "filter", kernel.IPv4, "invalid mask `33' specified", false},
-		{"-j ACCEPT extra", "filter", kernel.IPv4, "Bad argument `extra'", true},
-		{"-j ACCEPT --reject-with tcp-reset", "filter", kernel.IPv4, `unknown option "--reject-with"`, false},
-		{"-j REJECT --reject-with icmp-port-unreachable", "filter", kernel.IPv6, `Bad reject type "icmp-port-unreachable"`, false},
-		{"-j DROP", "nat", kernel.IPv4, "the use of DROP is therefore inhibited", false},
-		{"-j DNAT", "nat", kernel.IPv4, `DNAT: option "--to-destination" must be specified`, false},
-		{"-j DNAT --to-destination 10.0.0.1-10.0.0.9", "nat", kernel.IPv4, "ranges are not modelled", false},
-		{"-j MARK", "nat", kernel.IPv4, "MARK: exactly one of", false},
-		{"-j MARK --set-xmark 0x4000/0xzz", "nat", kernel.IPv4, `bad MARK value "0x4000/0xzz"`, false},
-		{"-m statistic --mode random", "nat", kernel.IPv4, "--mode random needs --probability", false},
-		{"-m statistic --mode random --probability 1.5", "nat", kernel.IPv4, "--probability must be between 0 and 1", false},
-		{"-m recent --name X --rsource", "nat", kernel.IPv4, "you must specify one of", false},
-		{"-m conntrack --ctstate NEW,BOGUS", "nat", kernel.IPv4, `Bad ctstate "BOGUS"`, false},
-		{"-m addrtype --dst-type LOCALE", "nat", kernel.IPv4, `Bad address type "LOCALE"`, false},
-		{"-m comment ! --comment x", "nat", kernel.IPv4, `option "--comment" cannot be inverted`, false},
-		{"-p tcp -m tcp --dport", "nat", kernel.IPv4, `option "--dport" requires an argument`, false},
-		{"-g ACCEPT", "nat", kernel.IPv4, "goto 'ACCEPT' is not a chain", false},
-		{"-s 10.0.0.1 -s 10.0.0.2", "nat", kernel.IPv4, "multiple -s flags not allowed", false},
-		{"-p tcp --dport 80", "nat", kernel.IPv4, `write "-m tcp --dport"`, false},
-		{"-j ACCEPT !", "nat", kernel.IPv4, "Bad argument `!'", true},
+		{"-m foo --bar", "filter", ipfamily.IPv4, "Couldn't load match `foo'", false},
+		{"-p tcp -m tcp --foo 1", "filter", ipfamily.IPv4, `unknown option "--foo"`, false},
+		{"-m tcp --dport 80", "filter", ipfamily.IPv4, "TCP match requires '-p tcp'", false},
+		{"! -p tcp -m tcp --dport 80", "filter", ipfamily.IPv4, "TCP match requires '-p tcp'", false},
+		{"-p udp -m udp --dport http", "filter", ipfamily.IPv4, "invalid port/service `http' specified", false},
+		{"-s fd00::1", "filter", ipfamily.IPv4, "host/network `fd00::1' not found", false},
+		{"-d 10.0.0.1", "filter", ipfamily.IPv6, "host/network `10.0.0.1' not found", false},
+		{"-s 10.0.0.0/33", "filter", ipfamily.IPv4, "invalid mask `33' specified", false},
+		{"-j ACCEPT extra", "filter", ipfamily.IPv4, "Bad argument `extra'", true},
+		{"-j ACCEPT --reject-with tcp-reset", "filter", ipfamily.IPv4, `unknown option "--reject-with"`, false},
+		{"-j REJECT --reject-with icmp-port-unreachable", "filter", ipfamily.IPv6, `Bad reject type "icmp-port-unreachable"`, false},
+		{"-j DROP", "nat", ipfamily.IPv4, "the use of DROP is therefore inhibited", false},
+		{"-j DNAT", "nat", ipfamily.IPv4, `DNAT: option "--to-destination" must be specified`, false},
+		{"-j DNAT --to-destination 10.0.0.1-10.0.0.9", "nat", ipfamily.IPv4, "ranges are not modelled", false},
+		{"-j MARK", "nat", ipfamily.IPv4, "MARK: exactly one of", false},
+		{"-j MARK --set-xmark 0x4000/0xzz", "nat", ipfamily.IPv4, `bad MARK value "0x4000/0xzz"`, false},
+		{"-m statistic --mode random", "nat", ipfamily.IPv4, "--mode random needs --probability", false},
+		{"-m statistic --mode random --probability 1.5", "nat", ipfamily.IPv4, "--probability must be between 0 and 1", false},
+		{"-m recent --name X --rsource", "nat", ipfamily.IPv4, "you must specify one of", false},
+		{"-m conntrack --ctstate NEW,BOGUS", "nat", ipfamily.IPv4, `Bad ctstate "BOGUS"`, false},
+		{"-m addrtype --dst-type LOCALE", "nat", ipfamily.IPv4, `Bad address type "LOCALE"`, false},
+		{"-m comment ! --comment x", "nat", ipfamily.IPv4, `option "--comment" cannot be inverted`, false},
+		{"-p tcp -m tcp --dport", "nat", ipfamily.IPv4, `option "--dport" requires an argument`, false},
+		{"-g ACCEPT", "nat", ipfamily.IPv4, "goto 'ACCEPT' is not a chain", false},
+		{"-s 10.0.0.1 -s 10.0.0.2", "nat", ipfamily.IPv4, "multiple -s flags not allowed", false},
+		{"-p tcp --dport 80", "nat", ipfamily.IPv4, `write "-m tcp --dport"`, false},
+		{"-j ACCEPT !", "nat", ipfamily.IPv4, "Bad argument `!'", true},
 	}
 	for _, tc := range cases {
 		_, err := Parse(strings.Fields(tc.line), Context{Family: tc.fam, Table: tc.table})
@@ -144,19 +144,19 @@ func TestValues(t *testing.T) {
 	if _, _, err := ParsePortRange("90:80"); err == nil {
 		t.Error("a reversed port range was accepted")
 	}
-	if a, p, err := ParseNATAddr("[fd00::1]:80", kernel.IPv6); err != nil || a != netip.MustParseAddr("fd00::1") || p != 80 {
+	if a, p, err := ParseNATAddr("[fd00::1]:80", ipfamily.IPv6); err != nil || a != netip.MustParseAddr("fd00::1") || p != 80 {
 		t.Errorf("ParseNATAddr([fd00::1]:80) = %v %d %v", a, p, err)
 	}
-	if a, p, err := ParseNATAddr("fd00::1", kernel.IPv6); err != nil || a != netip.MustParseAddr("fd00::1") || p != 0 {
+	if a, p, err := ParseNATAddr("fd00::1", ipfamily.IPv6); err != nil || a != netip.MustParseAddr("fd00::1") || p != 0 {
 		t.Errorf("ParseNATAddr(fd00::1) = %v %d %v", a, p, err)
 	}
-	if a, p, err := ParseNATAddr("10.0.0.1", kernel.IPv4); err != nil || a != netip.MustParseAddr("10.0.0.1") || p != 0 {
+	if a, p, err := ParseNATAddr("10.0.0.1", ipfamily.IPv4); err != nil || a != netip.MustParseAddr("10.0.0.1") || p != 0 {
 		t.Errorf("ParseNATAddr(10.0.0.1) = %v %d %v", a, p, err)
 	}
-	if p, err := ParsePrefix("10.1.2.3/255.255.0.0", kernel.IPv4); err != nil || p != netip.MustParsePrefix("10.1.0.0/16") {
+	if p, err := ParsePrefix("10.1.2.3/255.255.0.0", ipfamily.IPv4); err != nil || p != netip.MustParsePrefix("10.1.0.0/16") {
 		t.Errorf("ParsePrefix with a dotted mask = %v, %v", p, err)
 	}
-	if _, err := ParsePrefix("10.0.0.0/255.0.255.0", kernel.IPv4); err == nil {
+	if _, err := ParsePrefix("10.0.0.0/255.0.255.0", ipfamily.IPv4); err == nil {
 		t.Error("a non-contiguous mask was accepted")
 	}
 	if !InterfaceMatches("eth+", "eth0") || InterfaceMatches("eth+", "veth0") || !InterfaceMatches("lo", "lo") || InterfaceMatches("lo", "lo0") {
@@ -171,7 +171,7 @@ func TestValues(t *testing.T) {
 func TestParseIPVSModeVocabulary(t *testing.T) {
 	cases := []struct {
 		line      string
-		fam       kernel.Family
+		fam       ipfamily.Family
 		match     string
 		option    string
 		wantArg   string
@@ -181,10 +181,10 @@ func TestParseIPVSModeVocabulary(t *testing.T) {
 		{line: `-m comment --comment "x y" -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT`, match: "set", option: "--match-set", wantArg: "KUBE-CLUSTER-IP dst,dst"},
 		{line: `-m set ! --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ`, match: "set", option: "--match-set", wantArg: "KUBE-CLUSTER-IP src,dst", wantNeg: true},
 		{line: `-p tcp -m set --match-set KUBE-NODE-PORT-TCP dst -j RETURN`, match: "set", option: "--match-set", wantArg: "KUBE-NODE-PORT-TCP dst"},
-		{line: `-m set --match-set KUBE-6-LOOP-BACK dst,dst,src -j MASQUERADE`, fam: kernel.IPv6, match: "set", option: "--match-set", wantArg: "KUBE-6-LOOP-BACK dst,dst,src"},
+		{line: `-m set --match-set KUBE-6-LOOP-BACK dst,dst,src -j MASQUERADE`, fam: ipfamily.IPv6, match: "set", option: "--match-set", wantArg: "KUBE-6-LOOP-BACK dst,dst,src"},
 		{line: `-m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT`, match: "physdev", option: "--physdev-is-in", wantNeg: true},
 		{line: `-s 198.18.0.5/32 -m ipvs --vproto 6 --vaddr 198.18.0.5/32 --vport 443 -j DROP`, match: "ipvs", option: "--vaddr", wantArg: "198.18.0.5/32"},
-		{line: `-m ipvs --vproto 132 --vaddr fd00:18::5/128 --vport 80 -j DROP`, fam: kernel.IPv6, match: "ipvs", option: "--vproto", wantArg: "132"},
+		{line: `-m ipvs --vproto 132 --vaddr fd00:18::5/128 --vport 80 -j DROP`, fam: ipfamily.IPv6, match: "ipvs", option: "--vproto", wantArg: "132"},
 		{line: `-m set --match-set KUBE-CLUSTER-IP dst,tcp -j ACCEPT`, wantError: "'src' or 'dst'"},
 		{line: `-m set --match-set KUBE-CLUSTER-IP src,src,src,src,src,src,src -j ACCEPT`, wantError: "more src/dst options than 6"},
 		{line: `-m set --match-set KUBE-CLUSTER-IP`, wantError: `option "--match-set" requires an argument`},
@@ -199,7 +199,7 @@ func TestParseIPVSModeVocabulary(t *testing.T) {
 	for _, tc := range cases {
 		fam := tc.fam
 		if fam == "" {
-			fam = kernel.IPv4
+			fam = ipfamily.IPv4
 		}
 		words, err := restore.SplitRule(tc.line)
 		if err != nil {

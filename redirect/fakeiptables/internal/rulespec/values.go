@@ -6,13 +6,13 @@ import (
 	"strconv"
 	"strings"
 
-	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // ParsePrefix reads an -s/-d style address of family fam: an address with
 // an optional /len or dotted IPv4 mask, masked to its network as
 // iptables-save prints it.
-func ParsePrefix(s string, fam kernel.Family) (netip.Prefix, error) {
+func ParsePrefix(s string, fam ipfamily.Family) (netip.Prefix, error) {
 	bad := errorf("host/network `%s' not found", s)
 	addrText, bits, hasBits := strings.Cut(s, "/")
 	addr, err := netip.ParseAddr(addrText)
@@ -32,8 +32,8 @@ func ParsePrefix(s string, fam kernel.Family) (netip.Prefix, error) {
 	return p, nil
 }
 
-func prefixLen(s string, fam kernel.Family) (int, error) {
-	if fam == kernel.IPv4 && strings.Contains(s, ".") {
+func prefixLen(s string, fam ipfamily.Family) (int, error) {
+	if fam == ipfamily.IPv4 && strings.Contains(s, ".") {
 		mask, err := netip.ParseAddr(s)
 		if err != nil || !mask.Is4() {
 			return 0, errorf("invalid mask `%s' specified", s)
@@ -42,7 +42,7 @@ func prefixLen(s string, fam kernel.Family) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	max := 32
-	if fam == kernel.IPv6 {
+	if fam == ipfamily.IPv6 {
 		max = 128
 	}
 	if err != nil || n < 0 || n > max {
@@ -71,8 +71,8 @@ func maskLen(mask netip.Addr) (int, error) {
 	return n, nil
 }
 
-func inFamily(a netip.Addr, fam kernel.Family) bool {
-	if fam == kernel.IPv6 {
+func inFamily(a netip.Addr, fam ipfamily.Family) bool {
+	if fam == ipfamily.IPv6 {
 		return a.Is6() && !a.Is4In6()
 	}
 	return a.Is4()
@@ -139,7 +139,7 @@ func ParseProbability(s string) (float64, error) {
 // fam: "address", "address:port", and for IPv6 "[address]:port". Port is 0
 // when absent (the original port is kept). Ranges, which kproxy never
 // writes, are refused.
-func ParseNATAddr(s string, fam kernel.Family) (netip.Addr, uint16, error) {
+func ParseNATAddr(s string, fam ipfamily.Family) (netip.Addr, uint16, error) {
 	bad := errorf("bad NAT address `%s' (ranges are not modelled)", s)
 	addrText, portText := s, ""
 	switch {
@@ -152,7 +152,7 @@ func ParseNATAddr(s string, fam kernel.Family) (netip.Addr, uint16, error) {
 		if portText == "" && end+1 != len(s) {
 			return netip.Addr{}, 0, bad
 		}
-	case fam == kernel.IPv4:
+	case fam == ipfamily.IPv4:
 		addrText, portText, _ = strings.Cut(s, ":")
 	}
 	addr, err := netip.ParseAddr(addrText)
@@ -192,8 +192,8 @@ func addrTypes() []string {
 		"UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE"}
 }
 
-func rejectTypes(fam kernel.Family) []string {
-	if fam == kernel.IPv6 {
+func rejectTypes(fam ipfamily.Family) []string {
+	if fam == ipfamily.IPv6 {
 		return []string{"icmp6-no-route", "no-route", "icmp6-adm-prohibited", "adm-prohibited",
 			"icmp6-addr-unreachable", "addr-unreach", "icmp6-port-unreachable", "port-unreach",
 			"icmp6-policy-fail", "policy-fail", "icmp6-reject-route", "reject-route", "tcp-reset"}
