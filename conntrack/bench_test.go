@@ -6,6 +6,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/bench/testkit"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // The cleanup benchmark's table: benchServices UDP services (a cluster IP
@@ -44,7 +45,7 @@ func benchTable() (flows []Flow, filters []Filter, stale []Flow) {
 		ep := benchEndpoint(s, 0)
 		filters = append(filters,
 			FlowsAnsweredBy(UDP, ServiceAddress(netip.AddrPortFrom(benchVIP(s), 53)), ep),
-			FlowsAnsweredBy(UDP, NodePortOf(IPv4, uint16(30000+s)), ep))
+			FlowsAnsweredBy(UDP, NodePortOf(ipfamily.IPv4, uint16(30000+s)), ep))
 	}
 	return flows, filters, stale
 }
@@ -59,7 +60,7 @@ func benchExpectations() *Expectations {
 			first = 1
 		}
 		for ep := first; ep < benchEndpoints; ep++ {
-			for _, dst := range []Destination{ServiceAddress(netip.AddrPortFrom(benchVIP(s), 53)), NodePortOf(IPv4, uint16(30000+s))} {
+			for _, dst := range []Destination{ServiceAddress(netip.AddrPortFrom(benchVIP(s), 53)), NodePortOf(ipfamily.IPv4, uint16(30000+s))} {
 				e.Endpoints[dst] = append(e.Endpoints[dst], benchEndpoint(s, ep))
 			}
 		}
@@ -77,8 +78,8 @@ func BenchmarkCleanup100k(b *testing.B) {
 		name string
 		req  Request
 	}{
-		{"filters", Request{Family: IPv4, Local: node, Filters: filters}},
-		{"reconcile", Request{Family: IPv4, Local: node, Reconcile: benchExpectations()}},
+		{"filters", Request{Family: ipfamily.IPv4, Local: node, Filters: filters}},
+		{"reconcile", Request{Family: ipfamily.IPv4, Local: node, Reconcile: benchExpectations()}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			if lab.InFreshNetns(b) {
@@ -128,7 +129,7 @@ func TestBenchTableShape(t *testing.T) {
 		t.Errorf("%d stale flows and %d filters, want %d and %d", len(stale), len(filters), want, 2*benchChanged)
 	}
 	// The two requests select the same flows, and only those.
-	for _, req := range []Request{{Family: IPv4, Filters: filters}, {Family: IPv4, Reconcile: benchExpectations()}} {
+	for _, req := range []Request{{Family: ipfamily.IPv4, Filters: filters}, {Family: ipfamily.IPv4, Reconcile: benchExpectations()}} {
 		m, n := req.Matcher(), 0
 		for _, f := range flows {
 			if m.Match(f) {

@@ -3,6 +3,7 @@ package conntrack
 import (
 	"slices"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -59,7 +60,7 @@ func FiltersFor(prev, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) 
 		if !ok || !exists || serves(cur, ep) {
 			continue // a removed port's destinations are cleared whole
 		}
-		fam := FamilyOf(ep.Addr())
+		fam := ipfamily.Of(ep.Addr())
 		for _, dst := range destinationsOf(cur) {
 			if dst.Family == fam {
 				set.add(FlowsAnsweredBy(proto, dst, ep))

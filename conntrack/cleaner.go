@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -50,7 +51,7 @@ type Cleaner struct {
 	prev *servicemap.Snapshot
 	// pending holds, per family, the filters of passes that failed, to be
 	// sent again with the next pass.
-	pending       map[Family][]Filter
+	pending       map[ipfamily.Family][]Filter
 	lastReconcile time.Time
 }
 
@@ -72,7 +73,7 @@ func New(cfg Config) (*Cleaner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cleaner{cfg: cfg, metrics: m, pending: map[Family][]Filter{}}, nil
+	return &Cleaner{cfg: cfg, metrics: m, pending: map[ipfamily.Family][]Filter{}}, nil
 }
 
 // AfterSync deletes the flows the sync of snap (applying changes) made
@@ -133,7 +134,7 @@ func (c *Cleaner) requests(logger klog.Logger, snap *servicemap.Snapshot, filter
 		}
 	}
 	var reqs []*Request
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		req := &Request{Family: fam, Filters: c.withPending(fam, filters), Local: local}
 		if reconcile {
 			req.Reconcile = ExpectationsOf(snap, fam, c.cfg.Dataplane, bound)
@@ -146,7 +147,7 @@ func (c *Cleaner) requests(logger klog.Logger, snap *servicemap.Snapshot, filter
 }
 
 // withPending returns fam's filters from filters plus those still pending.
-func (c *Cleaner) withPending(fam Family, filters []Filter) []Filter {
+func (c *Cleaner) withPending(fam ipfamily.Family, filters []Filter) []Filter {
 	set := filterSet{}
 	for _, f := range filters {
 		if f.Dst.Family == fam {

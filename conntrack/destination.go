@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Destination is where clients send a service port's traffic: a service
@@ -11,7 +13,7 @@ import (
 // a node port, which is that port on any of the node's addresses of one
 // family.
 type Destination struct {
-	Family Family
+	Family ipfamily.Family
 	// Addr is the service address and port; for a node port it has no
 	// address, only the port.
 	Addr netip.AddrPort
@@ -20,11 +22,11 @@ type Destination struct {
 // ServiceAddress is the destination addr (an IP and the service port).
 func ServiceAddress(addr netip.AddrPort) Destination {
 	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
-	return Destination{Family: FamilyOf(addr.Addr()), Addr: addr}
+	return Destination{Family: ipfamily.Of(addr.Addr()), Addr: addr}
 }
 
 // NodePortOf is the node port port of family fam.
-func NodePortOf(fam Family, port uint16) Destination {
+func NodePortOf(fam ipfamily.Family, port uint16) Destination {
 	return Destination{Family: fam, Addr: netip.AddrPortFrom(netip.Addr{}, port)}
 }
 

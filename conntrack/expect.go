@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -43,7 +44,7 @@ type Expectations struct {
 
 // ExpectationsOf builds fam's expectations from snap. It returns nil when
 // snap has no UDP destination in fam, as there is then nothing to reconcile.
-func ExpectationsOf(snap *servicemap.Snapshot, fam Family, dp Dataplane, boundPorts []uint16) *Expectations {
+func ExpectationsOf(snap *servicemap.Snapshot, fam ipfamily.Family, dp Dataplane, boundPorts []uint16) *Expectations {
 	e := &Expectations{Dataplane: dp, Endpoints: map[Destination][]netip.AddrPort{}, BoundPorts: boundPorts}
 	for name, sp := range snap.All() {
 		if name.Protocol != v1.ProtocolUDP {

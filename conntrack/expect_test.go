@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func TestExpectationsOf(t *testing.T) {
@@ -16,18 +18,18 @@ func TestExpectationsOf(t *testing.T) {
 		port("assoc", sctp, 7777, "198.18.0.30").serving("198.19.1.11:7777"),
 	)
 	tests := []struct {
-		fam  Family
+		fam  ipfamily.Family
 		want *Expectations
 	}{
-		{IPv4, &Expectations{Dataplane: KernelNAT, Endpoints: map[Destination][]netip.AddrPort{
+		{ipfamily.IPv4, &Expectations{Dataplane: KernelNAT, Endpoints: map[Destination][]netip.AddrPort{
 			ServiceAddress(ap("198.18.0.20:53")): {ap("198.19.1.11:9000")},
 			ServiceAddress(ap("198.18.5.20:53")): {ap("198.19.1.11:9000")},
-			NodePortOf(IPv4, 30054):              {ap("198.19.1.11:9000")},
+			NodePortOf(ipfamily.IPv4, 30054):     {ap("198.19.1.11:9000")},
 			ServiceAddress(ap("198.18.0.21:53")): nil,
 		}}},
-		{IPv6, &Expectations{Dataplane: KernelNAT, Endpoints: map[Destination][]netip.AddrPort{
+		{ipfamily.IPv6, &Expectations{Dataplane: KernelNAT, Endpoints: map[Destination][]netip.AddrPort{
 			ServiceAddress(ap("[fd00:18::20]:53")): {ap("[fd00:19:1::11]:9000")},
-			NodePortOf(IPv6, 30054):                {ap("[fd00:19:1::11]:9000")},
+			NodePortOf(ipfamily.IPv6, 30054):       {ap("[fd00:19:1::11]:9000")},
 		}}},
 	}
 	for _, tt := range tests {
@@ -39,7 +41,7 @@ func TestExpectationsOf(t *testing.T) {
 			}
 		})
 	}
-	if got := ExpectationsOf(snapshot(1, port("web", tcp, 80, "198.18.0.40")), IPv4, KernelNAT, nil); got != nil {
+	if got := ExpectationsOf(snapshot(1, port("web", tcp, 80, "198.18.0.40")), ipfamily.IPv4, KernelNAT, nil); got != nil {
 		t.Errorf("expectations without any UDP port: %+v, want nil", got)
 	}
 }

@@ -27,33 +27,6 @@ func (p Protocol) String() string {
 	return fmt.Sprintf("proto-%d", uint8(p))
 }
 
-// Family is an IP family; conntrack keeps a table per family.
-type Family uint8
-
-// The families, in the order cleanup visits them.
-const (
-	IPv4 Family = 4
-	IPv6 Family = 6
-)
-
-// Families lists both families.
-func Families() []Family { return []Family{IPv4, IPv6} }
-
-func (f Family) String() string {
-	if f == IPv6 {
-		return "IPv6"
-	}
-	return "IPv4"
-}
-
-// FamilyOf returns the family of addr (IPv4-mapped IPv6 addresses are IPv4).
-func FamilyOf(addr netip.Addr) Family {
-	if addr.Unmap().Is4() {
-		return IPv4
-	}
-	return IPv6
-}
-
 // Flow is the part of a conntrack entry cleanup decides on.
 type Flow struct {
 	Protocol Protocol

@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Helpers for tests on the kernel's conntrack table (inside the fresh
@@ -20,7 +22,7 @@ const tcpEstablished = 3
 // have left them: the reply comes from ReplySrc back to the client.
 func insertFlows(h *netlink.Handle, flows ...Flow) error {
 	for _, f := range flows {
-		fam := inetFamily(FamilyOf(f.OrigDst.Addr()))
+		fam := inetFamily(ipfamily.Of(f.OrigDst.Addr()))
 		ct := &netlink.ConntrackFlow{
 			FamilyType: uint8(fam),
 			Forward: netlink.IPTuple{Protocol: uint8(f.Protocol),

@@ -15,6 +15,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Each test here runs in a fresh network namespace with its own conntrack
@@ -38,17 +39,17 @@ func TestNetlinkTableOnKernel(t *testing.T) {
 		req  Request
 		gone []Flow
 	}{
-		{"every UDP flow to a service address", Request{Family: IPv4, Filters: []Filter{AllFlowsTo(UDP, vip)}},
+		{"every UDP flow to a service address", Request{Family: ipfamily.IPv4, Filters: []Filter{AllFlowsTo(UDP, vip)}},
 			[]Flow{pinned, other, refused}},
-		{"an endpoint's flows, on the service address and the node port", Request{Family: IPv4, Local: node,
-			Filters: []Filter{FlowsAnsweredBy(UDP, vip, ap("198.19.1.11:9000")), FlowsAnsweredBy(UDP, NodePortOf(IPv4, 30053), ap("198.19.1.11:9000"))}},
+		{"an endpoint's flows, on the service address and the node port", Request{Family: ipfamily.IPv4, Local: node,
+			Filters: []Filter{FlowsAnsweredBy(UDP, vip, ap("198.19.1.11:9000")), FlowsAnsweredBy(UDP, NodePortOf(ipfamily.IPv4, 30053), ap("198.19.1.11:9000"))}},
 			[]Flow{pinned, nodePort}},
-		{"untranslated flows", Request{Family: IPv4, Local: node,
-			Filters: []Filter{UntranslatedFlowsTo(UDP, vip), UntranslatedFlowsTo(UDP, NodePortOf(IPv4, 30053))}},
+		{"untranslated flows", Request{Family: ipfamily.IPv4, Local: node,
+			Filters: []Filter{UntranslatedFlowsTo(UDP, vip), UntranslatedFlowsTo(UDP, NodePortOf(ipfamily.IPv4, 30053))}},
 			[]Flow{refused}},
-		{"IPv6", Request{Family: IPv6, Filters: []Filter{AllFlowsTo(UDP, vip6)}}, []Flow{pinned6}},
-		{"reconciliation", Request{Family: IPv4, Local: node, Reconcile: &Expectations{Endpoints: map[Destination][]netip.AddrPort{
-			vip: {ap("198.19.1.12:9000")}, NodePortOf(IPv4, 30053): {ap("198.19.1.11:9000")},
+		{"IPv6", Request{Family: ipfamily.IPv6, Filters: []Filter{AllFlowsTo(UDP, vip6)}}, []Flow{pinned6}},
+		{"reconciliation", Request{Family: ipfamily.IPv4, Local: node, Reconcile: &Expectations{Endpoints: map[Destination][]netip.AddrPort{
+			vip: {ap("198.19.1.12:9000")}, NodePortOf(ipfamily.IPv4, 30053): {ap("198.19.1.11:9000")},
 		}}}, []Flow{pinned, refused}},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // NetlinkTable is the real Table, over ctnetlink. It keeps one netlink
@@ -44,8 +46,8 @@ func (t *NetlinkTable) Close() error {
 	return nil
 }
 
-func inetFamily(f Family) netlink.InetFamily {
-	if f == IPv6 {
+func inetFamily(f ipfamily.Family) netlink.InetFamily {
+	if f == ipfamily.IPv6 {
 		return unix.AF_INET6
 	}
 	return unix.AF_INET

@@ -2,13 +2,15 @@ package conntrack
 
 import (
 	"net/netip"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Request is one pass over one family's conntrack table: the flows its
 // filters select, and, when Reconcile is set, the UDP flows to expected
 // destinations that are not answered as expected, are deleted.
 type Request struct {
-	Family  Family
+	Family  ipfamily.Family
 	Filters []Filter
 	// Reconcile is nil when this pass does not reconcile.
 	Reconcile *Expectations
@@ -26,7 +28,7 @@ func (r *Request) Empty() bool { return len(r.Filters) == 0 && r.Reconcile == ni
 // pass: lookups are by map, so a pass costs the same with one filter or
 // thousands.
 type Matcher struct {
-	family    Family
+	family    ipfamily.Family
 	filters   map[matchKey][]Filter
 	local     map[netip.Addr]struct{} // nil: any address
 	reconcile *compiledExpectations
@@ -68,7 +70,7 @@ func (m *Matcher) isLocal(addr netip.Addr) bool {
 
 // Match says whether the request deletes flow.
 func (m *Matcher) Match(flow Flow) bool {
-	if !flow.OrigDst.Addr().IsValid() || FamilyOf(flow.OrigDst.Addr()) != m.family {
+	if !flow.OrigDst.Addr().IsValid() || ipfamily.Of(flow.OrigDst.Addr()) != m.family {
 		return false
 	}
 	byAddr := ServiceAddress(flow.OrigDst)

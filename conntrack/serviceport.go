@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -50,10 +51,10 @@ func destinationsOf(sp *servicemap.ServicePort) []Destination {
 }
 
 // familiesOf lists the families of sp's cluster IPs.
-func familiesOf(sp *servicemap.ServicePort) []Family {
-	var fams []Family
+func familiesOf(sp *servicemap.ServicePort) []ipfamily.Family {
+	var fams []ipfamily.Family
 	for _, ip := range sp.ClusterIPs {
-		if f := FamilyOf(ip); !slices.Contains(fams, f) {
+		if f := ipfamily.Of(ip); !slices.Contains(fams, f) {
 			fams = append(fams, f)
 		}
 	}
@@ -61,10 +62,10 @@ func familiesOf(sp *servicemap.ServicePort) []Family {
 }
 
 // servingEndpoints lists the serving endpoints of sp in family fam.
-func servingEndpoints(sp *servicemap.ServicePort, fam Family) []netip.AddrPort {
+func servingEndpoints(sp *servicemap.ServicePort, fam ipfamily.Family) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, ep := range sp.Endpoints {
-		if ep.Serving && FamilyOf(ep.Addr) == fam {
+		if ep.Serving && ipfamily.Of(ep.Addr) == fam {
 			out = append(out, netip.AddrPortFrom(ep.Addr.Unmap(), ep.Port))
 		}
 	}
@@ -73,5 +74,5 @@ func servingEndpoints(sp *servicemap.ServicePort, fam Family) []netip.AddrPort {
 
 // serves says whether endpoint ep is a serving endpoint of sp.
 func serves(sp *servicemap.ServicePort, ep netip.AddrPort) bool {
-	return slices.Contains(servingEndpoints(sp, FamilyOf(ep.Addr())), netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()))
+	return slices.Contains(servingEndpoints(sp, ipfamily.Of(ep.Addr())), netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()))
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 
 	"kproxy.dev/kproxy/redirect/ipvs/desired"
@@ -49,7 +48,7 @@ func ReadInventory(h Handles, want *desired.State) (Inventory, error) {
 	}
 	for _, s := range services {
 		vs, ok := handles.FromService(s)
-		if !ok || familyOf(vs.Addr) != want.Family {
+		if !ok || ipfamily.Of(vs.Addr) != want.Family {
 			continue
 		}
 		inv.VirtualServers++
@@ -129,11 +128,4 @@ func ServiceOf(want *desired.State, k desired.Key) (desired.Service, error) {
 		return desired.Service{}, fmt.Errorf("the desired state has no virtual server %s", k)
 	}
 	return want.Services[i], nil
-}
-
-func familyOf(a netip.Addr) ipfamily.Family {
-	if a.Unmap().Is4() {
-		return ipfamily.IPv4
-	}
-	return ipfamily.IPv6
 }

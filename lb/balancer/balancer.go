@@ -13,7 +13,6 @@ package balancer
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -52,46 +52,19 @@ func (c Class) String() string {
 	return fmt.Sprintf("Class(%d)", uint8(c))
 }
 
-// Family is an IP address family; a client only reaches endpoints of its own.
-type Family uint8
-
-const (
-	IPv4 Family = iota
-	IPv6
-	numFamilies
-)
-
-func (f Family) String() string {
-	switch f {
-	case IPv4:
-		return "IPv4"
-	case IPv6:
-		return "IPv6"
-	}
-	return fmt.Sprintf("Family(%d)", uint8(f))
-}
-
-// FamilyOf returns the family of addr, treating IPv4-mapped IPv6 addresses
-// (as dual-stack sockets report IPv4 peers) as IPv4.
-func FamilyOf(addr netip.Addr) Family { return familyOf(addr) }
-
-func familyOf(addr netip.Addr) Family {
-	if addr.Unmap().Is4() {
-		return IPv4
-	}
-	return IPv6
-}
-
 // Key names one picker.
 type Key struct {
-	Port   servicemap.ServicePortName
-	Class  Class
-	Family Family
+	Port  servicemap.ServicePortName
+	Class Class
+	// Family: a client only reaches endpoints of its own family.
+	Family ipfamily.Family
 }
 
 func (k Key) String() string { return fmt.Sprintf("%s/%s/%s", k.Port, k.Class, k.Family) }
 
-func (k Key) valid() bool { return k.Class < numClasses && k.Family < numFamilies }
+func (k Key) valid() bool {
+	return k.Class < numClasses && (k.Family == ipfamily.IPv4 || k.Family == ipfamily.IPv6)
+}
 
 // Config configures a Balancer. The zero value works.
 type Config struct {
@@ -129,7 +102,7 @@ type Balancer struct {
 type portPickers struct {
 	name    servicemap.ServicePortName
 	sp      *servicemap.ServicePort
-	pickers [numClasses][numFamilies]*picker
+	pickers [numClasses][2]*picker // by class, then family index
 }
 
 // New returns a Balancer with no service ports; call Update with a snapshot.
@@ -238,8 +211,8 @@ func (b *Balancer) retire(pp *portPickers) {
 // recompute refreshes every picker of the port from pp.sp.
 func (pp *portPickers) recompute(topo servicemap.Topology) {
 	for c := range numClasses {
-		for f := range numFamilies {
-			if p := pp.pickers[c][f]; p != nil {
+		for _, f := range ipfamily.All() {
+			if p := pp.pickers[c][f.Index()]; p != nil {
 				p.apply(eligibleFor(pp.sp, Key{Port: pp.name, Class: c, Family: f}, topo))
 			}
 		}
@@ -266,11 +239,11 @@ func (b *Balancer) Picker(key Key) lb.Picker {
 		})
 		b.sorted = slices.Insert(b.sorted, i, pp)
 	}
-	p := pp.pickers[key.Class][key.Family]
+	p := pp.pickers[key.Class][key.Family.Index()]
 	if p == nil {
 		p = newPicker(&b.clk, &b.stats, b.maxAffinity)
 		p.apply(eligibleFor(pp.sp, key, b.topo))
-		pp.pickers[key.Class][key.Family] = p
+		pp.pickers[key.Class][key.Family.Index()] = p
 	}
 	return p
 }
@@ -285,7 +258,7 @@ func (b *Balancer) Sweep(now time.Time) int {
 	n := 0
 	for _, pp := range b.ports {
 		for c := range numClasses {
-			for f := range numFamilies {
+			for f := range pp.pickers[c] {
 				if p := pp.pickers[c][f]; p != nil {
 					n += p.expire(at)
 				}

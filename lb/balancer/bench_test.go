@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -26,7 +27,7 @@ func benchPicker(b *testing.B, n int, opts ...svcOpt) *world {
 func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{3, 100} {
 		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
-			p := benchPicker(b, n).b.Picker(key("s", Internal, IPv4))
+			p := benchPicker(b, n).b.Picker(key("s", Internal, ipfamily.IPv4))
 			b.ReportAllocs()
 			for b.Loop() {
 				if len(p.Pick(clientA)) != n {
@@ -41,7 +42,7 @@ func BenchmarkPick(b *testing.B) {
 // steady state of a ClientIP service.
 func BenchmarkPickAffinity(b *testing.B) {
 	w := benchPicker(b, 3, affinity(10800))
-	p := w.b.Picker(key("s", Internal, IPv4))
+	p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 	clients := benchClients(1024)
 	for i, c := range clients {
 		p.Connected(c, netip.MustParseAddrPort(fmt.Sprintf("198.19.1.%d:8080", i%3+1)))
@@ -55,7 +56,7 @@ func BenchmarkPickAffinity(b *testing.B) {
 }
 
 func BenchmarkPickParallel(b *testing.B) {
-	p := benchPicker(b, 3).b.Picker(key("s", Internal, IPv4))
+	p := benchPicker(b, 3).b.Picker(key("s", Internal, ipfamily.IPv4))
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -66,7 +67,7 @@ func BenchmarkPickParallel(b *testing.B) {
 
 func BenchmarkPickAffinityParallel(b *testing.B) {
 	w := benchPicker(b, 3, affinity(10800))
-	p := w.b.Picker(key("s", Internal, IPv4))
+	p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 	clients := benchClients(1024)
 	for i, c := range clients {
 		p.Connected(c, netip.MustParseAddrPort(fmt.Sprintf("198.19.1.%d:8080", i%3+1)))
@@ -94,7 +95,7 @@ func BenchmarkUpdate(b *testing.B) {
 	}
 	w.sync()
 	for i := range ports {
-		w.b.Picker(key(fmt.Sprintf("s%05d", i), Internal, IPv4))
+		w.b.Picker(key(fmt.Sprintf("s%05d", i), Internal, ipfamily.IPv4))
 	}
 	snaps := make([]*servicemap.Snapshot, 2)
 	for j := range snaps {

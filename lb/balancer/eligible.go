@@ -3,6 +3,7 @@ package balancer
 import (
 	"net/netip"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -10,7 +11,7 @@ import (
 // reach, by kube-proxy's categorisation (servicemap.EligibleEndpoints): the
 // Local policy of the class's kind (internalTrafficPolicy for Internal,
 // externalTrafficPolicy for External) narrows it to this node's endpoints.
-func eligibleEndpoints(sp *servicemap.ServicePort, class Class, fam Family, topo servicemap.Topology) []netip.AddrPort {
+func eligibleEndpoints(sp *servicemap.ServicePort, class Class, fam ipfamily.Family, topo servicemap.Topology) []netip.AddrPort {
 	if sp == nil {
 		return nil
 	}
@@ -18,7 +19,7 @@ func eligibleEndpoints(sp *servicemap.ServicePort, class Class, fam Family, topo
 	if class == External {
 		local = sp.ExternalPolicyLocal
 	}
-	chosen := sp.EligibleEndpoints(fam == IPv6, local, topo)
+	chosen := sp.EligibleEndpoints(fam == ipfamily.IPv6, local, topo)
 	if len(chosen) == 0 {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -131,7 +132,9 @@ func httpPort(svc string) servicemap.ServicePortName {
 	}
 }
 
-func key(svc string, c Class, f Family) Key { return Key{Port: httpPort(svc), Class: c, Family: f} }
+func key(svc string, c Class, f ipfamily.Family) Key {
+	return Key{Port: httpPort(svc), Class: c, Family: f}
+}
 
 func aps(ss ...string) []netip.AddrPort {
 	out := make([]netip.AddrPort, len(ss))

@@ -16,6 +16,8 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 var (
@@ -39,7 +41,7 @@ func TestRoundRobin(t *testing.T) {
 				eps = append(eps, ep(a.Addr().String()))
 			}
 			w.apply([]*v1.Service{service("s")}, []*discovery.EndpointSlice{slice("s", "s-1", eps...)})
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 
 			const rounds = 100
 			first := map[netip.AddrPort]int{}
@@ -67,7 +69,7 @@ func TestRoundRobin(t *testing.T) {
 func TestPickResultCannotCorruptLaterPicks(t *testing.T) {
 	w := newWorld(t, Config{})
 	threeBackends(w)
-	p := w.b.Picker(key("s", Internal, IPv4))
+	p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 	got := p.Pick(clientA)
 	if cap(got) != len(got) {
 		t.Fatalf("cap %d > len %d: an append would write into the shared ring", cap(got), len(got))
@@ -85,12 +87,12 @@ func TestPickResultCannotCorruptLaterPicks(t *testing.T) {
 func TestPickDoesNotAllocate(t *testing.T) {
 	w := newWorld(t, Config{})
 	threeBackends(w, affinity(60))
-	pinned := w.b.Picker(key("s", Internal, IPv4))
+	pinned := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 	pinned.Connected(clientA, netip.MustParseAddrPort("198.19.1.2:8080"))
 
 	w2 := newWorld(t, Config{})
 	threeBackends(w2)
-	plain := w2.b.Picker(key("s", Internal, IPv4))
+	plain := w2.b.Picker(key("s", Internal, ipfamily.IPv4))
 
 	for name, pick := range map[string]func(){
 		"round-robin":       func() { plain.Pick(clientA) },
@@ -114,7 +116,7 @@ func TestAffinity(t *testing.T) {
 	}{{
 		name: "pin holds across picks while round-robin moves on for others",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep2)
 			var out []netip.AddrPort
 			for range 4 {
@@ -126,7 +128,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "pinned pick lists the others in round-robin order after the pin",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			return p.Pick(clientA)
 		},
@@ -134,7 +136,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "IPv4-mapped client address shares the pin",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			return []netip.AddrPort{p.Pick(netip.AddrFrom16(clientA.As16()))[0]}
 		},
@@ -142,7 +144,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "each use refreshes the timeout",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			var out []netip.AddrPort
 			for range 3 { // 3 x 40s > 60s timeout, but never 60s unused
@@ -155,7 +157,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "pin expires after the timeout unused",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			w.clock.Step(59 * time.Second)
 			first := p.Pick(clientA)[0]
@@ -166,7 +168,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "Failed drops the pin",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			p.Failed(clientA, ep3)
 			return []netip.AddrPort{p.Pick(clientA)[0], p.Pick(clientA)[0]}
@@ -175,7 +177,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "Failed for another endpoint keeps the pin",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			p.Failed(clientA, ep1)
 			return []netip.AddrPort{p.Pick(clientA)[0], p.Pick(clientA)[0]}
@@ -184,7 +186,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "Connected to another endpoint moves the pin",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			p.Connected(clientA, ep1)
 			return []netip.AddrPort{p.Pick(clientA)[0], p.Pick(clientA)[0]}
@@ -193,7 +195,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "stale pin dropped at Update and not revived when the endpoint returns",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			w.apply(nil, []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1"), ep("198.19.1.2"))})
 			if n := w.b.AffinityEntries(); n != 0 {
@@ -207,7 +209,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "pin kept at Update while its endpoint stays eligible",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			w.apply(nil, []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.3"), ep("198.19.1.4"))})
 			return []netip.AddrPort{p.Pick(clientA)[0]}
@@ -216,7 +218,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "pins cleared when affinity is turned off",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, ep3)
 			w.apply([]*v1.Service{service("s")}, nil)
 			return []netip.AddrPort{p.Pick(clientA)[0], p.Pick(clientA)[0]}
@@ -225,7 +227,7 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "Connected to an endpoint that is not eligible pins nothing",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			p := w.b.Picker(key("s", Internal, IPv4))
+			p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 			p.Connected(clientA, netip.MustParseAddrPort("198.19.1.9:8080"))
 			return []netip.AddrPort{p.Pick(clientA)[0], p.Pick(clientA)[0]}
 		},
@@ -233,8 +235,8 @@ func TestAffinity(t *testing.T) {
 	}, {
 		name: "pins are per picker: the external class round-robins",
 		steps: func(t *testing.T, w *world) []netip.AddrPort {
-			w.b.Picker(key("s", Internal, IPv4)).Connected(clientA, ep3)
-			ext := w.b.Picker(key("s", External, IPv4))
+			w.b.Picker(key("s", Internal, ipfamily.IPv4)).Connected(clientA, ep3)
+			ext := w.b.Picker(key("s", External, ipfamily.IPv4))
 			return []netip.AddrPort{ext.Pick(clientA)[0], ext.Pick(clientA)[0]}
 		},
 		want: []netip.AddrPort{ep1, ep2},
@@ -253,7 +255,7 @@ func TestAffinity(t *testing.T) {
 func TestAffinityWithoutTimeoutIsOff(t *testing.T) {
 	w := newWorld(t, Config{})
 	threeBackends(w)
-	p := w.b.Picker(key("s", Internal, IPv4))
+	p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 	p.Connected(clientA, netip.MustParseAddrPort("198.19.1.3:8080"))
 	if got := p.Pick(clientA)[0]; got != netip.MustParseAddrPort("198.19.1.1:8080") {
 		t.Errorf("without affinity the first pick is %v, want round-robin's 198.19.1.1:8080", got)
@@ -266,7 +268,7 @@ func TestAffinityWithoutTimeoutIsOff(t *testing.T) {
 func TestSweep(t *testing.T) {
 	w := newWorld(t, Config{})
 	threeBackends(w, affinity(60))
-	p := w.b.Picker(key("s", Internal, IPv4))
+	p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 	p.Connected(clientA, netip.MustParseAddrPort("198.19.1.1:8080"))
 	w.clock.Step(30 * time.Second)
 	p.Connected(clientB, netip.MustParseAddrPort("198.19.1.2:8080"))
@@ -295,7 +297,7 @@ func TestAffinityBoundedOldestDropped(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w := newWorld(t, Config{MaxAffinityEntries: 2, Registerer: reg})
 	threeBackends(w, affinity(600))
-	p := w.b.Picker(key("s", Internal, IPv4))
+	p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 	ep3 := netip.MustParseAddrPort("198.19.1.3:8080")
 	clients := []netip.Addr{clientA, clientB, netip.MustParseAddr("198.19.9.3")}
 	p.Connected(clients[0], ep3)
@@ -332,7 +334,7 @@ func TestUpdate(t *testing.T) {
 	t.Run("unchanged port keeps its cursor and pins when another service changes", func(t *testing.T) {
 		w := newWorld(t, Config{})
 		threeBackends(w, affinity(60))
-		p := w.b.Picker(key("s", Internal, IPv4))
+		p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 		p.Connected(clientA, ep3)
 		p.Pick(clientB) // cursor now at ep2
 		before := p.(*picker).state.Load()
@@ -350,7 +352,7 @@ func TestUpdate(t *testing.T) {
 	t.Run("held picker sees added and removed endpoints, cursor continues", func(t *testing.T) {
 		w := newWorld(t, Config{})
 		threeBackends(w)
-		p := w.b.Picker(key("s", Internal, IPv4))
+		p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 		p.Pick(clientA) // ep1; cursor 1
 		w.apply(nil, []*discovery.EndpointSlice{slice("s", "s-1",
 			ep("198.19.1.1"), ep("198.19.1.2"), ep("198.19.1.3"), ep("198.19.1.4"))})
@@ -370,7 +372,7 @@ func TestUpdate(t *testing.T) {
 	t.Run("all endpoints gone: empty, then back", func(t *testing.T) {
 		w := newWorld(t, Config{})
 		threeBackends(w)
-		p := w.b.Picker(key("s", Internal, IPv4))
+		p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 		w.tr.OnEndpointSliceDelete(types.NamespacedName{Namespace: "ns", Name: "s-1"})
 		w.sync()
 		if got := p.Pick(clientA); len(got) != 0 {
@@ -385,7 +387,7 @@ func TestUpdate(t *testing.T) {
 	t.Run("removed service: held picker returns empty, new picker after re-add", func(t *testing.T) {
 		w := newWorld(t, Config{})
 		threeBackends(w, affinity(60))
-		p := w.b.Picker(key("s", Internal, IPv4))
+		p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 		p.Connected(clientA, ep1)
 		w.tr.OnServiceDelete(types.NamespacedName{Namespace: "ns", Name: "s"})
 		w.sync()
@@ -396,7 +398,7 @@ func TestUpdate(t *testing.T) {
 			t.Errorf("removed service left %d affinity entries", n)
 		}
 		threeBackends(w, affinity(60))
-		if got := w.b.Picker(key("s", Internal, IPv4)).Pick(clientA); len(got) != 3 {
+		if got := w.b.Picker(key("s", Internal, ipfamily.IPv4)).Pick(clientA); len(got) != 3 {
 			t.Errorf("re-added service pick = %v, want 3 endpoints", got)
 		}
 	})
@@ -412,7 +414,7 @@ func TestUpdate(t *testing.T) {
 		w.apply(svcs, eslices)
 		pickers := map[string]*picker{}
 		for _, name := range []string{"e", "a", "c", "d"} { // not b; out of order on purpose
-			pickers[name] = w.b.Picker(key(name, Internal, IPv4)).(*picker)
+			pickers[name] = w.b.Picker(key(name, Internal, ipfamily.IPv4)).(*picker)
 		}
 		before := map[string]*pickState{}
 		for name, p := range pickers {
@@ -433,7 +435,7 @@ func TestUpdate(t *testing.T) {
 		if got := pickers["d"].Pick(clientA); !cmp.Equal(got, aps("198.19.1.9:8080"), cmpAddrPort) {
 			t.Errorf("changed port d picks %v, want [198.19.1.9:8080]", got)
 		}
-		if got := w.b.Picker(key("b", Internal, IPv4)).Pick(clientA); !cmp.Equal(got, aps("198.19.1.2:8080"), cmpAddrPort) {
+		if got := w.b.Picker(key("b", Internal, ipfamily.IPv4)).Pick(clientA); !cmp.Equal(got, aps("198.19.1.2:8080"), cmpAddrPort) {
 			t.Errorf("port b picks %v, want [198.19.1.2:8080]", got)
 		}
 		var names []string
@@ -447,7 +449,7 @@ func TestUpdate(t *testing.T) {
 
 	t.Run("picker asked for before the port's first Update fills in", func(t *testing.T) {
 		w := newWorld(t, Config{})
-		p := w.b.Picker(key("s", Internal, IPv4))
+		p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 		if got := p.Pick(clientA); len(got) != 0 {
 			t.Fatalf("pending picker pick = %v, want empty", got)
 		}
@@ -460,10 +462,10 @@ func TestUpdate(t *testing.T) {
 	t.Run("same handle for the same key", func(t *testing.T) {
 		w := newWorld(t, Config{})
 		threeBackends(w)
-		if w.b.Picker(key("s", Internal, IPv4)) != w.b.Picker(key("s", Internal, IPv4)) {
+		if w.b.Picker(key("s", Internal, ipfamily.IPv4)) != w.b.Picker(key("s", Internal, ipfamily.IPv4)) {
 			t.Error("two calls for one key returned different pickers")
 		}
-		if w.b.Picker(key("s", Internal, IPv4)) == w.b.Picker(key("s", External, IPv4)) {
+		if w.b.Picker(key("s", Internal, ipfamily.IPv4)) == w.b.Picker(key("s", External, ipfamily.IPv4)) {
 			t.Error("internal and external share a picker")
 		}
 	})
@@ -471,7 +473,7 @@ func TestUpdate(t *testing.T) {
 	t.Run("invalid key gets an empty picker", func(t *testing.T) {
 		w := newWorld(t, Config{})
 		threeBackends(w)
-		p := w.b.Picker(Key{Port: httpPort("s"), Class: 7, Family: 9})
+		p := w.b.Picker(Key{Port: httpPort("s"), Class: 7, Family: "IPv9"})
 		p.Connected(clientA, ep1)
 		p.Failed(clientA, ep1)
 		if got := p.Pick(clientA); len(got) != 0 {
@@ -482,7 +484,7 @@ func TestUpdate(t *testing.T) {
 	t.Run("nil snapshot empties every picker", func(t *testing.T) {
 		w := newWorld(t, Config{})
 		threeBackends(w)
-		p := w.b.Picker(key("s", Internal, IPv4))
+		p := w.b.Picker(key("s", Internal, ipfamily.IPv4))
 		w.b.Update(nil)
 		if got := p.Pick(clientA); len(got) != 0 {
 			t.Errorf("pick after Update(nil) = %v, want empty", got)
@@ -494,7 +496,7 @@ func TestUpdate(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	w := newWorld(t, Config{MaxAffinityEntries: 8, Clock: clock.RealClock{}})
 	threeBackends(w, affinity(1))
-	keys := []Key{key("s", Internal, IPv4), key("s", External, IPv4)}
+	keys := []Key{key("s", Internal, ipfamily.IPv4), key("s", External, ipfamily.IPv4)}
 	valid := map[netip.AddrPort]bool{}
 	for i := 1; i <= 4; i++ {
 		valid[netip.MustParseAddrPort(fmt.Sprintf("198.19.1.%d:8080", i))] = true

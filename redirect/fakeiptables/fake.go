@@ -65,7 +65,7 @@ func (f *Fake) FailNextRestore(stderr string) {
 func (f *Fake) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	cmdline := append([]string{name}, args...)
 	base := filepath.Base(name)
-	if fam := familyOf(base); fam != f.fam {
+	if fam := familyOfBinary(base); fam != f.fam {
 		return nil, cmdErr(cmdline, -1, fmt.Sprintf("fakeiptables: the %s fake cannot run %s\n", f.fam, name))
 	}
 	switch {
@@ -88,7 +88,7 @@ func (f *Fake) Run(_ context.Context, stdin []byte, name string, args ...string)
 	return nil, cmdErr(cmdline, -1, "fakeiptables: unknown command "+name+"\n")
 }
 
-func familyOf(binary string) ipfamily.Family {
+func familyOfBinary(binary string) ipfamily.Family {
 	if strings.HasPrefix(binary, "ip6tables") {
 		return ipfamily.IPv6
 	}

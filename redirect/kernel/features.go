@@ -2,8 +2,9 @@ package kernel
 
 import (
 	"fmt"
-	"kproxy.dev/kproxy/sync/ipfamily"
 	"strings"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Backend is an iptables implementation: the nf_tables one or the legacy

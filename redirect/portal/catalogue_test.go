@@ -33,9 +33,9 @@ func cataloguePortals(t *testing.T, snap *servicemap.Snapshot, fam ipfamily.Fami
 		t.Fatal(err)
 	}
 	bal.Update(snap)
-	bf := balancer.IPv4
+	bf := ipfamily.IPv4
 	if fam == ipfamily.IPv6 {
-		bf = balancer.IPv6
+		bf = ipfamily.IPv6
 	}
 	usable := func(sp *servicemap.ServicePort, c balancer.Class) EndpointState {
 		picks := bal.Picker(balancer.Key{Port: sp.Name, Class: c, Family: bf}).Pick(netip.Addr{})

@@ -115,7 +115,7 @@ func TestEndpointStateOfWithTheBalancer(t *testing.T) {
 			}
 			bal.Update(snap)
 			state := func(c balancer.Class) EndpointState {
-				picks := bal.Picker(balancer.Key{Port: sp.Name, Class: c, Family: balancer.IPv4}).Pick(netip.Addr{})
+				picks := bal.Picker(balancer.Key{Port: sp.Name, Class: c, Family: ipfamily.IPv4}).Pick(netip.Addr{})
 				return EndpointStateOf(sp, ipfamily.IPv4, len(picks) > 0)
 			}
 			got := ClassEndpoints{Internal: state(balancer.Internal), External: state(balancer.External)}

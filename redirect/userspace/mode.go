@@ -252,12 +252,11 @@ func (m *Mode) Close() error {
 // proxyPorts is the portal lookup: the listener ports of a service port's
 // relays in one family, if it has any.
 func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam ipfamily.Family) (portal.ProxyPorts, bool) {
-	bf := balancerFamily(fam)
 	var pp portal.ProxyPorts
-	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.Internal, Family: bf}]; ok {
+	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.Internal, Family: fam}]; ok {
 		pp.Internal = r.port
 	}
-	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.External, Family: bf}]; ok {
+	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.External, Family: fam}]; ok {
 		pp.External = r.port
 	}
 	return pp, pp.Internal != 0 || pp.External != 0
@@ -268,11 +267,10 @@ func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam ipfamily.Family) 
 // fam, so the portals refuse clients of classes without one at once.
 func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam ipfamily.Family) portal.ClassEndpoints {
 	var e portal.ClassEndpoints
-	bf := balancerFamily(fam)
-	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.Internal, Family: bf}]; ok {
+	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.Internal, Family: fam}]; ok {
 		e.Internal = portal.EndpointStateOf(sp, fam, r.hasEndpoints(sp))
 	}
-	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.External, Family: bf}]; ok {
+	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.External, Family: fam}]; ok {
 		e.External = portal.EndpointStateOf(sp, fam, r.hasEndpoints(sp))
 	}
 	return e
@@ -317,16 +315,9 @@ func hostIPs(bind netip.Addr, node *servicemap.NodeInfo, local []netip.Addr) []n
 
 func hostIPOf(ips []netip.Addr, fam ipfamily.Family) (netip.Addr, bool) {
 	for _, ip := range ips {
-		if ip.Is4() == (fam == ipfamily.IPv4) {
+		if ipfamily.Of(ip) == fam {
 			return ip, true
 		}
 	}
 	return netip.Addr{}, false
-}
-
-func balancerFamily(fam ipfamily.Family) balancer.Family {
-	if fam == ipfamily.IPv6 {
-		return balancer.IPv6
-	}
-	return balancer.IPv4
 }

@@ -235,5 +235,5 @@ func TestSyncProgramsRelaysPortalsAndClaims(t *testing.T) {
 func keyOf(name string, proto v1.Protocol, class balancer.Class) balancer.Key {
 	return balancer.Key{Port: servicemap.ServicePortName{
 		NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}, Port: "p", Protocol: proto},
-		Class: class, Family: balancer.IPv4}
+		Class: class, Family: ipfamily.IPv4}
 }

@@ -16,6 +16,7 @@ import (
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/lb/udprelay"
 	"kproxy.dev/kproxy/redirect/portal"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -55,24 +56,22 @@ func (m *Mode) wantedRelays(snap *servicemap.Snapshot, node portal.Node) map[bal
 			if _, ok := hostIPOf(node.HostIPs, fam); !ok {
 				continue
 			}
-			bf := balancerFamily(fam)
-			is4 := bf == balancer.IPv4
 			ofFamily := func(addrs []netip.Addr) []netip.AddrPort {
 				var out []netip.AddrPort
 				for _, a := range addrs {
-					if a.Is4() == is4 {
+					if ipfamily.Of(a) == fam {
 						out = append(out, netip.AddrPortFrom(a, sp.Port))
 					}
 				}
 				return out
 			}
 			if internal := ofFamily(sp.ClusterIPs); len(internal) > 0 {
-				want[balancer.Key{Port: name, Class: balancer.Internal, Family: bf}] = relaySpec{
+				want[balancer.Key{Port: name, Class: balancer.Internal, Family: fam}] = relaySpec{
 					protocol: name.Protocol, destinations: destinations{addrs: internal}}
 			}
 			external := append(ofFamily(sp.ExternalIPs), ofFamily(sp.LoadBalancerIPs)...)
 			if len(external) > 0 || sp.NodePort != 0 {
-				want[balancer.Key{Port: name, Class: balancer.External, Family: bf}] = relaySpec{
+				want[balancer.Key{Port: name, Class: balancer.External, Family: fam}] = relaySpec{
 					protocol: name.Protocol, destinations: destinations{addrs: external, nodePort: sp.NodePort}}
 			}
 		}
@@ -117,7 +116,7 @@ func (r *relay) hasEndpoints(sp *servicemap.ServicePort) bool {
 // family (portals REDIRECT to the receiving interface's address, or DNAT to
 // the host IP) and starts serving it.
 func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
-	r := &relay{key: key, ipv6: key.Family == balancer.IPv6}
+	r := &relay{key: key, ipv6: key.Family == ipfamily.IPv6}
 	r.spec.Store(&spec)
 	any := netip.IPv4Unspecified()
 	if r.ipv6 {

@@ -67,3 +67,5 @@ func Prefixes(ps []netip.Prefix, fam Family) []netip.Prefix {
 	}
 	return out
 }
+
+func (f Family) String() string { return string(f) }

@@ -112,7 +112,7 @@ func matchIPVS(m rulespec.Match, f flow) (bool, error) {
 			ok = o.Arg == protocolNumber(f.pkt.Protocol)
 		case "--vaddr":
 			var prefix netip.Prefix
-			prefix, err = rulespec.ParsePrefix(o.Arg, familyOf(f.vs.Addr()))
+			prefix, err = rulespec.ParsePrefix(o.Arg, ipfamily.Of(f.vs.Addr()))
 			ok = prefix.Contains(f.vs.Addr())
 		case "--vport":
 			var port uint16
@@ -152,12 +152,12 @@ func (vs VirtualServer) check(fam ipfamily.Family) error {
 	switch {
 	case vs.Protocol != "tcp" && vs.Protocol != "udp" && vs.Protocol != "sctp":
 		return fmt.Errorf("protocol %q: want tcp, udp or sctp", vs.Protocol)
-	case !vs.Address.IsValid() || familyOf(vs.Address.Addr()) != fam:
+	case !vs.Address.IsValid() || ipfamily.Of(vs.Address.Addr()) != fam:
 		return fmt.Errorf("address %s is not an %s address and port", vs.Address, fam)
 	}
 	for _, rs := range vs.RealServers {
 		switch {
-		case !rs.Address.IsValid() || familyOf(rs.Address.Addr()) != fam:
+		case !rs.Address.IsValid() || ipfamily.Of(rs.Address.Addr()) != fam:
 			return fmt.Errorf("real server %s is not an %s address and port", rs.Address, fam)
 		case rs.Weight < 0:
 			return fmt.Errorf("real server %s has a negative weight %d", rs.Address, rs.Weight)

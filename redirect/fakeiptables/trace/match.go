@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // match evaluates a rule's conditions for f, in netfilter's order (the
@@ -204,7 +205,7 @@ func conntrack(o rulespec.Option, f flow) (bool, error) {
 		if o.Name == "--ctorigsrc" {
 			addr = f.pkt.Source
 		}
-		prefix, err := rulespec.ParsePrefix(o.Arg, familyOf(addr))
+		prefix, err := rulespec.ParsePrefix(o.Arg, ipfamily.Of(addr))
 		return prefix.Contains(addr), err
 	case "--ctorigdstport":
 		return portIn(o.Arg, f.pkt.DestinationPort)

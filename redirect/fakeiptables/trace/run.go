@@ -15,7 +15,7 @@ func Run(dump string, pkt Packet, node Node) (Result, error) {
 	if !pkt.Destination.IsValid() {
 		return Result{}, errors.New("trace: the packet has no destination")
 	}
-	rs, err := Load(dump, familyOf(pkt.Destination))
+	rs, err := Load(dump, ipfamily.Of(pkt.Destination))
 	if err != nil {
 		return Result{}, fmt.Errorf("trace: %w", err)
 	}
@@ -50,7 +50,7 @@ func (rs *Rules) check(pkt Packet) error {
 	switch {
 	case !pkt.Source.IsValid() || !pkt.Destination.IsValid():
 		return errors.New("the packet needs a source and a destination")
-	case familyOf(pkt.Source) != rs.fam || familyOf(pkt.Destination) != rs.fam:
+	case ipfamily.Of(pkt.Source) != rs.fam || ipfamily.Of(pkt.Destination) != rs.fam:
 		return fmt.Errorf("the packet %s -> %s is not of the dump's family %s", pkt.Source, pkt.Destination, rs.fam)
 	case pkt.Protocol != "tcp" && pkt.Protocol != "udp" && pkt.Protocol != "sctp":
 		return fmt.Errorf("protocol %q: want tcp, udp or sctp", pkt.Protocol)
@@ -62,13 +62,6 @@ func (rs *Rules) check(pkt Packet) error {
 		return errors.New("a Local packet has no BridgePort: it crossed no bridge")
 	}
 	return nil
-}
-
-func familyOf(a netip.Addr) ipfamily.Family {
-	if a.Is4() {
-		return ipfamily.IPv4
-	}
-	return ipfamily.IPv6
 }
 
 // tracer collects the paths of one packet.

@@ -102,7 +102,7 @@ func (w *walker) matchSet(m rulespec.Match, f flow) (bool, error) {
 // set's, never matches, and bitmap:port only sees TCP and UDP ports.
 func (s IPSet) has(dirs []string, f flow) (bool, error) {
 	parts, _ := setParts(s.Type)
-	if len(dirs) < len(parts) || (s.Type != SetBitmapPort && s.Family != familyOf(f.dst)) {
+	if len(dirs) < len(parts) || (s.Type != SetBitmapPort && s.Family != ipfamily.Of(f.dst)) {
 		return false, nil
 	}
 	if s.Type == SetBitmapPort && f.pkt.Protocol != "tcp" && f.pkt.Protocol != "udp" {
@@ -174,7 +174,7 @@ func (s IPSet) check() error {
 	}
 	hasPort := len(parts) > 1 // the hash types with a port
 	for i, m := range s.Members {
-		addrOK := func(a netip.Addr) bool { return a.IsValid() && familyOf(a) == s.Family }
+		addrOK := func(a netip.Addr) bool { return a.IsValid() && ipfamily.Of(a) == s.Family }
 		var problem string
 		switch {
 		case hashed != m.Addr.IsValid() || (hashed && !addrOK(m.Addr)):

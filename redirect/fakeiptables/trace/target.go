@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"kproxy.dev/kproxy/redirect/fakeiptables/internal/rulespec"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // target applies a matched rule's target to f.
@@ -44,7 +45,7 @@ func (w *walker) target(r *rule, f flow) ([]branch, error) {
 			return nil, err
 		}
 		o, _ := rulespec.FindOption(t.Options, "--to-source")
-		addr, _, err := rulespec.ParseNATAddr(o.Arg, familyOf(f.dst))
+		addr, _, err := rulespec.ParseNATAddr(o.Arg, ipfamily.Of(f.dst))
 		f.snat = addr
 		return []branch{{f: f, end: accept}}, err
 	}
@@ -72,7 +73,7 @@ func (w *walker) rewriteDestination(t rulespec.Target, f flow) (flow, error) {
 	)
 	if t.Name == "DNAT" {
 		o, _ := rulespec.FindOption(t.Options, "--to-destination")
-		if addr, port, err = rulespec.ParseNATAddr(o.Arg, familyOf(f.dst)); err != nil {
+		if addr, port, err = rulespec.ParseNATAddr(o.Arg, ipfamily.Of(f.dst)); err != nil {
 			return f, err
 		}
 	} else {
@@ -96,9 +97,9 @@ func (w *walker) rewriteDestination(t rulespec.Target, f flow) (flow, error) {
 // redirectAddress is where REDIRECT sends a packet: loopback for one the
 // node sent, else the primary address of the interface it came in on.
 func (w *walker) redirectAddress(f flow) (netip.Addr, error) {
-	fam := familyOf(f.dst)
+	fam := ipfamily.Of(f.dst)
 	if w.hook == "OUTPUT" {
-		if fam == familyOf(netip.IPv6Loopback()) {
+		if fam == ipfamily.Of(netip.IPv6Loopback()) {
 			return netip.IPv6Loopback(), nil
 		}
 		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
@@ -111,7 +112,7 @@ func (w *walker) redirectAddress(f flow) (netip.Addr, error) {
 		candidates = w.node.LocalAddresses
 	}
 	for _, a := range candidates {
-		if familyOf(a) == fam {
+		if ipfamily.Of(a) == fam {
 			return a, nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+
 	"kproxy.dev/kproxy/bench/testkit"
 )
 

@@ -1,9 +1,10 @@
 package rules
 
 import (
-	"kproxy.dev/kproxy/sync/nodeaddr"
 	"net/netip"
 	"slices"
+
+	"kproxy.dev/kproxy/sync/nodeaddr"
 
 	"kproxy.dev/kproxy/redirect/restore"
 )

@@ -34,7 +34,7 @@ func checkPrefixes(field string, ps []netip.Prefix, fam ipfamily.Family) []error
 			errs = append(errs, fmt.Errorf("%s[%d]: not a valid prefix", field, i))
 		case p.Addr().Is4In6():
 			errs = append(errs, fmt.Errorf("%s[%d]: %s is an IPv4-mapped IPv6 prefix; write it as IPv4", field, i, p))
-		case familyOf(p.Addr()) != fam:
+		case ipfamily.Of(p.Addr()) != fam:
 			errs = append(errs, fmt.Errorf("%s[%d]: %s is not an %s prefix", field, i, p, fam))
 		}
 	}
@@ -49,7 +49,7 @@ func checkAddrs(field string, as []netip.Addr, fam ipfamily.Family) []error {
 			errs = append(errs, fmt.Errorf("%s[%d]: not a valid address", field, i))
 		case a.Zone() != "":
 			errs = append(errs, fmt.Errorf("%s[%d]: %s has a zone, which iptables cannot match", field, i, a))
-		case familyOf(a) != fam:
+		case ipfamily.Of(a) != fam:
 			errs = append(errs, fmt.Errorf("%s[%d]: %s is not an %s address", field, i, a, fam))
 		}
 	}
@@ -58,9 +58,3 @@ func checkAddrs(field string, as []netip.Addr, fam ipfamily.Family) []error {
 
 // familyOf treats IPv4-mapped IPv6 addresses as IPv4, as the service map
 // does (servicemap.IsIPv6).
-func familyOf(a netip.Addr) ipfamily.Family {
-	if a.Unmap().Is4() {
-		return ipfamily.IPv4
-	}
-	return ipfamily.IPv6
-}

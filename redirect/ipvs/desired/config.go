@@ -73,7 +73,7 @@ func Validate(c Config) error {
 func checkAddrs(field string, as []netip.Addr, fam ipfamily.Family) []error {
 	var errs []error
 	for i, a := range as {
-		if !a.IsValid() || familyOf(a) != fam {
+		if !a.IsValid() || ipfamily.Of(a) != fam {
 			errs = append(errs, fmt.Errorf("%s[%d]: %v is not an %s address", field, i, a, fam))
 		}
 	}
@@ -83,7 +83,7 @@ func checkAddrs(field string, as []netip.Addr, fam ipfamily.Family) []error {
 func checkPrefixes(field string, ps []netip.Prefix, fam ipfamily.Family) []error {
 	var errs []error
 	for i, p := range ps {
-		if !p.IsValid() || familyOf(p.Addr()) != fam {
+		if !p.IsValid() || ipfamily.Of(p.Addr()) != fam {
 			errs = append(errs, fmt.Errorf("%s[%d]: %v is not an %s prefix", field, i, p, fam))
 		}
 	}
@@ -91,9 +91,3 @@ func checkPrefixes(field string, ps []netip.Prefix, fam ipfamily.Family) []error
 }
 
 // familyOf treats IPv4-mapped IPv6 addresses as IPv4, as the service map does.
-func familyOf(a netip.Addr) ipfamily.Family {
-	if servicemap.IsIPv6(a) {
-		return ipfamily.IPv6
-	}
-	return ipfamily.IPv4
-}
