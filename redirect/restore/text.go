@@ -13,7 +13,7 @@ const CanaryChain = "KUBE-PROXY-CANARY"
 // The quoting rule, the one every rule kproxy writes follows: a comment is
 // printed as iptables-save prints it (xtables' save_string), bare when it is
 // made only of letters, digits, '-' and '_', otherwise in double quotes with
-// '"', '\' and '\'' escaped by a backslash. iptables-restore reads that back
+// double quotes, backslashes and single quotes escaped by a backslash. iptables-restore reads that back
 // as the same word (see SplitRule), so a rule written this way round-trips
 // through the kernel unchanged. Other words are printed bare; JoinRule quotes
 // one only when it would not split back as itself.
@@ -37,32 +37,33 @@ func escapedByte(c byte) bool { return c == '"' || c == '\\' || c == '\'' }
 
 // Quote returns s as iptables-save prints a comment (see the quoting rule).
 func Quote(s string) string {
-	return string(AppendQuoted(make([]byte, 0, len(s)+2), s))
-}
-
-// AppendQuoted appends s to dst as iptables-save prints a comment.
-func AppendQuoted(dst []byte, s string) []byte {
-	return QuoteTail(append(dst, s...), len(dst))
+	if bare(s) {
+		return s
+	}
+	return string(wrapTail([]byte(s), 0))
 }
 
 // QuoteTail quotes buf[start:] in place as iptables-save prints a comment,
 // so that a comment written in pieces straight into a buffer is quoted as a
 // whole without a copy.
 func QuoteTail(buf []byte, start int) []byte {
-	word := buf[start:]
-	if bare(word) {
+	if bare(buf[start:]) {
 		return buf
 	}
+	return wrapTail(buf, start)
+}
+
+// wrapTail puts buf[start:] in double quotes, escaping double quotes,
+// backslashes and single quotes with a backslash.
+func wrapTail(buf []byte, start int) []byte {
 	escapes := 0
-	for _, c := range word {
+	for _, c := range buf[start:] {
 		if escapedByte(c) {
 			escapes++
 		}
 	}
 	n := len(buf)
-	for range 2 + escapes {
-		buf = append(buf, 0)
-	}
+	buf = append(buf, make([]byte, 2+escapes)...)
 	// Fill from the end, so the unread part of the word is never overwritten.
 	w := len(buf) - 1
 	buf[w] = '"'
@@ -104,18 +105,11 @@ func appendJoined(dst []byte, words []string) []byte {
 		if i > 0 {
 			dst = append(dst, ' ')
 		}
-		if !mustQuote(words, i) {
-			dst = append(dst, w...)
-			continue
+		start := len(dst)
+		dst = append(dst, w...)
+		if mustQuote(words, i) {
+			dst = wrapTail(dst, start)
 		}
-		dst = append(dst, '"')
-		for j := 0; j < len(w); j++ {
-			if escapedByte(w[j]) {
-				dst = append(dst, '\\')
-			}
-			dst = append(dst, w[j])
-		}
-		dst = append(dst, '"')
 	}
 	return dst
 }
