@@ -12,11 +12,12 @@ const CanaryChain = "KUBE-PROXY-CANARY"
 
 // The quoting rule, the one every rule kproxy writes follows: a comment is
 // printed as iptables-save prints it (xtables' save_string), bare when it is
-// made only of letters, digits, '-' and '_', otherwise in double quotes with
-// double quotes, backslashes and single quotes escaped by a backslash. iptables-restore reads that back
-// as the same word (see SplitRule), so a rule written this way round-trips
-// through the kernel unchanged. Other words are printed bare; JoinRule quotes
-// one only when it would not split back as itself.
+// made only of letters, digits, '-' and '_', otherwise in double quotes,
+// with double quotes, backslashes and single quotes escaped by a backslash.
+// iptables-restore reads that back as the same word (see SplitRule), so a
+// rule written this way round-trips through the kernel unchanged (tested on
+// both backends). Other words are printed bare; JoinRule quotes one only
+// when it would not split back as itself.
 
 // plainByte says whether c may stand in a bare (unquoted) comment.
 func plainByte(c byte) bool {
