@@ -89,7 +89,11 @@ func CommentMatch(text string) string { return "-m comment --comment " + Quote(t
 // unless it would not split back as itself (empty, or holding a space, tab,
 // carriage return or double quote), then in quotes with the same escapes.
 func JoinRule(words []string) string {
-	return string(appendJoined(make([]byte, 0, joinedLen(words)), words))
+	n := len(words) + 8
+	for _, w := range words {
+		n += len(w)
+	}
+	return string(appendJoined(make([]byte, 0, n), words))
 }
 
 // mustQuote says how JoinRule prints words[i]: quoted, or bare.
@@ -98,7 +102,13 @@ func mustQuote(words []string, i int) bool {
 	if i > 0 && words[i-1] == "--comment" {
 		return !bare(w)
 	}
-	return w == "" || strings.ContainsAny(w, " \t\r\"")
+	for j := 0; j < len(w); j++ {
+		switch w[j] {
+		case ' ', '\t', '\r', '"':
+			return true
+		}
+	}
+	return w == ""
 }
 
 func appendJoined(dst []byte, words []string) []byte {
@@ -113,26 +123,6 @@ func appendJoined(dst []byte, words []string) []byte {
 		}
 	}
 	return dst
-}
-
-// joinedLen is the length of appendJoined's output.
-func joinedLen(words []string) int {
-	n := 0
-	for i, w := range words {
-		if i > 0 {
-			n++
-		}
-		n += len(w)
-		if mustQuote(words, i) {
-			n += 2
-			for j := 0; j < len(w); j++ {
-				if escapedByte(w[j]) {
-					n++
-				}
-			}
-		}
-	}
-	return n
 }
 
 // SplitRule splits one iptables-restore line (or a rule as iptables-save
