@@ -139,7 +139,7 @@ func (p *Payload) String() string { return string(p.Bytes()) }
 
 const declared = " - [0:0]\n"
 
-// size is the rendered length, so Bytes allocates once.
+// size is the rendered length, or close above it, so Bytes allocates once.
 func (p *Payload) size() int {
 	n := 0
 	for _, s := range p.sections {
@@ -158,8 +158,14 @@ func (p *Payload) size() int {
 			if l.rule != "" {
 				n += 1 + len(l.rule)
 			}
+			// Words are estimated, not measured (a second pass over every
+			// byte costs more than the rare regrowth): one space each and
+			// room for a quoted comment.
+			for _, w := range l.words {
+				n += 1 + len(w)
+			}
 			if len(l.words) > 0 {
-				n += 1 + joinedLen(l.words)
+				n += 8
 			}
 			if l.op == opInsert {
 				n += len(" 1")

@@ -12,11 +12,12 @@ const CanaryChain = "KUBE-PROXY-CANARY"
 
 // The quoting rule, the one every rule kproxy writes follows: a comment is
 // printed as iptables-save prints it (xtables' save_string), bare when it is
-// made only of letters, digits, '-' and '_', otherwise in double quotes with
-// '"', '\' and '\'' escaped by a backslash. iptables-restore reads that back
-// as the same word (see SplitRule), so a rule written this way round-trips
-// through the kernel unchanged. Other words are printed bare; JoinRule quotes
-// one only when it would not split back as itself.
+// made only of letters, digits, '-' and '_', otherwise in double quotes,
+// with double quotes, backslashes and single quotes escaped by a backslash.
+// iptables-restore reads that back as the same word (see SplitRule), so a
+// rule written this way round-trips through the kernel unchanged (tested on
+// both backends). Other words are printed bare; JoinRule quotes one only
+// when it would not split back as itself.
 
 // plainByte says whether c may stand in a bare (unquoted) comment.
 func plainByte(c byte) bool {
@@ -37,32 +38,33 @@ func escapedByte(c byte) bool { return c == '"' || c == '\\' || c == '\'' }
 
 // Quote returns s as iptables-save prints a comment (see the quoting rule).
 func Quote(s string) string {
-	return string(AppendQuoted(make([]byte, 0, len(s)+2), s))
-}
-
-// AppendQuoted appends s to dst as iptables-save prints a comment.
-func AppendQuoted(dst []byte, s string) []byte {
-	return QuoteTail(append(dst, s...), len(dst))
+	if bare(s) {
+		return s
+	}
+	return string(wrapTail([]byte(s), 0))
 }
 
 // QuoteTail quotes buf[start:] in place as iptables-save prints a comment,
 // so that a comment written in pieces straight into a buffer is quoted as a
 // whole without a copy.
 func QuoteTail(buf []byte, start int) []byte {
-	word := buf[start:]
-	if bare(word) {
+	if bare(buf[start:]) {
 		return buf
 	}
+	return wrapTail(buf, start)
+}
+
+// wrapTail puts buf[start:] in double quotes, escaping double quotes,
+// backslashes and single quotes with a backslash.
+func wrapTail(buf []byte, start int) []byte {
 	escapes := 0
-	for _, c := range word {
+	for _, c := range buf[start:] {
 		if escapedByte(c) {
 			escapes++
 		}
 	}
 	n := len(buf)
-	for range 2 + escapes {
-		buf = append(buf, 0)
-	}
+	buf = append(buf, make([]byte, 2+escapes)...)
 	// Fill from the end, so the unread part of the word is never overwritten.
 	w := len(buf) - 1
 	buf[w] = '"'
@@ -87,7 +89,11 @@ func CommentMatch(text string) string { return "-m comment --comment " + Quote(t
 // unless it would not split back as itself (empty, or holding a space, tab,
 // carriage return or double quote), then in quotes with the same escapes.
 func JoinRule(words []string) string {
-	return string(appendJoined(make([]byte, 0, joinedLen(words)), words))
+	n := len(words) + 8
+	for _, w := range words {
+		n += len(w)
+	}
+	return string(appendJoined(make([]byte, 0, n), words))
 }
 
 // mustQuote says how JoinRule prints words[i]: quoted, or bare.
@@ -96,7 +102,13 @@ func mustQuote(words []string, i int) bool {
 	if i > 0 && words[i-1] == "--comment" {
 		return !bare(w)
 	}
-	return w == "" || strings.ContainsAny(w, " \t\r\"")
+	for j := 0; j < len(w); j++ {
+		switch w[j] {
+		case ' ', '\t', '\r', '"':
+			return true
+		}
+	}
+	return w == ""
 }
 
 func appendJoined(dst []byte, words []string) []byte {
@@ -104,40 +116,13 @@ func appendJoined(dst []byte, words []string) []byte {
 		if i > 0 {
 			dst = append(dst, ' ')
 		}
-		if !mustQuote(words, i) {
-			dst = append(dst, w...)
-			continue
+		start := len(dst)
+		dst = append(dst, w...)
+		if mustQuote(words, i) {
+			dst = wrapTail(dst, start)
 		}
-		dst = append(dst, '"')
-		for j := 0; j < len(w); j++ {
-			if escapedByte(w[j]) {
-				dst = append(dst, '\\')
-			}
-			dst = append(dst, w[j])
-		}
-		dst = append(dst, '"')
 	}
 	return dst
-}
-
-// joinedLen is the length of appendJoined's output.
-func joinedLen(words []string) int {
-	n := 0
-	for i, w := range words {
-		if i > 0 {
-			n++
-		}
-		n += len(w)
-		if mustQuote(words, i) {
-			n += 2
-			for j := 0; j < len(w); j++ {
-				if escapedByte(w[j]) {
-					n++
-				}
-			}
-		}
-	}
-	return n
 }
 
 // SplitRule splits one iptables-restore line (or a rule as iptables-save
