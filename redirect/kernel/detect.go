@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Names of the throw-away objects the probes create and remove again. They
@@ -111,14 +113,14 @@ type ruleListing struct {
 
 type backendFamily struct {
 	b   Backend
-	fam Family
+	fam ipfamily.Family
 }
 
 // listAllRules runs every backend's iptables-save for every family, in the
 // node's namespace: rules already there decide the backend.
 func (d *Detector) listAllRules(ctx context.Context) map[backendFamily]ruleListing {
 	lists := map[backendFamily]ruleListing{}
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		for _, b := range Backends() {
 			lists[backendFamily{b, fam}] = d.listRules(ctx, b, fam)
 		}
@@ -141,10 +143,10 @@ func (d *Detector) listAllRules(ctx context.Context) map[backendFamily]ruleListi
 // unusable (for IPv4, which decides the backend, or for this family), when
 // legacy-save shows tables already, or when legacy was chosen anyway.
 func (d *Detector) detectIPTables(ctx context.Context, f *Features, lists map[backendFamily]ruleListing) {
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		f.family(fam).NFT = d.probeIPTables(ctx, NFT, fam, lists[backendFamily{NFT, fam}])
 	}
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		ft := f.family(fam)
 		ft.Legacy = d.probeLegacy(ctx, fam, !f.IPv4.NFT.Usable || !ft.NFT.Usable, lists[backendFamily{Legacy, fam}])
 	}
@@ -154,7 +156,7 @@ func (d *Detector) detectIPTables(ctx context.Context, f *Features, lists map[ba
 	}
 	// Legacy was chosen for its IPv4 rules: every family's rules go there,
 	// so a family skipped above must be probed after all.
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		if ft := f.family(fam); ft.Legacy.NotProbed {
 			ft.Legacy = d.probeIPTables(ctx, Legacy, fam, lists[backendFamily{Legacy, fam}])
 		}
@@ -163,7 +165,7 @@ func (d *Detector) detectIPTables(ctx context.Context, f *Features, lists map[ba
 
 // probeLegacy probes the legacy backend for fam further than its listing l
 // only when needed or when it holds tables already; see detectIPTables.
-func (d *Detector) probeLegacy(ctx context.Context, fam Family, needed bool, l ruleListing) IPTables {
+func (d *Detector) probeLegacy(ctx context.Context, fam ipfamily.Family, needed bool, l ruleListing) IPTables {
 	switch {
 	case !l.ok:
 		return l.t
@@ -212,7 +214,7 @@ func countKubeLines(save string) int {
 }
 
 // probeIPTables probes what backend b can do for fam, given its listing l.
-func (d *Detector) probeIPTables(ctx context.Context, b Backend, fam Family, l ruleListing) IPTables {
+func (d *Detector) probeIPTables(ctx context.Context, b Backend, fam ipfamily.Family, l ruleListing) IPTables {
 	if !l.ok {
 		return l.t
 	}
@@ -221,7 +223,7 @@ func (d *Detector) probeIPTables(ctx context.Context, b Backend, fam Family, l r
 
 // listRules runs b's iptables-save for fam, counting kube rules, and notes
 // whether the output holds any table. It changes nothing in the kernel.
-func (d *Detector) listRules(ctx context.Context, b Backend, fam Family) ruleListing {
+func (d *Detector) listRules(ctx context.Context, b Backend, fam ipfamily.Family) ruleListing {
 	save, err := d.Runner.Run(ctx, nil, b.SaveCommand(fam))
 	if err != nil {
 		return ruleListing{t: IPTables{Problem: "listing rules: " + describe(err)}}
@@ -242,7 +244,7 @@ func hasTable(save string) bool {
 // probeChains creates a probe chain in the nat and filter tables of backend b
 // for fam (creating those tables if need be, hence run in a Sandbox), tries the targets the proxy
 // modes use in it, and removes it again. t carries listRules' findings.
-func (d *Detector) probeChains(ctx context.Context, b Backend, fam Family, t IPTables) IPTables {
+func (d *Detector) probeChains(ctx context.Context, b Backend, fam ipfamily.Family, t IPTables) IPTables {
 	declare := "*nat\n:" + ProbeChain + " - [0:0]\nCOMMIT\n*filter\n:" + ProbeChain + " - [0:0]\nCOMMIT\n"
 	_, err := d.Runner.Run(ctx, []byte(declare), b.RestoreCommand(fam), "-w", lockWait, "--noflush")
 	defer d.removeProbeChains(ctx, b, fam)
@@ -253,7 +255,7 @@ func (d *Detector) probeChains(ctx context.Context, b Backend, fam Family, t IPT
 	t.Usable = true
 
 	vip, dest := "198.18.0.1", "198.19.0.1:80"
-	if fam == IPv6 {
+	if fam == ipfamily.IPv6 {
 		vip, dest = "fd00::1", "[fd00::2]:80"
 	}
 	targets := []struct {
@@ -280,7 +282,7 @@ func (d *Detector) probeChains(ctx context.Context, b Backend, fam Family, t IPT
 
 // removeProbeChains flushes and deletes the probe chains; declaring a chain
 // with --noflush empties it, so this works whatever the probe added.
-func (d *Detector) removeProbeChains(ctx context.Context, b Backend, fam Family) {
+func (d *Detector) removeProbeChains(ctx context.Context, b Backend, fam ipfamily.Family) {
 	var in strings.Builder
 	for _, table := range []string{"nat", "filter"} {
 		fmt.Fprintf(&in, "*%s\n:%s - [0:0]\n-X %s\nCOMMIT\n", table, ProbeChain, ProbeChain)

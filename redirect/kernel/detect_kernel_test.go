@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // legacyTableNames reads the legacy tables the kernel has registered in this
@@ -46,7 +47,7 @@ func TestDetectOnThisHost(t *testing.T) {
 	elapsed := time.Since(start)
 	t.Logf("probed in %v:\n%s", elapsed, f)
 
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		got := f.Family(fam).NFT
 		if !got.Usable || !got.DNAT || !got.Redirect {
 			t.Errorf("%s: got %s, want usable with DNAT and REDIRECT", NFT.Command(fam), got)
@@ -68,7 +69,7 @@ func TestDetectOnThisHost(t *testing.T) {
 		t.Errorf("probes did not run in a throwaway namespace: %s", f.ProbeNetns)
 	}
 	assertPristine(t)
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		if out := lab.Run(t, NFT.SaveCommand(fam)); strings.Contains(out, "legacy tables present") {
 			t.Errorf("%s warns after Detect:\n%s", NFT.SaveCommand(fam), out)
 		}
@@ -133,7 +134,7 @@ func TestDetectProbesExistingLegacyTables(t *testing.T) {
 func snapshotNode(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		for _, be := range Backends() {
 			for _, line := range strings.Split(lab.Run(t, be.SaveCommand(fam)), "\n") {
 				if strings.HasPrefix(line, "-A ") || (strings.HasPrefix(line, ":") && !strings.Contains(line, " ACCEPT ")) {
@@ -152,7 +153,7 @@ func snapshotNode(t *testing.T) string {
 // only link.
 func assertPristine(t *testing.T) {
 	t.Helper()
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		for _, b := range Backends() {
 			var rules []string
 			for _, line := range strings.Split(lab.Run(t, b.SaveCommand(fam)), "\n") {
@@ -242,7 +243,7 @@ func TestDetectIPv6Disabled(t *testing.T) {
 	f := Detect(context.Background())
 	for _, b := range Backends() {
 		if got := f.IPv6.Get(b); got.Usable || !strings.Contains(got.Problem, "disable_ipv6=1") {
-			t.Errorf("%s: got %s, want unusable because IPv6 is disabled", b.Command(IPv6), got)
+			t.Errorf("%s: got %s, want unusable because IPv6 is disabled", b.Command(ipfamily.IPv6), got)
 		}
 	}
 	if !f.IPv4.Get(f.Backend).Usable {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // fakeNode answers commands and netlink calls the way a real node with the
@@ -154,7 +156,7 @@ func missingBinary(cmd string) error {
 
 // legacyTableCreators returns the calls that would make the kernel register
 // legacy tables for fam: every legacy command but the read-only save.
-func legacyTableCreators(calls []call, fam Family) []string {
+func legacyTableCreators(calls []call, fam ipfamily.Family) []string {
 	var out []string
 	for _, c := range calls {
 		name, _, _ := strings.Cut(c.line, " ")
@@ -207,7 +209,7 @@ func TestDetectWithFakes(t *testing.T) {
 		// legacyProbed: the families whose legacy backend must be probed
 		// with table-creating commands; in the others only legacy-save may
 		// run.
-		legacyProbed []Family
+		legacyProbed []ipfamily.Family
 		check        func(t *testing.T, f Features, n *fakeNode)
 	}{
 		{
@@ -264,7 +266,7 @@ func TestDetectWithFakes(t *testing.T) {
 				"iptables-nft":  missingBinary("iptables-nft"),
 				"ip6tables-nft": missingBinary("ip6tables-nft"),
 			}},
-			legacyProbed: []Family{IPv4, IPv6},
+			legacyProbed: []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPv4.NFT.Usable || f.IPv6.NFT.Usable {
 					t.Errorf("nft usable without binaries:\n%s", f)
@@ -285,7 +287,7 @@ func TestDetectWithFakes(t *testing.T) {
 			// though ip6tables-nft works: IPv6 rules will go to legacy.
 			name:         "nft kernel refuses IPv4 tables: legacy probed in both families",
 			node:         &fakeNode{fail: map[string]error{"iptables-nft-restore": nftRestoreRefuses}},
-			legacyProbed: []Family{IPv4, IPv6},
+			legacyProbed: []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPv4.NFT.Usable || !strings.Contains(f.IPv4.NFT.Problem, "CHAIN_USER_ADD failed") {
 					t.Errorf("iptables-nft = %s, want unusable quoting the restore error", f.IPv4.NFT)
@@ -300,7 +302,7 @@ func TestDetectWithFakes(t *testing.T) {
 			// rules go there, so it is probed after the choice.
 			name:         "legacy already holds kube rules",
 			node:         &fakeNode{saves: map[string]string{"iptables-legacy-save": kubeSave}},
-			legacyProbed: []Family{IPv4, IPv6},
+			legacyProbed: []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPv4.Legacy.KubeRules != 2 {
 					t.Errorf("legacy kube rules = %d, want 2", f.IPv4.Legacy.KubeRules)
@@ -308,15 +310,15 @@ func TestDetectWithFakes(t *testing.T) {
 				if f.Backend != Legacy || !strings.Contains(f.BackendReason, "iptables-legacy already holds 2") {
 					t.Errorf("backend = %q (%s), want legacy because of its rules", f.Backend, f.BackendReason)
 				}
-				if !f.Chosen(IPv6).Usable {
-					t.Errorf("chosen IPv6 backend = %s, want it probed usable", f.Chosen(IPv6))
+				if !f.Chosen(ipfamily.IPv6).Usable {
+					t.Errorf("chosen IPv6 backend = %s, want it probed usable", f.Chosen(ipfamily.IPv6))
 				}
 			},
 		},
 		{
 			name:         "both hold kube rules, nft more",
 			node:         &fakeNode{saves: map[string]string{"iptables-legacy-save": kubeSave, "iptables-nft-save": kubeSave, "ip6tables-nft-save": kubeSave}},
-			legacyProbed: []Family{IPv4},
+			legacyProbed: []ipfamily.Family{ipfamily.IPv4},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.Backend != NFT {
 					t.Errorf("backend = %q (%s), want nft", f.Backend, f.BackendReason)
@@ -330,7 +332,7 @@ func TestDetectWithFakes(t *testing.T) {
 			name: "nft usable, no legacy tables: legacy only listed",
 			node: &fakeNode{},
 			check: func(t *testing.T, f Features, n *fakeNode) {
-				for _, fam := range Families() {
+				for _, fam := range ipfamily.All() {
 					got := f.Family(fam).Legacy
 					if !got.NotProbed || got.Usable || got.Problem != LegacyNotProbed {
 						t.Errorf("%s = %+v, want not probed with Problem %q", Legacy.Command(fam), got, LegacyNotProbed)
@@ -347,7 +349,7 @@ func TestDetectWithFakes(t *testing.T) {
 		{
 			name:         "nft usable, legacy tables present (no kube rules): that family's legacy probed",
 			node:         &fakeNode{saves: map[string]string{"ip6tables-legacy-save": emptyFilterSave}},
-			legacyProbed: []Family{IPv6},
+			legacyProbed: []ipfamily.Family{ipfamily.IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if got := f.IPv6.Legacy; got.NotProbed || !got.Usable || !got.DNAT {
 					t.Errorf("ip6tables-legacy = %s, want probed usable", got)
@@ -363,7 +365,7 @@ func TestDetectWithFakes(t *testing.T) {
 		{
 			name:         "nft unusable for IPv6 only: IPv6 legacy probed",
 			node:         &fakeNode{fail: map[string]error{"ip6tables-nft-restore": nftRestoreRefuses}},
-			legacyProbed: []Family{IPv6},
+			legacyProbed: []ipfamily.Family{ipfamily.IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPv6.NFT.Usable || !f.IPv6.Legacy.Usable {
 					t.Errorf("IPv6: nft = %s, legacy = %s; want nft unusable, legacy usable", f.IPv6.NFT, f.IPv6.Legacy)
@@ -396,7 +398,7 @@ func TestDetectWithFakes(t *testing.T) {
 				"iptables-nft":            missingBinary("iptables-nft"),
 				"iptables-legacy-restore": exitErr("iptables-legacy-restore", "iptables-legacy-restore v1.8.9 (legacy): iptables-legacy-restore: unable to initialize table 'nat'\n"),
 			}},
-			legacyProbed: []Family{IPv4, IPv6},
+			legacyProbed: []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6},
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.Backend != "" || !strings.Contains(f.BackendReason, "unable to initialize table 'nat'") {
 					t.Errorf("backend = %q (%s), want none, quoting legacy's failure", f.Backend, f.BackendReason)
@@ -526,7 +528,7 @@ func TestDetectWithFakes(t *testing.T) {
 			if creators == 0 {
 				t.Errorf("no probe created anything; calls: %v", c.node.calls)
 			}
-			for _, fam := range Families() {
+			for _, fam := range ipfamily.All() {
 				want := false
 				for _, p := range c.legacyProbed {
 					want = want || p == fam

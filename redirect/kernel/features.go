@@ -19,30 +19,19 @@ const (
 // Backends lists the iptables backends in preference order.
 func Backends() []Backend { return []Backend{NFT, Legacy} }
 
-// Families lists the IP families.
-func Families() []Family { return ipfamily.All() }
-
-// Family is the one IP-family type (package ipfamily).
-type Family = ipfamily.Family
-
-const (
-	IPv4 = ipfamily.IPv4
-	IPv6 = ipfamily.IPv6
-)
-
 // Command is the iptables binary of this backend for fam, e.g. "ip6tables-nft".
-func (b Backend) Command(fam Family) string {
-	if fam == IPv6 {
+func (b Backend) Command(fam ipfamily.Family) string {
+	if fam == ipfamily.IPv6 {
 		return "ip6tables-" + string(b)
 	}
 	return "iptables-" + string(b)
 }
 
 // SaveCommand is the iptables-save binary of this backend for fam.
-func (b Backend) SaveCommand(fam Family) string { return b.Command(fam) + "-save" }
+func (b Backend) SaveCommand(fam ipfamily.Family) string { return b.Command(fam) + "-save" }
 
 // RestoreCommand is the iptables-restore binary of this backend for fam.
-func (b Backend) RestoreCommand(fam Family) string { return b.Command(fam) + "-restore" }
+func (b Backend) RestoreCommand(fam ipfamily.Family) string { return b.Command(fam) + "-restore" }
 
 // IPTables is what one backend can do for one family.
 type IPTables struct {
@@ -118,16 +107,16 @@ type Features struct {
 }
 
 // Family returns the iptables abilities for fam.
-func (f Features) Family(fam Family) FamilyIPTables {
-	if fam == IPv6 {
+func (f Features) Family(fam ipfamily.Family) FamilyIPTables {
+	if fam == ipfamily.IPv6 {
 		return f.IPv6
 	}
 	return f.IPv4
 }
 
 // family returns the iptables abilities for fam, for filling in.
-func (f *Features) family(fam Family) *FamilyIPTables {
-	if fam == IPv6 {
+func (f *Features) family(fam ipfamily.Family) *FamilyIPTables {
+	if fam == ipfamily.IPv6 {
 		return &f.IPv6
 	}
 	return &f.IPv4
@@ -135,7 +124,7 @@ func (f *Features) family(fam Family) *FamilyIPTables {
 
 // Chosen returns the abilities of the chosen backend for fam (the zero value
 // when no backend was chosen).
-func (f Features) Chosen(fam Family) IPTables {
+func (f Features) Chosen(fam ipfamily.Family) IPTables {
 	if f.Backend == "" {
 		return IPTables{Problem: "no usable iptables backend"}
 	}
@@ -162,7 +151,7 @@ func (t IPTables) String() string {
 // String renders every probe result, one per line, for logs.
 func (f Features) String() string {
 	var b strings.Builder
-	for _, fam := range Families() {
+	for _, fam := range ipfamily.All() {
 		for _, be := range Backends() {
 			fmt.Fprintf(&b, "%s: %s\n", be.Command(fam), f.Family(fam).Get(be))
 		}

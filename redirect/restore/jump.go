@@ -8,6 +8,7 @@ import (
 	"github.com/coreos/go-iptables/iptables"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // JumpRules is the part of go-iptables EnsureJumps needs; *iptables.IPTables
@@ -71,7 +72,7 @@ func EnsureJumps(jr JumpRules, jumps []Jump) ([]Jump, error) {
 
 // OpenJumpRules opens go-iptables on the iptables binary of backend be for
 // fam, waiting up to 5 seconds for the xtables lock like the Runner does.
-func OpenJumpRules(fam kernel.Family, be kernel.Backend) (JumpRules, error) {
+func OpenJumpRules(fam ipfamily.Family, be kernel.Backend) (JumpRules, error) {
 	if err := checkFamilyBackend(fam, be); err != nil {
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func OpenJumpRules(fam kernel.Family, be kernel.Backend) (JumpRules, error) {
 		return nil, fmt.Errorf("opening go-iptables: %w", err)
 	}
 	proto := iptables.ProtocolIPv4
-	if fam == kernel.IPv6 {
+	if fam == ipfamily.IPv6 {
 		proto = iptables.ProtocolIPv6
 	}
 	ipt, err := iptables.New(iptables.Path(path), iptables.IPFamily(proto), iptables.Timeout(lockWaitSeconds))
@@ -90,8 +91,8 @@ func OpenJumpRules(fam kernel.Family, be kernel.Backend) (JumpRules, error) {
 	return ipt, nil
 }
 
-func checkFamilyBackend(fam kernel.Family, be kernel.Backend) error {
-	if fam != kernel.IPv4 && fam != kernel.IPv6 {
+func checkFamilyBackend(fam ipfamily.Family, be kernel.Backend) error {
+	if fam != ipfamily.IPv4 && fam != ipfamily.IPv6 {
 		return fmt.Errorf("unknown IP family %q", fam)
 	}
 	if be != kernel.NFT && be != kernel.Legacy {

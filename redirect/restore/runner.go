@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // lockWaitSeconds is how long a restore or a go-iptables call waits for the
@@ -18,14 +19,14 @@ const lockWaitSeconds = 5
 // Runner runs iptables-restore and iptables-save of one backend for one IP
 // family through a kernel.Runner.
 type Runner struct {
-	fam     kernel.Family
+	fam     ipfamily.Family
 	backend kernel.Backend
 	exec    kernel.Runner
 }
 
 // NewRunner returns a Runner for fam and be; a nil exec means
 // kernel.ExecRunner.
-func NewRunner(fam kernel.Family, be kernel.Backend, exec kernel.Runner) (*Runner, error) {
+func NewRunner(fam ipfamily.Family, be kernel.Backend, exec kernel.Runner) (*Runner, error) {
 	if err := checkFamilyBackend(fam, be); err != nil {
 		return nil, fmt.Errorf("restore runner: %w", err)
 	}
@@ -36,7 +37,7 @@ func NewRunner(fam kernel.Family, be kernel.Backend, exec kernel.Runner) (*Runne
 }
 
 // Family is the IP family the Runner writes.
-func (r *Runner) Family() kernel.Family { return r.fam }
+func (r *Runner) Family() ipfamily.Family { return r.fam }
 
 // Backend is the iptables backend the Runner writes.
 func (r *Runner) Backend() kernel.Backend { return r.backend }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // scriptedExec records commands and answers with a fixed result.
@@ -26,14 +27,14 @@ func (s *scriptedExec) Run(_ context.Context, stdin []byte, name string, args ..
 
 func TestRunnerCommands(t *testing.T) {
 	cases := []struct {
-		fam               kernel.Family
+		fam               ipfamily.Family
 		be                kernel.Backend
 		wantRestore, want string
 	}{
-		{kernel.IPv4, kernel.NFT, "iptables-nft-restore --noflush --wait=5", "iptables-nft-save -t nat"},
-		{kernel.IPv6, kernel.NFT, "ip6tables-nft-restore --noflush --wait=5", "ip6tables-nft-save -t nat"},
-		{kernel.IPv4, kernel.Legacy, "iptables-legacy-restore --noflush --wait=5", "iptables-legacy-save -t nat"},
-		{kernel.IPv6, kernel.Legacy, "ip6tables-legacy-restore --noflush --wait=5", "ip6tables-legacy-save -t nat"},
+		{ipfamily.IPv4, kernel.NFT, "iptables-nft-restore --noflush --wait=5", "iptables-nft-save -t nat"},
+		{ipfamily.IPv6, kernel.NFT, "ip6tables-nft-restore --noflush --wait=5", "ip6tables-nft-save -t nat"},
+		{ipfamily.IPv4, kernel.Legacy, "iptables-legacy-restore --noflush --wait=5", "iptables-legacy-save -t nat"},
+		{ipfamily.IPv6, kernel.Legacy, "ip6tables-legacy-restore --noflush --wait=5", "ip6tables-legacy-save -t nat"},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%s", tc.fam, tc.be), func(t *testing.T) {
@@ -62,7 +63,7 @@ func TestRunnerCommands(t *testing.T) {
 func TestRunnerRestoreFailureIsAnError(t *testing.T) {
 	ce := &kernel.CommandError{Command: "iptables-nft-restore --noflush --wait=5", ExitCode: 1,
 		Stderr: "iptables-nft-restore: line 2 failed: No chain/target/match by that name.\n", Err: errors.New("exit status 1")}
-	r, err := NewRunner(kernel.IPv4, kernel.NFT, &scriptedExec{err: ce})
+	r, err := NewRunner(ipfamily.IPv4, kernel.NFT, &scriptedExec{err: ce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestRunnerRestoreFailureIsAnError(t *testing.T) {
 }
 
 func TestRunnerSaveFailureNamesTheTable(t *testing.T) {
-	r, err := NewRunner(kernel.IPv6, kernel.Legacy, &scriptedExec{err: errors.New("exit status 1")})
+	r, err := NewRunner(ipfamily.IPv6, kernel.Legacy, &scriptedExec{err: errors.New("exit status 1")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +95,10 @@ func TestNewRunnerRefusesUnknownFamilyOrBackend(t *testing.T) {
 	if _, err := NewRunner("IPv5", kernel.NFT, nil); err == nil {
 		t.Error("an unknown family was accepted")
 	}
-	if _, err := NewRunner(kernel.IPv4, "ebpf", nil); err == nil {
+	if _, err := NewRunner(ipfamily.IPv4, "ebpf", nil); err == nil {
 		t.Error("an unknown backend was accepted")
 	}
-	if _, err := OpenJumpRules(kernel.IPv4, "ebpf"); err == nil {
+	if _, err := OpenJumpRules(ipfamily.IPv4, "ebpf"); err == nil {
 		t.Error("OpenJumpRules accepted an unknown backend")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // The quoting rule is iptables-save's: rules written with it come back from
@@ -20,7 +21,7 @@ func TestQuotingRoundTripsThroughTheKernel(t *testing.T) {
 	}
 	comments := []string{"web", "a_b-C9", "ns/svc:port -> 10.0.0.1:80", `it's "x" a\b`, "kubernetes service portals", "x;y=z"}
 	for _, be := range []kernel.Backend{kernel.NFT, kernel.Legacy} {
-		for _, fam := range []kernel.Family{kernel.IPv4, kernel.IPv6} {
+		for _, fam := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 			if _, err := exec.LookPath(be.RestoreCommand(fam)); err != nil {
 				t.Errorf("%s not installed", be.RestoreCommand(fam))
 				continue
