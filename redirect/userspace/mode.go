@@ -97,6 +97,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	}
 	m.claimer = portal.NewClaimer(opener)
 	m.unserved = sctprelay.NewUnservedReporter(m.metrics.SCTPUnservedServicePorts)
+	m.unserved.Logger = logger
 	if m.cfg.LocalAddresses == nil {
 		m.cfg.LocalAddresses = kernel.InterfaceAddresses
 	}

@@ -132,7 +132,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 			return nil, fmt.Errorf("%s: opening a proxy port: %w", name, err)
 		}
 		r.port = addrPort(ln.Addr())
-		p, err := tcprelay.New(tcprelay.Config{Listener: ln, Picker: picker, Metrics: m.metrics, Name: name,
+		p, err := tcprelay.New(tcprelay.Config{Listener: ln, Picker: picker, Metrics: m.metrics, Name: name, Logger: m.logger,
 			IsPortalDestination: func(dst netip.AddrPort) bool { return r.spec.Load().destinations.has(dst) }})
 		if err != nil {
 			ln.Close()
@@ -147,7 +147,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 			return nil, fmt.Errorf("%s: opening a proxy port: %w", name, err)
 		}
 		r.port = addrPort(conn.LocalAddr())
-		u, err := udprelay.New(udprelay.Config{Conn: conn, Picker: picker, IdleTimeout: m.cfg.UDPIdleTimeout,
+		u, err := udprelay.New(udprelay.Config{Conn: conn, Picker: picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
 			Metrics: m.metrics, Name: name})
 		if err != nil {
 			conn.Close()
@@ -170,7 +170,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 		if port == 0 {
 			r.port = ln.Addr().Port()
 		}
-		s, err := sctprelay.New(sctprelay.Config{Listener: ln, Picker: picker, Metrics: m.metrics, Name: name})
+		s, err := sctprelay.New(sctprelay.Config{Listener: ln, Picker: picker, Metrics: m.metrics, Name: name, Logger: m.logger})
 		if err != nil {
 			ln.Close()
 			m.alloc.Release(ports.SCTP, r.ipv6, port)
