@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 )
 
 // BuildRuns is how many desired-state builds the table's host half is the

@@ -9,8 +9,8 @@ import (
 
 	"github.com/moby/ipvs"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/ipvs/handles"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
 )
 
 // Handles are the three kernel handles a reconciler works through.

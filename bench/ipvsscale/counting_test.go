@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/ipvs/handles"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 

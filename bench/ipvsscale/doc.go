@@ -2,9 +2,9 @@
 // 1,000 and 10,000 TCP ClusterIP service ports of 10 endpoints each. A sync
 // has two halves, measured apart because they run in different places:
 //
-//   - the desired-state computation (redirect/ipvs/desired), pure Go, timed
+//   - the desired-state computation (redirect/modes/ipvs/desired), pure Go, timed
 //     on the host (MeasureBuild);
-//   - the reconciler (redirect/ipvs/reconcile) applying that state over
+//   - the reconciler (redirect/modes/ipvs/reconcile) applying that state over
 //     netlink, which needs IPVS and so runs in the user-mode-linux guest
 //     kernel (bench/guest), whose syscalls are about 60× slower than the
 //     host's: its times are upper bounds.
@@ -33,7 +33,7 @@
 //
 // TestGuestIPVSScaleSmoke runs the same steps at 50 ports in the guest and
 // checks the counts exactly; TestSyncStepsOnFakes runs those checks on the
-// fake kernel (redirect/ipvs/fakeipvs) on the host.
+// fake kernel (redirect/modes/ipvs/fakeipvs) on the host.
 //
 // Settings (environment, read in the guest too): KPROXY_IPVSSCALE_SIZES
 // (default "1000,10000"), KPROXY_IPVSSCALE_CHANGES (change syncs the table

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/ipvs/fakeipvs"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/fakeipvs"
 )
 
 // fakes are the fake kernel's handles, with their own call counts.

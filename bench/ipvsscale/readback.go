@@ -6,8 +6,8 @@ import (
 	"maps"
 	"slices"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/ipvs/handles"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 

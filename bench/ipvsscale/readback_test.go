@@ -7,8 +7,8 @@ import (
 
 	"github.com/moby/ipvs"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/ipvs/handles"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
 )
 
 // droppingIPVS accepts some writes without doing them, like a kernel that

@@ -7,9 +7,9 @@ import (
 
 	"github.com/moby/ipvs"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
-	"kproxy.dev/kproxy/redirect/ipvs/handles"
-	"kproxy.dev/kproxy/redirect/ipvs/reconcile"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/reconcile"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -40,7 +40,7 @@ func NewRig() (*Rig, error) {
 	return rig, nil
 }
 
-// RigOver is a Rig over any handles, such as redirect/ipvs/fakeipvs's.
+// RigOver is a Rig over any handles, such as redirect/modes/ipvs/fakeipvs's.
 func RigOver(h Handles) (*Rig, error) {
 	counted, counter := Count(h)
 	rec, err := reconcile.New(reconcile.Options{

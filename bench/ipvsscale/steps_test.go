@@ -3,7 +3,7 @@ package ipvsscale
 import (
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/ipvs/desired"
+	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 )
 
 // checkSyncSteps runs the benchmark's steps at a small size on rig (an

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/redirect/iptables/rules"
+	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
 )
 
 // versionPoll is how often measureChange reads the nat table's version:

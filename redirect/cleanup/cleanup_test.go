@@ -14,10 +14,10 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
-	"kproxy.dev/kproxy/redirect/iptables"
-	ipvsmode "kproxy.dev/kproxy/redirect/ipvs"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/userspace"
+	"kproxy.dev/kproxy/redirect/modes/iptables"
+	ipvsmode "kproxy.dev/kproxy/redirect/modes/ipvs"
+	"kproxy.dev/kproxy/redirect/modes/userspace"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )

@@ -3,7 +3,7 @@ package cleanup
 import (
 	"fmt"
 
-	"kproxy.dev/kproxy/redirect/restore"
+	"kproxy.dev/kproxy/redirect/netfilter/restore"
 )
 
 // TableRestore is the iptables-restore --noflush input that cleans one table.

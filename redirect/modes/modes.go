@@ -6,10 +6,10 @@ package modes
 import (
 	"kproxy.dev/kproxy/redirect/cleanup"
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
-	"kproxy.dev/kproxy/redirect/iptables"
-	"kproxy.dev/kproxy/redirect/ipvs"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/userspace"
+	"kproxy.dev/kproxy/redirect/modes/iptables"
+	"kproxy.dev/kproxy/redirect/modes/ipvs"
+	"kproxy.dev/kproxy/redirect/modes/userspace"
 	"kproxy.dev/kproxy/sync/mode"
 )
 

@@ -3,7 +3,7 @@
 // output and exiting with its exit code:
 //
 //	go test -exec "$PWD/bin/guest-exec" ./lb/sctprelay/ -run Guest
-//	go test -exec "$PWD/bin/guest-exec -modules ip_vs_lc -timeout 5m" ./redirect/ipvs/
+//	go test -exec "$PWD/bin/guest-exec -modules ip_vs_lc -timeout 5m" ./redirect/modes/ipvs/
 //
 // The same binary is the guest's init; see package kproxy.dev/kproxy/bench/guest.
 package main

@@ -1,0 +1,102 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"kproxy.dev/kproxy/conntrack"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+)
+
+// Definition is the iptables mode for the registry.
+func Definition() mode.Definition {
+	return mode.Definition{
+		Name:        mode.IPTables,
+		Auto:        true,
+		Missing:     Missing,
+		SyncPeriods: func(s mode.Settings) mode.SyncPeriods { return s.IPTables.Sync },
+		Conntrack:   conntrack.KernelNAT,
+		Owned:       Owned,
+		New: func(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
+			m, err := Build(ctx, s, d)
+			if err != nil {
+				return nil, fmt.Errorf("starting the iptables mode: %w", err)
+			}
+			return m, nil
+		},
+	}
+}
+
+// Missing lists what the iptables mode needs from the kernel that f lacks:
+// an iptables backend whose nat table can DNAT, in IPv4 at least.
+func Missing(f kernel.Features) []string {
+	if nb := f.NoBackend(); nb != nil {
+		return nb
+	}
+	if ipt := f.Chosen(ipfamily.IPv4); !ipt.DNAT {
+		return []string{fmt.Sprintf("the nat table of iptables-%s cannot load the DNAT target (%s)", f.Backend, ipt.Problem)}
+	}
+	return nil
+}
+
+// Build sets up the mode for every family whose iptables the kernel probe
+// found usable (IPv4 is required: Missing refuses the mode without it).
+func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
+	logger := d.Logger
+	beLiberal, err := d.Sysctls.Read("net/netfilter/nf_conntrack_tcp_be_liberal")
+	if err != nil {
+		logger.V(2).Info("Could not read a sysctl; taking it as unset", "err", err)
+	}
+	if s.DetectLocalMode != "" && s.DetectLocalMode != "ClusterCIDR" {
+		logger.Info("Warning: this --detect-local-mode is not supported by kproxy's iptables mode; "+
+			"traffic is treated as with no local-traffic detector (only --cluster-cidr is)", "detectLocalMode", s.DetectLocalMode)
+	}
+	var fams []FamilyConfig
+	for _, fam := range ipfamily.All() {
+		ipt := d.Features.Chosen(fam)
+		if !ipt.Usable {
+			if fam == ipfamily.IPv6 {
+				logger.Info("IPv6 iptables is not usable; proxying IPv4 only", "backend", d.Features.Backend, "problem", ipt.Problem)
+			}
+			continue
+		}
+		rc := rules.Config{
+			Family:        fam,
+			MasqueradeBit: s.MasqueradeBit,
+			MasqueradeAll: s.MasqueradeAll,
+			ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
+			RandomFully:   ipt.RandomFully,
+
+			LocalhostNodePorts:    s.LocalhostNodePorts && fam == ipfamily.IPv4,
+			ConntrackTCPBeLiberal: beLiberal == "1",
+		}
+		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
+			rc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync
+		}
+		tables, err := NewKernelTables(fam, d.Features.Backend)
+		if err != nil {
+			return nil, fmt.Errorf("%s iptables: %w", fam, err)
+		}
+		fams = append(fams, FamilyConfig{
+			Rules: rc, Tables: tables, MaxChainsPerRestore: DefaultMaxChains(d.Features.Backend),
+		})
+	}
+	// "primary" never admits loopback: its prefixes are the node's IPs.
+	if s.LocalhostNodePorts && !s.NodePorts.Primary && nodeaddr.AdmitsIPv4Loopback(ipfamily.Prefixes(s.NodePorts.CIDRs, ipfamily.IPv4)) {
+		// NodePorts on 127.0.0.1 are DNATed to other hosts, which the
+		// kernel only routes with route_localnet, as kube-proxy sets it.
+		if err := d.Sysctls.Write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+			logger.Error(err, "Could not set net.ipv4.conf.all.route_localnet=1: NodePorts will not answer on 127.0.0.1 "+
+				"(pass --iptables-localhost-nodeports=false to silence this)")
+		}
+	}
+	return New(Config{
+		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
+		LocalAddresses: kernel.InterfaceAddresses,
+	})
+}

@@ -1,0 +1,324 @@
+// Package userspace is --proxy-mode=userspace: portal rules (redirect/modes/userspace/portal)
+// steer Service traffic to relays in this process (lb/), which forward it to
+// endpoints the balancer picks. It is the only package that joins redirect/
+// and lb/; lb never imports redirect.
+package userspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb/balancer"
+	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/ports"
+	"kproxy.dev/kproxy/lb/sctprelay"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// Config is what the userspace mode needs from the command line and the
+// kernel probe.
+type Config struct {
+	Features kernel.Features
+	NodeName string
+	// NodePorts is --nodeport-addresses. Its BindAddress, when specific,
+	// is also the node address locally generated service traffic is
+	// DNATed to; otherwise the Node's, or the first global address of each
+	// family.
+	NodePorts      nodeaddr.Policy
+	PortRange      ports.Range
+	UDPIdleTimeout time.Duration
+	Registerer     prometheus.Registerer
+	// LocalAddresses lists the node's addresses; nil reads them from the
+	// interfaces at each sync. Tests set it.
+	LocalAddresses func() ([]netip.Addr, error)
+	// Applier returns the portal applier of a family; nil means the real
+	// kernel through the detected iptables backend. Tests pass fakes.
+	Applier func(ipfamily.Family) (Applier, error)
+	// Opener claims NodePorts; nil means real sockets.
+	Opener portal.Opener
+}
+
+// Applier writes one family's portal rules.
+type Applier interface {
+	Apply(ctx context.Context, rs *portal.Ruleset, full bool) error
+}
+
+// Mode is the userspace proxy mode.
+type Mode struct {
+	cfg      Config
+	logger   klog.Logger
+	metrics  *lbmetrics.Metrics
+	balancer *balancer.Balancer
+	alloc    *ports.Allocator
+	claimer  *portal.Claimer
+	unserved *sctprelay.UnservedReporter
+	families []ipfamily.Family
+	appliers map[ipfamily.Family]Applier
+
+	// ctx scopes the relays' Serve loops; cancel stops them all.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// relays is owned by Sync, which the engine never runs concurrently.
+	relays map[balancer.Key]*relay
+}
+
+// New checks the kernel can run the mode and prepares it; nothing is
+// programmed until the first Sync.
+func New(ctx context.Context, cfg Config) (*Mode, error) {
+	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
+	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{}}
+	var err error
+	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("userspace mode metrics: %w", err)
+	}
+	if m.balancer, err = balancer.New(balancer.Config{NodeName: cfg.NodeName, Registerer: cfg.Registerer}); err != nil {
+		return nil, fmt.Errorf("userspace mode balancer: %w", err)
+	}
+	m.alloc = ports.NewAllocator(cfg.PortRange)
+	opener := cfg.Opener
+	if opener == nil {
+		opener = portal.SocketOpener{}
+	}
+	m.claimer = portal.NewClaimer(opener)
+	m.unserved = sctprelay.NewUnservedReporter(m.metrics.SCTPUnservedServicePorts)
+	m.unserved.Logger = logger
+	if m.cfg.LocalAddresses == nil {
+		m.cfg.LocalAddresses = kernel.InterfaceAddresses
+	}
+
+	for _, fam := range ipfamily.All() {
+		ipt := cfg.Features.Chosen(fam)
+		if !ipt.Usable || !(ipt.Redirect && ipt.DNAT) {
+			logger.Info("Not proxying this IP family: its iptables cannot REDIRECT and DNAT", "family", fam, "iptables", ipt.String())
+			continue
+		}
+		var a Applier
+		if cfg.Applier != nil {
+			a, err = cfg.Applier(fam)
+		} else {
+			a, err = portal.NewApplier(portal.Config{Family: fam, Backend: cfg.Features.Backend})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("userspace mode, %s portals: %w", fam, err)
+		}
+		m.families = append(m.families, fam)
+		m.appliers[fam] = a
+	}
+	if len(m.families) == 0 {
+		return nil, errors.New("userspace mode: no IP family has iptables with REDIRECT and DNAT")
+	}
+	if !cfg.Features.SCTP.Present {
+		logger.Info("SCTP sockets are absent from this kernel: SCTP service ports will not be served; TCP and UDP are",
+			"detail", cfg.Features.SCTP.Detail)
+	}
+	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go m.balancer.RunSweeper(m.ctx, time.Minute)
+	return m, nil
+}
+
+func (m *Mode) Name() mode.Name { return mode.Userspace }
+
+// Sync brings relays, portal rules and NodePort claims in line with snap.
+// Problems confined to one service port (a NodePort someone else holds, no
+// proxy port left) are logged and leave the other ports working; only a
+// failure to write the rules fails the sync.
+func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
+	m.balancer.Update(snap)
+	local, err := m.cfg.LocalAddresses()
+	if err != nil {
+		return fmt.Errorf("listing the node's addresses: %w", err)
+	}
+	node := m.node(snap, local)
+
+	portErrs := m.syncRelays(snap, node, changes)
+	claims, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
+	portErrs = append(portErrs, buildErrs...)
+	m.reportUnservedSCTP(snap)
+	if err := m.claimer.Sync(claims); err != nil {
+		portErrs = append(portErrs, err)
+	}
+	if len(portErrs) > 0 {
+		m.logger.Error(errors.Join(portErrs...), "Some service ports are not fully served")
+	}
+	return applyErr
+}
+
+// syncRelays starts the relays snap needs, updates the running ones, stops
+// the ones no longer needed, and moves UDP flows off departed endpoints.
+func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, changes *servicemap.ChangeSet) []error {
+	var errs []error
+	want := m.wantedRelays(snap, node)
+	for key, spec := range want {
+		if r, ok := m.relays[key]; ok {
+			r.update(spec, m.balancer.Picker(key))
+			continue
+		}
+		r, err := m.startRelay(key, spec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		m.relays[key] = r
+	}
+	for key, r := range m.relays {
+		if _, ok := want[key]; !ok {
+			r.close(m.alloc)
+			delete(m.relays, key)
+		}
+	}
+	// UDP flows pinned to an endpoint that went away must pick again, as
+	// conntrack entries would be flushed in the kernel modes.
+	for _, stale := range changes.StaleEndpoints {
+		for key, r := range m.relays {
+			if key.Port == stale.ServicePort {
+				r.closeFlowsTo(stale.Endpoint.AddrPort())
+			}
+		}
+	}
+	return errs
+}
+
+// syncPortals writes each family's portal rules and returns the NodePort
+// claims they need, the per-port problems, and a failure to write.
+func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full bool) ([]portal.Claim, []error, error) {
+	var claims []portal.Claim
+	var portErrs, applyErrs []error
+	for _, fam := range m.families {
+		if _, ok := hostIPOf(node.HostIPs, fam); !ok {
+			// No address to DNAT local traffic to: the node does not use
+			// this family, so nothing of it is programmed.
+			continue
+		}
+		portals := portal.PortalsFrom(snap, func(name servicemap.ServicePortName) (portal.ProxyPorts, bool) {
+			return m.proxyPorts(name, fam)
+		})
+		for i := range portals {
+			portals[i].Endpoints = m.endpointStates(portals[i].Port, fam)
+		}
+		rs, err := portal.Build(fam, node, portals)
+		if err != nil {
+			portErrs = append(portErrs, err)
+		}
+		if err := m.appliers[fam].Apply(ctx, rs, full); err != nil {
+			applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
+		}
+		claims = append(claims, rs.Claims...)
+	}
+	return claims, portErrs, errors.Join(applyErrs...)
+}
+
+// reportUnservedSCTP counts and logs (once each) the SCTP service ports a
+// kernel without SCTP sockets cannot serve.
+func (m *Mode) reportUnservedSCTP(snap *servicemap.Snapshot) {
+	if m.cfg.Features.SCTP.Present {
+		return
+	}
+	var unserved []servicemap.ServicePortName
+	for name := range snap.All() {
+		if name.Protocol == v1.ProtocolSCTP {
+			unserved = append(unserved, name)
+		}
+	}
+	m.unserved.Update(unserved)
+}
+
+// Close stops the relays. The portal rules stay (a restarted kproxy takes
+// them over); --cleanup or another mode removes them.
+func (m *Mode) Close() error {
+	m.cancel()
+	for key, r := range m.relays {
+		r.close(m.alloc)
+		delete(m.relays, key)
+	}
+	m.wg.Wait()
+	return m.claimer.Close()
+}
+
+// proxyPorts is the portal lookup: the listener ports of a service port's
+// relays in one family, if it has any.
+func (m *Mode) proxyPorts(name servicemap.ServicePortName, fam ipfamily.Family) (portal.ProxyPorts, bool) {
+	var pp portal.ProxyPorts
+	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.Internal, Family: fam}]; ok {
+		pp.Internal = r.port
+	}
+	if r, ok := m.relays[balancer.Key{Port: name, Class: balancer.External, Family: fam}]; ok {
+		pp.External = r.port
+	}
+	return pp, pp.Internal != 0 || pp.External != 0
+}
+
+// endpointStates asks the balancer (through the relays' pickers, updated at
+// the start of Sync) whether each traffic class of sp has an endpoint in
+// fam, so the portals refuse clients of classes without one at once.
+func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam ipfamily.Family) portal.ClassEndpoints {
+	var e portal.ClassEndpoints
+	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.Internal, Family: fam}]; ok {
+		e.Internal = portal.EndpointStateOf(sp, fam, r.hasEndpoints(sp))
+	}
+	if r, ok := m.relays[balancer.Key{Port: sp.Name, Class: balancer.External, Family: fam}]; ok {
+		e.External = portal.EndpointStateOf(sp, fam, r.hasEndpoints(sp))
+	}
+	return e
+}
+
+// node gathers what the portal rules need to know about this node.
+func (m *Mode) node(snap *servicemap.Snapshot, local []netip.Addr) portal.Node {
+	n := portal.Node{LocalAddresses: local, HostIPs: hostIPs(m.cfg.NodePorts.BindAddress, snap.Node, local)}
+	for _, fam := range ipfamily.All() {
+		n.NodePortAddresses = append(n.NodePortAddresses, m.cfg.NodePorts.For(fam, snap.Node)...)
+	}
+	return n
+}
+
+// hostIPs picks, per family, the address locally generated service traffic
+// is DNATed to: --bind-address when specific, else the Node's own address
+// when it is local, else the first global unicast address.
+func hostIPs(bind netip.Addr, node *servicemap.NodeInfo, local []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, is4 := range []bool{true, false} {
+		pick := func(candidates []netip.Addr) (netip.Addr, bool) {
+			for _, a := range candidates {
+				if a.Is4() == is4 && a.IsGlobalUnicast() && slices.Contains(local, a) {
+					return a, true
+				}
+			}
+			return netip.Addr{}, false
+		}
+		var nodeAddrs []netip.Addr
+		if node != nil {
+			nodeAddrs = node.Addresses
+		}
+		for _, candidates := range [][]netip.Addr{{bind}, nodeAddrs, local} {
+			if a, ok := pick(candidates); ok {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func hostIPOf(ips []netip.Addr, fam ipfamily.Family) (netip.Addr, bool) {
+	for _, ip := range ips {
+		if ipfamily.Of(ip) == fam {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
