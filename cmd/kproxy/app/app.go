@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg *options.Config) error {
 
 	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Sysctls: sysctl.Proc{}, Logger: logger})
 	if err != nil {
-		return err
+		return fmt.Errorf("starting the %s mode: %w", name, err)
 	}
 	defer func() {
 		if err := proxyMode.Close(); err != nil {

@@ -22,13 +22,7 @@ func Definition() mode.Definition {
 		SyncPeriods: func(s mode.Settings) mode.SyncPeriods { return s.IPTables.Sync },
 		Conntrack:   conntrack.KernelNAT,
 		Owned:       Owned,
-		New: func(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
-			m, err := Build(ctx, s, d)
-			if err != nil {
-				return nil, fmt.Errorf("starting the iptables mode: %w", err)
-			}
-			return m, nil
-		},
+		New:         build,
 	}
 }
 
@@ -44,9 +38,9 @@ func Missing(f kernel.Features) []string {
 	return nil
 }
 
-// Build sets up the mode for every family whose iptables the kernel probe
+// build sets up the mode for every family whose iptables the kernel probe
 // found usable (IPv4 is required: Missing refuses the mode without it).
-func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
+func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
 	logger := d.Logger
 	beLiberal, err := d.Sysctls.Read("net/netfilter/nf_conntrack_tcp_be_liberal")
 	if err != nil {
@@ -95,8 +89,12 @@ func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
 				"(pass --iptables-localhost-nodeports=false to silence this)")
 		}
 	}
-	return New(Config{
+	m, err := New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
 		LocalAddresses: kernel.InterfaceAddresses,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }

@@ -24,13 +24,7 @@ func Definition() mode.Definition {
 		SyncPeriods: func(s mode.Settings) mode.SyncPeriods { return s.IPVS.Sync },
 		Conntrack:   conntrack.KernelNAT,
 		Owned:       Owned,
-		New: func(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
-			m, err := Build(ctx, s, d)
-			if err != nil {
-				return nil, fmt.Errorf("starting the ipvs mode: %w", err)
-			}
-			return m, nil
-		},
+		New:         build,
 	}
 }
 
@@ -49,10 +43,10 @@ func Missing(f kernel.Features) []string {
 	return append(missing, f.NoBackend()...)
 }
 
-// Build sets up the mode for every family whose iptables the kernel probe
+// build sets up the mode for every family whose iptables the kernel probe
 // found usable (IPv4 is required: Missing refuses the mode without it, or
 // without IPVS).
-func Build(ctx context.Context, s mode.Settings, d mode.Deps) (*Mode, error) {
+func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
 	logger := d.Logger
 	handle, err := mobyipvs.New("")
 	if err != nil {

@@ -51,7 +51,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 		PortRange: s.Userspace.PortRange, UDPIdleTimeout: s.Userspace.UDPIdleTimeout, Registerer: d.Registry,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("starting the userspace mode: %w", err)
+		return nil, err
 	}
 	return m, nil
 }
