@@ -53,7 +53,7 @@ GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
 # suite adds the IPVS mode to the others (SCTP works there in every mode and
 # the iptables mode runs on the legacy backend). kproxy is built on the host.
-GUEST_E2E_CASES := ^(TestClusterIP|TestWithoutTheNFTAndIPSetTools|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination|TestIPVSStartup|TestDualStack|TestUDPEndpointRemoval|TestConntrackEndpointRemovalOnEveryDestination)$$
+GUEST_E2E_CASES := ^(TestClusterIP|TestNodePortAddressesPrimary|TestWithoutTheNFTAndIPSetTools|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination|TestIPVSStartup|TestDualStack|TestUDPEndpointRemoval|TestConntrackEndpointRemovalOnEveryDestination)$$
 test-guest: deps tools build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
 	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel tests (user-mode-linux: IPVS, SCTP)" "about a minute" \

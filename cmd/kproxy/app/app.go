@@ -69,8 +69,8 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	}
 
 	applyOOMScoreAdj(logger, cfg.OOMScoreAdj)
-	// Before the mode starts: the iptables mode reads back
-	// nf_conntrack_tcp_be_liberal.
+	// Before the mode is built: a mode may read back what this sets
+	// (nf_conntrack_tcp_be_liberal).
 	tuneConntrack(logger, cfg.Conntrack)
 
 	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Sysctls: sysctl.Proc{}, Logger: logger})
