@@ -50,10 +50,8 @@ type SyncPeriods struct {
 type Settings struct {
 	// NodeName is this node's name (--hostname-override), for topology.
 	NodeName string
-	// BindAddress is --bind-address; a specific one is the node's primary
-	// IP of its family.
-	BindAddress netip.Addr
-	// NodePorts is --nodeport-addresses.
+	// NodePorts is --nodeport-addresses, with --bind-address (a specific
+	// one is the node's primary IP of its family).
 	NodePorts nodeaddr.Policy
 	// ClusterCIDRs is --cluster-cidr: traffic from outside it to service
 	// IPs is masqueraded.

@@ -11,8 +11,7 @@ import (
 // ModeSettings returns the part of c every proxy mode is built from.
 func (c *Config) ModeSettings() mode.Settings {
 	s := mode.Settings{
-		NodeName:    c.NodeName,
-		BindAddress: c.BindAddress,
+		NodeName: c.NodeName,
 		NodePorts: nodeaddr.Policy{
 			CIDRs: c.NodePortAddresses, Primary: c.NodePortPrimary, BindAddress: c.BindAddress,
 		},
