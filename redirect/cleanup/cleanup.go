@@ -19,9 +19,8 @@ import (
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
-const (
-	lockWait = "5"
-)
+// lockWait is how long iptables-restore waits for the xtables lock (-w).
+const lockWait = "5"
 
 // Links is the link surface cleanup needs.
 type Links interface {
