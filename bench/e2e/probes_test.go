@@ -169,6 +169,23 @@ func wantReset(t *testing.T, d lab.Dialer, what, addr string) {
 	}
 }
 
+// wantDropped fails unless a TCP connection attempt from d to addr goes
+// unanswered, as behind kube-proxy's DROP: the client keeps retrying.
+func wantDropped(t *testing.T, d lab.Dialer, what, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		conn.Close()
+		t.Fatalf("%s: connecting to %s succeeded, want it dropped", what, addr)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("%s: connecting to %s failed with %v, want no answer (dropped)", what, addr, err)
+	}
+}
+
 // wantNotServed fails if a TCP client on d gets an answer from addr, or is
 // accepted and then left hanging. A refused or an unanswered connection
 // attempt passes: kube-proxy drops (rather than rejects) new connections a

@@ -11,8 +11,11 @@ import (
 // IPv6 socket cannot otherwise bind an address that only a local route (no
 // interface address) makes local, and a socket opened in the same sync as
 // its route need not wait for it.
+//
+// Plain TCP, not Go's default MPTCP listeners, whose sockets refuse the
+// drop-all filter (setDropAll).
 func localPortalListenConfig() *net.ListenConfig {
-	return &net.ListenConfig{Control: func(network, _ string, c syscall.RawConn) error {
+	lc := &net.ListenConfig{Control: func(network, _ string, c syscall.RawConn) error {
 		var sockErr error
 		err := c.Control(func(fd uintptr) {
 			level, opt := unix.SOL_IP, unix.IP_FREEBIND
@@ -26,6 +29,8 @@ func localPortalListenConfig() *net.ListenConfig {
 		}
 		return sockErr
 	}}
+	lc.SetMultipathTCP(false)
+	return lc
 }
 
 // setDropAll attaches (drop) or detaches a socket filter that discards
