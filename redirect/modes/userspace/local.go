@@ -40,18 +40,18 @@ func portalsFor(asked mode.Portals, ipt kernel.IPTables) (mode.Portals, string) 
 // registerPortalKinds exports which portal kind each family runs, as
 // kproxy_userspace_portals{family,portals} 1.
 func (m *Mode) registerPortalKinds(reg prometheus.Registerer) error {
-	if reg == nil {
-		return nil
-	}
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.portalKinds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "kproxy", Subsystem: "userspace", Name: "portals",
 		Help: "The portal kind (redirect or local) the userspace mode runs in each IP family: 1 for the kind in use.",
 	}, []string{"family", "portals"})
-	if err := reg.Register(g); err != nil {
-		return fmt.Errorf("registering the userspace portals metric: %w", err)
-	}
 	for fam, kind := range m.kinds {
-		g.WithLabelValues(string(fam), string(kind)).Set(1)
+		m.portalKinds.WithLabelValues(string(fam), string(kind)).Set(1)
+	}
+	if reg == nil {
+		return nil
+	}
+	if err := reg.Register(m.portalKinds); err != nil {
+		return fmt.Errorf("registering the userspace portals metric: %w", err)
 	}
 	return nil
 }

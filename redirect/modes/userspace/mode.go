@@ -84,8 +84,10 @@ type Mode struct {
 	unserved *sctprelay.UnservedReporter
 	families []ipfamily.Family
 	// kinds is the portal kind of each family in families.
-	kinds    map[ipfamily.Family]mode.Portals
-	appliers map[ipfamily.Family]Applier
+	kinds map[ipfamily.Family]mode.Portals
+	// portalKinds is kproxy_userspace_portals.
+	portalKinds *prometheus.GaugeVec
+	appliers    map[ipfamily.Family]Applier
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
 	ctx    context.Context
