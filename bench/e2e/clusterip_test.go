@@ -18,7 +18,9 @@ func TestClusterIP(t *testing.T) {
 		if l == nil {
 			return
 		}
-		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
+		// From another host, from the node itself, and from a pod on the
+		// node (a backend, which may be sent to itself).
+		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node, l.topo.Backends[0]} {
 			l.wantBalanced(t, "TCP ClusterIP from "+from.Name, askHTTP(from, "http://"+webVIP+"/"))
 			l.wantBalanced(t, "UDP ClusterIP from "+from.Name, askUDP(from, echoVIP+":53"))
 		}
