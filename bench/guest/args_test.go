@@ -98,10 +98,103 @@ func TestMergeModulesKeepsOrderDropsRepeats(t *testing.T) {
 }
 
 func TestProgramEnvMarksTheGuest(t *testing.T) {
-	got := guestEnv([]string{"PATH=/usr/bin", EnvInGuest + "=0", "X=a b=c"})
-	want := []string{"PATH=/usr/bin", "X=a b=c", EnvInGuest + "=1"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("guestEnv (-want +got):\n%s", diff)
+	host := []string{"PATH=/usr/bin", EnvInGuest + "=0", "X=a b=c", EnvNetfilter + "=off"}
+	for _, tc := range []struct {
+		noNetfilter bool
+		want        []string
+	}{
+		{false, []string{"PATH=/usr/bin", "X=a b=c", EnvInGuest + "=1", EnvNetfilter + "=on"}},
+		{true, []string{"PATH=/usr/bin", "X=a b=c", EnvInGuest + "=1", EnvNetfilter + "=off"}},
+	} {
+		if diff := cmp.Diff(tc.want, guestEnv(host, tc.noNetfilter)); diff != "" {
+			t.Errorf("guestEnv(noNetfilter %v) (-want +got):\n%s", tc.noNetfilter, diff)
+		}
+	}
+}
+
+func TestParseNetfilter(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    bool
+		wantErr bool
+	}{
+		{"", true, false}, {"on", true, false}, {"1", true, false}, {"true", true, false},
+		{"off", false, false}, {"OFF", false, false}, {" false ", false, false}, {"0", false, false},
+		{"none", false, true},
+	} {
+		got, err := ParseNetfilter(tc.in)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("ParseNetfilter(%q) = %v, %v; want %v (error: %v)", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestIsNetfilterModule(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"nf_conntrack", true}, {"nf_nat", true}, {"nf_tables", true}, {"nft_chain_nat", true},
+		{"nfnetlink", true}, {"x_tables", true}, {"xt_REDIRECT", true}, {"xt-comment", true},
+		{"ip_tables", true}, {"iptable_nat", true}, {"ipt_REJECT", true},
+		{"ip6_tables", true}, {"ip6table_nat", true}, {"ip6t_REJECT", true},
+		{"arp_tables", true}, {"ebtables", true}, {"ebtable_nat", true}, {"ebt_ip", true},
+		{"ip_set", true}, {"ip_set_hash_ip", true}, {"ip_vs", true}, {"ip_vs_rr", true},
+		{"br_netfilter", true}, {"bpfilter", true},
+		{"ipv6", false}, {"sctp", false}, {"bridge", false}, {"veth", false}, {"dummy", false},
+		{"overlay", false}, {"ip6_udp_tunnel", false}, {"libcrc32c", false}, {"ip_gre", false},
+	} {
+		if got := IsNetfilterModule(tc.name); got != tc.want {
+			t.Errorf("IsNetfilterModule(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestNoNetfilterModules: the guest without netfilter loads a subset of
+// the default modules, none of them netfilter's.
+func TestNoNetfilterModules(t *testing.T) {
+	defaults := map[string]bool{}
+	for _, m := range DefaultModules() {
+		defaults[m] = true
+	}
+	for _, m := range NoNetfilterModules() {
+		if !defaults[m] || IsNetfilterModule(m) {
+			t.Errorf("NoNetfilterModules has %s: in DefaultModules %v, netfilter %v", m, defaults[m], IsNetfilterModule(m))
+		}
+	}
+}
+
+func TestModulesToLoad(t *testing.T) {
+	withoutNF := []string{"ipv6", "sctp", "hmac", "veth", "bridge"}
+	for _, tc := range []struct {
+		name        string
+		extra       []string
+		noNetfilter bool
+		want        []string
+		wantErr     string
+	}{
+		{name: "default", want: DefaultModules()},
+		{name: "default and extra", extra: []string{"ip_vs_lc", "sctp"}, want: append(DefaultModules(), "ip_vs_lc")},
+		{name: "without netfilter", noNetfilter: true, want: withoutNF},
+		{name: "without netfilter and extra", extra: []string{"vxlan"}, noNetfilter: true, want: append(withoutNF, "vxlan")},
+		{name: "without netfilter but asked for some", extra: []string{"vxlan", "xt_comment"}, noNetfilter: true,
+			wantErr: "module xt_comment is part of netfilter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := guestModules(tc.extra, tc.noNetfilter)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("guestModules = %v, %v; want an error saying %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("guestModules (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -85,18 +85,21 @@ func TestRunReportsTheProgramsExitAndOutput(t *testing.T) {
 	// Arguments no kernel command line could carry.
 	args := []string{"-test.run=^TestA$|B", "two words", "", "new\nline", `quote"s`, "ünïcode"}
 	for _, tc := range []struct {
-		name     string
-		helper   string
-		exit     string
-		wantCode int
+		name        string
+		helper      string
+		exit        string
+		noNetfilter bool
+		wantCode    int
 	}{
-		{"exit 0", "report", "0", 0},
-		{"exit 3", "report", "3", 3},
-		{"killed by SIGKILL", "kill-self", "", 128 + 9},
+		{"exit 0", "report", "0", false, 0},
+		{"exit 3", "report", "3", false, 3},
+		{"killed by SIGKILL", "kill-self", "", false, 128 + 9},
+		{"without netfilter", "report", "0", true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg, stdout, stderr := bootConfig(t, tc.helper, helperExitEnv+"="+tc.exit)
+			cfg.NoNetfilter = tc.noNetfilter
 			self, err := os.Executable()
 			if err != nil {
 				t.Fatal(err)
@@ -116,7 +119,11 @@ func TestRunReportsTheProgramsExitAndOutput(t *testing.T) {
 			if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
 				t.Fatalf("stdout %q: %v", stdout, err)
 			}
-			want := helperReport{Args: args, Dir: cfg.Dir, Hostname: guestHostname, InGuest: true, ExitEnv: tc.exit}
+			want := helperReport{Args: args, Dir: cfg.Dir, Hostname: guestHostname, InGuest: true, ExitEnv: tc.exit,
+				WithoutNetfilter: tc.noNetfilter, ModulesDisabled: "0"}
+			if tc.noNetfilter {
+				want.ModulesDisabled = "1"
+			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("what the program saw in the guest (-want +got):\n%s", diff)
 			}
@@ -277,6 +284,20 @@ func TestRunReportsAFailedInit(t *testing.T) {
 	checkNothingLeft(t, cfg)
 }
 
+// TestRunRefusesNetfilterModulesWithoutNetfilter: asking a guest without
+// netfilter for a netfilter module fails before the boot, naming it.
+func TestRunRefusesNetfilterModulesWithoutNetfilter(t *testing.T) {
+	requireUML(t)
+	cfg, _, _ := bootConfig(t, "report")
+	cfg.NoNetfilter, cfg.Modules = true, []string{"vxlan", "nf_nat"}
+	self, _ := os.Executable()
+	code, err := Run(context.Background(), cfg, []string{self})
+	if err == nil || !strings.Contains(err.Error(), "module nf_nat is part of netfilter") {
+		t.Errorf("Run = %d, %v; want the netfilter module refused", code, err)
+	}
+	checkNothingLeft(t, cfg)
+}
+
 func TestFindKernelSaysHowToInstall(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	_, err := findKernel("", filepath.Join(t.TempDir(), "linux.uml"))
@@ -358,5 +379,40 @@ exec sleep 600
 			}
 			checkNothingLeft(t, cfg)
 		})
+	}
+}
+
+// TestNetfilterModulesAreNamed: IsNetfilterModule names exactly the guest
+// kernel's netfilter modules (those in a net/…/netfilter directory, plus
+// br_netfilter and bpfilter), so a guest without netfilter misses none.
+func TestNetfilterModulesAreNamed(t *testing.T) {
+	requireUML(t)
+	releases, err := os.ReadDir(ModuleRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range releases {
+		data, err := os.ReadFile(filepath.Join(ModuleRoot, rel.Name(), "modules.dep"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		netfilter := 0
+		for _, line := range strings.Split(string(data), "\n") {
+			path, _, _ := strings.Cut(line, ":")
+			if path == "" {
+				continue
+			}
+			name := strings.TrimSuffix(filepath.Base(path), ".ko")
+			want := strings.Contains(path, "/netfilter/") || name == "br_netfilter" || name == "bpfilter"
+			if want {
+				netfilter++
+			}
+			if got := IsNetfilterModule(name); got != want {
+				t.Errorf("kernel %s: IsNetfilterModule(%q) = %v, want %v (%s)", rel.Name(), name, got, want, path)
+			}
+		}
+		if netfilter < 100 {
+			t.Errorf("kernel %s: only %d netfilter modules found; is the module tree whole?", rel.Name(), netfilter)
+		}
 	}
 }

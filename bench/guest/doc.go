@@ -21,7 +21,8 @@
 //     the host's files below, guest RAM above, so tests can write anywhere
 //     and the host is never touched), mounts /proc, /sys, /dev, /run, links
 //     /usr/lib/uml/modules into /lib/modules, mounts shared/ read-write,
-//     modprobes DefaultModules plus any asked for, brings lo up, runs the
+//     modprobes DefaultModules plus any asked for (see "A guest without
+//     netfilter" for the other set), brings lo up, runs the
 //     binary with EnvInGuest=1, writes its exit code to shared/, and powers
 //     off;
 //  4. exits with that exit code. A deadline (the binary's -test.timeout
@@ -52,4 +53,24 @@
 // Extra modules: `-exec "$PWD/bin/guest-exec -modules ip_vs_lc,xt_ipvs"`
 // or KPROXY_GUEST_MODULES, or run modprobe from the test. Tests that need
 // a network namespace of their own use lab.InFreshNetns as on the host.
+//
+// # A guest without netfilter
+//
+// `-exec "$PWD/bin/guest-exec -netfilter=false"` (or
+// KPROXY_GUEST_NETFILTER=off) boots a guest like a node whose kernel lacks
+// netfilter: it loads only NoNetfilterModules (IPv6, SCTP and the hmac
+// its listeners need, veth, bridge; no dummy), then writes 1 to
+// /proc/sys/kernel/modules_disabled, so neither modprobe nor the kernel's
+// on-demand loading (iptables asking for a table) can add one. Before the
+// program runs, the init checks that every installed iptables,
+// iptables-legacy, iptables-nft and ip6tables variant fails on
+// `-t nat -S`, that /proc/modules lists no netfilter module
+// (IsNetfilterModule) and that /proc/net has no ip_tables_names,
+// nf_conntrack or ip_vs; else the boot fails saying which. Only the
+// netfilter core, which has no tables, is built into this kernel
+// (/proc/net/netfilter/nf_log is all it shows). Tests see such a guest
+// with WithoutNetfilter (the init sets KPROXY_GUEST_NETFILTER=off for the
+// program, "on" in other guests); SkipWithoutNetfilter skips one that
+// needs netfilter there, SkipUnlessWithoutNetfilter one that needs its
+// absence elsewhere.
 package guest

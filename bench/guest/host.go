@@ -28,6 +28,11 @@ type Config struct {
 	Init string
 	// Modules are loaded in addition to DefaultModules.
 	Modules []string
+	// NoNetfilter boots a guest without netfilter, like a node whose
+	// kernel lacks it: DefaultModules' netfilter ones are left out (Modules
+	// must name none), module loading is disabled once the others are in,
+	// and the boot fails unless iptables then cannot use the nat table.
+	NoNetfilter bool
 	// Mem is the guest's RAM, e.g. "512M"; "" means DefaultMem.
 	Mem string
 	// TempDir holds the per-run directory (guest RAM, UML sockets, the
@@ -91,7 +96,11 @@ func Run(ctx context.Context, cfg Config, argv []string) (code int, err error) {
 	if err := os.Mkdir(paths.SharedDir, 0o700); err != nil {
 		return -1, fmt.Errorf("creating the guest's shared directory: %w", err)
 	}
-	spec := runSpec{Argv: argv, Env: guestEnv(cfg.Env), Dir: cfg.Dir, Modules: mergeModules(DefaultModules(), cfg.Modules)}
+	mods, err := guestModules(cfg.Modules, cfg.NoNetfilter)
+	if err != nil {
+		return -1, err
+	}
+	spec := runSpec{Argv: argv, Env: guestEnv(cfg.Env, cfg.NoNetfilter), Dir: cfg.Dir, Modules: mods, NoNetfilter: cfg.NoNetfilter}
 	if err := writeSpec(paths.SharedDir, spec); err != nil {
 		return -1, err
 	}

@@ -70,6 +70,11 @@ func initAndRun(shared string) (code int, ttys []int, err error) {
 	if err := loadModules(spec.Modules); err != nil {
 		return -1, nil, err
 	}
+	if spec.NoNetfilter {
+		if err := withoutNetfilter(); err != nil {
+			return -1, nil, err
+		}
+	}
 	if err := setUpNetwork(); err != nil {
 		return -1, nil, err
 	}

@@ -42,6 +42,10 @@ type helperReport struct {
 	InGuest  bool
 	ExitEnv  string
 	WroteCwd string // "" or the error writing helperFile
+	// WithoutNetfilter and ModulesDisabled (kernel.modules_disabled) tell
+	// a guest without netfilter from another.
+	WithoutNetfilter bool
+	ModulesDisabled  string
 }
 
 func helperMain(mode string) int {
@@ -50,6 +54,9 @@ func helperMain(mode string) int {
 		r := helperReport{Args: os.Args[1:], InGuest: InGuest(), ExitEnv: os.Getenv(helperExitEnv)}
 		r.Dir, _ = os.Getwd()
 		r.Hostname, _ = os.Hostname()
+		r.WithoutNetfilter = WithoutNetfilter()
+		disabled, _ := os.ReadFile("/proc/sys/kernel/modules_disabled")
+		r.ModulesDisabled = strings.TrimSpace(string(disabled))
 		if err := os.WriteFile(helperFile, []byte("guest"), 0o600); err != nil {
 			r.WroteCwd = err.Error()
 		}

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -15,7 +16,10 @@ func DefaultModules() []string {
 		// IPv6 is a module in this kernel: without it lo has no ::1.
 		"ipv6",
 		"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh",
-		"sctp",
+		// SCTP listeners sign their cookies with hmac(md5); the kernel
+		// would load hmac at the first listen, which it cannot once a
+		// guest without netfilter has disabled module loading.
+		"sctp", "hmac",
 		"nf_conntrack", "nf_conntrack_netlink", "nf_nat",
 		// Legacy iptables only: the guest kernel has no nf_tables for ip/ip6.
 		"ip_tables", "iptable_nat", "iptable_filter", "iptable_mangle",
@@ -30,6 +34,66 @@ func DefaultModules() []string {
 		// traffic must cross iptables the same way here.
 		"br_netfilter",
 	}
+}
+
+// NoNetfilterModules are loaded in a guest without netfilter
+// (Config.NoNetfilter): DefaultModules but the netfilter ones and dummy,
+// which only the IPVS mode's kube-ipvs0 needs; leaving it out keeps the
+// guest as bare as this host, whose kernel has no dummy links either.
+func NoNetfilterModules() []string {
+	return []string{"ipv6", "sctp", "hmac", "veth", "bridge"}
+}
+
+// netfilterPrefixes name the netfilter modules (iptables, nf_tables,
+// conntrack, NAT, ipset, IPVS, ebtables, arptables, br_netfilter and
+// bpfilter, iptables' BPF stand-in): every module of the guest kernel's
+// net/*/netfilter directories matches one (TestNetfilterModulesAreNamed).
+var netfilterPrefixes = []string{
+	"nf_", "nft_", "nfnetlink", "x_tables", "xt_",
+	"ip_tables", "iptable_", "ipt_", "ip6_tables", "ip6table_", "ip6t_",
+	"arp_tables", "arptable_", "arpt_", "ebtable", "ebt_",
+	"ip_set", "ip_vs", "br_netfilter", "bpfilter",
+}
+
+// IsNetfilterModule reports whether the kernel module name (as /proc/modules
+// spells it, '_' for '-') belongs to netfilter.
+func IsNetfilterModule(name string) bool {
+	name = strings.ReplaceAll(name, "-", "_")
+	for _, p := range netfilterPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// guestModules is what a guest loads: DefaultModules and extra, or without
+// netfilter NoNetfilterModules and extra, refusing an extra netfilter one.
+func guestModules(extra []string, noNetfilter bool) ([]string, error) {
+	if !noNetfilter {
+		return mergeModules(DefaultModules(), extra), nil
+	}
+	for _, m := range extra {
+		if IsNetfilterModule(m) {
+			return nil, fmt.Errorf("module %s is part of netfilter, which a guest without netfilter must not load", m)
+		}
+	}
+	return mergeModules(NoNetfilterModules(), extra), nil
+}
+
+// LoadedNetfilterModules lists the netfilter modules /proc/modules shows.
+func LoadedNetfilterModules() ([]string, error) {
+	data, err := os.ReadFile("/proc/modules")
+	if err != nil {
+		return nil, fmt.Errorf("reading the loaded modules: %w", err)
+	}
+	var mods []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, _, _ := strings.Cut(line, " "); name != "" && IsNetfilterModule(name) {
+			mods = append(mods, name)
+		}
+	}
+	return mods, nil
 }
 
 // ParseModules splits a comma- or space-separated module list, as the

@@ -23,27 +23,81 @@ import (
 
 func TestGuestLoadedTheDefaultModules(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
-	for _, m := range guest.DefaultModules() {
+	mods := guest.DefaultModules()
+	if guest.WithoutNetfilter() {
+		mods = guest.NoNetfilterModules()
+	}
+	for _, m := range mods {
 		if _, err := os.Stat(filepath.Join("/sys/module", m)); err != nil {
 			t.Errorf("module %s is not loaded: %v", m, err)
 		}
 	}
 }
 
-func TestGuestHasIPVSAndSCTP(t *testing.T) {
+func TestGuestHasIPVS(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
+	guest.SkipWithoutNetfilter(t)
 	ipvs, err := os.ReadFile("/proc/net/ip_vs")
 	if err != nil || !strings.HasPrefix(string(ipvs), "IP Virtual Server version") {
 		t.Errorf("/proc/net/ip_vs = %.60q, %v; want the IPVS table", ipvs, err)
 	}
-	for _, family := range []int{unix.AF_INET, unix.AF_INET6} {
-		fd, err := unix.Socket(family, unix.SOCK_STREAM, unix.IPPROTO_SCTP)
-		if err != nil {
-			t.Errorf("SCTP socket (family %d): %v", family, err)
-			continue
-		}
-		unix.Close(fd)
+}
+
+// TestGuestHasSCTP: SCTP associations over loopback, in both families;
+// with netfilter or without (SCTP is no part of it).
+func TestGuestHasSCTP(t *testing.T) {
+	guest.SkipUnlessInGuest(t)
+	for _, tc := range []struct {
+		name string
+		addr unix.Sockaddr
+	}{
+		{"IPv4", &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}},
+		{"IPv6", &unix.SockaddrInet6{Addr: [16]byte{15: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			family := unix.AF_INET
+			if _, ok := tc.addr.(*unix.SockaddrInet6); ok {
+				family = unix.AF_INET6
+			}
+			ln := sctpSocket(t, family)
+			if err := unix.Bind(ln, tc.addr); err != nil {
+				t.Fatalf("binding an SCTP socket: %v", err)
+			}
+			if err := unix.Listen(ln, 1); err != nil {
+				t.Fatalf("listening on SCTP: %v", err)
+			}
+			bound, err := unix.Getsockname(ln)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := sctpSocket(t, family)
+			if err := unix.Connect(c, bound); err != nil {
+				t.Fatalf("connecting over SCTP: %v", err)
+			}
+			a, _, err := unix.Accept(ln)
+			if err != nil {
+				t.Fatalf("accepting an SCTP association: %v", err)
+			}
+			defer unix.Close(a)
+			if _, err := unix.Write(c, []byte("ping")); err != nil {
+				t.Fatalf("sending over SCTP: %v", err)
+			}
+			buf := make([]byte, 16)
+			if n, err := unix.Read(a, buf); err != nil || string(buf[:n]) != "ping" {
+				t.Errorf("received %q, %v over SCTP; want \"ping\"", buf[:n], err)
+			}
+		})
 	}
+}
+
+func sctpSocket(t *testing.T, family int) int {
+	t.Helper()
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
+	if err != nil {
+		t.Fatalf("SCTP socket (family %d): %v", family, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
 }
 
 // TestGuestKproxyDetectsItsKernel: kproxy's own feature detection finds
@@ -51,6 +105,7 @@ func TestGuestHasIPVSAndSCTP(t *testing.T) {
 // itself (the guest kernel has no nf_tables for ip/ip6).
 func TestGuestKproxyDetectsItsKernel(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
+	guest.SkipWithoutNetfilter(t)
 	f := kernel.Detect(context.Background())
 	if f.Backend != kernel.Legacy {
 		t.Errorf("iptables backend %q (%s), want %q", f.Backend, f.BackendReason, kernel.Legacy)
@@ -77,6 +132,7 @@ func TestGuestKproxyDetectsItsKernel(t *testing.T) {
 
 func TestGuestLegacyIPTablesInANetworkNamespace(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
+	guest.SkipWithoutNetfilter(t)
 	if lab.InFreshNetns(t) {
 		return
 	}
@@ -124,7 +180,11 @@ func TestGuestEnvironment(t *testing.T) {
 	if _, err := os.Stat("doc.go"); err != nil {
 		t.Errorf("the test does not run in its package directory: %v", err)
 	}
-	if out, err := exec.Command("modprobe", "ip_vs_lc").CombinedOutput(); err != nil {
-		t.Errorf("a test cannot load a module of its own: %v: %s", err, out)
+	// Module loading is disabled in a guest without netfilter (checked by
+	// TestGuestWithoutNetfilter).
+	if !guest.WithoutNetfilter() {
+		if out, err := exec.Command("modprobe", "ip_vs_lc").CombinedOutput(); err != nil {
+			t.Errorf("a test cannot load a module of its own: %v: %s", err, out)
+		}
 	}
 }

@@ -20,12 +20,15 @@ const (
 )
 
 // runSpec is what the guest init runs: a program, its arguments, its
-// environment and working directory, after loading Modules.
+// environment and working directory, after loading Modules. NoNetfilter
+// has the init then disable module loading and check that no netfilter
+// module is loaded.
 type runSpec struct {
-	Argv    []string `json:"argv"`
-	Env     []string `json:"env"`
-	Dir     string   `json:"dir"`
-	Modules []string `json:"modules"`
+	Argv        []string `json:"argv"`
+	Env         []string `json:"env"`
+	Dir         string   `json:"dir"`
+	Modules     []string `json:"modules"`
+	NoNetfilter bool     `json:"noNetfilter,omitempty"`
 }
 
 func writeSpec(sharedDir string, s runSpec) error {
@@ -58,15 +61,20 @@ func readSpec(sharedDir string) (runSpec, error) {
 }
 
 // guestEnv is the environment the program gets in the guest: the host's,
-// marked with EnvInGuest.
-func guestEnv(hostEnv []string) []string {
-	env := make([]string, 0, len(hostEnv)+1)
+// marked with EnvInGuest and saying by EnvNetfilter whether the guest has
+// netfilter (whatever the host's said).
+func guestEnv(hostEnv []string, noNetfilter bool) []string {
+	env := make([]string, 0, len(hostEnv)+2)
 	for _, kv := range hostEnv {
-		if !strings.HasPrefix(kv, EnvInGuest+"=") {
+		if !strings.HasPrefix(kv, EnvInGuest+"=") && !strings.HasPrefix(kv, EnvNetfilter+"=") {
 			env = append(env, kv)
 		}
 	}
-	return append(env, EnvInGuest+"=1")
+	netfilter := "on"
+	if noNetfilter {
+		netfilter = "off"
+	}
+	return append(env, EnvInGuest+"=1", EnvNetfilter+"="+netfilter)
 }
 
 // writeResult records the exit code, or, when the program never ran, why.

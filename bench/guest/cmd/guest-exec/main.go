@@ -4,6 +4,7 @@
 //
 //	go test -exec "$PWD/bin/guest-exec" ./lb/sctprelay/ -run Guest
 //	go test -exec "$PWD/bin/guest-exec -modules ip_vs_lc -timeout 5m" ./redirect/modes/ipvs/
+//	go test -exec "$PWD/bin/guest-exec -netfilter=false" ./bench/guest/ -run Guest
 //
 // The same binary is the guest's init; see package kproxy.dev/kproxy/bench/guest.
 package main
@@ -40,6 +41,8 @@ func run() int {
 	}
 	timeout := fs.Duration("timeout", 0, "kill the guest after this long (0: the program's -test.timeout plus a minute, else 11m)")
 	modules := fs.String("modules", "", "kernel modules to load besides the default set (comma-separated); also $"+envModules)
+	netfilter := fs.Bool("netfilter", true, "load netfilter modules; false boots a guest with none, module loading disabled, "+
+		"like a node without netfilter (also $"+guest.EnvNetfilter+"=off)")
 	mem := fs.String("mem", guest.DefaultMem, "guest RAM (a file in $TMPDIR)")
 	kernel := fs.String("kernel", "", "UML kernel binary (default: linux.uml)")
 	keep := fs.Bool("keep", false, "keep the per-run directory (console.log, uml.log) for debugging")
@@ -59,6 +62,11 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "guest-exec: %v\n", err)
 		return 2
 	}
+	envNetfilter, err := guest.ParseNetfilter(os.Getenv(guest.EnvNetfilter))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "guest-exec: %v\n", err)
+		return 2
+	}
 	if *timeout <= 0 {
 		*timeout = guest.TimeoutFor(argv[1:])
 	}
@@ -71,7 +79,7 @@ func run() int {
 	ctx, cancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("timed out after %v", *timeout))
 	defer cancel()
 
-	cfg := guest.Config{Kernel: *kernel, Modules: extra, Mem: *mem, KeepRunDir: *keep, Stdout: os.Stdout, Stderr: os.Stderr}
+	cfg := guest.Config{Kernel: *kernel, Modules: extra, NoNetfilter: !*netfilter || !envNetfilter, Mem: *mem, KeepRunDir: *keep, Stdout: os.Stdout, Stderr: os.Stderr}
 	if *keep {
 		// A directory of its own, so the kept run is easy to find.
 		if cfg.TempDir, err = os.MkdirTemp("", "guest-exec-keep-"); err != nil {
