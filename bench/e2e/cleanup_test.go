@@ -48,24 +48,26 @@ func TestCleanupRestoresTables(t *testing.T) {
 			return
 		}
 		node := l.topo.Node
-		// Rules of the operator's own, which must survive. They also make
-		// the tables exist beforehand, as on any real node: kproxy, like
-		// kube-proxy, cannot tell an empty table it created from one that
-		// was there, and leaves tables (not its chains) in place.
-		// kproxy writes both families where it can.
-		for _, cmd := range []string{iptablesTool("iptables"), iptablesTool("ip6tables")} {
-			node.MustExec(cmd, "-t", "nat", "-A", "POSTROUTING", "-o", "to-client", "-j", "MASQUERADE")
-			node.MustExec(cmd, "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
-			node.MustExec(cmd, "-t", "mangle", "-A", "PREROUTING", "-p", "tcp", "--dport", "22", "-j", "MARK", "--set-mark", "0x1")
-		}
-		// kubelet's KUBE-FIREWALL chain, which kube-proxy (and kproxy) write
-		// a copy of and, as kubelet's, leave behind on cleanup.
-		node.MustExec(iptablesTool("iptables"), "-t", "filter", "-N", "KUBE-FIREWALL")
-		node.MustExec(iptablesTool("iptables"), "-t", "filter", "-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
-			"-m", "comment", "--comment", "block incoming localnet connections",
-			"-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP")
-		for _, chain := range []string{"INPUT", "OUTPUT"} {
-			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
+		if !guest.WithoutNetfilter() {
+			// Rules of the operator's own, which must survive. They also make
+			// the tables exist beforehand, as on any real node: kproxy, like
+			// kube-proxy, cannot tell an empty table it created from one that
+			// was there, and leaves tables (not its chains) in place.
+			// kproxy writes both families where it can.
+			for _, cmd := range []string{iptablesTool("iptables"), iptablesTool("ip6tables")} {
+				node.MustExec(cmd, "-t", "nat", "-A", "POSTROUTING", "-o", "to-client", "-j", "MASQUERADE")
+				node.MustExec(cmd, "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+				node.MustExec(cmd, "-t", "mangle", "-A", "PREROUTING", "-p", "tcp", "--dport", "22", "-j", "MARK", "--set-mark", "0x1")
+			}
+			// kubelet's KUBE-FIREWALL chain, which kube-proxy (and kproxy) write
+			// a copy of and, as kubelet's, leave behind on cleanup.
+			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-N", "KUBE-FIREWALL")
+			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
+				"-m", "comment", "--comment", "block incoming localnet connections",
+				"-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP")
+			for _, chain := range []string{"INPUT", "OUTPUT"} {
+				node.MustExec(iptablesTool("iptables"), "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
+			}
 		}
 		// A local route of someone else's, as an anycast daemon adds.
 		node.MustExec("ip", "route", "add", "local", "198.18.9.9/32", "dev", "lo", "table", "local")

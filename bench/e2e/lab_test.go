@@ -100,8 +100,11 @@ func quietRedirects(t *testing.T) {
 // minimum interval between syncs, so changes land at once, and no conntrack
 // table sizing, as nf_conntrack_max cannot be written inside a namespace.
 func kproxyArgs(m proxyMode, source string) []string {
-	return append([]string{"--proxy-mode=" + m.proxyModeFlag(), source, "--hostname-override=node",
-		"--iptables-min-sync-period=0", "--conntrack-max-per-core=0", "-v=2"}, m.args...)
+	args := []string{source, "--hostname-override=node", "--iptables-min-sync-period=0", "--conntrack-max-per-core=0", "-v=2"}
+	if flag := m.proxyModeFlag(); flag != "" {
+		args = append(args, "--proxy-mode="+flag)
+	}
+	return append(args, m.args...)
 }
 
 // runKproxy starts kproxy on the services file with env (KEY=value) added

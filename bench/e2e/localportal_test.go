@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,5 +43,28 @@ func TestServiceAddressesNotAnnounced(t *testing.T) {
 			answer, err := askHTTP(client, "http://"+webVIP+"/")()
 			return err == nil && l.isBackend(answer), answer
 		})
+	})
+}
+
+// TestPortalKind: kproxy_userspace_portals says which portal kind runs, and
+// a node without netfilter runs local portals without being told to.
+func TestPortalKind(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m)
+		if l == nil {
+			return
+		}
+		kind, other := "redirect", "local"
+		if m.localPortals {
+			kind, other = other, kind
+		}
+		samples, err := lab.MetricSamples("kproxy_userspace_portals")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `kproxy_userspace_portals{family="IPv4",portals="` + kind + `"} 1`
+		if !slices.Contains(samples, want) || slices.ContainsFunc(samples, func(s string) bool { return strings.Contains(s, `portals="`+other+`"`) }) {
+			t.Fatalf("portal kind samples %q, want %q and no %s portals", samples, want, other)
+		}
 	})
 }

@@ -37,11 +37,13 @@ type proxyMode struct {
 	// localPortals: the userspace mode with no netfilter rule at all:
 	// service addresses are local routes and the relays listen on them.
 	localPortals bool
+	// auto: kproxy runs without --proxy-mode, choosing by itself.
+	auto bool
 }
 
-// proxyModeFlag is the --proxy-mode value of m.
+// proxyModeFlag is the --proxy-mode value of m; "" means none (automatic).
 func (m proxyMode) proxyModeFlag() string {
-	if m.flag != "" {
+	if m.flag != "" || m.auto {
 		return m.flag
 	}
 	return m.name
@@ -57,6 +59,11 @@ func proxyModes() []proxyMode {
 		{name: "userspace-local", flag: "userspace", args: []string{"--userspace-portals=local"},
 			exactRoundRobin: true, relays: true, localPortals: true},
 		{name: "iptables", keepsClientAddress: true, iptablesRules: true},
+	}
+	if guest.WithoutNetfilter() {
+		// A node whose kernel has no netfilter: kproxy, left to choose,
+		// must pick the userspace mode with local portals.
+		return []proxyMode{{name: "auto", auto: true, exactRoundRobin: true, relays: true, localPortals: true}}
 	}
 	if guest.InGuest() {
 		modes = append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true})
