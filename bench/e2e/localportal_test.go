@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/guest"
+
 	"kproxy.dev/kproxy/bench/lab"
 )
 
@@ -65,6 +67,20 @@ func TestPortalKind(t *testing.T) {
 		want := `kproxy_userspace_portals{family="IPv4",portals="` + kind + `"} 1`
 		if !slices.Contains(samples, want) || slices.ContainsFunc(samples, func(s string) bool { return strings.Contains(s, `portals="`+other+`"`) }) {
 			t.Fatalf("portal kind samples %q, want %q and no %s portals", samples, want, other)
+		}
+		if !m.localPortals {
+			return
+		}
+		// Where netfilter is absent, kproxy says so once and logs no
+		// error about it (or anything else).
+		log := l.kproxy.Log()
+		for _, line := range strings.Split(log, "\n") {
+			if strings.HasPrefix(line, "E") {
+				t.Errorf("kproxy logged an error with local portals: %s", line)
+			}
+		}
+		if guest.WithoutNetfilter() && strings.Count(log, "nf_conntrack is absent") != 1 {
+			t.Errorf("kproxy did not say once that nf_conntrack is absent:\n%s", log)
 		}
 	})
 }
