@@ -54,12 +54,11 @@ GUEST_TMPDIR ?= /var/tmp
 # suite adds the IPVS mode to the others (SCTP works there in every mode and
 # the iptables mode runs on the legacy backend). kproxy is built on the host.
 GUEST_E2E_CASES := ^(TestClusterIP|TestNodePortAddressesPrimary|TestWithoutTheNFTAndIPSetTools|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination|TestIPVSStartup|TestDualStack|TestUDPEndpointRemoval|TestConntrackEndpointRemovalOnEveryDestination)$$
-# The userspace cases also run in a guest booted without netfilter (no
-# netfilter module, module loading disabled; see bench/guest/doc.go), like a
-# node whose kernel lacks it. GUEST_NONF_E2E=1 turns them on; off until the
-# suite runs local portals there.
-GUEST_NONF_E2E ?=
-GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestAPIServer)$$
+# The cases that apply to the userspace mode also run in a guest booted
+# without netfilter (no netfilter module, module loading disabled; see
+# bench/guest/doc.go), like a node whose kernel lacks it: kproxy, given no
+# --proxy-mode, must pick the userspace mode with local portals there.
+GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestNodePortAddressesPrimary|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestPortalKind|TestServiceAddressesNotAnnounced|TestExternalTrafficPolicyLocal|TestInternalTrafficPolicyLocal|TestHealthCheckNodePort)$$
 test-guest: deps tools build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
 	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel tests (user-mode-linux: IPVS, SCTP)" "about a minute" \
@@ -68,10 +67,8 @@ test-guest: deps tools build
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '$(GUEST_E2E_CASES)' ./bench/e2e/
 	@TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel self-test without netfilter" "under a minute" \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false" -run '^TestGuest' ./bench/guest/
-ifneq ($(GUEST_NONF_E2E),)
-	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel without netfilter" "a few minutes" \
+	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel without netfilter" "about 4 minutes" \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false" -run '$(GUEST_NONF_E2E_CASES)' ./bench/e2e/
-endif
 
 # Unit tests only (no root needed; kernel tests skip).
 unit:
