@@ -84,3 +84,32 @@ func TestPortalKind(t *testing.T) {
 		}
 	})
 }
+
+// TestSwitchFromLocalPortals: kproxy started in another mode on a node the
+// userspace mode's local portals ran on removes their routes, and only
+// theirs, before it serves.
+func TestSwitchFromLocalPortals(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.localPortals && !m.auto }, func(t *testing.T, m proxyMode) {
+		l := newLab(t, m, renderCore)
+		if l == nil {
+			return
+		}
+		node := l.topo.Node
+		node.MustExec("ip", "route", "add", "local", "198.18.9.9/32", "dev", "lo", "table", "local")
+		l.runKproxy(t, nil)
+		lab.Eventually(t, "the local portals' routes", func() (bool, string) { return l.programs(t, webVIP) })
+		if err := l.kproxy.Stop(); err != nil {
+			t.Logf("stopping kproxy: %v", err)
+		}
+		// The next kproxy runs the iptables mode on the same node.
+		l.mode = proxyMode{name: "iptables", keepsClientAddress: true, iptablesRules: true}
+		l.runKproxy(t, nil)
+		if routes := node.MustExec("ip", "route", "show", "table", "local", "proto", "107"); routes != "" {
+			t.Errorf("the local portals' routes outlived the switch to the iptables mode:\n%s", routes)
+		}
+		if routes := node.MustExec("ip", "route", "show", "table", "local", "198.18.9.9"); !strings.Contains(routes, "198.18.9.9") {
+			t.Error("the switch removed a local route kproxy did not add")
+		}
+		l.wantBalanced(t, "the cluster IP in the iptables mode", askHTTP(l.topo.Client, "http://"+webVIP+"/"))
+	})
+}
