@@ -178,3 +178,10 @@ func TestLocalPortals(t *testing.T) {
 func errorIsInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }
 
 func errorMentions(err error, s string) bool { return strings.Contains(err.Error(), s) }
+
+func TestRedirectPortalsWithoutNetfilterIsAClearError(t *testing.T) {
+	_, err := New(context.Background(), Config{Features: kernel.Features{}, Portals: mode.PortalsRedirect, Routes: fakeroutes.New()})
+	if err == nil || !strings.Contains(err.Error(), "--userspace-portals=redirect") || !strings.Contains(err.Error(), "local portals need no netfilter") {
+		t.Fatalf("New with REDIRECT portals and no iptables = %v; want an error naming the flag and the way out", err)
+	}
+}
