@@ -110,6 +110,19 @@ func Listen(addr netip.AddrPort) (*Listener, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("SCTP socket %v: SO_REUSEADDR: %w", addr, err)
 	}
+	// A specific address may be local only through a local route (the
+	// userspace mode's local portals), which IPv6 does not accept for a
+	// bind without IPV6_FREEBIND.
+	if !addr.Addr().IsUnspecified() {
+		level, opt := unix.SOL_IP, unix.IP_FREEBIND
+		if family == unix.AF_INET6 {
+			level, opt = unix.SOL_IPV6, unix.IPV6_FREEBIND
+		}
+		if err := unix.SetsockoptInt(fd, level, opt, 1); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("SCTP socket %v: freebind: %w", addr, err)
+		}
+	}
 	if err := unix.Bind(fd, sa); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("binding SCTP socket to %v: %w", addr, err)
