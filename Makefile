@@ -57,7 +57,8 @@ GUEST_E2E_CASES := ^(TestClusterIP|TestNodePortAddressesPrimary|TestWithoutTheNF
 # The userspace cases also run in a guest booted without netfilter (no
 # netfilter module, module loading disabled; see bench/guest/doc.go), like a
 # node whose kernel lacks it. GUEST_NONF_E2E=1 turns them on; off until the
-# suite runs local portals there.
+# suite runs local portals there. 1G of guest RAM: etcd and kube-apiserver
+# (TestAPIServer) take about 360M of the default 512M.
 GUEST_NONF_E2E ?=
 GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestAPIServer)$$
 test-guest: deps tools build
@@ -70,7 +71,7 @@ test-guest: deps tools build
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false" -run '^TestGuest' ./bench/guest/
 ifneq ($(GUEST_NONF_E2E),)
 	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel without netfilter" "a few minutes" \
-		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false" -run '$(GUEST_NONF_E2E_CASES)' ./bench/e2e/
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false -mem 1G" -run '$(GUEST_NONF_E2E_CASES)' ./bench/e2e/
 endif
 
 # Unit tests only (no root needed; kernel tests skip).
