@@ -18,7 +18,9 @@ func TestClusterIP(t *testing.T) {
 		if l == nil {
 			return
 		}
-		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
+		// From another host, from the node itself, and from a pod on the
+		// node (a backend, which may be sent to itself).
+		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node, l.topo.Backends[0]} {
 			l.wantBalanced(t, "TCP ClusterIP from "+from.Name, askHTTP(from, "http://"+webVIP+"/"))
 			l.wantBalanced(t, "UDP ClusterIP from "+from.Name, askUDP(from, echoVIP+":53"))
 		}
@@ -43,7 +45,9 @@ func TestRefusals(t *testing.T) {
 				}
 			}
 		})
-		if !m.relays {
+		if !m.relays || m.localPortals {
+			// Local portals have no proxy ports: the relays listen on the
+			// service addresses themselves.
 			return
 		}
 		t.Run("a direct connection to a proxy port is refused", func(t *testing.T) {

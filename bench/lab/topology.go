@@ -230,6 +230,9 @@ func (topo *Topology) build() error {
 		veth := "veth-b" + strconv.Itoa(i+1)
 		root.add("link add %s mtu %s type veth peer name eth0 mtu %s netns %s", veth, mtu, mtu, b.Netns)
 		root.add("link set %s master br-pods", veth)
+		// Hairpin, as kubelet sets it: a pod whose service traffic is
+		// DNATed back to itself gets it through the port it came in by.
+		root.add("link set %s type bridge_slave hairpin on", veth)
 		root.add("link set %s up", veth)
 	}
 	root.add("addr add %s/24 dev to-client", nodeAddr)
