@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -138,15 +137,15 @@ func TestAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			lab.Within(t, changeBound, "the deleted service's rules going away", func() (bool, string) {
-				save := l.natRules(t)
-				return !strings.Contains(save, apiGoneVIP+"/32"), save
+				programmed, state := l.programs(t, apiGoneVIP)
+				return !programmed, state
 			})
 			wantNotServed(t, client, "the deleted service", apiGoneVIP+":80")
 			wantTwo(t, "after another service's deletion")
 		})
 
 		t.Run("an API server outage keeps traffic flowing", func(t *testing.T) {
-			before := l.natRules(t)
+			before := l.programmedState(t)
 			api.Stop()
 			if _, err := services.Get(ctx, "web", metav1.GetOptions{}); err == nil {
 				t.Fatal("the API server still answers after Stop")
@@ -159,8 +158,8 @@ func TestAPIServer(t *testing.T) {
 				wantTwo(t, "during the outage")
 				l.wantBalanced(t, "UDP during the outage", askEcho)
 			}
-			if after := l.natRules(t); after != before {
-				t.Errorf("nat rules changed during the outage.\nbefore:\n%s\nafter:\n%s", before, after)
+			if after := l.programmedState(t); after != before {
+				t.Errorf("what kproxy programmed changed during the outage.\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 			api.Start()
 			// kproxy's Service and EndpointSlice watches both resume:

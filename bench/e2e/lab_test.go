@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -212,6 +213,23 @@ func (l *e2eLab) programs(t *testing.T, vip string) (bool, string) {
 	}
 	save := l.natRules(t)
 	return strings.Contains(save, vip+"/32"), save
+}
+
+// programmedState is what kproxy programmed on the node, to compare over
+// time: its local routes, its IPVS virtual servers or the nat table
+// without the chain counters, which count traffic.
+func (l *e2eLab) programmedState(t *testing.T) string {
+	t.Helper()
+	if l.mode.localPortals {
+		return l.topo.Node.MustExec("ip", "route", "show", "table", "local", "proto", "107")
+	}
+	if l.mode.virtualServers {
+		return l.topo.Node.MustExec("ipvsadm", "-Ln")
+	}
+	// The [packets:bytes] ending iptables-save's chain lines: legacy
+	// iptables prints real ones for built-in chains.
+	chainCounters := regexp.MustCompile(`(?m) \[[0-9]+:[0-9]+\]$`)
+	return chainCounters.ReplaceAllString(l.natRules(t), "")
 }
 
 // isBackend says whether an answer names one of the lab's backends.

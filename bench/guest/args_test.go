@@ -47,6 +47,21 @@ func TestKernelArgs(t *testing.T) {
 	}
 }
 
+func TestScale(t *testing.T) {
+	for _, tc := range []struct {
+		inGuest string
+		want    time.Duration
+	}{
+		{"", 15 * time.Second},
+		{"1", 15 * time.Second * Slowdown},
+	} {
+		t.Setenv(EnvInGuest, tc.inGuest)
+		if got := Scale(15 * time.Second); got != tc.want {
+			t.Errorf("Scale(15s) with %s=%q = %v, want %v", EnvInGuest, tc.inGuest, got, tc.want)
+		}
+	}
+}
+
 func TestTimeoutFor(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

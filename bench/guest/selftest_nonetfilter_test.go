@@ -3,12 +3,12 @@ package guest_test
 import (
 	"context"
 	"errors"
-	"io"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,80 +84,115 @@ func TestGuestWithoutNetfilterKproxyDetection(t *testing.T) {
 
 // TestGuestLocalRoutes: what local portals rest on, with or without
 // netfilter: a `local` route in the local table makes a service address the
-// node's own, and a listener on it takes connections from the node itself.
-// IPv4 binds to such an address like to any local one; IPv6 binds only to
-// interface addresses, so the listener needs IPV6_FREEBIND.
+// node's own, and a listener on it takes TCP, UDP and SCTP from the node
+// itself. IPv4 binds to such an address like to any local one; IPv6 binds
+// only to interface addresses, so the listener needs IPV6_FREEBIND. SCTP
+// picks its source among interface addresses in scope, so the node needs
+// one besides loopback's (else connect fails with ENETUNREACH).
 func TestGuestLocalRoutes(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
 	if lab.InFreshNetns(t) {
 		return
 	}
+	lab.Run(t, "ip", "link", "add", "node0", "type", "veth", "peer", "name", "node1")
+	lab.Run(t, "ip", "addr", "add", "198.19.0.1/24", "dev", "node0")
+	lab.Run(t, "ip", "-6", "addr", "add", "fd00:1::1/64", "dev", "node0", "nodad")
+	lab.Run(t, "ip", "link", "set", "node0", "up")
+	lab.Run(t, "ip", "link", "set", "node1", "up")
+	lab.Run(t, "ip", "route", "add", "local", "198.18.0.1/32", "dev", "lo", "table", "local")
+	lab.Run(t, "ip", "-6", "route", "add", "local", "fd00::1/128", "dev", "lo", "table", "local")
+	vip4 := &unix.SockaddrInet4{Addr: [4]byte{198, 18, 0, 1}}
+	vip6 := &unix.SockaddrInet6{Addr: [16]byte{0: 0xfd, 15: 1}}
 	for _, tc := range []struct {
-		name     string
-		route    []string
-		network  string
-		addr     string
-		freebind bool
+		name   string
+		vip    unix.Sockaddr
+		sotype int
+		proto  int
 	}{
-		{"IPv4", []string{"route", "add", "local", "198.18.0.1/32", "dev", "lo", "table", "local"}, "tcp4", "198.18.0.1", false},
-		{"IPv6", []string{"-6", "route", "add", "local", "fd00::1/128", "dev", "lo", "table", "local"}, "tcp6", "fd00::1", true},
+		{"TCP over IPv4", vip4, unix.SOCK_STREAM, unix.IPPROTO_TCP},
+		{"UDP over IPv4", vip4, unix.SOCK_DGRAM, unix.IPPROTO_UDP},
+		{"SCTP over IPv4", vip4, unix.SOCK_STREAM, unix.IPPROTO_SCTP},
+		{"TCP over IPv6", vip6, unix.SOCK_STREAM, unix.IPPROTO_TCP},
+		{"UDP over IPv6", vip6, unix.SOCK_DGRAM, unix.IPPROTO_UDP},
+		{"SCTP over IPv6", vip6, unix.SOCK_STREAM, unix.IPPROTO_SCTP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lab.Run(t, "ip", tc.route...)
-			hostPort := net.JoinHostPort(tc.addr, "0")
-			if tc.freebind {
+			family := unix.AF_INET
+			if _, ok := tc.vip.(*unix.SockaddrInet6); ok {
+				family = unix.AF_INET6
 				// Recorded, not required: whether the route alone would do.
-				if ln, err := net.Listen(tc.network, hostPort); err == nil {
-					t.Logf("a plain bind to %s works after the route", tc.addr)
-					ln.Close()
-				} else {
-					t.Logf("a plain bind to %s after the route: %v", tc.addr, err)
+				plain := socketFor(t, family, tc.sotype, tc.proto)
+				t.Logf("a plain bind to fd00::1 after the route: %v", unix.Bind(plain, tc.vip))
+			}
+			ln := socketFor(t, family, tc.sotype, tc.proto)
+			if family == unix.AF_INET6 {
+				if err := unix.SetsockoptInt(ln, unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1); err != nil {
+					t.Fatal(err)
 				}
 			}
-			lc := net.ListenConfig{}
-			if tc.freebind {
-				lc.Control = func(_, _ string, c syscall.RawConn) error {
-					var serr error
-					if err := c.Control(func(fd uintptr) {
-						serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1)
-					}); err != nil {
-						return err
-					}
-					return serr
-				}
+			if err := unix.Bind(ln, tc.vip); err != nil {
+				t.Fatalf("binding the service address: %v", err)
 			}
-			ln, err := lc.Listen(context.Background(), tc.network, hostPort)
+			bound, err := unix.Getsockname(ln)
 			if err != nil {
-				t.Fatalf("listening on %s (freebind %v): %v", hostPort, tc.freebind, err)
-			}
-			defer ln.Close()
-			accepted := make(chan error, 1)
-			go func() {
-				c, err := ln.Accept()
-				if err == nil {
-					_, err = io.Copy(c, c)
-					c.Close()
-				}
-				accepted <- err
-			}()
-			c, err := net.DialTimeout(tc.network, ln.Addr().String(), 10*time.Second)
-			if err != nil {
-				t.Fatalf("connecting to %s from the node: %v", ln.Addr(), err)
-			}
-			defer c.Close()
-			if _, err := c.Write([]byte("ping")); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
-				t.Fatal(err)
+			c := socketFor(t, family, tc.sotype, tc.proto)
+			server := ln
+			if tc.sotype == unix.SOCK_DGRAM {
+				if err := unix.Sendto(c, []byte("ping"), 0, bound); err != nil {
+					t.Fatalf("sending to the service address: %v", err)
+				}
+			} else {
+				if err := unix.Listen(ln, 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Connect(c, bound); err != nil {
+					t.Fatalf("connecting to the service address from the node: %v", err)
+				}
+				if server, _, err = unix.Accept(ln); err != nil {
+					t.Fatalf("accepting: %v", err)
+				}
+				defer unix.Close(server)
+				if _, err := unix.Write(c, []byte("ping")); err != nil {
+					t.Fatal(err)
+				}
 			}
-			got, err := io.ReadAll(c)
-			if err != nil || string(got) != "ping" {
-				t.Errorf("echo from %s: %q, %v; want \"ping\"", ln.Addr(), got, err)
+			buf := make([]byte, 16)
+			n, from, err := unix.Recvfrom(server, buf, 0)
+			if err != nil || string(buf[:n]) != "ping" {
+				t.Errorf("the listener on the service address received %q, %v; want \"ping\"", buf[:n], err)
 			}
-			if err := <-accepted; err != nil {
-				t.Errorf("the listener on %s: %v", ln.Addr(), err)
+			if from == nil {
+				from, _ = unix.Getpeername(server)
 			}
+			t.Logf("received from %s", sockaddrString(from))
 		})
 	}
+}
+
+// socketFor opens a socket that the test closes and whose reads give up
+// after a while, so a lost packet fails the test instead of hanging it.
+func socketFor(t *testing.T, family, sotype, proto int) int {
+	t.Helper()
+	fd, err := unix.Socket(family, sotype|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		t.Fatalf("socket(%d, %d, %d): %v", family, sotype, proto, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	tv := unix.NsecToTimeval((10 * time.Second).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+func sockaddrString(sa unix.Sockaddr) string {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
+	case *unix.SockaddrInet6:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
+	}
+	return fmt.Sprint(sa)
 }
