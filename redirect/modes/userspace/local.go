@@ -12,6 +12,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/localroute"
+	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
@@ -83,11 +84,12 @@ func strictARP(logger klog.Logger, s sysctl.Sysctls) {
 }
 
 // syncRoutes makes the addresses of the local-portal families' services
-// local: cluster IPs, externalIPs and LoadBalancer IPs.
-func (m *Mode) syncRoutes(snap *servicemap.Snapshot, nodeAddrs []netip.Addr) error {
+// local: cluster IPs, externalIPs and LoadBalancer IPs. A family the node
+// has no address of gets none, as it gets no relays.
+func (m *Mode) syncRoutes(snap *servicemap.Snapshot, node portal.Node) error {
 	var localFams []ipfamily.Family
 	for fam, kind := range m.kinds {
-		if kind == mode.PortalsLocal {
+		if _, used := hostIPOf(node.HostIPs, fam); used && kind == mode.PortalsLocal {
 			localFams = append(localFams, fam)
 		}
 	}
@@ -105,7 +107,7 @@ func (m *Mode) syncRoutes(snap *servicemap.Snapshot, nodeAddrs []netip.Addr) err
 			}
 		}
 	}
-	if err := localroute.Sync(m.cfg.Routes, want, nodeAddrs); err != nil {
+	if err := localroute.Sync(m.cfg.Routes, want, node.LocalAddresses); err != nil {
 		return fmt.Errorf("local portals: %w", err)
 	}
 	return nil

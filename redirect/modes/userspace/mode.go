@@ -182,7 +182,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
 
 	// Routes before sockets, so a local portal answers as soon as it listens.
-	routesErr := m.syncRoutes(snap, local)
+	routesErr := m.syncRoutes(snap, node)
 	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
 	claims, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
 	portErrs = append(portErrs, buildErrs...)
