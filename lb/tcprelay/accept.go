@@ -42,6 +42,7 @@ func (l *loop) acceptReady() {
 		l.acceptFailed(err)
 		return
 	}
+	l.behind = true // more connections wait than a turn takes
 }
 
 // acceptFailed backs off: the listener leaves the epoll set until the

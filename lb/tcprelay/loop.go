@@ -48,15 +48,26 @@ type loop struct {
 
 	spliceAfter int64
 
+	// behind: this turn left work for the next (a direction cut off by
+	// turnBudget, connections left in the listener's queue). Consecutive
+	// such turns, and when they began (saturation.go).
+	behind    bool
+	busyTurns int
+	busySince time.Time
+	// saturated: the loop has been behind for saturatedFor; it gets no
+	// new connections and hands some of its own to another loop.
+	saturated atomic.Bool
+
 	// load is the loop's connections, counting those handed over but not
 	// yet taken: new connections go to the least loaded loop.
 	load atomic.Int32
 	// What other goroutines post (post.go), then wake the poller.
-	mu     sync.Mutex
-	inbox  []adopted
-	detach bool // stop taking new connections
-	abort  bool // reset every connection (CloseAll)
-	dead   bool // the loop has exited: posts are refused
+	mu       sync.Mutex
+	inbox    []adopted
+	migrants []*conn // connections another loop hands over (saturation.go)
+	detach   bool    // stop taking new connections
+	abort    bool    // reset every connection (CloseAll)
+	dead     bool    // the loop has exited: posts are refused
 }
 
 // adopted is a connection accepted outside the loop (a listener that is not
@@ -120,6 +131,7 @@ func (l *loop) run() {
 		if l.dials.head != nil || !l.resumeAt.IsZero() {
 			l.runTimers(time.Now())
 		}
+		l.checkSaturation()
 		l.releaseBuffer()
 		if !l.attached && l.nconns == 0 {
 			return

@@ -488,3 +488,90 @@ func TestDialQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestSaturatedLoopHandsOver: connections share one loop until it falls
+// behind (a direction cut off by the turn's budget, a queue of connections
+// to accept); then it moves half of them to a new loop, and the moved
+// connections carry on mid-stream with their bytes intact, in either copy
+// mode. A loop that keeps up keeps its connections.
+func TestSaturatedLoopHandsOver(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	setupNamespace(t)
+	for _, tc := range []struct {
+		name        string
+		spliceAfter int64
+		size        int64 // per connection, echoed back
+		burst       int   // connections opened at once while the streams run
+		wantLoops   int
+	}{
+		{"bulk, read-write", -1, 32 << 20, 0, 2},
+		{"bulk, splice, and a burst of connections", 1, 32 << 20, 64, 2},
+		{"small messages", -1, 100, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := startProxy(t, Config{Picker: newPicker(serve(t, echo)), Loops: 2, SpliceAfter: tc.spliceAfter,
+				saturatedTurns: 8, saturatedFor: time.Nanosecond})
+			svc := vip()
+			portal(t, svc, tp.port)
+			const conns = 6
+			var wg sync.WaitGroup
+			errs := make(chan error, conns)
+			clients := make([]*net.TCPConn, conns)
+			for i := range clients {
+				clients[i] = dial(t, svc)
+			}
+			var echoed atomic.Int64
+			for i, c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					writeErr := make(chan error, 1)
+					go func() { _, err := io.Copy(c, stream(byte(i), tc.size)); writeErr <- err }()
+					got, n, err := digest(io.TeeReader(io.LimitReader(c, tc.size), counterWriter{&echoed}))
+					want, _, _ := digest(stream(byte(i), tc.size))
+					if werr := <-writeErr; err == nil {
+						err = werr
+					}
+					if err != nil || n != tc.size || !bytes.Equal(got, want) {
+						errs <- fmt.Errorf("connection %d: %d of %d bytes echoed, intact %v, err %v", i, n, tc.size, bytes.Equal(got, want), err)
+					}
+				}()
+			}
+			if tc.burst > 0 {
+				eventually(t, "the streams to be under way", func() bool { return echoed.Load() > 1<<20 })
+				for range tc.burst {
+					clients = append(clients, dial(t, svc))
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			eventually(t, "every connection to be relayed", func() bool { return tp.ActiveConnections() == len(clients) })
+			loops := tp.loops()
+			if len(loops) != tc.wantLoops {
+				t.Errorf("%d loops running, want %d", len(loops), tc.wantLoops)
+			}
+			for i, l := range loops {
+				if n := l.load.Load(); n == 0 {
+					t.Errorf("loop %d has no connections", i)
+				}
+			}
+			for _, c := range clients {
+				c.Close()
+			}
+			eventually(t, "every connection to end", func() bool { return tp.ActiveConnections() == 0 })
+		})
+	}
+}
+
+// counterWriter counts bytes written through it.
+type counterWriter struct{ n *atomic.Int64 }
+
+func (w counterWriter) Write(b []byte) (int, error) {
+	w.n.Add(int64(len(b)))
+	return len(b), nil
+}

@@ -12,9 +12,10 @@ import (
 
 const (
 	// growAt: a loop is added (up to the maximum) when every running loop
-	// has at least this many connections, so an idle or quiet service
-	// port costs one loop, not one per core.
-	growAt = 4
+	// has at least this many connections, or when a loop is saturated
+	// (saturation.go). Loops that are not busy only take turns on the
+	// netpoller's thread, so connections share one loop until then.
+	growAt = 64
 	// handOverSlack is how many more connections than the least loaded
 	// loop the accepting loop may have and still keep a new one: handing
 	// over costs the other loop a wake-up, so a small imbalance is left.
@@ -102,18 +103,25 @@ func (p *Proxy) maybeGrow() {
 // leastLoaded returns the loop a new connection accepted by self (nil: not
 // by a loop) should go to: self unless another loop has fewer connections
 // by more than handOverSlack. Every loop accepts when it wakes, so without
-// this a burst of connections (iperf3 -P 8) can land on one loop, that is
-// one core.
+// this a burst of connections can land on one loop, that is one core. A
+// saturated loop gets none while another loop is not.
 func (p *Proxy) leastLoaded(self *loop) *loop {
-	best := self
-	bestLoad := int32(1 << 30)
-	if self != nil {
+	best, bestLoad := self, int32(1<<30)
+	if self != nil && !self.saturated.Load() {
 		bestLoad = self.load.Load() - handOverSlack
 	}
+	var fallback *loop // the least loaded of all, when every loop is saturated
 	for _, l := range p.loops() {
-		if n := l.load.Load(); n < bestLoad {
+		n := l.load.Load()
+		if fallback == nil || n < fallback.load.Load() {
+			fallback = l
+		}
+		if l != self && !l.saturated.Load() && n < bestLoad {
 			best, bestLoad = l, n
 		}
+	}
+	if best == nil || (best == self && self.saturated.Load() && fallback != nil) {
+		return fallback
 	}
 	return best
 }

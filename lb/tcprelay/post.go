@@ -29,9 +29,13 @@ func (l *loop) handOver(a adopted) {
 // takePosted serves what other goroutines posted (the poller was woken).
 func (l *loop) takePosted() {
 	l.mu.Lock()
-	inbox, detach, abort := l.inbox, l.detach, l.abort
-	l.inbox, l.abort = nil, false
+	inbox, migrants, detach, abort := l.inbox, l.migrants, l.detach, l.abort
+	l.inbox, l.migrants, l.abort = nil, nil, false
 	l.mu.Unlock()
+	for _, c := range migrants {
+		l.load.Add(-1) // adopt counts it again
+		l.adopt(c)
+	}
 	for _, a := range inbox {
 		l.load.Add(-1) // admit counts it again if it stays
 		if abort || l.p.forced.Load() {
@@ -53,12 +57,15 @@ func (l *loop) exit() {
 	l.releaseBuffer()
 	l.mu.Lock()
 	l.dead = true
-	inbox := l.inbox
-	l.inbox = nil
+	inbox, migrants := l.inbox, l.migrants
+	l.inbox, l.migrants = nil, nil
 	l.mu.Unlock()
 	for _, a := range inbox {
 		l.load.Add(-1)
 		eventloop.CloseWithReset(a.fd)
+	}
+	for _, c := range migrants {
+		l.dropMigrant(c)
 	}
 	l.poll.Close()
 	l.p.loopDone()

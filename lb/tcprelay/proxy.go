@@ -10,8 +10,9 @@
 // for the turn and writes straight to the peer, keeping a pooled buffer
 // only while the peer's send buffer is full; a direction that moves bulk
 // switches to splice(2). A Proxy starts one loop and adds loops up to
-// GOMAXPROCS as connections come. bench/MEASUREMENTS.md has the numbers
-// behind these choices.
+// GOMAXPROCS when a loop has many connections or falls behind
+// (saturation.go). bench/MEASUREMENTS.md has the numbers behind these
+// choices.
 package tcprelay
 
 import (
@@ -89,11 +90,16 @@ type Config struct {
 	SpliceAfter int64
 	// Loops is the most event loops sharing the connections; 0 means
 	// GOMAXPROCS when Serve starts. One starts with Serve, more as
-	// connections come.
+	// connections come and loops fall behind.
 	Loops int
 	// Logger receives the proxy's log lines, with "proxy" set to its name;
 	// the zero value means klog.Background().
 	Logger klog.Logger
+
+	// When a loop counts as saturated (saturation.go); zero means
+	// saturatedTurns and saturatedFor. Tests lower them.
+	saturatedTurns int
+	saturatedFor   time.Duration
 }
 
 // Proxy relays one listener's connections.
@@ -151,6 +157,12 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.SpliceAfter == 0 {
 		cfg.SpliceAfter = defaultSpliceAfter
+	}
+	if cfg.saturatedTurns == 0 {
+		cfg.saturatedTurns = saturatedTurns
+	}
+	if cfg.saturatedFor == 0 {
+		cfg.saturatedFor = saturatedFor
 	}
 	name := cfg.Name
 	if name == "" {
