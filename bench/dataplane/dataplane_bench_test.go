@@ -40,6 +40,13 @@ func TestMain(m *testing.M) {
 		// that stopped on its own by its exit, with this log.
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == udpFlowsArg {
+		if err := runUDPFlowsProcess(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "new UDP flows: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	m.Run()
 }
 

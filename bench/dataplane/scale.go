@@ -195,7 +195,30 @@ func ScaleMetrics() []ScaleMetric {
 		{ID: "newconn-rate", Title: "new-connection requests, wrk `Connection: close`", Unit: "req/s", Rate: true},
 		{ID: "udp-flows-rate", Title: "new UDP flows, one 64-byte request/response each", Unit: "flows/s", Rate: true},
 		{ID: "startup", Title: "start-up: rules, routes and relays in place", Unit: "s", Decimals: 1},
+		{ID: "proxy-fds", Title: "kproxy's open descriptors", Unit: "fds"},
+		{ID: "node-rules", Title: "netfilter rules on the node", Unit: "iptables-save -A lines"},
+		{ID: "local-routes", Title: "kproxy's local routes", Unit: "proto 107"},
 	}
+}
+
+// userspaceFDs is how many descriptors kproxy's userspace mode needs for
+// ports service ports with loops event loops per relay (up to GOMAXPROCS):
+// a listener and one duplicate per loop each (measured: 3 per port on 2
+// cores), plus what the runs add: two per proxied connection, one per UDP
+// flow until it idles out (thousands at the new-flow rates measured).
+func userspaceFDs(ports, loops int) int { return ports*(1+loops) + scaleFDHeadroom }
+
+const scaleFDHeadroom = 3000
+
+// fittingScale is the largest whole thousand of services (the measured
+// service's two ports and one each for the others) whose userspace relays
+// fit limit descriptors, 0 if not even 1,000 do.
+func fittingScale(limit, loops int) int {
+	n := ((limit-scaleFDHeadroom)/(1+loops) - 1) / 1000 * 1000
+	if n < 1000 {
+		return 0
+	}
+	return n
 }
 
 // ScaleRowID is the roundValues/ScaleTable key of metric at n services.
@@ -212,6 +235,19 @@ type ScaleTable struct {
 	Subject Path
 	MaxDrop float64
 	values  map[string]map[Path]float64
+	skipped map[int]map[Path]string
+}
+
+// Skip marks p as not run at n services, for the short reason shown in its
+// cells.
+func (t *ScaleTable) Skip(n int, p Path, reason string) {
+	if t.skipped == nil {
+		t.skipped = map[int]map[Path]string{}
+	}
+	if t.skipped[n] == nil {
+		t.skipped[n] = map[Path]string{}
+	}
+	t.skipped[n][p] = reason
 }
 
 // Set records metric's value for p at n services.
@@ -311,6 +347,9 @@ func services(n int) string {
 func (t *ScaleTable) cell(m ScaleMetric, n int, p Path) string {
 	v, ok := t.Get(m.ID, n, p)
 	if !ok {
+		if why := t.skipped[n][p]; why != "" {
+			return "— (" + why + ")"
+		}
 		return "—"
 	}
 	s := formatValue(v, m.Decimals)

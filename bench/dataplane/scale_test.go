@@ -149,19 +149,36 @@ func TestScaleTableMarkdown(t *testing.T) {
 	} {
 		tab.Set(v.metric, v.n, v.p, v.v)
 	}
+	tab.Skip(10000, KproxyIPTables, "fd limit") // shown only where no value is
 	md := tab.Markdown()
 	for _, want := range []string{
 		"Date: today  ",
 		"| measurement | iptables DNAT, kube-proxy-shaped rules | kproxy iptables mode | kproxy userspace, REDIRECT portals | kproxy userspace, local portals | local portals target |",
 		"| new-connection requests, wrk `Connection: close`, 1 service (req/s) | 10000 | 9800 (98%) | 6000 (60%) | 6200 (62%) |  |",
 		"| new-connection requests, wrk `Connection: close`, 10,000 services (req/s) | 4000 (40% / 40%) | 4100 (41% / 42%) | 3000 (30% / 50%) | 6100 (61% / 98%) | ≥ 95% of own 1-service rate: 98% ✓; ahead of every other path (next: kproxy iptables mode, 1.49×) ✓ |",
-		"| new UDP flows, one 64-byte request/response each, 10,000 services (flows/s) | 6000 (75% / 75%) | — | — | 4000 (50% / 80%) | ≥ 95% of own 1-service rate: 80% ✗; behind iptables DNAT, kube-proxy-shaped rules (0.67×) ✗ |",
+		"| new UDP flows, one 64-byte request/response each, 10,000 services (flows/s) | 6000 (75% / 75%) | — (fd limit) | — | 4000 (50% / 80%) | ≥ 95% of own 1-service rate: 80% ✗; behind iptables DNAT, kube-proxy-shaped rules (0.67×) ✗ |",
 		"| start-up: rules, routes and relays in place, 1 service (s) | — | — | — | — |  |",
-		"| start-up: rules, routes and relays in place, 10,000 services (s) | — | — | — | 3.2 |  |",
+		"| start-up: rules, routes and relays in place, 10,000 services (s) | — | — (fd limit) | — | 3.2 |  |",
 		"a note  ",
 	} {
 		if !strings.Contains(md, want+"\n") {
 			t.Errorf("table lacks the line\n%s\nin:\n%s", want, md)
+		}
+	}
+}
+
+func TestFittingScale(t *testing.T) {
+	for _, tc := range []struct{ limit, loops, want int }{
+		{20000, 2, 5000}, // this machine: 3 descriptors per port
+		{20000, 1, 8000},
+		{200000, 2, 65000},
+		{5000, 2, 0},
+	} {
+		if got := fittingScale(tc.limit, tc.loops); got != tc.want {
+			t.Errorf("fittingScale(%d, %d) = %d, want %d", tc.limit, tc.loops, got, tc.want)
+		}
+		if n := fittingScale(tc.limit, tc.loops); n > 0 && userspaceFDs(n+1, tc.loops) > tc.limit {
+			t.Errorf("fittingScale(%d, %d) = %d needs %d descriptors", tc.limit, tc.loops, n, userspaceFDs(n+1, tc.loops))
 		}
 	}
 }
