@@ -1119,7 +1119,7 @@ func machineHeader() []string {
 		}
 	}
 	return []string{
-		"**kproxy data-plane benchmark** (`go test -run '^$' -bench DataPlane -benchtime 1x ./bench/dataplane/`)",
+		"**kproxy data-plane benchmark** (`go test -run '^$' -bench '^BenchmarkDataPlane$' -benchtime 1x ./bench/dataplane/`)",
 		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 MST"),
 		fmt.Sprintf("Machine: %s, %d CPUs, Linux %s, %s", cpu, runtime.NumCPU(), kernel, runtime.Version()),
 	}
