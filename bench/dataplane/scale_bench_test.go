@@ -236,6 +236,8 @@ func runScaleChild(b *testing.B, bin string, c ScaleConfig) (map[string]float64,
 	result := filepath.Join(b.TempDir(), "result.json")
 	cmd := exec.Command(os.Args[0], "-test.run", "^$", "-test.bench", "^BenchmarkDataPlaneScale$", "-test.benchtime", "1x", "-test.timeout", "20m")
 	cmd.Env = append(os.Environ(), scaleConfigEnv+"="+c.String(), scaleResultEnv+"="+result, lab.KproxyBinaryEnv+"="+bin)
+	// The child's lab goes with it if this process is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, out)
@@ -348,6 +350,7 @@ func (bn *bench) udpNewFlows(b *testing.B, p *dataPath, record func(string, floa
 		sources = append(sources, a.String())
 	}
 	cmd := bn.topo.Client.Command(os.Args[0], udpFlowsArg, p.addr(udpPort), udpDuration.String(), strings.Join(sources, ","))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	meter := startCPU(p)
