@@ -13,22 +13,27 @@ import (
 // allRules dumps every table of both families and both iptables backends,
 // without dated comments and chain counters (the legacy backend counts the
 // test's own traffic there), and with the IPVS mode the virtual servers, the
-// ipsets and the links too. A backend the kernel lacks (nf_tables in the
+// ipsets and the links too, and the local routing tables (the userspace
+// mode's local portals add routes there). A backend the kernel lacks (nf_tables in the
 // guest) shows as its error, the same before and after.
 func (l *e2eLab) allRules(t *testing.T) string {
 	t.Helper()
-	cmds := [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"iptables-legacy-save"}, {"ip6tables-legacy-save"}}
+	cmds := [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"iptables-legacy-save"}, {"ip6tables-legacy-save"},
+		{"ip", "-4", "route", "show", "table", "local"}, {"ip", "-6", "route", "show", "table", "local"}}
 	if l.mode.virtualServers {
 		cmds = append(cmds, []string{"ipvsadm", "-Sn"}, []string{"ipset", "list", "-n"}, []string{"ip", "-o", "link", "show"})
 	}
 	chainCounters := regexp.MustCompile(`\[\d+:\d+\]`)
+	// IPv6 link-local addresses appear on the lab's links whenever their
+	// address autoconfiguration finishes, kproxy or not.
+	linkLocal := regexp.MustCompile(`(?m)^local fe80:.*\n`)
 	var b strings.Builder
 	for _, cmd := range cmds {
 		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
 		if err != nil && !guest.InGuest() {
 			t.Fatalf("%s: %v\n%s", strings.Join(cmd, " "), err, out)
 		}
-		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), chainCounters.ReplaceAllString(lab.WithoutComments(out), "[0:0]"))
+		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), linkLocal.ReplaceAllString(chainCounters.ReplaceAllString(lab.WithoutComments(out), "[0:0]"), ""))
 		if err != nil {
 			fmt.Fprintf(&b, "(%v)\n", err)
 		}
@@ -62,6 +67,8 @@ func TestCleanupRestoresTables(t *testing.T) {
 		for _, chain := range []string{"INPUT", "OUTPUT"} {
 			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
 		}
+		// A local route of someone else's, as an anycast daemon adds.
+		node.MustExec("ip", "route", "add", "local", "198.18.9.9/32", "dev", "lo", "table", "local")
 		before := l.allRules(t)
 
 		l.runKproxy(t, nil)

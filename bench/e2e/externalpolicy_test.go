@@ -65,31 +65,49 @@ func askSource(d lab.Dialer, base string) func() (string, error) {
 }
 
 func TestExternalTrafficPolicyLocal(t *testing.T) {
-	forModes(t, func(m proxyMode) bool { return m.keepsClientAddress }, func(t *testing.T, m proxyMode) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
 		l := startLab(t, m, func(backends []string) string { return externalPolicyServices(backends, 1, false) })
 		if l == nil {
 			return
 		}
 		client := l.topo.Client
-		t.Run("the local endpoint sees the client's address", func(t *testing.T) {
-			want := "backend-2 " + clientIP
-			for _, base := range []string{fmt.Sprintf("http://%s:%d", nodeIP, etpLocalNodePort), "http://" + etpLocalIngress} {
-				seen := lab.Spread(t, 6, askSource(client, base))
-				wantOnly(t, "externalTrafficPolicy=Local through "+base, seen, want)
-			}
-		})
-		t.Run("the Cluster policy masquerades as the node", func(t *testing.T) {
-			// The contrast shows the probe tells the two apart.
-			seen := lab.Spread(t, 6, askSource(client, fmt.Sprintf("http://%s:%d", nodeIP, etpClusterPort)))
-			for answer := range seen {
-				if _, source, _ := strings.Cut(answer, " "); source != l.topo.Node.PodIPv4.String() {
-					t.Fatalf("externalTrafficPolicy=Cluster: backends saw sources %v, want the node's %s", seen, l.topo.Node.PodIPv4)
+		if m.relays {
+			// The relays connect to endpoints from the node, so no endpoint
+			// sees the client's address; the policy still picks the local one.
+			t.Run("only the local endpoint serves", func(t *testing.T) {
+				for _, base := range []string{fmt.Sprintf("http://%s:%d", nodeIP, etpLocalNodePort), "http://" + etpLocalIngress} {
+					seen := lab.Spread(t, 6, askHTTP(client, base+"/"))
+					wantOnly(t, "externalTrafficPolicy=Local through "+base, seen, "backend-2")
 				}
-			}
-		})
+			})
+		}
+		if m.keepsClientAddress {
+			t.Run("the local endpoint sees the client's address", func(t *testing.T) {
+				want := "backend-2 " + clientIP
+				for _, base := range []string{fmt.Sprintf("http://%s:%d", nodeIP, etpLocalNodePort), "http://" + etpLocalIngress} {
+					seen := lab.Spread(t, 6, askSource(client, base))
+					wantOnly(t, "externalTrafficPolicy=Local through "+base, seen, want)
+				}
+			})
+			t.Run("the Cluster policy masquerades as the node", func(t *testing.T) {
+				// The contrast shows the probe tells the two apart.
+				seen := lab.Spread(t, 6, askSource(client, fmt.Sprintf("http://%s:%d", nodeIP, etpClusterPort)))
+				for answer := range seen {
+					if _, source, _ := strings.Cut(answer, " "); source != l.topo.Node.PodIPv4.String() {
+						t.Fatalf("externalTrafficPolicy=Cluster: backends saw sources %v, want the node's %s", seen, l.topo.Node.PodIPv4)
+					}
+				}
+			})
+		}
 		t.Run("without local endpoints external traffic is not served", func(t *testing.T) {
 			for _, addr := range []string{fmt.Sprintf("%s:%d", nodeIP, etpRemoteNodePort), etpRemoteIngress + ":80"} {
-				wantNotServed(t, client, "externalTrafficPolicy=Local without local endpoints through "+addr, addr)
+				what := "externalTrafficPolicy=Local without local endpoints through " + addr
+				if m.localPortals {
+					// The sockets stay but drop new clients.
+					wantDropped(t, client, what, addr)
+					continue
+				}
+				wantNotServed(t, client, what, addr)
 			}
 		})
 		t.Run("the policy leaves the cluster IP alone", func(t *testing.T) {

@@ -100,8 +100,8 @@ func quietRedirects(t *testing.T) {
 // minimum interval between syncs, so changes land at once, and no conntrack
 // table sizing, as nf_conntrack_max cannot be written inside a namespace.
 func kproxyArgs(m proxyMode, source string) []string {
-	return []string{"--proxy-mode=" + m.name, source, "--hostname-override=node",
-		"--iptables-min-sync-period=0", "--conntrack-max-per-core=0", "-v=2"}
+	return append([]string{"--proxy-mode=" + m.proxyModeFlag(), source, "--hostname-override=node",
+		"--iptables-min-sync-period=0", "--conntrack-max-per-core=0", "-v=2"}, m.args...)
 }
 
 // runKproxy starts kproxy on the services file with env (KEY=value) added
@@ -139,6 +139,9 @@ func (l *e2eLab) kernelState() string {
 	cmds := [][]string{{iptablesTool("iptables-save")}, {"conntrack", "-L"}}
 	if l.mode.virtualServers {
 		cmds = append(cmds, []string{"ipvsadm", "-Ln"}, []string{"ipvsadm", "-Lnc"}, []string{"ipset", "list"}, []string{"ip", "addr", "show", "kube-ipvs0"})
+	}
+	if l.mode.localPortals {
+		cmds = append(cmds, []string{"ip", "route", "show", "table", "local", "proto", "107"}, []string{"ss", "-ltunp"})
 	}
 	for _, cmd := range cmds {
 		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
@@ -192,10 +195,14 @@ func iptablesTool(name string) string {
 }
 
 // programs says whether kproxy has programmed the service address vip, with
-// the node's state as the detail: its nat table, or its IPVS virtual
-// servers in the IPVS mode.
+// the node's state as the detail: its nat table, its IPVS virtual servers in
+// the IPVS mode, or its local routes with local portals.
 func (l *e2eLab) programs(t *testing.T, vip string) (bool, string) {
 	t.Helper()
+	if l.mode.localPortals {
+		routes := l.topo.Node.MustExec("ip", "route", "show", "table", "local", "proto", "107")
+		return strings.Contains(routes, "local "+vip+" "), routes
+	}
 	if l.mode.virtualServers {
 		state := l.topo.Node.MustExec("ipvsadm", "-Ln")
 		return strings.Contains(state, " "+vip+":"), state

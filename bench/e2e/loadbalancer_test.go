@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"kproxy.dev/kproxy/bench/lab"
@@ -59,10 +60,20 @@ func TestLoadBalancerIngress(t *testing.T) {
 			l.wantBalanced(t, tc.what, askHTTP(tc.from, tc.url))
 		}
 		const what = "LoadBalancer ingress IP from outside its source ranges"
-		if m.relays {
+		switch {
+		case m.localPortals:
+			// No firewall: the relay resets the connection it accepted,
+			// which the client may see at connect or at its first read,
+			// and counts it.
+			wantReset(t, outsider, what, lbRangedIP+":80")
+			lab.Within(t, changeBound, "the refusal counted", func() (bool, string) {
+				samples, err := lab.MetricSamples("kproxy_userspace_rejected_total")
+				return err == nil && slices.Contains(samples, `kproxy_userspace_rejected_total{protocol="tcp",reason="source_range"} 1`), fmt.Sprint(samples, err)
+			})
+		case m.relays:
 			// The portal firewall rejects, so the client learns at once.
 			dialRefused(t, outsider, what, lbRangedIP+":80")
-		} else {
+		default:
 			// kube-proxy's firewall chain drops.
 			wantNotServed(t, outsider, what, lbRangedIP+":80")
 		}

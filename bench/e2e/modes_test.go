@@ -10,7 +10,11 @@ import (
 // which assertions apply to it. Cases assert on traits rather than names, so
 // a new mode states what it is once, here.
 type proxyMode struct {
+	// name is the subtest's name; flag, when set, the --proxy-mode value
+	// (else name), and args further flags.
 	name string
+	flag string
+	args []string
 	// exactRoundRobin: new connections go to the endpoints in turn (the
 	// userspace balancer). Otherwise the kernel picks one at random, and
 	// only "every endpoint is reached" can be asserted.
@@ -30,6 +34,17 @@ type proxyMode struct {
 	// virtualServers: services are IPVS virtual servers with their
 	// addresses on kube-ipvs0 (real servers drain gracefully).
 	virtualServers bool
+	// localPortals: the userspace mode with no netfilter rule at all:
+	// service addresses are local routes and the relays listen on them.
+	localPortals bool
+}
+
+// proxyModeFlag is the --proxy-mode value of m.
+func (m proxyMode) proxyModeFlag() string {
+	if m.flag != "" {
+		return m.flag
+	}
+	return m.name
 }
 
 // proxyModes lists the modes every case runs in, in run order: the modes
@@ -38,7 +53,9 @@ type proxyMode struct {
 // the iptables mode runs on the legacy backend, the only one there.
 func proxyModes() []proxyMode {
 	modes := []proxyMode{
-		{name: "userspace", exactRoundRobin: true, relays: true},
+		{name: "userspace", args: []string{"--userspace-portals=redirect"}, exactRoundRobin: true, relays: true},
+		{name: "userspace-local", flag: "userspace", args: []string{"--userspace-portals=local"},
+			exactRoundRobin: true, relays: true, localPortals: true},
 		{name: "iptables", keepsClientAddress: true, iptablesRules: true},
 	}
 	if guest.InGuest() {

@@ -148,6 +148,44 @@ func dialRefused(t *testing.T, d lab.Dialer, what, addr string) {
 	}
 }
 
+// wantReset fails unless a TCP client on d is reset by addr, at connect or
+// at its first read, without an answer.
+func wantReset(t *testing.T, d lab.Dialer, what, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		var n int
+		n, err = conn.Read(make([]byte, 512))
+		if n > 0 {
+			t.Fatalf("%s: %s answered", what, addr)
+		}
+	}
+	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("%s: %s: %v, want a reset", what, addr, err)
+	}
+}
+
+// wantDropped fails unless a TCP connection attempt from d to addr goes
+// unanswered, as behind kube-proxy's DROP: the client keeps retrying.
+func wantDropped(t *testing.T, d lab.Dialer, what, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		conn.Close()
+		t.Fatalf("%s: connecting to %s succeeded, want it dropped", what, addr)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("%s: connecting to %s failed with %v, want no answer (dropped)", what, addr, err)
+	}
+}
+
 // wantNotServed fails if a TCP client on d gets an answer from addr, or is
 // accepted and then left hanging. A refused or an unanswered connection
 // attempt passes: kube-proxy drops (rather than rejects) new connections a

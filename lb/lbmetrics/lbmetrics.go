@@ -45,6 +45,10 @@ const (
 	ReasonFDExhausted = "fd_exhausted"
 	// ReasonDialFailed: every endpoint tried refused or timed out.
 	ReasonDialFailed = "dial_failed"
+	// ReasonSourceRange: the client's address is outside the
+	// loadBalancerSourceRanges of the LoadBalancer IP it addressed (TCP:
+	// reset at accept; UDP: the datagram is dropped).
+	ReasonSourceRange = "source_range"
 )
 
 // Metrics is the data plane's metric set. Create it once per process with New
@@ -82,6 +86,7 @@ type Protocol struct {
 	RejectedDirect      prometheus.Counter
 	RejectedFDExhausted prometheus.Counter
 	RejectedDialFailed  prometheus.Counter
+	RejectedSourceRange prometheus.Counter
 
 	protocol string
 	rejected *prometheus.CounterVec
@@ -114,7 +119,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		RejectedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "rejected_total",
-			Help: "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed).",
+			Help: "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range).",
 		}, []string{LabelProtocol, LabelReason}),
 		AcceptErrorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
@@ -191,6 +196,7 @@ func (m *Metrics) curry(protocol string) *Protocol {
 		RejectedDirect:      m.RejectedTotal.WithLabelValues(protocol, ReasonDirect),
 		RejectedFDExhausted: m.RejectedTotal.WithLabelValues(protocol, ReasonFDExhausted),
 		RejectedDialFailed:  m.RejectedTotal.WithLabelValues(protocol, ReasonDialFailed),
+		RejectedSourceRange: m.RejectedTotal.WithLabelValues(protocol, ReasonSourceRange),
 		protocol:            protocol,
 		rejected:            m.RejectedTotal,
 	}
@@ -222,6 +228,8 @@ func (p *Protocol) Rejected(reason string) prometheus.Counter {
 		return p.RejectedFDExhausted
 	case ReasonDialFailed:
 		return p.RejectedDialFailed
+	case ReasonSourceRange:
+		return p.RejectedSourceRange
 	}
 	return p.rejected.WithLabelValues(p.protocol, reason)
 }

@@ -5,6 +5,7 @@
 package ports
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -218,7 +219,14 @@ func (a *Allocator) ListenTCP(ip netip.Addr) (*net.TCPListener, error) {
 	var l *net.TCPListener
 	_, err := a.Claim(TCP, ipv6, func(port uint16) error {
 		var err error
-		l, err = net.ListenTCP(network, net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, port)))
+		var lc net.ListenConfig
+		// Plain TCP: Go listens with MPTCP by default, whose sockets refuse
+		// socket filters and cost more per accept than a proxy needs.
+		lc.SetMultipathTCP(false)
+		ln, err := lc.Listen(context.Background(), network, netip.AddrPortFrom(ip, port).String())
+		if err == nil {
+			l = ln.(*net.TCPListener)
+		}
 		return err
 	})
 	if err != nil {

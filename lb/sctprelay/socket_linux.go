@@ -137,6 +137,10 @@ func Listen(addr netip.AddrPort) (*Listener, error) {
 	return &Listener{file: f, raw: raw, addr: local}, nil
 }
 
+// SyscallConn gives access to the listening socket (socket options such as
+// a filter), as net.TCPListener's does.
+func (l *Listener) SyscallConn() (syscall.RawConn, error) { return l.raw, nil }
+
 // Addr is the bound address.
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 

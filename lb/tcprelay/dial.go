@@ -21,13 +21,19 @@ var (
 // to try, then the first connect. The loop owns fd from here on.
 func (l *loop) admit(fd int, peer netip.AddrPort) {
 	p := l.p
-	if !p.fromPortal(fd, peer) {
+	if !p.cfg.Direct && !p.fromPortal(fd, peer) {
 		p.metrics.RejectedDirect.Inc()
 		eventloop.CloseWithReset(fd)
 		return
 	}
-	picker := p.picker.Load().p
 	clientIP := peer.Addr().Unmap()
+	if p.cfg.Admit != nil && !p.cfg.Admit(clientIP) {
+		p.metrics.RejectedSourceRange.Inc()
+		p.log.V(4).Info("Refusing connection from outside the source ranges", "client", peer)
+		eventloop.CloseWithReset(fd)
+		return
+	}
+	picker := p.picker.Load().p
 	var endpoints []netip.AddrPort
 	if picker != nil {
 		endpoints = picker.Pick(clientIP)

@@ -73,6 +73,14 @@ type Config struct {
 	// function is refused: the proxy is not an open relay. Nil accepts any
 	// destination other than the proxy's own address.
 	IsPortalDestination func(netip.AddrPort) bool
+	// Direct: the listener is bound to the service address itself (a
+	// local portal), so connections arrive unrewritten and there is no
+	// original destination to check; IsPortalDestination is not used.
+	Direct bool
+	// Admit, when set, decides by the client's address whether a
+	// connection may be proxied (loadBalancerSourceRanges); a refused one is
+	// reset at accept and counted. Nil admits every client.
+	Admit func(client netip.Addr) bool
 	// SpliceAfter is how many bytes a direction copies with read/write
 	// before it may switch to splice(2), which it does on the next read
 	// that fills the buffer (a bulk transfer, not small messages): 0 means

@@ -83,6 +83,10 @@ type Config struct {
 	// Logger receives the relay's log lines, with "relay" set to Name; the
 	// zero value means klog.Background().
 	Logger klog.Logger
+	// Admit, when set, decides by the client's address whether a new flow
+	// may start (loadBalancerSourceRanges); a refused client's datagrams
+	// are dropped and counted. Nil admits every client.
+	Admit func(client netip.Addr) bool
 }
 
 // Relay is a running UDP relay for one proxy socket. Its methods are safe to
@@ -99,6 +103,7 @@ type Relay struct {
 	maxFlows int
 	epoch    time.Time
 	picker   atomic.Pointer[pickerBox]
+	admit    func(netip.Addr) bool
 
 	metrics   *lbmetrics.Protocol
 	flowGauge prometheus.Gauge
@@ -185,6 +190,7 @@ func New(cfg Config) (*Relay, error) {
 		idle:      int64(cfg.IdleTimeout),
 		maxFlows:  cfg.MaxFlows,
 		epoch:     time.Now(),
+		admit:     cfg.Admit,
 		metrics:   m.For(lbmetrics.ProtocolUDP),
 		flowGauge: m.UDPFlowsActive,
 		flowCount: m.UDPFlowsTotal,
@@ -440,8 +446,12 @@ func (r *Relay) endpointRefused(f *flow) {
 // newFlow picks an endpoint for client and connects a socket to it. It
 // returns nil, counted, when there is no endpoint or none can be connected.
 func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int64) *flow {
-	picker := r.picker.Load().Picker
 	clientIP := client.Addr().Unmap()
+	if r.admit != nil && !r.admit(clientIP) {
+		r.metrics.RejectedSourceRange.Inc()
+		return nil
+	}
+	picker := r.picker.Load().Picker
 	candidates := picker.Pick(clientIP)
 	if len(candidates) == 0 {
 		r.metrics.RejectedNoEndpoints.Inc()

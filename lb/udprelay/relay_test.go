@@ -550,3 +550,40 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestAdmitDropsClientsOutsideTheRanges(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		admit     func(netip.Addr) bool
+		wantFlows int
+	}{
+		{name: "no ranges", admit: nil, wantFlows: 1},
+		{name: "client inside", admit: func(a netip.Addr) bool { return a.IsLoopback() }, wantFlows: 1},
+		{name: "client outside", admit: func(netip.Addr) bool { return false }, wantFlows: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			echo := startEcho(t, "udp4", "127.0.0.1:0")
+			r := startRelay(t, Config{Picker: &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}, IdleTimeout: time.Hour, Admit: tc.admit})
+			c := dialClient(t, r.Addr())
+			if tc.wantFlows == 1 {
+				if got := roundTrip(t, c, []byte("hello")); string(got) != "hello" {
+					t.Fatalf("reply = %q, want hello", got)
+				}
+			} else {
+				for range 3 {
+					if _, err := c.Write([]byte("let me in")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rejected := r.metrics.For(lbmetrics.ProtocolUDP).RejectedSourceRange
+				eventually(t, "3 source-range drops", func() bool { return testutil.ToFloat64(rejected) == 3 })
+				if n := echo.datagrams(); n != 0 {
+					t.Errorf("the endpoint got %d datagrams from a client outside the ranges", n)
+				}
+			}
+			if got := r.FlowCount(); got != tc.wantFlows {
+				t.Errorf("FlowCount = %d, want %d", got, tc.wantFlows)
+			}
+		})
+	}
+}

@@ -1,7 +1,7 @@
 // Package cleanup removes what kube-proxy's and kproxy's proxy modes leave in
 // the kernel: iptables chains and the rules jumping to them (both backends,
-// both families), ipvs mode's ipsets, kube-ipvs0 link and IPVS services, and
-// the nftables "kube-proxy" tables. Sets and tables go over netlink, so only
+// both families), ipvs mode's ipsets, kube-ipvs0 link and IPVS services,
+// the nftables "kube-proxy" tables, and the userspace mode's local routes. Sets and tables go over netlink, so only
 // the iptables tools are needed. Chains kubelet owns and everything
 // unrelated stay. Cleaning a clean node changes nothing.
 package cleanup
@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/localroute"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -43,6 +44,8 @@ type Cleaner struct {
 	IPSets   IPSets
 	NFTables NFTables
 	OpenIPVS func() (IPVS, error)
+	// Routes are the local routes of the userspace mode's local portals.
+	Routes localroute.Routes
 }
 
 // New returns a Cleaner working on the real node.
@@ -52,6 +55,7 @@ func New() *Cleaner {
 		Links:    netlinkLinks{},
 		IPSets:   netlinkIPSets{},
 		NFTables: netlinkNFTables{},
+		Routes:   localroute.Netlink{},
 		OpenIPVS: func() (IPVS, error) {
 			h, err := ipvs.New("")
 			if err != nil {
@@ -96,6 +100,11 @@ func (c *Cleaner) Clean(ctx context.Context, f kernel.Features, scope Scope) err
 	// After iptables: rules matching a set keep it busy.
 	errs = append(errs, c.cleanIPSets(ctx, sc))
 	errs = append(errs, c.cleanNFTables(ctx, sc))
+	if sc.removeLocalRoutes() {
+		if err := localroute.Clean(c.Routes); err != nil {
+			errs = append(errs, fmt.Errorf("removing the userspace mode's local routes: %w", err))
+		}
+	}
 	err := errors.Join(errs...)
 	if err != nil {
 		logger.Error(err, "Cleaning up proxy leftovers failed in part")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/localroute/fakeroutes"
 	"kproxy.dev/kproxy/redirect/modes/iptables"
 	ipvsmode "kproxy.dev/kproxy/redirect/modes/ipvs"
 	"kproxy.dev/kproxy/redirect/modes/userspace"
@@ -163,6 +165,7 @@ type fakes struct {
 	ipvs     *fakeIPVS
 	ipsets   *fakeIPSets
 	nftables *fakeNFTables
+	routes   *fakeroutes.Routes
 }
 
 func newFakes(save string) (*Cleaner, fakes) {
@@ -176,8 +179,12 @@ func newFakes(save string) (*Cleaner, fakes) {
 		{Address: net.ParseIP("198.18.0.10"), Protocol: syscall.IPPROTO_TCP, Port: 80},
 		{FWMark: 7},
 	}}
-	f := fakes{runner: r, links: l, ipvs: v, ipsets: &fakeIPSets{sets: nodeSets()}, nftables: &fakeNFTables{tables: nodeTables()}}
-	c := &Cleaner{Runner: r, Links: l, IPSets: f.ipsets, NFTables: f.nftables, OpenIPVS: func() (IPVS, error) { return v, nil }}
+	routes := fakeroutes.New(netip.MustParseAddr("198.19.0.1"))
+	for _, vip := range []string{"198.18.0.10", "fd00:18::10"} {
+		_ = routes.Add(netip.MustParseAddr(vip)) // the userspace mode's local portals
+	}
+	f := fakes{runner: r, links: l, ipvs: v, ipsets: &fakeIPSets{sets: nodeSets()}, nftables: &fakeNFTables{tables: nodeTables()}, routes: routes}
+	c := &Cleaner{Runner: r, Links: l, IPSets: f.ipsets, NFTables: f.nftables, Routes: routes, OpenIPVS: func() (IPVS, error) { return v, nil }}
 	return c, f
 }
 
@@ -207,6 +214,9 @@ func TestCleanerAll(t *testing.T) {
 	if want := []NFTable{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}; !slices.Equal(n.deleted, want) {
 		t.Errorf("deleted nftables tables %v, want %v (kube-proxy's only)", n.deleted, want)
 	}
+	if left := f.routes.Ours(); len(left) != 0 {
+		t.Errorf("local routes left: %v", left)
+	}
 	for _, line := range []string{"iptables-legacy-restore -w 5 --noflush", "ip6tables-legacy-save"} {
 		if r.ran(line) {
 			t.Errorf("ran %q, which must be left alone or is unusable", line)
@@ -230,6 +240,19 @@ func TestCleanerExceptIPVSKeepsIPVS(t *testing.T) {
 	}
 	if want := []string{"KPROXY-PROBE"}; !slices.Equal(f.ipsets.destroyed, want) {
 		t.Errorf("destroyed ipsets %v while keeping ipvs mode, want only the probe's %v", f.ipsets.destroyed, want)
+	}
+	if left := f.routes.Ours(); len(left) != 0 {
+		t.Errorf("the userspace mode's local routes stay when the ipvs mode is kept: %v", left)
+	}
+}
+
+func TestCleanerKeepingUserspaceKeepsItsLocalRoutes(t *testing.T) {
+	c, f := newFakes(fixture(t, "iptables-mode.save"))
+	if err := c.Clean(context.Background(), allFeatures(), keeping(mode.Userspace)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.routes.Ours(); len(got) != 2 {
+		t.Errorf("local routes while keeping the userspace mode = %v, want both", got)
 	}
 }
 

@@ -62,3 +62,6 @@ func (s resolvedScope) ipvsLink() (string, bool) {
 func (s resolvedScope) removeNFTable(name string) bool {
 	return s.gone.HasNFTable(name) && !s.keep.HasNFTable(name)
 }
+
+// removeLocalRoutes says whether kproxy's local routes go.
+func (s resolvedScope) removeLocalRoutes() bool { return s.gone.LocalRoutes && !s.keep.LocalRoutes }

@@ -65,16 +65,19 @@ func TestChoose(t *testing.T) {
 			reasonHas: []string{"falling back to userspace", "cannot load the DNAT target", "Couldn't load target `DNAT'"},
 		},
 		{
-			name: "auto with no backend", f: features(noBackend),
-			errHas: []string{"no proxy mode can run", "no iptables backend is usable", "iptables-nft-save: not installed"},
+			// A node without netfilter: the userspace mode's local portals
+			// need none.
+			name: "auto with no backend", f: features(noBackend), want: mode.Userspace,
+			reasonHas: []string{"falling back to userspace", "no iptables backend is usable", "iptables-nft-save: not installed"},
 		},
 		{
-			name: "auto with neither DNAT nor REDIRECT",
+			name: "auto with neither DNAT nor REDIRECT", want: mode.Userspace,
 			f: features(func(f *kernel.Features) {
 				f.IPv4.NFT.DNAT, f.IPv4.NFT.Redirect = false, false
 			}),
-			errHas: []string{"neither the REDIRECT nor the DNAT target"},
+			reasonHas: []string{"falling back to userspace", "cannot load the DNAT target"},
 		},
+		{name: "explicit userspace without netfilter", requested: "userspace", f: features(noBackend), want: mode.Userspace},
 		{name: "explicit iptables", requested: "iptables", f: features(thisHost), want: mode.IPTables, reasonHas: []string{"requested"}},
 		{name: "explicit ipvs with everything", requested: "ipvs", f: features(nil), want: mode.IPVS},
 		{name: "explicit userspace", requested: "userspace", f: features(thisHost), want: mode.Userspace},
@@ -101,7 +104,7 @@ func TestChoose(t *testing.T) {
 		},
 		{
 			name: "nothing works", requested: "ipvs", f: features(func(f *kernel.Features) { thisHost(f); noBackend(f) }),
-			errHas: []string{"IPVS is absent", "dummy links are not supported", ", and no iptables backend is usable", "no other proxy mode would work here either"},
+			errHas: []string{"IPVS is absent", "dummy links are not supported", ", and no iptables backend is usable", "; --proxy-mode=userspace would work here"},
 		},
 		{name: "unknown mode", requested: "kernelspace", f: features(nil), errHas: []string{`unknown --proxy-mode "kernelspace"`}},
 	}

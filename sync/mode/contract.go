@@ -83,12 +83,33 @@ type IPVSSettings struct {
 	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
 }
 
-// UserspaceSettings are the userspace mode's (kube-proxy's old flags).
+// UserspaceSettings are the userspace mode's (kube-proxy's old flags, and
+// the portal kind).
 type UserspaceSettings struct {
 	// PortRange limits the proxy ports; the zero value lets the kernel pick.
 	PortRange      ports.Range
 	UDPIdleTimeout time.Duration
+	// Portals is --userspace-portals; "" means PortalsAuto.
+	Portals Portals
 }
+
+// Portals is how the userspace mode steers Service traffic to its relays.
+type Portals string
+
+const (
+	// PortalsAuto: REDIRECT portals in each IP family whose nat table can
+	// REDIRECT and DNAT, local portals in the others.
+	PortalsAuto Portals = "auto"
+	// PortalsRedirect: iptables REDIRECT/DNAT rules send service traffic to
+	// proxy ports kproxy's relays listen on.
+	PortalsRedirect Portals = "redirect"
+	// PortalsLocal: service addresses are made local to the node with
+	// routes, and the relays listen on them; no netfilter at all.
+	PortalsLocal Portals = "local"
+)
+
+// AllPortals lists the values --userspace-portals accepts.
+func AllPortals() []Portals { return []Portals{PortalsAuto, PortalsRedirect, PortalsLocal} }
 
 // Deps are what a mode is given besides its settings.
 type Deps struct {

@@ -70,8 +70,13 @@ func Run(ctx context.Context, cfg *options.Config) error {
 
 	applyOOMScoreAdj(logger, cfg.OOMScoreAdj)
 	// Before the mode is built: a mode may read back what this sets
-	// (nf_conntrack_tcp_be_liberal).
-	tuneConntrack(logger, cfg.Conntrack)
+	// (nf_conntrack_tcp_be_liberal). A node without nf_conntrack (local
+	// portals) has nothing to tune or clean: one line says so.
+	if features.Conntrack.Present {
+		tuneConntrack(logger, cfg.Conntrack)
+	} else {
+		logger.Info("nf_conntrack is absent: conntrack tuning and stale-flow cleanup are off", "detail", features.Conntrack.Detail)
+	}
 
 	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Sysctls: sysctl.Proc{}, Logger: logger})
 	if err != nil {
@@ -90,8 +95,12 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	})
 	defer svcHealth.Close()
 
-	observers, closeObservers := conntrackObservers(logger, def.Conntrack, m, syncPeriod)
-	defer closeObservers()
+	var observers []engine.SyncObserver
+	if features.Conntrack.Present {
+		var closeObservers func()
+		observers, closeObservers = conntrackObservers(logger, def.Conntrack, m, syncPeriod)
+		defer closeObservers()
+	}
 
 	eng, err = engine.New(engine.Config{
 		Map: tracker, Mode: proxyMode, Metrics: m, Health: health,

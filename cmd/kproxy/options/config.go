@@ -74,6 +74,9 @@ type Config struct {
 	// UDPIdleTimeout is how long the userspace proxier keeps an idle UDP
 	// flow open.
 	UDPIdleTimeout time.Duration
+	// UserspacePortals is the userspace mode's portal kind; resolved, so
+	// never empty.
+	UserspacePortals mode.Portals
 
 	// NodePortAddresses restricts NodePorts to node IPs in these prefixes;
 	// empty means all local IPs. NodePortPrimary means "only the node's

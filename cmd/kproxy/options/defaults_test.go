@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"kproxy.dev/kproxy/sync/mode"
 )
 
 // TestDefaultsMatchKubeProxy checks both what --help advertises and what an
@@ -39,6 +41,7 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		{"ipvs-strict-arp", "false"},
 		{"proxy-port-range", ""},
 		{"udp-timeout", "250ms"},
+		{"userspace-portals", ""},
 		{"nodeport-addresses", "[]"},
 		{"conntrack-max-per-core", "32768"},
 		{"conntrack-min", "131072"},
@@ -87,6 +90,7 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		IPVSSyncPeriod:        30 * time.Second,
 		IPVSScheduler:         "rr",
 		UDPIdleTimeout:        250 * time.Millisecond,
+		UserspacePortals:      mode.PortalsAuto,
 		DetectLocalMode:       "ClusterCIDR",
 		Conntrack: ConntrackConfig{
 			MaxPerCore:            32768,

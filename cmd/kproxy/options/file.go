@@ -27,6 +27,9 @@ type FileConfiguration struct {
 	// UDPIdleTimeout is the userspace proxier's idle UDP flow timeout (the
 	// field old v1alpha1 files carried before userspace mode was removed).
 	UDPIdleTimeout metav1.Duration `json:"udpIdleTimeout"`
+	// UserspacePortals is the userspace mode's portal kind: auto, redirect
+	// or local (kproxy's own; kube-proxy has no such setting).
+	UserspacePortals string `json:"userspacePortals,omitempty"`
 	// ServicesFile, when set, makes kproxy read services from a manifest
 	// file or directory instead of a cluster.
 	ServicesFile string `json:"servicesFile,omitempty"`

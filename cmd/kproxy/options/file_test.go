@@ -92,6 +92,7 @@ func TestEveryFlagOverridesTheFile(t *testing.T) {
 		"ipvs-udp-timeout":                  "1s",
 		"proxy-port-range":                  "1000-2000",
 		"udp-timeout":                       "1s",
+		"userspace-portals":                 "local",
 		"nodeport-addresses":                "primary",
 		"detect-local-mode":                 "NodeCIDR",
 		"cluster-cidr":                      "198.19.0.0/16",

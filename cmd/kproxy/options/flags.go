@@ -131,6 +131,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Host ports the userspace proxier may open (begin-end, begin+offset or a single port, inclusive). Empty or 0-0 means any free port.")
 	fs.DurationVar(&f.UDPIdleTimeout.Duration, "udp-timeout", f.UDPIdleTimeout.Duration,
 		"How long the userspace proxier keeps an idle UDP flow open (e.g. '250ms', '2s'). Must be greater than 0.")
+	fs.StringVar(&f.UserspacePortals, "userspace-portals", f.UserspacePortals,
+		"How the userspace mode steers Service traffic to its relays: 'redirect' (iptables REDIRECT rules to proxy ports), 'local' (service IPs made local with routes, relays listening on them; no netfilter needed) or 'auto' (redirect where the nat table works, local where it does not). Empty means auto.")
 	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
 		"CIDRs containing the node IPs NodePorts are served on, or the single value 'primary' for the node's primary IPs. Empty means all local IPs.")
 
@@ -210,6 +212,7 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		"ipvs-udp-timeout":    func(d, s *FileConfiguration) { d.IPVS.UDPTimeout = s.IPVS.UDPTimeout },
 		"proxy-port-range":    func(d, s *FileConfiguration) { d.PortRange = s.PortRange },
 		"udp-timeout":         func(d, s *FileConfiguration) { d.UDPIdleTimeout = s.UDPIdleTimeout },
+		"userspace-portals":   func(d, s *FileConfiguration) { d.UserspacePortals = s.UserspacePortals },
 		"nodeport-addresses": func(d, s *FileConfiguration) {
 			d.NodePortAddresses = append([]string(nil), s.NodePortAddresses...)
 		},

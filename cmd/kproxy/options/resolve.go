@@ -102,6 +102,7 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 		IPVSTCPFinTimeout:           c.IPVS.TCPFinTimeout.Duration,
 		IPVSUDPTimeout:              c.IPVS.UDPTimeout.Duration,
 		UDPIdleTimeout:              fc.UDPIdleTimeout.Duration,
+		UserspacePortals:            mode.Portals(fc.UserspacePortals),
 		DetectLocalMode:             string(c.DetectLocalMode),
 		PodBridgeInterface:          c.DetectLocal.BridgeInterface,
 		PodInterfaceNamePrefix:      c.DetectLocal.InterfaceNamePrefix,
@@ -163,6 +164,12 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 	cfg.PortRange = r.portRange(setting{"proxy-port-range", "portRange"}, c.PortRange)
 	if cfg.UDPIdleTimeout <= 0 {
 		r.invalid(setting{"udp-timeout", "udpIdleTimeout"}, cfg.UDPIdleTimeout, "must be greater than 0")
+	}
+	switch {
+	case cfg.UserspacePortals == "":
+		cfg.UserspacePortals = mode.PortalsAuto
+	case !slices.Contains(mode.AllPortals(), cfg.UserspacePortals):
+		r.invalid(setting{"userspace-portals", "userspacePortals"}, cfg.UserspacePortals, "must be one of auto, redirect, local")
 	}
 
 	// Which traffic is local, and where NodePorts listen.

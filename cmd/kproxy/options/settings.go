@@ -26,7 +26,7 @@ func (c *Config) ModeSettings() mode.Settings {
 			Scheduler: c.IPVSScheduler, ExcludeCIDRs: c.IPVSExcludeCIDRs, StrictARP: c.IPVSStrictARP,
 			TCPTimeout: c.IPVSTCPTimeout, TCPFinTimeout: c.IPVSTCPFinTimeout, UDPTimeout: c.IPVSUDPTimeout,
 		},
-		Userspace: mode.UserspaceSettings{UDPIdleTimeout: c.UDPIdleTimeout},
+		Userspace: mode.UserspaceSettings{UDPIdleTimeout: c.UDPIdleTimeout, Portals: c.UserspacePortals},
 	}
 	if !c.PortRange.IsZero() {
 		s.Userspace.PortRange = ports.Range{Lo: uint16(c.PortRange.Base), Hi: uint16(c.PortRange.Last())}

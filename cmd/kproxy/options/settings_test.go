@@ -29,16 +29,16 @@ func TestModeSettings(t *testing.T) {
 			},
 		},
 		{
-			name: "primary carries the bind address; a port range becomes inclusive bounds",
+			name: "primary carries the bind address; a port range becomes inclusive bounds; the portal kind passes",
 			cfg: Config{
 				BindAddress: bind, NodePortPrimary: true, PortRange: PortRange{Base: 30000, Size: 100},
-				UDPIdleTimeout: time.Second,
+				UDPIdleTimeout: time.Second, UserspacePortals: mode.PortalsLocal,
 			},
 			want: mode.Settings{
 				NodePorts: nodeaddr.Policy{Primary: true, BindAddress: bind},
 				IPTables:  mode.IPTablesSettings{Sync: mode.SyncPeriods{Min: -1}},
 				IPVS:      mode.IPVSSettings{Sync: mode.SyncPeriods{Min: -1}},
-				Userspace: mode.UserspaceSettings{PortRange: ports.Range{Lo: 30000, Hi: 30099}, UDPIdleTimeout: time.Second},
+				Userspace: mode.UserspaceSettings{PortRange: ports.Range{Lo: 30000, Hi: 30099}, UDPIdleTimeout: time.Second, Portals: mode.PortalsLocal},
 			},
 		},
 	} {

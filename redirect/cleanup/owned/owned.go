@@ -30,6 +30,9 @@ type Objects struct {
 	IPVSLink string
 	// NFTables are nftables tables (in the ip and ip6 families).
 	NFTables []string
+	// LocalRoutes: the mode makes service addresses local with routes of
+	// redirect/localroute's protocol, which all go.
+	LocalRoutes bool
 }
 
 // HasChain says whether chain in table is one of o's.
@@ -75,6 +78,7 @@ func Merge(os ...Objects) Objects {
 			out.IPVSLink = o.IPVSLink
 		}
 		out.NFTables = append(out.NFTables, o.NFTables...)
+		out.LocalRoutes = out.LocalRoutes || o.LocalRoutes
 	}
 	return out
 }

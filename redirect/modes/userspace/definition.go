@@ -2,17 +2,16 @@ package userspace
 
 import (
 	"context"
-	"fmt"
 
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
 // Definition is the userspace mode for the registry: picked automatically
-// where the iptables mode cannot run. Like kube-proxy's old userspace mode
+// where the iptables mode cannot run, with local portals where netfilter is
+// missing altogether. Like kube-proxy's old userspace mode
 // it uses the iptables sync periods for its portal rules.
 func Definition() mode.Definition {
 	return mode.Definition{
@@ -27,16 +26,9 @@ func Definition() mode.Definition {
 }
 
 // Missing lists what the userspace mode needs from the kernel that f
-// lacks: an iptables backend whose nat table can REDIRECT or DNAT.
-func Missing(f kernel.Features) []string {
-	if nb := f.NoBackend(); nb != nil {
-		return nb
-	}
-	if ipt := f.Chosen(ipfamily.IPv4); !ipt.Redirect && !ipt.DNAT {
-		return []string{fmt.Sprintf("the nat table of iptables-%s can load neither the REDIRECT nor the DNAT target (%s)", f.Backend, ipt.Problem)}
-	}
-	return nil
-}
+// lacks: nothing, as local portals need no netfilter (New says when the
+// REDIRECT portals asked for cannot run).
+func Missing(kernel.Features) []string { return nil }
 
 func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
 	// One relay socket per connection end: the default soft limit of
@@ -49,6 +41,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	m, err := New(ctx, Config{
 		Features: d.Features, NodeName: s.NodeName, NodePorts: s.NodePorts,
 		PortRange: s.Userspace.PortRange, UDPIdleTimeout: s.Userspace.UDPIdleTimeout, Registerer: d.Registry,
+		Portals: s.Userspace.Portals, LocalhostNodePorts: s.LocalhostNodePorts, Sysctls: d.Sysctls,
 	})
 	if err != nil {
 		return nil, err

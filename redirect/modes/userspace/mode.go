@@ -1,7 +1,11 @@
-// Package userspace is --proxy-mode=userspace: portal rules (redirect/modes/userspace/portal)
-// steer Service traffic to relays in this process (lb/), which forward it to
-// endpoints the balancer picks. It is the only package that joins redirect/
-// and lb/; lb never imports redirect.
+// Package userspace is --proxy-mode=userspace: portals steer Service traffic
+// to relays in this process (lb/), which forward it to endpoints the balancer
+// picks. A family's portals are of one of two kinds: REDIRECT portals are
+// iptables rules (redirect/modes/userspace/portal) sending service traffic
+// to proxy ports; local portals make the service addresses local to the
+// node (redirect/localroute) and the relays listen on them, with no
+// netfilter at all. It is the only package that joins redirect/ and lb/;
+// lb never imports redirect.
 package userspace
 
 import (
@@ -22,6 +26,8 @@ import (
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/lb/sctprelay"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/redirect/localroute"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -50,6 +56,16 @@ type Config struct {
 	Applier func(ipfamily.Family) (Applier, error)
 	// Opener claims NodePorts; nil means real sockets.
 	Opener portal.Opener
+	// Portals is the portal kind asked for ("" means auto).
+	Portals mode.Portals
+	// LocalhostNodePorts: local portals open NodePorts on IPv4 loopback
+	// too, as kube-proxy's iptables mode answers them there.
+	LocalhostNodePorts bool
+	// Routes are the local portals' routes; nil means the real kernel's.
+	Routes localroute.Routes
+	// Sysctls are where local portals keep the node from answering ARP for
+	// service addresses; nil leaves ARP alone (tests).
+	Sysctls sysctl.Sysctls
 }
 
 // Applier writes one family's portal rules.
@@ -67,6 +83,8 @@ type Mode struct {
 	claimer  *portal.Claimer
 	unserved *sctprelay.UnservedReporter
 	families []ipfamily.Family
+	// kinds is the portal kind of each family in families.
+	kinds    map[ipfamily.Family]mode.Portals
 	appliers map[ipfamily.Family]Applier
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
@@ -82,7 +100,8 @@ type Mode struct {
 // programmed until the first Sync.
 func New(ctx context.Context, cfg Config) (*Mode, error) {
 	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
-	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{}}
+	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{},
+		kinds: map[ipfamily.Family]mode.Portals{}}
 	var err error
 	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("userspace mode metrics: %w", err)
@@ -102,26 +121,39 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		m.cfg.LocalAddresses = kernel.InterfaceAddresses
 	}
 
+	if m.cfg.Routes == nil {
+		m.cfg.Routes = localroute.Netlink{}
+	}
 	for _, fam := range ipfamily.All() {
-		ipt := cfg.Features.Chosen(fam)
-		if !ipt.Usable || !(ipt.Redirect && ipt.DNAT) {
-			logger.Info("Not proxying this IP family: its iptables cannot REDIRECT and DNAT", "family", fam, "iptables", ipt.String())
+		kind, reason := portalsFor(cfg.Portals, cfg.Features.Chosen(fam))
+		if kind == "" {
+			logger.Info("Not proxying this IP family", "family", fam, "reason", reason)
 			continue
 		}
-		var a Applier
-		if cfg.Applier != nil {
-			a, err = cfg.Applier(fam)
-		} else {
-			a, err = portal.NewApplier(portal.Config{Family: fam, Backend: cfg.Features.Backend})
-		}
-		if err != nil {
-			return nil, fmt.Errorf("userspace mode, %s portals: %w", fam, err)
+		logger.Info("Userspace portals", "family", fam, "portals", kind, "reason", reason)
+		if kind == mode.PortalsRedirect {
+			var a Applier
+			if cfg.Applier != nil {
+				a, err = cfg.Applier(fam)
+			} else {
+				a, err = portal.NewApplier(portal.Config{Family: fam, Backend: cfg.Features.Backend})
+			}
+			if err != nil {
+				return nil, fmt.Errorf("userspace mode, %s portals: %w", fam, err)
+			}
+			m.appliers[fam] = a
 		}
 		m.families = append(m.families, fam)
-		m.appliers[fam] = a
+		m.kinds[fam] = kind
 	}
 	if len(m.families) == 0 {
-		return nil, errors.New("userspace mode: no IP family has iptables with REDIRECT and DNAT")
+		return nil, errors.New("userspace mode: no IP family has iptables with REDIRECT and DNAT, which --userspace-portals=redirect needs (local portals need no netfilter)")
+	}
+	if err := m.registerPortalKinds(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if m.kinds[ipfamily.IPv4] == mode.PortalsLocal && cfg.Sysctls != nil {
+		strictARP(logger, cfg.Sysctls)
 	}
 	if !cfg.Features.SCTP.Present {
 		logger.Info("SCTP sockets are absent from this kernel: SCTP service ports will not be served; TCP and UDP are",
@@ -145,8 +177,11 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	node := m.node(snap, local)
+	nodePortAddrs := m.localNodePortAddrs(snap, local)
 
-	portErrs := m.syncRelays(snap, node, changes)
+	// Routes before sockets, so a local portal answers as soon as it listens.
+	routesErr := m.syncRoutes(snap, local)
+	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
 	claims, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
 	portErrs = append(portErrs, buildErrs...)
 	m.reportUnservedSCTP(snap)
@@ -156,14 +191,14 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	if len(portErrs) > 0 {
 		m.logger.Error(errors.Join(portErrs...), "Some service ports are not fully served")
 	}
-	return applyErr
+	return errors.Join(routesErr, applyErr)
 }
 
 // syncRelays starts the relays snap needs, updates the running ones, stops
 // the ones no longer needed, and moves UDP flows off departed endpoints.
-func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, changes *servicemap.ChangeSet) []error {
+func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortAddrs map[ipfamily.Family][]netip.Addr, changes *servicemap.ChangeSet) []error {
 	var errs []error
-	want := m.wantedRelays(snap, node)
+	want := m.wantedRelays(snap, node, nodePortAddrs)
 	for key, spec := range want {
 		if r, ok := m.relays[key]; ok {
 			r.update(spec, m.balancer.Picker(key))
@@ -180,6 +215,11 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, changes *
 		if _, ok := want[key]; !ok {
 			r.close(m.alloc)
 			delete(m.relays, key)
+			continue
+		}
+		if r.local {
+			sp := r.spec.Load().port
+			errs = append(errs, m.syncListeners(r, portal.EndpointStateOf(sp, key.Family, r.hasEndpoints(sp)))...)
 		}
 	}
 	// UDP flows pinned to an endpoint that went away must pick again, as
@@ -200,9 +240,10 @@ func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node 
 	var claims []portal.Claim
 	var portErrs, applyErrs []error
 	for _, fam := range m.families {
-		if _, ok := hostIPOf(node.HostIPs, fam); !ok {
+		if _, ok := hostIPOf(node.HostIPs, fam); !ok || m.kinds[fam] != mode.PortalsRedirect {
 			// No address to DNAT local traffic to: the node does not use
-			// this family, so nothing of it is programmed.
+			// this family, so nothing of it is programmed. Local portals
+			// have no rules.
 			continue
 		}
 		portals := portal.PortalsFrom(snap, func(name servicemap.ServicePortName) (portal.ProxyPorts, bool) {
@@ -238,8 +279,8 @@ func (m *Mode) reportUnservedSCTP(snap *servicemap.Snapshot) {
 	m.unserved.Update(unserved)
 }
 
-// Close stops the relays. The portal rules stay (a restarted kproxy takes
-// them over); --cleanup or another mode removes them.
+// Close stops the relays. The portal rules and routes stay (a restarted
+// kproxy takes them over); --cleanup or another mode removes them.
 func (m *Mode) Close() error {
 	m.cancel()
 	for key, r := range m.relays {

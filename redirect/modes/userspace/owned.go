@@ -5,11 +5,12 @@ import (
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 )
 
-// Owned lists the portal chains the userspace mode (kproxy's and kube-proxy's
-// old one) creates, for cleanup.
+// Owned lists what the userspace mode creates, for cleanup: the REDIRECT
+// portals' chains (kproxy's and kube-proxy's old mode's) and the local
+// portals' routes.
 func Owned() owned.Objects {
 	nat, filter := portal.TableNAT, portal.TableFilter
-	return owned.Objects{Chains: []owned.Chain{
+	return owned.Objects{LocalRoutes: true, Chains: []owned.Chain{
 		{Table: nat, Name: portal.ChainPortalsContainer},
 		{Table: nat, Name: portal.ChainPortalsHost},
 		{Table: nat, Name: portal.ChainNodePortContainer},

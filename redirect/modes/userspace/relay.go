@@ -1,11 +1,13 @@
 package userspace
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"sync/atomic"
+	"syscall"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -17,17 +19,37 @@ import (
 	"kproxy.dev/kproxy/lb/udprelay"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
 // relaySpec is what one relay serves: a service port's traffic of one class
-// and family, arriving for the portal destinations listed.
+// and family.
 type relaySpec struct {
 	protocol v1.Protocol
-	// destinations are the original destinations a portal may have
-	// rewritten; a TCP connection whose original destination is not one of
-	// them did not come through a portal and is refused.
+	// port is the service port in the snapshot the spec was made from.
+	port *servicemap.ServicePort
+	// destinations (REDIRECT portals) are the original destinations a
+	// portal may have rewritten; a TCP connection whose original
+	// destination is not one of them did not come through a portal and is
+	// refused.
 	destinations destinations
+	// listen (local portals) are the addresses the relay's sockets are
+	// bound to: the service's own addresses, and NodePorts on node addresses.
+	listen []netip.AddrPort
+	// ranged are the LoadBalancer IPs whose clients must come from
+	// sourceRanges (local portals; the REDIRECT portals' firewall chain does
+	// this for them).
+	ranged       []netip.Addr
+	sourceRanges []netip.Prefix
+}
+
+// admits says whether client may use the relay's socket bound to local.
+func (s *relaySpec) admits(local netip.AddrPort, client netip.Addr) bool {
+	if len(s.sourceRanges) == 0 || !slices.Contains(s.ranged, local.Addr()) {
+		return true
+	}
+	return slices.ContainsFunc(s.sourceRanges, func(p netip.Prefix) bool { return p.Contains(client) })
 }
 
 // destinations matches original destinations: exact address:port pairs, and
@@ -45,8 +67,9 @@ func (d destinations) has(dst netip.AddrPort) bool {
 // wantedRelays lists the relays snap needs: per family, one for internal
 // traffic when the port has a cluster IP of that family, and one for external
 // traffic when it has a NodePort or external/LB IPs of that family.
-// Protocols the kernel cannot serve (SCTP here) get none.
-func (m *Mode) wantedRelays(snap *servicemap.Snapshot, node portal.Node) map[balancer.Key]relaySpec {
+// Protocols the kernel cannot serve (SCTP here) get none. nodePortAddrs
+// are, per family, the addresses local portals open NodePorts on.
+func (m *Mode) wantedRelays(snap *servicemap.Snapshot, node portal.Node, nodePortAddrs map[ipfamily.Family][]netip.Addr) map[balancer.Key]relaySpec {
 	want := map[balancer.Key]relaySpec{}
 	for name, sp := range snap.All() {
 		if name.Protocol == v1.ProtocolSCTP && !m.cfg.Features.SCTP.Present {
@@ -56,39 +79,62 @@ func (m *Mode) wantedRelays(snap *servicemap.Snapshot, node portal.Node) map[bal
 			if _, ok := hostIPOf(node.HostIPs, fam); !ok {
 				continue
 			}
-			ofFamily := func(addrs []netip.Addr) []netip.AddrPort {
+			withPort := func(addrs []netip.Addr, port uint16) []netip.AddrPort {
 				var out []netip.AddrPort
-				for _, a := range addrs {
-					if ipfamily.Of(a) == fam {
-						out = append(out, netip.AddrPortFrom(a, sp.Port))
-					}
+				for _, a := range ipfamily.Addrs(addrs, fam) {
+					out = append(out, netip.AddrPortFrom(a, port))
 				}
 				return out
 			}
-			if internal := ofFamily(sp.ClusterIPs); len(internal) > 0 {
-				want[balancer.Key{Port: name, Class: balancer.Internal, Family: fam}] = relaySpec{
-					protocol: name.Protocol, destinations: destinations{addrs: internal}}
+			local := m.kinds[fam] == mode.PortalsLocal
+			if internal := withPort(sp.ClusterIPs, sp.Port); len(internal) > 0 {
+				spec := relaySpec{protocol: name.Protocol, port: sp}
+				if local {
+					spec.listen = internal
+				} else {
+					spec.destinations = destinations{addrs: internal}
+				}
+				want[balancer.Key{Port: name, Class: balancer.Internal, Family: fam}] = spec
 			}
-			external := append(ofFamily(sp.ExternalIPs), ofFamily(sp.LoadBalancerIPs)...)
-			if len(external) > 0 || sp.NodePort != 0 {
-				want[balancer.Key{Port: name, Class: balancer.External, Family: fam}] = relaySpec{
-					protocol: name.Protocol, destinations: destinations{addrs: external, nodePort: sp.NodePort}}
+			lbIPs := ipfamily.Addrs(sp.LoadBalancerIPs, fam)
+			external := withPort(append(ipfamily.Addrs(sp.ExternalIPs, fam), lbIPs...), sp.Port)
+			if len(external) == 0 && sp.NodePort == 0 {
+				continue
 			}
+			spec := relaySpec{protocol: name.Protocol, port: sp}
+			if local {
+				listen := external
+				if sp.NodePort != 0 {
+					listen = append(listen, withPort(nodePortAddrs[fam], sp.NodePort)...)
+				}
+				slices.SortFunc(listen, netip.AddrPort.Compare)
+				spec.listen = slices.Compact(listen)
+				spec.ranged = lbIPs
+				spec.sourceRanges = ipfamily.Prefixes(sp.LoadBalancerSourceRanges, fam)
+			} else {
+				spec.destinations = destinations{addrs: external, nodePort: sp.NodePort}
+			}
+			want[balancer.Key{Port: name, Class: balancer.External, Family: fam}] = spec
 		}
 	}
 	return want
 }
 
-// relay is one running relay and the proxy port it listens on.
+// relay is one running relay: the sockets serving one balancer key.
 type relay struct {
-	key  balancer.Key
+	key   balancer.Key
+	ipv6  bool
+	local bool
+	spec  atomic.Pointer[relaySpec]
+	// port is a REDIRECT portal's proxy port, on the wildcard address.
 	port uint16
-	ipv6 bool
-	spec atomic.Pointer[relaySpec]
-
-	tcp  *tcprelay.Proxy
-	udp  *udprelay.Relay
-	sctp *sctprelay.Relay
+	// servers are the listening sockets and what serves each: one on the
+	// proxy port for REDIRECT portals; for local portals one per listen
+	// address, none while the service port has no endpoints.
+	servers map[netip.AddrPort]*server
+	// dropping: the servers drop new clients silently (a Local traffic
+	// policy without local endpoints).
+	dropping bool
 
 	// picker is the relay's current picker. usableFor and usable cache
 	// whether it had an endpoint when last asked, for that *ServicePort:
@@ -99,6 +145,15 @@ type relay struct {
 	picker    lb.Picker
 	usableFor *servicemap.ServicePort
 	usable    bool
+}
+
+// server is one listening socket and the protocol relay serving it.
+type server struct {
+	raw      syscall.RawConn
+	tcp      *tcprelay.Proxy
+	udp      *udprelay.Relay
+	sctp     *sctprelay.Relay
+	dropping bool
 }
 
 // hasEndpoints says whether the relay's picker has an endpoint for a new
@@ -112,76 +167,203 @@ func (r *relay) hasEndpoints(sp *servicemap.ServicePort) bool {
 	return r.usable
 }
 
-// startRelay opens the proxy socket on the wildcard address of the key's
-// family (portals REDIRECT to the receiving interface's address, or DNAT to
-// the host IP) and starts serving it.
+// startRelay starts a relay for key. A REDIRECT portal's relay opens its
+// proxy socket on the wildcard address of the key's family (portals
+// REDIRECT to the receiving interface's address, or DNAT to the host IP);
+// a local portal's opens its sockets in syncListeners.
 func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
-	r := &relay{key: key, ipv6: key.Family == ipfamily.IPv6}
+	r := &relay{key: key, ipv6: key.Family == ipfamily.IPv6, local: m.kinds[key.Family] == mode.PortalsLocal,
+		servers: map[netip.AddrPort]*server{}}
 	r.spec.Store(&spec)
+	r.picker = m.balancer.Picker(key)
+	if r.local {
+		return r, nil
+	}
 	any := netip.IPv4Unspecified()
 	if r.ipv6 {
 		any = netip.IPv6Unspecified()
 	}
-	picker := m.balancer.Picker(key)
-	r.picker = picker
-	name := key.String()
+	s, port, err := m.openServer(r, netip.AddrPortFrom(any, 0))
+	if err != nil {
+		return nil, err
+	}
+	r.port = port
+	r.servers[netip.AddrPortFrom(any, port)] = s
+	return r, nil
+}
+
+// syncListeners brings a local portal relay's sockets in line with its spec
+// and endpoint state: no sockets without endpoints (the kernel then refuses
+// at once: a reset, an ICMP port unreachable), sockets that drop new clients
+// for a Local policy without local endpoints, serving sockets otherwise.
+func (m *Mode) syncListeners(r *relay, state portal.EndpointState) []error {
+	var want []netip.AddrPort
+	if state != portal.NoEndpoints {
+		want = r.spec.Load().listen
+	}
+	for ap, s := range r.servers {
+		if !slices.Contains(want, ap) {
+			s.close()
+			delete(r.servers, ap)
+		}
+	}
+	var errs []error
+	drop := state == portal.NoLocalEndpoints
+	for _, ap := range want {
+		s, ok := r.servers[ap]
+		if !ok {
+			var err error
+			if s, _, err = m.openServer(r, ap); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.servers[ap] = s
+		}
+		if s.dropping != drop {
+			if err := setDropAll(s.raw, drop); err != nil {
+				errs = append(errs, fmt.Errorf("%s on %s: %w", r.key, ap, err))
+				continue
+			}
+			s.dropping = drop
+		}
+	}
+	return errs
+}
+
+// openServer opens a socket on ap for r and starts serving it. Port 0
+// (REDIRECT portals) allocates a proxy port from the range; any other port
+// is a local portal's, bound as is. It returns the port bound.
+func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) {
+	name := r.key.String()
+	where := "opening a proxy port"
+	if ap.Port() != 0 {
+		where = "listening on " + ap.String()
+	}
+	spec := r.spec.Load()
+	s := &server{}
+	var port uint16
 	switch spec.protocol {
 	case v1.ProtocolTCP:
-		ln, err := m.alloc.ListenTCP(any)
+		ln, err := m.listenTCP(ap)
 		if err != nil {
-			return nil, fmt.Errorf("%s: opening a proxy port: %w", name, err)
+			return nil, 0, fmt.Errorf("%s: %s: %w", name, where, explainInUse(err, ap))
 		}
-		r.port = addrPort(ln.Addr())
-		p, err := tcprelay.New(tcprelay.Config{Listener: ln, Picker: picker, Metrics: m.metrics, Name: name, Logger: m.logger,
-			IsPortalDestination: func(dst netip.AddrPort) bool { return r.spec.Load().destinations.has(dst) }})
+		port = addrPort(ln.Addr())
+		cfg := tcprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger}
+		if r.local {
+			cfg.Direct = true
+			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
+		} else {
+			cfg.IsPortalDestination = func(dst netip.AddrPort) bool { return r.spec.Load().destinations.has(dst) }
+		}
+		if s.raw, err = ln.SyscallConn(); err == nil {
+			s.tcp, err = tcprelay.New(cfg)
+		}
 		if err != nil {
 			ln.Close()
-			m.alloc.ReleaseAddr(ln.Addr())
-			return nil, fmt.Errorf("%s: %w", name, err)
+			m.release(ports.TCP, r, ap, port)
+			return nil, 0, fmt.Errorf("%s: %w", name, err)
 		}
-		r.tcp = p
-		m.serve(func() { _ = p.Serve(m.ctx) })
+		m.serve(func() { _ = s.tcp.Serve(m.ctx) })
 	case v1.ProtocolUDP:
-		conn, err := m.alloc.ListenUDP(any)
+		conn, err := m.listenUDP(ap)
 		if err != nil {
-			return nil, fmt.Errorf("%s: opening a proxy port: %w", name, err)
+			return nil, 0, fmt.Errorf("%s: %s: %w", name, where, explainInUse(err, ap))
 		}
-		r.port = addrPort(conn.LocalAddr())
-		u, err := udprelay.New(udprelay.Config{Conn: conn, Picker: picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
-			Metrics: m.metrics, Name: name})
+		port = addrPort(conn.LocalAddr())
+		cfg := udprelay.Config{Conn: conn, Picker: r.picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
+			Metrics: m.metrics, Name: name}
+		if r.local {
+			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
+		}
+		if s.raw, err = conn.SyscallConn(); err == nil {
+			s.udp, err = udprelay.New(cfg)
+		}
 		if err != nil {
 			conn.Close()
-			m.alloc.ReleaseAddr(conn.LocalAddr())
-			return nil, fmt.Errorf("%s: %w", name, err)
+			m.release(ports.UDP, r, ap, port)
+			return nil, 0, fmt.Errorf("%s: %w", name, err)
 		}
-		r.udp = u
-		m.serve(func() { _ = u.Serve(m.ctx) })
+		m.serve(func() { _ = s.udp.Serve(m.ctx) })
 	case v1.ProtocolSCTP:
-		var ln *sctprelay.Listener
-		port, err := m.alloc.Claim(ports.SCTP, r.ipv6, func(port uint16) error {
-			var err error
-			ln, err = sctprelay.Listen(netip.AddrPortFrom(any, port))
-			return err
-		})
+		ln, err := m.listenSCTP(r, ap)
 		if err != nil {
-			return nil, fmt.Errorf("%s: opening a proxy port: %w", name, err)
+			return nil, 0, fmt.Errorf("%s: %s: %w", name, where, explainInUse(err, ap))
 		}
-		r.port = port
-		if port == 0 {
-			r.port = ln.Addr().Port()
+		port = ln.Addr().Port()
+		if s.raw, err = ln.SyscallConn(); err == nil {
+			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger})
 		}
-		s, err := sctprelay.New(sctprelay.Config{Listener: ln, Picker: picker, Metrics: m.metrics, Name: name, Logger: m.logger})
 		if err != nil {
 			ln.Close()
-			m.alloc.Release(ports.SCTP, r.ipv6, port)
-			return nil, fmt.Errorf("%s: %w", name, err)
+			m.release(ports.SCTP, r, ap, port)
+			return nil, 0, fmt.Errorf("%s: %w", name, err)
 		}
-		r.sctp = s
-		m.serve(func() { _ = s.Serve(m.ctx) })
+		m.serve(func() { _ = s.sctp.Serve(m.ctx) })
 	default:
-		return nil, fmt.Errorf("%s: protocol %q is not supported", name, spec.protocol)
+		return nil, 0, fmt.Errorf("%s: protocol %q is not supported", name, spec.protocol)
 	}
-	return r, nil
+	return s, port, nil
+}
+
+func (m *Mode) listenTCP(ap netip.AddrPort) (*net.TCPListener, error) {
+	if ap.Port() == 0 {
+		return m.alloc.ListenTCP(ap.Addr())
+	}
+	ln, err := localPortalListenConfig().Listen(m.ctx, networkOf("tcp", ap), ap.String())
+	if err != nil {
+		return nil, err
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+func (m *Mode) listenUDP(ap netip.AddrPort) (*net.UDPConn, error) {
+	if ap.Port() == 0 {
+		return m.alloc.ListenUDP(ap.Addr())
+	}
+	c, err := localPortalListenConfig().ListenPacket(m.ctx, networkOf("udp", ap), ap.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UDPConn), nil
+}
+
+func (m *Mode) listenSCTP(r *relay, ap netip.AddrPort) (*sctprelay.Listener, error) {
+	if ap.Port() != 0 {
+		return sctprelay.Listen(ap)
+	}
+	var ln *sctprelay.Listener
+	_, err := m.alloc.Claim(ports.SCTP, r.ipv6, func(port uint16) error {
+		var err error
+		ln, err = sctprelay.Listen(netip.AddrPortFrom(ap.Addr(), port))
+		return err
+	})
+	return ln, err
+}
+
+// release returns an allocated proxy port; local portals' ports are the
+// services' own and were never allocated.
+func (m *Mode) release(proto ports.Protocol, r *relay, ap netip.AddrPort, port uint16) {
+	if !r.local && ap.Port() == 0 && port != 0 {
+		m.alloc.Release(proto, r.ipv6, port)
+	}
+}
+
+// explainInUse names the usual reason a local portal cannot bind: a
+// program on the node listening on the wildcard address holds the port on
+// every address, service addresses included.
+func explainInUse(err error, ap netip.AddrPort) error {
+	if ap.Port() != 0 && errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w: port %d is taken on this node (a socket bound to it on the wildcard address holds it on every address)", err, ap.Port())
+	}
+	return err
+}
+
+func networkOf(base string, ap netip.AddrPort) string {
+	if ap.Addr().Unmap().Is4() {
+		return base + "4"
+	}
+	return base + "6"
 }
 
 func (m *Mode) serve(fn func()) {
@@ -192,44 +374,67 @@ func (m *Mode) serve(fn func()) {
 	}()
 }
 
-// update hands a running relay its current portal destinations and picker.
-// The balancer keeps one picker per key, but a key that disappeared and came
-// back gets a new one.
+// update hands a running relay its current spec and picker. The balancer
+// keeps one picker per key, but a key that disappeared and came back gets a
+// new one.
 func (r *relay) update(spec relaySpec, picker lb.Picker) {
 	r.spec.Store(&spec)
 	if picker != r.picker {
 		r.picker, r.usableFor = picker, nil
 	}
+	for _, s := range r.servers {
+		s.setPicker(picker)
+	}
+}
+
+func (s *server) setPicker(picker lb.Picker) {
 	switch {
-	case r.tcp != nil:
-		r.tcp.SetPicker(picker)
-	case r.udp != nil:
-		r.udp.SetPicker(picker)
-	case r.sctp != nil:
-		r.sctp.SetPicker(picker)
+	case s.tcp != nil:
+		s.tcp.SetPicker(picker)
+	case s.udp != nil:
+		s.udp.SetPicker(picker)
+	case s.sctp != nil:
+		s.sctp.SetPicker(picker)
 	}
 }
 
 // closeFlowsTo makes UDP flows to a departed endpoint pick again.
 func (r *relay) closeFlowsTo(ep netip.AddrPort) {
-	if r.udp != nil {
-		r.udp.CloseFlowsTo(ep)
+	for _, s := range r.servers {
+		if s.udp != nil {
+			s.udp.CloseFlowsTo(ep)
+		}
 	}
 }
 
 // close stops accepting and returns the proxy port. Established TCP
 // connections of a removed service are reset, as its endpoints are gone.
 func (r *relay) close(alloc *ports.Allocator) {
-	switch {
-	case r.tcp != nil:
-		_ = r.tcp.CloseAll()
+	for ap, s := range r.servers {
+		s.close()
+		delete(r.servers, ap)
+	}
+	if r.local || r.port == 0 {
+		return
+	}
+	switch r.spec.Load().protocol {
+	case v1.ProtocolTCP:
 		alloc.Release(ports.TCP, r.ipv6, r.port)
-	case r.udp != nil:
-		_ = r.udp.Close()
+	case v1.ProtocolUDP:
 		alloc.Release(ports.UDP, r.ipv6, r.port)
-	case r.sctp != nil:
-		_ = r.sctp.Close()
+	case v1.ProtocolSCTP:
 		alloc.Release(ports.SCTP, r.ipv6, r.port)
+	}
+}
+
+func (s *server) close() {
+	switch {
+	case s.tcp != nil:
+		_ = s.tcp.CloseAll()
+	case s.udp != nil:
+		_ = s.udp.Close()
+	case s.sctp != nil:
+		_ = s.sctp.Close()
 	}
 }
 

@@ -1,0 +1,86 @@
+// Package localroute makes service addresses local to the node without
+// netfilter: one route of type local in the kernel's local table per address
+// (`ip route add local 198.18.0.10/32 dev lo table local proto 107`), so the
+// node delivers packets for the address to sockets bound to it. The
+// userspace mode's local portals listen on such addresses.
+//
+// The routes carry their own protocol number, which is how kproxy tells its
+// routes from everyone else's: Sync and cleanup only ever delete routes
+// with that number, and never add one for an address the node already has.
+package localroute
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"syscall"
+
+	"kproxy.dev/kproxy/sync/ipfamily"
+)
+
+// Protocol is the route protocol (rtm_protocol) of kproxy's local routes:
+// unassigned in iproute2's rt_protos, so `ip route show table local proto
+// 107` lists exactly them.
+const Protocol = 107
+
+// Routes is the kernel surface: the local routes carrying Protocol.
+type Routes interface {
+	// List returns the addresses of fam with a local route of Protocol.
+	List(fam ipfamily.Family) ([]netip.Addr, error)
+	// Add adds a local route for addr; syscall.EEXIST when the local
+	// table already has a route for it (kproxy's or anyone's).
+	Add(addr netip.Addr) error
+	// Delete removes kproxy's local route for addr; syscall.ESRCH when
+	// there is none.
+	Delete(addr netip.Addr) error
+}
+
+// Sync makes the addresses with a kproxy route exactly want, except for
+// addresses in nodeAddrs, which are local already (an externalIP that is one
+// of the node's): they get no route, and a route kproxy added for one before
+// it became the node's is removed. Every address is tried; the error joins
+// the failures, each naming its address.
+func Sync(r Routes, want, nodeAddrs []netip.Addr) error {
+	wanted := map[netip.Addr]bool{}
+	for _, a := range want {
+		a = a.Unmap()
+		if !slices.Contains(nodeAddrs, a) {
+			wanted[a] = true
+		}
+	}
+	var errs []error
+	have := map[netip.Addr]bool{}
+	for _, fam := range ipfamily.All() {
+		addrs, err := r.List(fam)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing %s local routes: %w", fam, err))
+			continue
+		}
+		for _, a := range addrs {
+			have[a] = true
+			if !wanted[a] {
+				if err := r.Delete(a); err != nil && !errors.Is(err, syscall.ESRCH) {
+					errs = append(errs, fmt.Errorf("deleting the local route for %s: %w", a, err))
+				}
+			}
+		}
+	}
+	for a := range wanted {
+		if have[a] {
+			continue
+		}
+		switch err := r.Add(a); {
+		case err == nil:
+		case errors.Is(err, syscall.EEXIST):
+			// Someone else's route makes the address local already; it is
+			// theirs to keep, and it serves the portal as well as ours.
+		default:
+			errs = append(errs, fmt.Errorf("adding a local route for %s: %w", a, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Clean deletes every local route of Protocol in both families.
+func Clean(r Routes) error { return Sync(r, nil, nil) }

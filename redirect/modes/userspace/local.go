@@ -1,0 +1,137 @@
+package userspace
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/redirect/localroute"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// portalsFor picks one family's portal kind from the one asked for and what
+// its iptables can do, and says why; "" means the family is not proxied.
+func portalsFor(asked mode.Portals, ipt kernel.IPTables) (mode.Portals, string) {
+	natWorks := ipt.Usable && ipt.Redirect && ipt.DNAT
+	switch asked {
+	case mode.PortalsLocal:
+		return mode.PortalsLocal, "--userspace-portals=local"
+	case mode.PortalsRedirect:
+		if !natWorks {
+			return "", "--userspace-portals=redirect, and iptables cannot REDIRECT and DNAT: " + ipt.String()
+		}
+		return mode.PortalsRedirect, "--userspace-portals=redirect"
+	}
+	if natWorks {
+		return mode.PortalsRedirect, "the nat table can REDIRECT and DNAT"
+	}
+	return mode.PortalsLocal, "the nat table cannot REDIRECT and DNAT: " + ipt.String()
+}
+
+// registerPortalKinds exports which portal kind each family runs, as
+// kproxy_userspace_portals{family,portals} 1.
+func (m *Mode) registerPortalKinds(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "kproxy", Subsystem: "userspace", Name: "portals",
+		Help: "The portal kind (redirect or local) the userspace mode runs in each IP family: 1 for the kind in use.",
+	}, []string{"family", "portals"})
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("registering the userspace portals metric: %w", err)
+	}
+	for fam, kind := range m.kinds {
+		g.WithLabelValues(string(fam), string(kind)).Set(1)
+	}
+	return nil
+}
+
+// strictARP keeps the node from answering ARP for addresses that are local
+// only through local routes (service addresses): arp_ignore=1 answers only
+// for addresses configured on the receiving interface, arp_announce=2 picks
+// such an address as the source of the node's own requests. These are
+// kube-proxy's strict-ARP values. IPv6 needs nothing: neighbour discovery
+// answers only for interface addresses.
+func strictARP(logger klog.Logger, s sysctl.Sysctls) {
+	for _, setting := range []struct {
+		name string
+		want int
+	}{{"net/ipv4/conf/all/arp_ignore", 1}, {"net/ipv4/conf/all/arp_announce", 2}} {
+		old, err := s.Read(setting.name)
+		if err == nil {
+			if v, perr := strconv.Atoi(old); perr == nil && v >= setting.want {
+				continue
+			}
+			err = s.Write(setting.name, strconv.Itoa(setting.want))
+		}
+		if err != nil {
+			logger.Error(err, "Could not keep the node from answering ARP for service addresses: hosts on its links may send service traffic here")
+			continue
+		}
+		logger.Info("Set sysctl so the node does not answer ARP for service addresses", "sysctl", setting.name, "value", setting.want, "previous", old)
+	}
+}
+
+// syncRoutes makes the addresses of the local-portal families' services
+// local: cluster IPs, externalIPs and LoadBalancer IPs.
+func (m *Mode) syncRoutes(snap *servicemap.Snapshot, nodeAddrs []netip.Addr) error {
+	var localFams []ipfamily.Family
+	for fam, kind := range m.kinds {
+		if kind == mode.PortalsLocal {
+			localFams = append(localFams, fam)
+		}
+	}
+	if len(localFams) == 0 {
+		return nil
+	}
+	var want []netip.Addr
+	for name, sp := range snap.All() {
+		if name.Protocol == v1.ProtocolSCTP && !m.cfg.Features.SCTP.Present {
+			continue
+		}
+		for _, fam := range localFams {
+			for _, addrs := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
+				want = append(want, ipfamily.Addrs(addrs, fam)...)
+			}
+		}
+	}
+	if err := localroute.Sync(m.cfg.Routes, want, nodeAddrs); err != nil {
+		return fmt.Errorf("local portals: %w", err)
+	}
+	return nil
+}
+
+// localNodePortAddrs returns, per local-portal family, the node addresses
+// NodePorts listen on: those --nodeport-addresses selects, IPv4 loopback
+// only as --iptables-localhost-nodeports allows, never IPv6 link-local
+// addresses (a socket needs their zone) or IPv6 loopback (kube-proxy does
+// not serve NodePorts there).
+func (m *Mode) localNodePortAddrs(snap *servicemap.Snapshot, local []netip.Addr) map[ipfamily.Family][]netip.Addr {
+	out := map[ipfamily.Family][]netip.Addr{}
+	for fam, kind := range m.kinds {
+		if kind != mode.PortalsLocal {
+			continue
+		}
+		cidrs := m.cfg.NodePorts.For(fam, snap.Node)
+		for _, a := range nodeaddr.Select(cidrs, local, fam) {
+			switch {
+			case a.IsLinkLocalUnicast(), a.Is6() && a.IsLoopback():
+				continue
+			case a.Is4() && a.IsLoopback() && !(m.cfg.LocalhostNodePorts && nodeaddr.AdmitsIPv4Loopback(cidrs)):
+				continue
+			}
+			out[fam] = append(out[fam], a)
+		}
+	}
+	return out
+}

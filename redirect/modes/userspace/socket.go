@@ -1,0 +1,57 @@
+package userspace
+
+import (
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// localPortalListenConfig binds local portal sockets with IP_FREEBIND: an
+// IPv6 socket cannot otherwise bind an address that only a local route (no
+// interface address) makes local, and a socket opened in the same sync as
+// its route need not wait for it.
+//
+// Plain TCP, not Go's default MPTCP listeners, whose sockets refuse the
+// drop-all filter (setDropAll).
+func localPortalListenConfig() *net.ListenConfig {
+	lc := &net.ListenConfig{Control: func(network, _ string, c syscall.RawConn) error {
+		var sockErr error
+		err := c.Control(func(fd uintptr) {
+			level, opt := unix.SOL_IP, unix.IP_FREEBIND
+			if network == "tcp6" || network == "udp6" {
+				level, opt = unix.SOL_IPV6, unix.IPV6_FREEBIND
+			}
+			sockErr = unix.SetsockoptInt(int(fd), level, opt, 1)
+		})
+		if err != nil {
+			return err
+		}
+		return sockErr
+	}}
+	lc.SetMultipathTCP(false)
+	return lc
+}
+
+// setDropAll attaches (drop) or detaches a socket filter that discards
+// every packet the socket would receive: a listener dropping SYNs makes
+// clients retry as kube-proxy's DROP for a Local traffic policy without
+// local endpoints does, while the socket keeps its port.
+func setDropAll(raw syscall.RawConn, drop bool) error {
+	var sockErr error
+	err := raw.Control(func(fd uintptr) {
+		if drop {
+			prog := unix.SockFprog{Len: 1, Filter: &[]unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}[0]}
+			sockErr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog)
+			return
+		}
+		sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0)
+		if sockErr == unix.ENOENT {
+			sockErr = nil // no filter was attached
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return sockErr
+}
