@@ -269,3 +269,42 @@ func TestRunUDPFlows(t *testing.T) {
 		t.Errorf("flows came from ports %v, want each of the 3 free ports", seen)
 	}
 }
+
+func TestScaleOrder(t *testing.T) {
+	paths := []Path{DNAT, Kproxy, KproxyLocal}
+	for _, tc := range []struct {
+		round int
+		want  []string
+	}{
+		{0, []string{"dnat@1", "kproxy@1", "kproxy-local@1", "dnat@10000", "kproxy@10000", "kproxy-local@10000"}},
+		{1, []string{"kproxy@10000", "kproxy-local@10000", "dnat@10000", "kproxy@1", "kproxy-local@1", "dnat@1"}},
+		{2, []string{"kproxy-local@1", "dnat@1", "kproxy@1", "kproxy-local@10000", "dnat@10000", "kproxy@10000"}},
+	} {
+		var got []string
+		for _, c := range scaleOrder([]int{1, 10000}, paths, tc.round) {
+			got = append(got, c.String())
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("round %d (-want +got):\n%s", tc.round, diff)
+		}
+	}
+}
+
+func TestSplitScaleRowID(t *testing.T) {
+	for _, tc := range []struct {
+		id     string
+		metric string
+		n      int
+		ok     bool
+	}{
+		{ScaleRowID("newconn-rate", 10000), "newconn-rate", 10000, true},
+		{ScaleRowID("udp-flows-machine-cpu", 1), "udp-flows-machine-cpu", 1, true},
+		{"newconn-rate", "", 0, false},
+		{"newconn-rate@x", "", 0, false},
+	} {
+		metric, n, ok := splitScaleRowID(tc.id)
+		if ok != tc.ok || (ok && (metric != tc.metric || n != tc.n)) {
+			t.Errorf("splitScaleRowID(%q) = %q, %d, %v; want %q, %d, %v", tc.id, metric, n, ok, tc.metric, tc.n, tc.ok)
+		}
+	}
+}
