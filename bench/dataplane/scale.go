@@ -88,12 +88,31 @@ const padPort = 80
 // reference) its rule is the last one a new flow is matched against.
 const measuredService = "zz-bench"
 
-// ScaleServicesYAML is the services file for n services: the measured one
-// on vip (ports http and udp, endpoint backend) and n-1 others, one TCP
-// port and one endpoint each.
+// ScaleServicesYAML is the services file for n services: n-1 others, one
+// TCP port and one endpoint each, then the measured one on vip (ports http
+// and udp, endpoint backend). kproxy's iptables mode keeps the order it
+// reads services in (its userspace portals sort by name): last in the file
+// and last by name, the measured service's rules come last either way.
 func ScaleServicesYAML(n int, vip, backend netip.Addr, httpPort, udpPort int) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: v1\nkind: Node\nmetadata: {name: node}\nstatus: {addresses: [{type: InternalIP, address: 198.19.0.1}]}\n")
+	for i := range n - 1 {
+		fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Service
+metadata: {name: pad-%05[1]d, namespace: default}
+spec:
+  clusterIP: %[2]s
+  ports: [{name: http, port: %[4]d, protocol: TCP, targetPort: %[4]d}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: pad-%05[1]d-1, namespace: default, labels: {kubernetes.io/service-name: pad-%05[1]d}}
+addressType: IPv4
+ports: [{name: http, port: %[4]d, protocol: TCP}]
+endpoints: [{addresses: [%[3]s], nodeName: other}]
+`, i, padVIP(i), padEndpoint(i), padPort)
+	}
 	fmt.Fprintf(&b, `---
 apiVersion: v1
 kind: Service
@@ -114,23 +133,6 @@ ports:
 endpoints:
 - {addresses: [%[3]s], nodeName: other}
 `, measuredService, vip, backend, httpPort, udpPort)
-	for i := range n - 1 {
-		fmt.Fprintf(&b, `---
-apiVersion: v1
-kind: Service
-metadata: {name: pad-%05[1]d, namespace: default}
-spec:
-  clusterIP: %[2]s
-  ports: [{name: http, port: %[4]d, protocol: TCP, targetPort: %[4]d}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: pad-%05[1]d-1, namespace: default, labels: {kubernetes.io/service-name: pad-%05[1]d}}
-addressType: IPv4
-ports: [{name: http, port: %[4]d, protocol: TCP}]
-endpoints: [{addresses: [%[3]s], nodeName: other}]
-`, i, padVIP(i), padEndpoint(i), padPort)
-	}
 	return b.String()
 }
 
