@@ -198,6 +198,7 @@ func ScaleMetrics() []ScaleMetric {
 		{ID: "udp-flows-rate", Title: "new UDP flows, one 64-byte request/response each", Unit: "flows/s", Rate: true},
 		{ID: "startup", Title: "start-up: rules, routes and relays in place", Unit: "s", Decimals: 1},
 		{ID: "proxy-fds", Title: "kproxy's open descriptors", Unit: "fds"},
+		{ID: "rule-position", Title: "the measured service's first KUBE-SERVICES rule", Unit: "position"},
 		{ID: "node-rules", Title: "netfilter rules on the node", Unit: "iptables-save -A lines"},
 		{ID: "local-routes", Title: "kproxy's local routes", Unit: "proto 107"},
 	}

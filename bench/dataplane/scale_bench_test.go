@@ -207,7 +207,7 @@ func splitScaleRowID(id string) (metric string, n int, ok bool) {
 func scaleNotes(scales []int, wall map[ScaleConfig][]time.Duration) []string {
 	notes := []string{
 		fmt.Sprintf("Lab: client → node → one backend, as in the data-plane table; %d cores shared by client, node and servers. Each (path, number of services) runs on a node of its own (a fresh network namespace, lab and servers), so no path pays for another's rules or conntrack entries.", runtime.NumCPU()),
-		"Services: the measured one (a TCP port for nginx, a UDP port for the echo server, one endpoint: the backend) and N-1 others in 198.18.0.0/16, one TCP port and one endpoint each; the measured service is last in the services file and by name, so its rules come after every other service's in the DNAT payload and the userspace portals; kproxy's iptables mode writes them first in KUBE-SERVICES all the same (seen with 4 services, 2026-11-25), so its column is the best case, not a walk over the others. DNAT: a hand-written iptables-restore payload shaped like kube-proxy's (a KUBE-SERVICES rule per service port, jumping to a KUBE-SVC chain, then a KUBE-SEP chain with the masquerade mark and the DNAT, the NodePort jump last). kproxy paths: the real binary fed a services file with the same services, --iptables-sync-period=1h so no periodic resync lands in a run; the local-portal node carries no netfilter rule at all.",
+		"Services: the measured one (a TCP port for nginx, a UDP port for the echo server, one endpoint: the backend) and N-1 others in 198.18.0.0/16, one TCP port and one endpoint each; the measured service is last in the services file and by name, so its rules come after every other service's in the DNAT payload and the userspace portals; kproxy's iptables mode writes them first in KUBE-SERVICES all the same (the position row), so its column is the best case, not a walk over the others. DNAT: a hand-written iptables-restore payload shaped like kube-proxy's (a KUBE-SERVICES rule per service port, jumping to a KUBE-SVC chain, then a KUBE-SEP chain with the masquerade mark and the DNAT, the NodePort jump last). kproxy paths: the real binary fed a services file with the same services, --iptables-sync-period=1h so no periodic resync lands in a run; the local-portal node carries no netfilter rule at all.",
 		fmt.Sprintf("Rates: wrk %d connections, %d threads, %d s, `Connection: close`; new UDP flows: %d workers, each flow a fresh socket from one of %d client addresses × ports %d-%d (no pair comes back within the run's conntrack and relay timeouts), one %d-byte datagram and its echo, %v.", wrkConns, wrkThreads, runSeconds, udpFlowWorkers, len(udpFlowSources()), udpFlowPortLo, udpFlowPortHi, udpPayload, udpDuration),
 		"Cells: value (% of DNAT's rate at 1 service / % of the path's own rate at 1 service), both from the same run. Start-up: iptables-restore for DNAT; for kproxy, from its start to its first finished sync (/metrics), all rules, routes and relays in place.",
 	}
@@ -310,6 +310,9 @@ func runScaleNode(b *testing.B, bin string, c ScaleConfig, resultFile string) {
 	}
 	if kp != nil {
 		values["proxy-fds"] = float64(countFDs(b, kp.Pid()))
+	}
+	if pos := servicesRulePosition(bn.topo.Node, kproxyVIP); pos > 0 {
+		values["rule-position"] = float64(pos)
 	}
 	values["node-rules"] = float64(countRules(bn.topo.Node))
 	values["local-routes"] = float64(len(kproxyRoutes(b, bn.topo.Node)))
@@ -495,6 +498,26 @@ func countRules(h *lab.Host) int {
 		}
 	}
 	return n
+}
+
+// servicesRulePosition is the place (from 1) of vip's first rule among the
+// nat KUBE-SERVICES rules, 0 without one: how many rules a new flow to the
+// measured service is matched against.
+func servicesRulePosition(h *lab.Host, vip netip.Addr) int {
+	out, err := h.Exec("iptables-save", "-t", "nat")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(line, "-A KUBE-SERVICES ") {
+			n++
+			if strings.Contains(line, " -d "+vip.String()+"/32 ") {
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // kproxyRoutes lists the node's local routes of kproxy's protocol (107).
