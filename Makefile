@@ -128,8 +128,10 @@ bench-dataplane: deps
 # (KPROXY_DATAPLANE_SCALE=10000,30000 adds 30,000), for kube-proxy-shaped
 # DNAT, kproxy's iptables mode and its userspace mode with REDIRECT and with
 # local portals, each on a fresh node; medians of DATAPLANE_ROUNDS rounds,
-# kept in bin/dataplane-scale-table.md. Each node takes 10-30 s (lab,
-# start-up, a 5 s and a 4 s run): about 3 minutes a round for 1 and 10,000.
+# kept in bin/dataplane-scale-table.md. Each node takes 10-17 s (lab,
+# start-up, a 5 s and a 4 s run): 6 minutes for 3 rounds on 2 cores, where
+# RLIMIT_NOFILE 20000 also adds 5,000 services (the userspace paths cannot
+# hold 10,000). The whole of bench-dataplane took 20 minutes (2026-11-25).
 DATAPLANE_SCALE_TABLE := $(CURDIR)/bin/dataplane-scale-table.md
 bench-dataplane-scale: deps
 	@mkdir -p bin
