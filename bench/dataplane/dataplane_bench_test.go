@@ -40,6 +40,13 @@ func TestMain(m *testing.M) {
 		// that stopped on its own by its exit, with this log.
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == udpFlowsArg {
+		if err := runUDPFlowsProcess(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "new UDP flows: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	m.Run()
 }
 
@@ -99,6 +106,9 @@ var (
 	kproxyVIP  = netip.MustParseAddr("198.18.2.1")
 	iocopyVIP  = netip.MustParseAddr("198.18.3.1")
 	haproxyVIP = netip.MustParseAddr("198.18.4.1")
+	// kproxyLocalVIP is the local-portal kproxy's, past the extra
+	// proxies' 198.18.5-8.1.
+	kproxyLocalVIP = netip.MustParseAddr("198.18.10.1")
 )
 
 // timeWaitBuckets caps each lab host's TIME_WAIT sockets (see setUp).
@@ -116,6 +126,11 @@ type dataPath struct {
 	vip   netip.Addr
 	udp   bool // the path relays UDP (HAProxy does not)
 	proxy *lab.Process
+	// start, when set, starts the path's proxy on demand: the two
+	// userspace kproxy paths take turns on the node (see bench.activate).
+	start func(b *testing.B) *lab.Process
+	// stop removes what the path's proxy leaves behind once stopped.
+	stop func(b *testing.B)
 }
 
 func (p *dataPath) addr(port int) string {
@@ -259,6 +274,7 @@ func (bn *bench) eachPath(b *testing.B, group string, m measurement) {
 					return
 				}
 				var got []reported
+				bn.activate(b, p)
 				m(b, p, func(row string, v float64, unit string) {
 					b.ReportMetric(v, unit)
 					rounds.add(row, p.path, v)
@@ -334,9 +350,14 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		{path: Direct, vip: backend, udp: true},
 		{path: DNAT, vip: dnatVIP, udp: true},
 		{path: kproxyPath, vip: kproxyVIP, udp: true},
-		{path: IOCopy, vip: iocopyVIP, udp: true},
-		{path: HAProxy, vip: haproxyVIP},
 	}
+	// Binaries from before local portals (KPROXY_BINARY) have REDIRECT
+	// portals only: no local-portal column then.
+	portals := hasPortalsFlag(kproxyBin)
+	if kproxyPath == Kproxy && portals {
+		bn.paths = append(bn.paths, &dataPath{path: KproxyLocal, vip: kproxyLocalVIP, udp: true})
+	}
+	bn.paths = append(bn.paths, &dataPath{path: IOCopy, vip: iocopyVIP, udp: true}, &dataPath{path: HAProxy, vip: haproxyVIP})
 	var nat []string
 	for _, pr := range []struct {
 		proto string
@@ -389,11 +410,31 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		bn.topo.Node.MustExec("sysctl", "-q", "-w", "net.netfilter.nf_conntrack_tcp_timeout_time_wait=2")
 	}
 
-	kproxy := startKproxy(b, bn.topo, kproxyBin, kproxyMode, backend)
-	if kproxyPath == Kproxy {
+	if kproxyPath == KproxyIPTables {
 		// In the iptables mode kproxy only writes rules: the kernel
 		// carries the traffic, and there is no proxy process to measure.
-		bn.pathOf(Kproxy).proxy = kproxy
+		startKproxy(b, bn.topo, kproxyBin, b.TempDir(), KproxyIPTables, kproxyVIP, backend, portals)
+	} else {
+		// The two userspace kproxys take turns: each would remove the
+		// other portal kind's rules or routes at start.
+		for _, dp := range bn.paths {
+			if dp.path == Kproxy || dp.path == KproxyLocal {
+				// The top-level benchmark's temporary directory: a
+				// sub-benchmark's goes when it ends, kproxy may not.
+				dir := b.TempDir()
+				dp.start = func(b *testing.B) *lab.Process {
+					return startKproxy(b, bn.topo, kproxyBin, dir, dp.path, dp.vip, backend, portals)
+				}
+			}
+			if dp.path == KproxyLocal {
+				dp.stop = func(b *testing.B) { flushKproxyRoutes(b, bn.topo.Node) }
+			}
+		}
+		b.Cleanup(func() {
+			if local := bn.pathOf(KproxyLocal); local != nil {
+				bn.deactivate(b, local)
+			}
+		})
 	}
 
 	iocopy := bn.pathOf(IOCopy)
@@ -426,6 +467,7 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 	// Every path must answer HTTP with the backend's name, and UDP with the
 	// datagram, before anything is measured.
 	for _, p := range bn.paths {
+		bn.activate(b, p)
 		bn.checkPath(b, p)
 	}
 	bn.table.Header = machineHeader()
@@ -435,6 +477,13 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		"CPU rows: machine CPU is every process's and the kernel's CPU time during the run (/proc/stat; busy share of both cores in brackets), per request or per GB received, with its ratio to DNAT's; proxy process CPU is the proxy's own, user + system (the user-space share in brackets; the rest is the kernel working on its system calls). With the machine busy, a path's rate as a share of DNAT's cannot exceed DNAT's machine CPU per request over the path's.",
 		fmt.Sprintf("RSS: VmRSS of the proxy process with %d idle keep-alive connections (one request each, then idle) minus VmRSS before, divided by %d. Percentages are of the iptables DNAT path in this run.", bn.idleConns, bn.idleConns),
 		"The Go io.Copy relay and HAProxy sit behind the same kind of REDIRECT rule kproxy writes (plus its conntrack --ctstate DNAT guard); HAProxy has no UDP.",
+	}
+	if bn.pathOf(KproxyLocal) != nil {
+		bn.table.Notes = append(bn.table.Notes,
+			"kproxy userspace, local portals: `--userspace-portals=local` on a VIP of its own: kproxy makes the VIP local with a route (`local VIP/32 dev lo table local proto 107`) and its relays listen on VIP:port; the harness adds no rule for the path. The node still holds the other paths' rules, so the path's packets pass conntrack and the nat table's few rules here; the scale table runs it on a node without any. The two kproxy columns take turns: one kproxy runs at a time, restarted when the other path is measured.")
+	} else if kproxyPath == Kproxy {
+		bn.table.Columns = slices.DeleteFunc(append(Paths(), bn.table.Extra...), func(p Path) bool { return p == KproxyLocal })
+		bn.table.Notes = append(bn.table.Notes, "No local-portal column: this kproxy binary has no --userspace-portals flag.")
 	}
 	if kproxyPath == KproxyIPTables {
 		bn.table.Notes = append(bn.table.Notes[:len(bn.table.Notes)-2],
@@ -472,9 +521,9 @@ func raiseNoFile(b *testing.B) int {
 	return int(min(wantIdleConns, (lim.Max-fdHeadroom)/2))
 }
 
-// kproxyServices is the services file for the kproxy path: one Service on
-// kproxyVIP with the three benchmark ports, its only endpoint the backend.
-func kproxyServices(backend netip.Addr) string {
+// kproxyServices is the services file for a kproxy path: one Service on
+// vip with the three benchmark ports, its only endpoint the backend.
+func kproxyServices(vip, backend netip.Addr) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Node
 metadata: {name: node}
@@ -503,34 +552,84 @@ ports:
 - {name: udp, port: %[5]d, protocol: UDP}
 endpoints:
 - {addresses: [%[2]s], nodeName: other}
-`, kproxyVIP, backend, iperfPort, httpPort, udpPort)
+`, vip, backend, iperfPort, httpPort, udpPort)
 }
 
-// startKproxy runs kproxy in mode (userspace or iptables) on the bench
-// service, and waits until its rules for the VIP's three ports (portals or
-// KUBE-SERVICES entries) are in the nat table.
-func startKproxy(b *testing.B, topo *lab.Topology, bin, mode string, backend netip.Addr) *lab.Process {
-	file := filepath.Join(b.TempDir(), "services.yaml")
-	if err := os.WriteFile(file, []byte(kproxyServices(backend)), 0o644); err != nil {
+// startKproxy runs kproxy for path p (iptables mode, or userspace with
+// REDIRECT or local portals) on the bench service at vip, and waits for its
+// first sync and for its rules (portals or KUBE-SERVICES entries for the
+// VIP's three ports) or its local route.
+func startKproxy(b *testing.B, topo *lab.Topology, bin, dir string, p Path, vip, backend netip.Addr, portals bool) *lab.Process {
+	file := filepath.Join(dir, string(p)+"-services.yaml")
+	if err := os.WriteFile(file, []byte(kproxyServices(vip, backend)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	p := topo.Node.Start(bin, "--proxy-mode="+mode, "--services-file="+file, "--hostname-override=node",
-		"--iptables-min-sync-period=0", "--conntrack-max-per-core=0", "-v=1")
+	kp := topo.Node.Start(bin, kproxyArgs(p, file, portals)...)
+	waitSynced(b, kp, 20*time.Second)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
-		case <-p.Exited():
-			b.Fatalf("kproxy exited before programming its rules: %v\n%s", p.Err(), p.Log())
+		case <-kp.Exited():
+			b.Fatalf("kproxy exited before programming %s: %v\n%s", vip, kp.Err(), kp.Log())
 		default:
 		}
-		save, _ := topo.Node.Exec("iptables-save", "-t", "nat")
-		if strings.Count(save, "-d "+kproxyVIP.String()+"/32") >= 3 {
-			return p
+		var state string
+		if p == KproxyLocal {
+			state = strings.Join(kproxyRoutes(b, topo.Node), "\n")
+			if strings.Contains(state, "local "+vip.String()+" ") {
+				return kp
+			}
+		} else {
+			state, _ = topo.Node.Exec("iptables-save", "-t", "nat")
+			if strings.Count(state, "-d "+vip.String()+"/32") >= 3 {
+				return kp
+			}
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("kproxy did not program rules for %s within 20 s; nat table:\n%s\nkproxy log:\n%s", kproxyVIP, save, p.Log())
+			b.Fatalf("kproxy did not program %s within 20 s; node state:\n%s\nkproxy log:\n%s", vip, state, kp.Log())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// activate starts p's proxy if it starts on demand, stopping the other
+// on-demand path's first.
+func (bn *bench) activate(b *testing.B, p *dataPath) {
+	if p.start == nil {
+		return
+	}
+	for _, o := range bn.paths {
+		if o != p && o.start != nil {
+			bn.deactivate(b, o)
+		}
+	}
+	if p.proxy == nil {
+		p.proxy = p.start(b)
+		bn.checkPath(b, p)
+		// The probes' connections close in the relay a moment later;
+		// the RSS row counts the proxy's sockets from here.
+		pid, last := p.proxy.Pid(), -1
+		waitFor(5*time.Second, func() bool {
+			n := countSockets(pid)
+			settled := n == last
+			last = n
+			time.Sleep(300 * time.Millisecond)
+			return settled
+		})
+	}
+}
+
+// deactivate stops p's on-demand proxy and removes what it leaves.
+func (bn *bench) deactivate(b *testing.B, p *dataPath) {
+	if p.proxy == nil {
+		return
+	}
+	if err := p.proxy.Stop(); err != nil {
+		b.Logf("stopping %s: %v", p.proxy, err)
+	}
+	p.proxy = nil
+	if p.stop != nil {
+		p.stop(b)
 	}
 }
 
@@ -818,7 +917,9 @@ func (bn *bench) idleRSS(b *testing.B, p *dataPath, record func(string, float64,
 	before := readRSS(b, pid)
 	conns = bn.openIdle(b, p, n)
 	defer bn.closeIdle(b, pid, socketsBefore, conns)
-	if !waitFor(30*time.Second, func() bool { return countSockets(pid) >= socketsBefore+2*n }) {
+	// A few sockets of slack: one open before (an earlier probe's) may
+	// close meanwhile.
+	if !waitFor(30*time.Second, func() bool { return countSockets(pid) >= socketsBefore+2*n-4 }) {
 		b.Fatalf("%s holds %d sockets with %d connections open (had %d before), want at least %d more",
 			p.proxy, countSockets(pid), n, socketsBefore, 2*n)
 	}
@@ -1033,7 +1134,7 @@ func machineHeader() []string {
 		}
 	}
 	return []string{
-		"**kproxy data-plane benchmark** (`go test -run '^$' -bench DataPlane -benchtime 1x ./bench/dataplane/`)",
+		"**kproxy data-plane benchmark** (`go test -run '^$' -bench '^BenchmarkDataPlane$' -benchtime 1x ./bench/dataplane/`)",
 		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 MST"),
 		fmt.Sprintf("Machine: %s, %d CPUs, Linux %s, %s", cpu, runtime.NumCPU(), kernel, runtime.Version()),
 	}

@@ -1,11 +1,18 @@
 // Package dataplane holds the data-plane benchmark of issue 3: one lab
-// (bench/lab: a client, the node, one backend) and five ways from the client
+// (bench/lab: a client, the node, one backend) and six ways from the client
 // to the backend's servers, each on its own service VIP so they coexist:
 //
 //   - direct: the client addresses the backend itself (routed by the node);
 //   - iptables DNAT: a hand-written nat PREROUTING DNAT rule, VIP → backend;
-//   - kproxy userspace: the real kproxy binary, --proxy-mode=userspace, fed
-//     a services file;
+//   - kproxy userspace, REDIRECT portals: the real kproxy binary,
+//     --proxy-mode=userspace --userspace-portals=redirect, fed a services
+//     file;
+//   - kproxy userspace, local portals: the same with
+//     --userspace-portals=local on a VIP of its own: kproxy adds a local
+//     route for the VIP (proto 107) and its relays listen on it; the
+//     benchmark adds no rule for it. The two kproxys take turns on the node
+//     (each would remove the other portal kind's rules or routes at start);
+//     binaries without the flag get no local-portal column;
 //   - Go io.Copy relay: the naive Go proxy (accept, dial, two io.Copy
 //     goroutines; a per-flow UDP relay), run as its own process behind a
 //     REDIRECT rule of the kind kproxy writes;
@@ -24,7 +31,7 @@
 // Each number is measured once per benchmark invocation, whatever b.N is:
 // run it with -benchtime 1x, as `make bench` should:
 //
-//	sudo go test -run '^$' -bench DataPlane -benchtime 1x ./bench/dataplane/
+//	sudo go test -run '^$' -bench '^BenchmarkDataPlane$' -benchtime 1x ./bench/dataplane/
 //
 // Comparing variants of a relay (compare.go, extra.go): KPROXY_DATAPLANE_EXTRA
 // adds proxy binaries as columns of their own, KPROXY_DATAPLANE_PATHS
@@ -34,6 +41,14 @@
 // proxy's CPU time per request or per gigabyte (proxy-cpu-µs/req,
 // proxy-cpu-ms/GB), which moves much less than rates when other work shares
 // the machine.
+//
+// BenchmarkDataPlaneScale (issue 14) measures new-connection requests and
+// new UDP flows per second through one service with 1 and 10,000 services
+// programmed (KPROXY_DATAPLANE_SCALE), for kube-proxy-shaped DNAT rules,
+// kproxy's iptables mode and the userspace mode with either portal kind,
+// each (path, number of services) on a fresh node of its own; see scale.go.
+//
+//	sudo go test -run '^$' -bench '^BenchmarkDataPlaneScale$' -benchtime 1x ./bench/dataplane/
 //
 // This file's package also holds the Go io.Copy relay (relay.go) and the
 // parsers and table renderer the benchmark uses.

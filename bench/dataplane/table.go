@@ -13,7 +13,13 @@ type Path string
 const (
 	Direct Path = "direct"
 	DNAT   Path = "dnat"
+	// Kproxy is kproxy's userspace mode with REDIRECT portals (nat rules
+	// steer service traffic to the relays' own ports).
 	Kproxy Path = "kproxy"
+	// KproxyLocal is the userspace mode with local portals: service
+	// addresses made local by routes, the relays listening on them, no
+	// netfilter rule on the node for the path.
+	KproxyLocal Path = "kproxy-local"
 	// KproxyIPTables is kproxy in --proxy-mode=iptables: kernel DNAT from
 	// kube-proxy's rule model. It runs in a table of its own (see
 	// KproxyModeEnv), as kproxy's modes remove each other's rules at start.
@@ -23,7 +29,7 @@ const (
 )
 
 // Paths lists the paths in table column order.
-func Paths() []Path { return []Path{Direct, DNAT, Kproxy, IOCopy, HAProxy} }
+func Paths() []Path { return []Path{Direct, DNAT, Kproxy, KproxyLocal, IOCopy, HAProxy} }
 
 // Title is the path's column heading.
 func (p Path) Title() string {
@@ -33,7 +39,9 @@ func (p Path) Title() string {
 	case DNAT:
 		return "iptables DNAT"
 	case Kproxy:
-		return "kproxy userspace"
+		return "kproxy userspace, REDIRECT portals"
+	case KproxyLocal:
+		return "kproxy userspace, local portals"
 	case KproxyIPTables:
 		return "kproxy iptables mode"
 	case IOCopy:
@@ -140,7 +148,7 @@ func (t *Table) Markdown() string {
 	for _, p := range columns {
 		fmt.Fprintf(&b, " %s |", p.Title())
 	}
-	label := "kproxy"
+	label := "kproxy REDIRECT"
 	if t.subject() != Kproxy {
 		label = t.subject().Title()
 	}

@@ -16,7 +16,7 @@ func TestTableMarkdown(t *testing.T) {
 		Header: []string{"Date: today"},
 		Notes:  []string{"a note"},
 	}
-	for p, v := range map[Path]float64{Direct: 21, DNAT: 20, Kproxy: 18, IOCopy: 13, HAProxy: 10} {
+	for p, v := range map[Path]float64{Direct: 21, DNAT: 20, Kproxy: 18, KproxyLocal: 19, IOCopy: 13, HAProxy: 10} {
 		tab.Set("bulk", p, v)
 	}
 	for p, v := range map[Path]float64{Direct: 0.1, DNAT: 0.1, Kproxy: 0.5, IOCopy: 0.6, HAProxy: 0.4} {
@@ -31,11 +31,11 @@ func TestTableMarkdown(t *testing.T) {
 	lines := strings.Split(md, "\n")
 	want := []string{
 		"Date: today  ",
-		"| measurement | direct | iptables DNAT | kproxy userspace | Go io.Copy relay | HAProxy splice-auto | kproxy target | kproxy vs HAProxy |",
-		"| bulk (Gbit/s) | 21.0 (105%) | 20.0 | 18.0 (90%) | 13.0 (65%) | 10.0 (50%) | ≥ 85% of DNAT: 90% ✓ | ahead (1.80×) ✓ |",
-		"| p99 (ms) | 0.10 | 0.10 | 0.50 | 0.60 | 0.40 |  | behind (1.25×) ✗ |",
-		"| rss (KiB/conn) | — | — | 20.5 | 30.0 | 25.0 | ≤ 16.0: 20.5 ✗ | ahead (0.82×) ✓ |",
-		"| udp (req/s) | — | 1000 | — | — | — | ≥ 70% of DNAT: not measured | — |",
+		"| measurement | direct | iptables DNAT | kproxy userspace, REDIRECT portals | kproxy userspace, local portals | Go io.Copy relay | HAProxy splice-auto | kproxy REDIRECT target | kproxy REDIRECT vs HAProxy |",
+		"| bulk (Gbit/s) | 21.0 (105%) | 20.0 | 18.0 (90%) | 19.0 (95%) | 13.0 (65%) | 10.0 (50%) | ≥ 85% of DNAT: 90% ✓ | ahead (1.80×) ✓ |",
+		"| p99 (ms) | 0.10 | 0.10 | 0.50 | — | 0.60 | 0.40 |  | behind (1.25×) ✗ |",
+		"| rss (KiB/conn) | — | — | 20.5 | — | 30.0 | 25.0 | ≤ 16.0: 20.5 ✗ | ahead (0.82×) ✓ |",
+		"| udp (req/s) | — | 1000 | — | — | — | — | ≥ 70% of DNAT: not measured | — |",
 		"a note  ",
 	}
 	for _, w := range want {
