@@ -67,7 +67,7 @@ func TestBadFlagsExitNonZeroNamingTheFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--proxy-mode=foo"}, `Error: invalid value "foo" for --proxy-mode: must be one of userspace, iptables, ipvs`},
+		{[]string{"--proxy-mode=foo"}, `Error: invalid value "foo" for --proxy-mode: must be one of userspace, iptables, ipvs, nftables`},
 		{[]string{"--iptables-masquerade-bit=32"}, `invalid value "32" for --iptables-masquerade-bit`},
 		{[]string{"--iptables-min-sync-period=1h"}, `for --iptables-min-sync-period: must not be greater than --iptables-sync-period`},
 		{[]string{"--cluster-cidr=bogus"}, `invalid value "bogus" for --cluster-cidr`},

@@ -31,6 +31,8 @@ const lockWait = "5"
 type Detector struct {
 	Runner Runner
 	System System
+	// SkipNFTablesKernelCheck is KUBE_PROXY_NFTABLES_SKIP_KERNEL_VERSION_CHECK.
+	SkipNFTablesKernelCheck bool
 	// Sandbox holds the probes that create chains, sets and links; nil, or
 	// one that fails, means they run in the node's own namespace.
 	Sandbox Sandbox
@@ -38,7 +40,10 @@ type Detector struct {
 
 // NewDetector returns a Detector that probes the real node.
 func NewDetector() *Detector {
-	return &Detector{Runner: ExecRunner{}, System: NetlinkSystem{}, Sandbox: ThreadSandbox{}}
+	return &Detector{
+		Runner: ExecRunner{}, System: NetlinkSystem{}, Sandbox: ThreadSandbox{},
+		SkipNFTablesKernelCheck: skipNFTablesKernelCheck(),
+	}
 }
 
 // Detect probes the real node; see Detector.Detect.
@@ -64,7 +69,16 @@ func (d *Detector) Detect(ctx context.Context) Features {
 	f.Conntrack = d.probeConntrack()
 	f.IPVS = d.probeIPVS(ctx)
 	f.SCTP = d.probeSCTP()
+	nftVersion, nftProblem := d.probeNFTVersion(ctx)
+	if nftProblem == "" {
+		nftProblem = d.nftKernelProblem()
+	}
+	f.NFTables = NFTablesSupport{NFTVersion: nftVersion, Problem: nftProblem}
 	f.ProbeNetns = d.inThrowawayNetns(ctx, func() {
+		if nftProblem == "" {
+			f.NFTables.IPv4 = d.probeNFTable(ctx, "ip")
+			f.NFTables.IPv6 = d.probeNFTable(ctx, "ip6")
+		}
 		d.detectIPTables(ctx, &f, lists)
 		f.IPSet = d.probeIPSet()
 		f.DummyLinks = d.probeDummyLinks()
@@ -76,6 +90,16 @@ func (d *Detector) Detect(ctx context.Context) Features {
 	}
 	klog.FromContext(ctx).V(2).Info("Probed kernel features", "elapsed", time.Since(start), "features", f.String())
 	return f
+}
+
+// nftKernelProblem checks the kernel release against kube-proxy's minimum
+// for the nftables mode.
+func (d *Detector) nftKernelProblem() string {
+	release, err := d.System.KernelRelease()
+	if err != nil {
+		return "reading the kernel release: " + err.Error()
+	}
+	return kernelTooOld(release, d.SkipNFTablesKernelCheck)
 }
 
 // withoutIPv6 marks an IPv6 backend unusable because the kernel will not

@@ -34,6 +34,8 @@ type fakeNode struct {
 	probeChainsRemaining map[string]bool // command → probe chains exist
 	probeSetExists       bool
 	ipset                error // CreateIPSet fails with it
+	kernelRelease        string
+	nftVersion           string // what nft --version prints
 }
 
 func (n *fakeNode) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
@@ -53,6 +55,8 @@ func (n *fakeNode) Run(_ context.Context, stdin []byte, name string, args ...str
 	case strings.HasSuffix(name, "-restore"):
 		in := string(stdin)
 		n.probeChainsRemaining[name] = !strings.Contains(in, "-X "+ProbeChain)
+	case name == "nft" && len(args) == 1 && args[0] == "--version":
+		return []byte(n.nftVersion), nil
 	case name == "modprobe":
 		if n.modprobeLoadsIPVS {
 			n.genl = []error{nil}
@@ -137,6 +141,12 @@ func (n *fakeNode) DeleteLink(name string) error {
 
 func (n *fakeNode) OpenSocket(domain, typ, proto int) error { return n.sctp }
 func (n *fakeNode) IPv6Off() error                          { return n.ipv6Off }
+func (n *fakeNode) KernelRelease() (string, error) {
+	if n.kernelRelease == "" {
+		return "6.1.0-28-amd64", nil
+	}
+	return n.kernelRelease, nil
+}
 func (n *fakeNode) ConntrackStats() error {
 	if n.ctrack == nil {
 		return nil
@@ -181,7 +191,7 @@ func ran(calls []call, line string) bool {
 // the node's own namespace.
 func readOnly(line string) bool {
 	name, _, _ := strings.Cut(line, " ")
-	return strings.HasSuffix(name, "-save") || name == "modprobe"
+	return strings.HasSuffix(name, "-save") || name == "modprobe" || line == "nft --version"
 }
 
 // emptyFilterSave is what legacy-save prints once something (an old

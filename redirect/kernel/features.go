@@ -99,6 +99,8 @@ type Features struct {
 	IPSet      Support // ip_set can create and destroy a set (over netlink)
 	DummyLinks Support // a dummy link can be created (kube-ipvs0 is one)
 	SCTP       Support // SCTP sockets can be opened
+	// NFTables: what the nftables mode needs (nft, kernel, tables).
+	NFTables NFTablesSupport
 
 	// ProbeNetns: the probes that create chains, sets and links ran in a
 	// throwaway network namespace, leaving the node's untouched. Absent, the
@@ -162,6 +164,7 @@ func (f Features) String() string {
 	fmt.Fprintf(&b, "ipset: %s\n", f.IPSet)
 	fmt.Fprintf(&b, "dummy links: %s\n", f.DummyLinks)
 	fmt.Fprintf(&b, "sctp: %s\n", f.SCTP)
+	fmt.Fprintf(&b, "nftables: %s\n", f.NFTables)
 	fmt.Fprintf(&b, "probes in a throwaway netns: %s", f.ProbeNetns)
 	return b.String()
 }

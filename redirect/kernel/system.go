@@ -31,6 +31,8 @@ type System interface {
 	// ConntrackStats asks ctnetlink for its global counters: a cheap request
 	// that fails when conntrack is not reachable over netlink.
 	ConntrackStats() error
+	// KernelRelease is uname's release ("6.1.0-13-amd64").
+	KernelRelease() (string, error)
 	// IPv6Off says why the kernel will not carry IPv6 in this network
 	// namespace (no IPv6 at all, or disabled by sysctl), nil when it will.
 	IPv6Off() error
@@ -98,6 +100,15 @@ func (NetlinkSystem) ConntrackStats() error {
 		return fmt.Errorf("ctnetlink stats request: %w", err)
 	}
 	return nil
+}
+
+// KernelRelease implements System.
+func (NetlinkSystem) KernelRelease() (string, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", fmt.Errorf("uname: %w", err)
+	}
+	return unix.ByteSliceToString(u.Release[:]), nil
 }
 
 // IPv6Off implements System, as kube-proxy decides whether a node can do

@@ -64,12 +64,21 @@ type Settings struct {
 
 	IPTables  IPTablesSettings
 	IPVS      IPVSSettings
+	NFTables  NFTablesSettings
 	Userspace UserspaceSettings
 }
 
 // IPTablesSettings are the iptables section of the configuration.
 type IPTablesSettings struct {
 	Sync SyncPeriods
+}
+
+// NFTablesSettings are the nftables section of the configuration.
+type NFTablesSettings struct {
+	Sync SyncPeriods
+	// MasqueradeBit is nftables.masqueradeBit (--nftables-masquerade-bit):
+	// kube-proxy's nftables mode takes its own, not --iptables-masquerade-bit.
+	MasqueradeBit int
 }
 
 // IPVSSettings are the ipvs section of the configuration.

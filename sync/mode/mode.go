@@ -15,6 +15,7 @@ const (
 	Userspace Name = "userspace"
 	IPTables  Name = "iptables"
 	IPVS      Name = "ipvs"
+	NFTables  Name = "nftables"
 )
 
 // Mode programs snapshots into the kernel or the userspace data plane.

@@ -58,6 +58,10 @@ type Config struct {
 	IPTablesSyncPeriod    time.Duration
 	IPTablesMinSyncPeriod time.Duration
 
+	NFTablesSyncPeriod    time.Duration
+	NFTablesMinSyncPeriod time.Duration
+	NFTablesMasqueradeBit int32
+
 	IPVSSyncPeriod    time.Duration
 	IPVSMinSyncPeriod time.Duration
 	// IPVSScheduler is resolved: an empty setting becomes "rr".

@@ -157,7 +157,7 @@ func TestFileErrorsNameFieldAndFlag(t *testing.T) {
 		t.Fatal("want error")
 	}
 	for _, want := range []string{
-		`invalid value "foo" for mode in config file ` + path + ` (flag --proxy-mode): must be one of userspace, iptables, ipvs`,
+		`invalid value "foo" for mode in config file ` + path + ` (flag --proxy-mode): must be one of userspace, iptables, ipvs, nftables`,
 		`invalid value "40" for iptables.masqueradeBit in config file ` + path + ` (flag --iptables-masquerade-bit): must be within [0, 31]`,
 	} {
 		if !strings.Contains(err.Error(), want) {

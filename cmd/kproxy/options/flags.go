@@ -99,7 +99,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"oom_score_adj for the kproxy process, within [-1000, 1000].")
 
 	fs.StringVar((*string)(&c.Mode), "proxy-mode", string(c.Mode),
-		"Proxy mode: 'userspace', 'iptables' or 'ipvs'. Empty picks iptables when the kernel supports it, else userspace.")
+		"Proxy mode: 'userspace', 'iptables', 'ipvs' or 'nftables'. Empty picks iptables when the kernel supports it, else userspace.")
 	fs.BoolVar(&c.IPTables.MasqueradeAll, "masquerade-all", c.IPTables.MasqueradeAll,
 		"If true, SNAT all traffic sent to Service cluster IPs (some CNI plugins need this).")
 	fs.Int32Var(c.IPTables.MasqueradeBit, "iptables-masquerade-bit", *c.IPTables.MasqueradeBit,
@@ -110,6 +110,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Maximum interval (e.g. '5s', '1m', '2h22m') between full resynchronisations of the rules. Must be greater than 0.")
 	fs.DurationVar(&c.IPTables.MinSyncPeriod.Duration, "iptables-min-sync-period", c.IPTables.MinSyncPeriod.Duration,
 		"Minimum interval between iptables rule syncs (e.g. '5s', '1m'). 0 syncs on every Service or EndpointSlice change.")
+	fs.DurationVar(&c.NFTables.SyncPeriod.Duration, "nftables-sync-period", c.NFTables.SyncPeriod.Duration,
+		"Maximum interval between full resynchronisations of the nftables rules (kproxy's; kube-proxy 1.36 takes --iptables-sync-period in nftables mode, and so does kproxy when this flag is not given).")
+	fs.DurationVar(&c.NFTables.MinSyncPeriod.Duration, "nftables-min-sync-period", c.NFTables.MinSyncPeriod.Duration,
+		"Minimum interval between nftables rule syncs (kproxy's; else --iptables-min-sync-period applies, as in kube-proxy). 0 syncs on every change.")
+	fs.Int32Var(c.NFTables.MasqueradeBit, "nftables-masquerade-bit", *c.NFTables.MasqueradeBit,
+		"In nftables mode, the mark bit that marks packets needing SNAT, within [0, 31] (nftables.masqueradeBit; --iptables-masquerade-bit does not apply there).")
 	fs.DurationVar(&c.IPVS.SyncPeriod.Duration, "ipvs-sync-period", c.IPVS.SyncPeriod.Duration,
 		"Maximum interval (e.g. '5s', '1m', '2h22m') between full resynchronisations of the IPVS rules. Must be greater than 0.")
 	fs.DurationVar(&c.IPVS.MinSyncPeriod.Duration, "ipvs-min-sync-period", c.IPVS.MinSyncPeriod.Duration,
@@ -191,15 +197,33 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		},
 		"oom-score-adj":  func(d, s *FileConfiguration) { d.OOMScoreAdj = ptrTo(*s.OOMScoreAdj) },
 		"proxy-mode":     func(d, s *FileConfiguration) { d.Mode = s.Mode },
-		"masquerade-all": func(d, s *FileConfiguration) { d.IPTables.MasqueradeAll = s.IPTables.MasqueradeAll },
+		// kube-proxy's --masquerade-all is one setting for every mode.
+		"masquerade-all": func(d, s *FileConfiguration) {
+			d.IPTables.MasqueradeAll = s.IPTables.MasqueradeAll
+			d.NFTables.MasqueradeAll = s.IPTables.MasqueradeAll
+		},
 		"iptables-masquerade-bit": func(d, s *FileConfiguration) {
 			d.IPTables.MasqueradeBit = ptrTo(*s.IPTables.MasqueradeBit)
 		},
 		"iptables-localhost-nodeports": func(d, s *FileConfiguration) {
 			d.IPTables.LocalhostNodePorts = ptrTo(*s.IPTables.LocalhostNodePorts)
 		},
-		"iptables-sync-period":     func(d, s *FileConfiguration) { d.IPTables.SyncPeriod = s.IPTables.SyncPeriod },
-		"iptables-min-sync-period": func(d, s *FileConfiguration) { d.IPTables.MinSyncPeriod = s.IPTables.MinSyncPeriod },
+		// kube-proxy applies the iptables sync flags to its nftables mode
+		// too; the nftables-* flags, visited later (flags are visited in
+		// name order), win when both are given.
+		"iptables-sync-period": func(d, s *FileConfiguration) {
+			d.IPTables.SyncPeriod = s.IPTables.SyncPeriod
+			d.NFTables.SyncPeriod = s.IPTables.SyncPeriod
+		},
+		"iptables-min-sync-period": func(d, s *FileConfiguration) {
+			d.IPTables.MinSyncPeriod = s.IPTables.MinSyncPeriod
+			d.NFTables.MinSyncPeriod = s.IPTables.MinSyncPeriod
+		},
+		"nftables-sync-period":     func(d, s *FileConfiguration) { d.NFTables.SyncPeriod = s.NFTables.SyncPeriod },
+		"nftables-min-sync-period": func(d, s *FileConfiguration) { d.NFTables.MinSyncPeriod = s.NFTables.MinSyncPeriod },
+		"nftables-masquerade-bit": func(d, s *FileConfiguration) {
+			d.NFTables.MasqueradeBit = ptrTo(*s.NFTables.MasqueradeBit)
+		},
 		"ipvs-sync-period":         func(d, s *FileConfiguration) { d.IPVS.SyncPeriod = s.IPVS.SyncPeriod },
 		"ipvs-min-sync-period":     func(d, s *FileConfiguration) { d.IPVS.MinSyncPeriod = s.IPVS.MinSyncPeriod },
 		"ipvs-scheduler":           func(d, s *FileConfiguration) { d.IPVS.Scheduler = s.IPVS.Scheduler },

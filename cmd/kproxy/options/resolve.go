@@ -28,7 +28,9 @@ func detectLocalModes() []string {
 	return []string{"ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"}
 }
 
-func proxyModes() []mode.Name { return []mode.Name{mode.Userspace, mode.IPTables, mode.IPVS} }
+func proxyModes() []mode.Name {
+	return []mode.Name{mode.Userspace, mode.IPTables, mode.IPVS, mode.NFTables}
+}
 
 // isMajorMinor reports whether v looks like "1.35".
 func isMajorMinor(v string) bool {
@@ -94,6 +96,9 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 		LocalhostNodePorts:          deref(c.IPTables.LocalhostNodePorts),
 		IPTablesSyncPeriod:          c.IPTables.SyncPeriod.Duration,
 		IPTablesMinSyncPeriod:       c.IPTables.MinSyncPeriod.Duration,
+		NFTablesSyncPeriod:          c.NFTables.SyncPeriod.Duration,
+		NFTablesMinSyncPeriod:       c.NFTables.MinSyncPeriod.Duration,
+		NFTablesMasqueradeBit:       deref(c.NFTables.MasqueradeBit),
 		IPVSSyncPeriod:              c.IPVS.SyncPeriod.Duration,
 		IPVSMinSyncPeriod:           c.IPVS.MinSyncPeriod.Duration,
 		IPVSScheduler:               c.IPVS.Scheduler,
@@ -122,7 +127,12 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 	}
 
 	if cfg.Mode != "" && !slices.Contains(proxyModes(), cfg.Mode) {
-		r.invalid(setting{"proxy-mode", "mode"}, cfg.Mode, "must be one of userspace, iptables, ipvs")
+		r.invalid(setting{"proxy-mode", "mode"}, cfg.Mode, "must be one of userspace, iptables, ipvs, nftables")
+	}
+	if cfg.Mode == mode.NFTables {
+		// kube-proxy's nftables mode has its own masqueradeAll (the
+		// --masquerade-all flag sets both).
+		cfg.MasqueradeAll = c.NFTables.MasqueradeAll
 	}
 
 	// Addresses.
@@ -147,6 +157,11 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 	}
 	r.syncPeriods(setting{"iptables-sync-period", "iptables.syncPeriod"}, cfg.IPTablesSyncPeriod,
 		setting{"iptables-min-sync-period", "iptables.minSyncPeriod"}, cfg.IPTablesMinSyncPeriod)
+	if cfg.NFTablesMasqueradeBit < 0 || cfg.NFTablesMasqueradeBit > 31 {
+		r.invalid(setting{"nftables-masquerade-bit", "nftables.masqueradeBit"}, cfg.NFTablesMasqueradeBit, "must be within [0, 31]")
+	}
+	r.syncPeriods(setting{"nftables-sync-period", "nftables.syncPeriod"}, cfg.NFTablesSyncPeriod,
+		setting{"nftables-min-sync-period", "nftables.minSyncPeriod"}, cfg.NFTablesMinSyncPeriod)
 	r.syncPeriods(setting{"ipvs-sync-period", "ipvs.syncPeriod"}, cfg.IPVSSyncPeriod,
 		setting{"ipvs-min-sync-period", "ipvs.minSyncPeriod"}, cfg.IPVSMinSyncPeriod)
 	switch {
@@ -272,6 +287,11 @@ func (r *resolver) nodePortAddresses(cfg *Config, values []string) {
 			r.invalid(s, strings.Join(values, ","), "'primary' cannot be combined with CIDRs")
 			return
 		}
+		cfg.NodePortPrimary = true
+		return
+	}
+	if len(values) == 0 && cfg.Mode == mode.NFTables {
+		// kube-proxy's default in this mode: NodePorts on the primary IPs only.
 		cfg.NodePortPrimary = true
 		return
 	}

@@ -21,6 +21,10 @@ func (c *Config) ModeSettings() mode.Settings {
 		MasqueradeBit:      int(c.MasqueradeBit),
 		LocalhostNodePorts: c.LocalhostNodePorts,
 		IPTables:           mode.IPTablesSettings{Sync: syncPeriods(c.IPTablesMinSyncPeriod, c.IPTablesSyncPeriod)},
+		NFTables: mode.NFTablesSettings{
+			Sync:          syncPeriods(c.NFTablesMinSyncPeriod, c.NFTablesSyncPeriod),
+			MasqueradeBit: int(c.NFTablesMasqueradeBit),
+		},
 		IPVS: mode.IPVSSettings{
 			Sync:      syncPeriods(c.IPVSMinSyncPeriod, c.IPVSSyncPeriod),
 			Scheduler: c.IPVSScheduler, ExcludeCIDRs: c.IPVSExcludeCIDRs, StrictARP: c.IPVSStrictARP,

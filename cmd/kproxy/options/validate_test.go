@@ -15,7 +15,7 @@ func TestInvalidFlagsNameTheFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown proxy mode", []string{"--proxy-mode=foo"}, `invalid value "foo" for --proxy-mode: must be one of userspace, iptables, ipvs`},
+		{"unknown proxy mode", []string{"--proxy-mode=foo"}, `invalid value "foo" for --proxy-mode: must be one of userspace, iptables, ipvs, nftables`},
 		{"nftables is not a kproxy mode", []string{"--proxy-mode=nftables"}, `invalid value "nftables" for --proxy-mode`},
 		{"bind address not an IP", []string{"--bind-address=node1"}, `invalid value "node1" for --bind-address: must be an IP address`},
 		{"healthz host not an IP", []string{"--healthz-bind-address=localhost:10256"}, `invalid value "localhost:10256" for --healthz-bind-address: "localhost" is not an IP address`},
