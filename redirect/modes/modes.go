@@ -9,6 +9,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/modes/iptables"
 	"kproxy.dev/kproxy/redirect/modes/ipvs"
+	"kproxy.dev/kproxy/redirect/modes/nftables"
 	"kproxy.dev/kproxy/redirect/modes/userspace"
 	"kproxy.dev/kproxy/sync/mode"
 )
@@ -19,6 +20,7 @@ func All() []mode.Definition {
 	return []mode.Definition{
 		iptables.Definition(),
 		ipvs.Definition(),
+		nftables.Definition(),
 		userspace.Definition(),
 	}
 }

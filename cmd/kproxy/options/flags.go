@@ -195,8 +195,8 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		"show-hidden-metrics-for-version": func(d, s *FileConfiguration) {
 			d.ShowHiddenMetricsForVersion = s.ShowHiddenMetricsForVersion
 		},
-		"oom-score-adj":  func(d, s *FileConfiguration) { d.OOMScoreAdj = ptrTo(*s.OOMScoreAdj) },
-		"proxy-mode":     func(d, s *FileConfiguration) { d.Mode = s.Mode },
+		"oom-score-adj": func(d, s *FileConfiguration) { d.OOMScoreAdj = ptrTo(*s.OOMScoreAdj) },
+		"proxy-mode":    func(d, s *FileConfiguration) { d.Mode = s.Mode },
 		// kube-proxy's --masquerade-all is one setting for every mode.
 		"masquerade-all": func(d, s *FileConfiguration) {
 			d.IPTables.MasqueradeAll = s.IPTables.MasqueradeAll
@@ -224,9 +224,9 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		"nftables-masquerade-bit": func(d, s *FileConfiguration) {
 			d.NFTables.MasqueradeBit = ptrTo(*s.NFTables.MasqueradeBit)
 		},
-		"ipvs-sync-period":         func(d, s *FileConfiguration) { d.IPVS.SyncPeriod = s.IPVS.SyncPeriod },
-		"ipvs-min-sync-period":     func(d, s *FileConfiguration) { d.IPVS.MinSyncPeriod = s.IPVS.MinSyncPeriod },
-		"ipvs-scheduler":           func(d, s *FileConfiguration) { d.IPVS.Scheduler = s.IPVS.Scheduler },
+		"ipvs-sync-period":     func(d, s *FileConfiguration) { d.IPVS.SyncPeriod = s.IPVS.SyncPeriod },
+		"ipvs-min-sync-period": func(d, s *FileConfiguration) { d.IPVS.MinSyncPeriod = s.IPVS.MinSyncPeriod },
+		"ipvs-scheduler":       func(d, s *FileConfiguration) { d.IPVS.Scheduler = s.IPVS.Scheduler },
 		"ipvs-exclude-cidrs": func(d, s *FileConfiguration) {
 			d.IPVS.ExcludeCIDRs = append([]string(nil), s.IPVS.ExcludeCIDRs...)
 		},

@@ -21,11 +21,15 @@ func TestModeSettings(t *testing.T) {
 	}{
 		{
 			name: "a zero minimum sync period means no limit",
-			cfg:  Config{NodeName: "n", IPTablesSyncPeriod: 30 * time.Second, IPVSMinSyncPeriod: time.Second, IPVSSyncPeriod: time.Minute},
+			cfg: Config{
+				NodeName: "n", IPTablesSyncPeriod: 30 * time.Second, IPVSMinSyncPeriod: time.Second, IPVSSyncPeriod: time.Minute,
+				NFTablesMinSyncPeriod: 2 * time.Second, NFTablesSyncPeriod: time.Hour, NFTablesMasqueradeBit: 13,
+			},
 			want: mode.Settings{
 				NodeName: "n",
 				IPTables: mode.IPTablesSettings{Sync: mode.SyncPeriods{Min: -1, Max: 30 * time.Second}},
 				IPVS:     mode.IPVSSettings{Sync: mode.SyncPeriods{Min: time.Second, Max: time.Minute}},
+				NFTables: mode.NFTablesSettings{Sync: mode.SyncPeriods{Min: 2 * time.Second, Max: time.Hour}, MasqueradeBit: 13},
 			},
 		},
 		{
@@ -38,6 +42,7 @@ func TestModeSettings(t *testing.T) {
 				NodePorts: nodeaddr.Policy{Primary: true, BindAddress: bind},
 				IPTables:  mode.IPTablesSettings{Sync: mode.SyncPeriods{Min: -1}},
 				IPVS:      mode.IPVSSettings{Sync: mode.SyncPeriods{Min: -1}},
+				NFTables:  mode.NFTablesSettings{Sync: mode.SyncPeriods{Min: -1}},
 				Userspace: mode.UserspaceSettings{PortRange: ports.Range{Lo: 30000, Hi: 30099}, UDPIdleTimeout: time.Second, Portals: mode.PortalsLocal},
 			},
 		},

@@ -16,7 +16,7 @@ func TestInvalidFlagsNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{"unknown proxy mode", []string{"--proxy-mode=foo"}, `invalid value "foo" for --proxy-mode: must be one of userspace, iptables, ipvs, nftables`},
-		{"nftables is not a kproxy mode", []string{"--proxy-mode=nftables"}, `invalid value "nftables" for --proxy-mode`},
+		{"nftables masquerade bit", []string{"--nftables-masquerade-bit=32"}, `invalid value "32" for --nftables-masquerade-bit: must be within [0, 31]`},
 		{"bind address not an IP", []string{"--bind-address=node1"}, `invalid value "node1" for --bind-address: must be an IP address`},
 		{"healthz host not an IP", []string{"--healthz-bind-address=localhost:10256"}, `invalid value "localhost:10256" for --healthz-bind-address: "localhost" is not an IP address`},
 		{"healthz port out of range", []string{"--healthz-bind-address=0.0.0.0:70000"}, `invalid value "0.0.0.0:70000" for --healthz-bind-address: port "70000" must be a number within [1, 65535]`},
@@ -147,6 +147,52 @@ func TestValidValuesResolve(t *testing.T) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
 	}
+}
+
+// TestNFTablesSettingsAsKubeProxy: kube-proxy 1.36 has no nftables flags;
+// its nftables mode takes --iptables-(min-)sync-period and --masquerade-all,
+// nftables.masqueradeBit (not --iptables-masquerade-bit), and NodePorts on
+// the primary IPs unless --nodeport-addresses says otherwise. kproxy's own
+// nftables-* flags win over the iptables ones.
+func TestNFTablesSettingsAsKubeProxy(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want func(c *Config) []string
+	}{
+		{"defaults", []string{"--proxy-mode=nftables"}, func(c *Config) []string {
+			return check(c.NFTablesSyncPeriod == 30*time.Second && c.NFTablesMinSyncPeriod == time.Second && c.NFTablesMasqueradeBit == 14 &&
+				c.NodePortPrimary && !c.MasqueradeAll, "defaults 30s/1s/14, primary NodePorts")
+		}},
+		{"iptables sync flags apply", []string{"--proxy-mode=nftables", "--iptables-sync-period=1m", "--iptables-min-sync-period=0", "--masquerade-all", "--iptables-masquerade-bit=3"}, func(c *Config) []string {
+			return check(c.NFTablesSyncPeriod == time.Minute && c.NFTablesMinSyncPeriod == 0 && c.MasqueradeAll && c.NFTablesMasqueradeBit == 14,
+				"1m, 0, masquerade all, bit still 14")
+		}},
+		{"nftables flags win", []string{"--proxy-mode=nftables", "--iptables-sync-period=1m", "--nftables-sync-period=2m", "--nftables-masquerade-bit=5"}, func(c *Config) []string {
+			return check(c.NFTablesSyncPeriod == 2*time.Minute && c.NFTablesMasqueradeBit == 5, "2m, bit 5")
+		}},
+		{"explicit nodeport addresses stay", []string{"--proxy-mode=nftables", "--nodeport-addresses=198.19.0.0/16"}, func(c *Config) []string {
+			return check(!c.NodePortPrimary && len(c.NodePortAddresses) == 1, "the given CIDR")
+		}},
+		{"other modes keep all addresses", []string{"--proxy-mode=iptables"}, func(c *Config) []string {
+			return check(!c.NodePortPrimary && len(c.NodePortAddresses) == 0, "all local addresses")
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := mustComplete(t, tc.args...)
+			for _, problem := range tc.want(cfg) {
+				t.Errorf("%s: %+v", problem, cfg)
+			}
+		})
+	}
+}
+
+func check(ok bool, want string) []string {
+	if ok {
+		return nil
+	}
+	return []string{"want " + want}
 }
 
 func TestPrimaryNodePortAddresses(t *testing.T) {
