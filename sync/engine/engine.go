@@ -184,6 +184,12 @@ func (e *Engine) Notify() {
 	e.health.QueuedUpdate()
 	e.metrics.LastQueuedTimestamp.Set(unixSeconds(e.clock.Now()))
 	e.setPending()
+	if !e.smap.Synced() {
+		// A run now would do nothing yet spend one of the runner's burst
+		// tokens, delaying the first real sync by up to the minimum sync
+		// period; the map's OnSynced notification starts the first one.
+		return
+	}
 	e.runner.Run()
 }
 

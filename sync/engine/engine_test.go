@@ -504,3 +504,45 @@ func lastSynced(e *Engine) *servicemap.Snapshot {
 	defer e.mu.Unlock()
 	return e.lastGood
 }
+
+// TestFirstSyncNotDelayedByEventsBeforeSynced: events that arrive while the
+// informers are still listing must not use up the runner's burst, or the
+// first real sync waits out the minimum sync period (seen as a 1 s delay at
+// start, against kube-proxy syncing at once).
+func TestFirstSyncNotDelayedByEventsBeforeSynced(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	smap, fm, met := &fakeMap{}, &fakeMode{}, metrics.New()
+	clk := clocktesting.NewFakeClock(t0) // never stepped: a sync that waits for the rate limit never comes
+	e, err := New(Config{Map: smap, Mode: fm, Metrics: met, Health: healthz.New(time.Minute, met, clk),
+		SyncPeriod: 30 * time.Second, MinSyncPeriod: time.Second, Burst: 2, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	for range 5 {
+		e.Notify() // the initial list, before the map is synced
+		time.Sleep(5 * time.Millisecond)
+	}
+	smap.mu.Lock()
+	smap.synced = true
+	smap.mu.Unlock()
+	e.Notify() // OnSynced
+	deadline := time.Now().Add(5 * time.Second)
+	for len(fm.callsSoFar()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no sync after the map synced without the clock moving: pre-sync events spent the burst")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// callsSoFar returns the calls so far without consuming them.
+func (m *fakeMode) callsSoFar() []call {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.calls)
+}
