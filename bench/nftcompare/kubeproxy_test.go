@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,10 @@ const (
 // knownDifferences are the intended differences between kube-proxy's tables
 // and kproxy's, each with its reason. The test fails on any other.
 var knownDifferences = []KnownDifference{}
+
+// unallocatedClusterIPs ends kube-proxy's rule that drops traffic to
+// addresses of the service ranges no Service holds.
+const unallocatedClusterIPs = `drop comment "Drop traffic to unallocated ClusterIPs"`
 
 // families are the nftables families both proxies write a kube-proxy table in.
 var families = []string{"ip", "ip6"}
@@ -109,8 +114,8 @@ const (
 
 func (r *scenarioRun) run(ctx context.Context) []Result {
 	t := r.t
-	r.createObjects(ctx)
 	t.Cleanup(func() { r.deleteObjects(context.Background()) })
+	r.createObjects(ctx)
 
 	flags := append([]string{
 		"--kubeconfig=" + r.kubeconfig,
@@ -153,7 +158,13 @@ func (r *scenarioRun) run(ctx context.Context) []Result {
 	for _, run := range runs {
 		wg.Go(func() {
 			for _, fam := range families {
-				table, err := waitSynced(ctx, nss[run.name], fam, expected[fam], 60*time.Second)
+				want := expected[fam]
+				if run.bin == r.kubeProxy {
+					// Written once kube-proxy's ServiceCIDR informer has
+					// synced, which may be after its first sync.
+					want = append(slices.Clone(want), unallocatedClusterIPs)
+				}
+				table, err := waitSynced(ctx, nss[run.name], fam, want, 60*time.Second)
 				mu.Lock()
 				if tables[run.name] == nil {
 					tables[run.name], problems[run.name] = map[string]string{}, map[string]string{}
@@ -172,8 +183,11 @@ func (r *scenarioRun) run(ctx context.Context) []Result {
 	for _, fam := range families {
 		res := Result{Scenario: r.sc.Name, Family: fam}
 		t.Run(fam, func(t *testing.T) {
-			if p := problems[kubeProxyA][fam] + problems[kubeProxyB][fam]; p != "" {
-				t.Fatalf("kube-proxy did not sync: %s", p)
+			for _, run := range []string{kubeProxyA, kubeProxyB} {
+				if p := problems[run][fam]; p != "" {
+					res.Problem = run + " did not sync: " + p
+					t.Fatalf("%s did not sync: %s", run, p)
+				}
 			}
 			a, b, k := tables[kubeProxyA][fam], tables[kubeProxyB][fam], tables[kproxyRun][fam]
 			if d := UnifiedDiff(kubeProxyA, kubeProxyB, a, b); d != "" {
@@ -203,19 +217,23 @@ func (r *scenarioRun) run(ctx context.Context) []Result {
 }
 
 // waitSynced polls the family's table until it holds every expected
-// service and reads the same twice in a row, and returns it normalised. On
-// timeout (or when the proxy exits) it returns the last table it read and
-// an error saying what was missing.
+// service and has not changed for stableFor, and returns it normalised. (A
+// proxy's first sync may come before it knows everything: kube-proxy adds
+// the rule for unallocated ClusterIPs only once its ServiceCIDR informer has
+// synced.) On timeout, or when the proxy exits, it returns the last table it
+// read and an error saying what was missing.
 func waitSynced(ctx context.Context, ns *ProxyNetns, family string, expected []string, timeout time.Duration) (string, error) {
+	const stableFor = 3 * time.Second
 	deadline := time.Now().Add(timeout)
 	var last, prev string
+	var stableSince time.Time
 	var lastErr error
 	for {
 		raw, err := ns.ListTable(ctx, family)
 		if err == nil {
 			var missing []string
 			for _, e := range expected {
-				if !strings.Contains(raw, e) {
+				if !holds(raw, e) {
 					missing = append(missing, e)
 				}
 			}
@@ -225,7 +243,10 @@ func waitSynced(ctx context.Context, ns *ProxyNetns, family string, expected []s
 				err = fmt.Errorf("normalising the %s table: %w", family, err)
 			case len(missing) > 0:
 				err = fmt.Errorf("the %s table lacks services %v", family, missing)
-			case last == prev:
+			case last != prev:
+				stableSince = time.Now()
+				err = fmt.Errorf("the %s table still changes", family)
+			case time.Since(stableSince) >= stableFor:
 				return last, nil
 			}
 			prev = last
@@ -234,7 +255,7 @@ func waitSynced(ctx context.Context, ns *ProxyNetns, family string, expected []s
 		select {
 		case <-ns.Exited():
 			return last, fmt.Errorf("exited (%v) before its %s table was synced; last: %v", ns.ExitErr(), family, lastErr)
-		case <-time.After(700 * time.Millisecond):
+		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
 			return last, ctx.Err()
 		}
@@ -242,6 +263,16 @@ func waitSynced(ctx context.Context, ns *ProxyNetns, family string, expected []s
 			return last, fmt.Errorf("not synced after %v: %v", timeout, lastErr)
 		}
 	}
+}
+
+// holds says whether a raw listing has a service "ns/name" (its chains
+// carry "ns/name/proto/port", the elements of one without endpoints
+// "ns/name:port"), or the unallocatedClusterIPs rule.
+func holds(raw, want string) bool {
+	if want == unallocatedClusterIPs {
+		return strings.Contains(raw, want)
+	}
+	return strings.Contains(raw, want+"/") || strings.Contains(raw, want+":")
 }
 
 func (r *scenarioRun) createObjects(ctx context.Context) {
@@ -269,6 +300,16 @@ func (r *scenarioRun) createObjects(ctx context.Context) {
 		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "KubeletReady"}}
 	if _, err := r.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("setting the status of node %s: %v", n.Name, err)
+	}
+	namespaces := map[string]bool{}
+	for _, svc := range r.sc.Services {
+		namespaces[svc.Namespace] = true
+	}
+	for ns := range namespaces {
+		_, err := r.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating namespace %s: %v", ns, err)
+		}
 	}
 	for _, svc := range r.sc.Services {
 		want := svc.DeepCopy()

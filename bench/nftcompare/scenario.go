@@ -108,6 +108,10 @@ func ParseScenario(name string, data []byte) (*Scenario, error) {
 			if o.Namespace == "" {
 				o.Namespace = "default"
 			}
+			// The API server wants the primary cluster IP in both fields.
+			if o.Spec.ClusterIP == "" && len(o.Spec.ClusterIPs) > 0 {
+				o.Spec.ClusterIP = o.Spec.ClusterIPs[0]
+			}
 			s.Services = append(s.Services, o)
 		case *discovery.EndpointSlice:
 			if o.Namespace == "" {
@@ -142,8 +146,7 @@ func stripComments(d []byte) []byte {
 	return bytes.Join(out, []byte("\n"))
 }
 
-// ExpectedNames returns, per family ("ip", "ip6"), the "namespace/name/"
-// prefixes of the services whose chains a synced table must hold: every
+// ExpectedNames returns, per family ("ip", "ip6"), the "namespace/name" of the services whose chains a synced table must hold: every
 // service with a cluster IP of that family and at least one port. Headless
 // and ExternalName services are left out (neither proxy programs them).
 func (s *Scenario) ExpectedNames() map[string][]string {
@@ -165,7 +168,7 @@ func (s *Scenario) ExpectedNames() map[string][]string {
 			if a.Is6() {
 				fam = "ip6"
 			}
-			out[fam] = append(out[fam], svc.Namespace+"/"+svc.Name+"/")
+			out[fam] = append(out[fam], svc.Namespace+"/"+svc.Name)
 		}
 	}
 	return out
