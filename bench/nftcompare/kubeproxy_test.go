@@ -89,8 +89,8 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		})
 	}
 	if path := os.Getenv(ReportEnv); path != "" {
-		notes := fmt.Sprintf("Run took %v. Reproduce: `sudo env KPROXY_TOOLS_BIN=/work/main/bench/tools/bin %s=%s go test -count=1 -v -run TestSameNFTablesAsKubeProxy ./bench/nftcompare/`.",
-			time.Since(start).Round(time.Second), ReportEnv, path)
+		notes := fmt.Sprintf("Run took %v. Reproduce: `sudo env %s=%s %s=%s go test -count=1 -v -run TestSameNFTablesAsKubeProxy ./bench/nftcompare/`.",
+			time.Since(start).Round(time.Second), lab.ToolsBinEnv, os.Getenv(lab.ToolsBinEnv), ReportEnv, path)
 		if err := os.WriteFile(path, []byte(Report(results, time.Now(), notes)), 0o644); err != nil {
 			t.Errorf("writing the report: %v", err)
 		}
