@@ -50,7 +50,11 @@ func newTestMode(t testing.TB, clock *testClock, nfts map[ipfamily.Family]knftab
 	var fams []FamilyConfig
 	for _, fam := range ipfamily.All() {
 		if nft, ok := nfts[fam]; ok {
-			fams = append(fams, FamilyConfig{Rules: testRulesConfig(fam), NFT: nft})
+			fc := FamilyConfig{Rules: testRulesConfig(fam), NFT: nft}
+			if _, ok := nft.(realIface); ok {
+				fc.Lister = NewNetlinkLister(fam, TableName)
+			}
+			fams = append(fams, fc)
 		}
 	}
 	cfg := Config{Families: fams, NodeName: testkit.NodeName, NodePorts: testPolicy(), LocalAddresses: localAddrs, Logger: klog.Background()}
