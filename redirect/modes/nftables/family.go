@@ -73,6 +73,9 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	if ip, ok := f.nodePorts.PrimaryIP(f.fam, node); ok {
 		cfg.NodeIP = ip
 	}
+	if snap != nil {
+		cfg.ServiceCIDRs = ipfamily.Prefixes(snap.ServiceCIDRs, f.fam)
+	}
 	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.localAddrs != nil {
 		addrs, err := f.localAddrs()
 		if err != nil {
@@ -90,7 +93,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	if err != nil {
 		return f.failed(err)
 	}
-	full := changes.Full || f.needFull || f.builder == nil || !cfg.Equal(f.builder.Config())
+	full := changes.Full || f.needFull || f.builder == nil
 	if !full {
 		intact, err := f.canaryIntact(ctx)
 		if err != nil {
@@ -115,11 +118,35 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		f.builder, f.needFull = b, false
 		return nil
 	}
-	err = f.partialSync(ctx, snap, changes)
+	names := slices.Clone(changes.Changed)
+	for _, sp := range changes.Removed {
+		names = append(names, sp.Name)
+	}
+	b, shared := f.builder, false
+	if old := f.builder.Config(); !cfg.Equal(old) {
+		// The node or the configuration changed: the shared objects are
+		// rewritten, and the ports' objects only where they differ (a
+		// rewrite of every chain costs the kernel minutes at 30,000
+		// services, for its anonymous sets).
+		if b, err = rules.New(cfg); err != nil {
+			return f.failed(fmt.Errorf("nftables rules: %w", err))
+		}
+		shared = true
+		if !cfg.PortsEqual(old) {
+			for name := range snap.All() {
+				names = append(names, name)
+			}
+			for name := range f.applied {
+				names = append(names, name)
+			}
+		}
+	}
+	err = f.partialSync(ctx, snap, names, b, shared)
 	f.metrics.partialDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return f.failed(err)
 	}
+	f.builder = b
 	return nil
 }
 
@@ -244,7 +271,7 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	want := f.ports(b, snap, names)
 
 	tx := f.nft.NewTransaction()
-	b.WriteShared(tx, !f.recreated)
+	b.WriteShared(tx, !f.recreated, true)
 	addrType := b.AddrType()
 	keepChains := map[string]bool{}
 	keepSets := map[string]bool{}
@@ -340,15 +367,11 @@ func writeChain(tx *knftables.Transaction, c rules.Chain, exists bool) {
 // that differ, their affinity sets and the elements that differ from what
 // was applied, in one transaction. Its cost follows the change, not the
 // number of services.
-func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
-	names := slices.Clone(changes.Changed)
-	for _, sp := range changes.Removed {
-		names = append(names, sp.Name)
-	}
+func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, names []servicemap.ServicePortName, b *rules.Builder, shared bool) error {
 	slices.SortFunc(names, servicemap.ServicePortName.Compare)
 	names = slices.Compact(names)
-	want := f.ports(f.builder, snap, names)
-	addrType := f.builder.AddrType()
+	want := f.ports(b, snap, names)
+	addrType := b.AddrType()
 
 	// Operations go in phases so that every reference is valid when made:
 	// flushes before the sets they referred to go, sets before the rules
@@ -439,6 +462,9 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 	}
 
 	tx := f.nft.NewTransaction()
+	if shared {
+		b.WriteShared(tx, false, false)
+	}
 	for _, phase := range [][]func(*knftables.Transaction){flushes, setDeletes, setAdds, chainOps} {
 		for _, op := range phase {
 			op(tx)
