@@ -127,6 +127,8 @@ func (r *scenarioRun) run(ctx context.Context) {
 	t.Cleanup(func() { r.deleteObjects(context.Background()) })
 	r.createObjects(ctx)
 
+	// Before the namespaces' cleanups, so the logs outlive them.
+	logDir := t.TempDir()
 	flags := append([]string{
 		"--kubeconfig=" + r.kubeconfig,
 		"--hostname-override=" + r.sc.Node.Name,
@@ -136,6 +138,16 @@ func (r *scenarioRun) run(ctx context.Context) {
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
 	}, r.sc.Flags...)
+	if r.sc.Config != "" {
+		// kube-proxy ignores most flags next to --config: the file says
+		// everything.
+		path := filepath.Join(logDir, "config.yaml")
+		cfg := strings.NewReplacer("{{kubeconfig}}", r.kubeconfig, "{{node}}", r.sc.Node.Name).Replace(r.sc.Config)
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		flags = append([]string{"--config=" + path}, r.sc.Flags...)
+	}
 	runs := []struct{ name, bin string }{{kubeProxyA, r.kubeProxy}, {kubeProxyB, r.kubeProxy}, {kproxyRun, r.kproxy}}
 	nss := map[string]*ProxyNetns{}
 	for i, run := range runs {
@@ -151,7 +163,7 @@ func (r *scenarioRun) run(ctx context.Context) {
 				t.Error(err)
 			}
 		})
-		if err := ns.Start(filepath.Join(t.TempDir(), run.name+".log"), run.bin, append(flags, "-v=2")...); err != nil {
+		if err := ns.Start(filepath.Join(logDir, run.name+".log"), run.bin, append(flags, "-v=2")...); err != nil {
 			t.Fatal(err)
 		}
 		nss[run.name] = ns

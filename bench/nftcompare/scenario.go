@@ -27,6 +27,12 @@ type Scenario struct {
 	// Flags are given to both proxies after the common ones (the node name,
 	// kubeconfig, --proxy-mode=nftables, conntrack settings).
 	Flags []string `json:"flags"`
+	// Config, when set, is a KubeProxyConfiguration given to both proxies
+	// with --config instead of the common flags; {{kubeconfig}} and {{node}}
+	// in it become the lab's kubeconfig path and the node name. (kube-proxy
+	// v1.36 takes the nftables settings from a config file only: it has no
+	// --nftables-* flags.)
+	Config string `json:"config"`
 	// Node is the Node object both proxies run as.
 	Node NodeSpec `json:"node"`
 	// HostAddresses are the addresses (with prefix length) put on a dummy
