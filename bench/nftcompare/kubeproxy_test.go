@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -93,8 +92,8 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		results = append(results, r.results...)
 	}
 	if path := os.Getenv(ReportEnv); path != "" {
-		notes := fmt.Sprintf("Tree: %s. Run took %v. Reproduce: `sudo env %s=%s %s=%s go test -count=1 -v -run TestSameNFTablesAsKubeProxy ./bench/nftcompare/`.",
-			treeState(), time.Since(start).Round(time.Second), lab.ToolsBinEnv, os.Getenv(lab.ToolsBinEnv), ReportEnv, path) +
+		notes := fmt.Sprintf("Run took %v. Reproduce: `sudo env %s=%s %s=%s go test -count=1 -v -run TestSameNFTablesAsKubeProxy ./bench/nftcompare/`.",
+			time.Since(start).Round(time.Second), lab.ToolsBinEnv, os.Getenv(lab.ToolsBinEnv), ReportEnv, path) +
 			" Scenarios: bench/nftcompare/testdata/*.yaml; \"(then)\" is the state after the scenario's `kind: Then` changes," +
 			" compared once every table has been stable for 3 s. kube-proxy flushes the chains of removed services at" +
 			" once and deletes them at its next sync at least 1 s later, so after changes an empty leftover chain is" +
@@ -532,23 +531,6 @@ func (r *scenarioRun) deleteObjects(ctx context.Context) {
 	if err := errors.Join(errs...); err != nil {
 		t.Error(err)
 	}
-}
-
-// treeState names the commit the test runs on (kproxy is built from it
-// unless KPROXY_BINARY says otherwise) and whether the tree has changes.
-func treeState() string {
-	out, err := exec.Command("git", "log", "-1", "--format=%h %s").Output()
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	state := "commit " + strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-		state += ", with uncommitted changes"
-	}
-	if bin := os.Getenv(lab.KproxyBinaryEnv); bin != "" {
-		state += ", kproxy from " + bin
-	}
-	return state
 }
 
 func tailOf(s string, n int) string {
