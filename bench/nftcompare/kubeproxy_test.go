@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"kproxy.dev/kproxy/bench/lab"
 )
@@ -29,6 +30,9 @@ const (
 	ReportEnv = "KPROXY_NFTCOMPARE_REPORT"
 	// OnlyEnv is a regexp: only scenarios whose name matches run.
 	OnlyEnv = "KPROXY_NFTCOMPARE_ONLY"
+	// DumpEnv names a directory the test writes every normalised table to,
+	// as <scenario>[-then]-<run>-<family>.nft.
+	DumpEnv = "KPROXY_NFTCOMPARE_DUMP"
 )
 
 // knownDifferences are the intended differences between kube-proxy's tables
@@ -70,6 +74,14 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		}
 	}
 	api := lab.StartAPIServer(t, lab.WithDualStackServices())
+	// client-go's default of 5 requests a second would spend most of a
+	// scenario creating and deleting its objects.
+	cfg := rest.CopyConfig(api.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	u, err := url.Parse(api.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +95,7 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		if only != nil && !only.MatchString(sc.Name) {
 			continue
 		}
-		r := &scenarioRun{sc: sc, client: api.Client, apiAddr: u.Host, kubeconfig: api.KubeconfigPath,
+		r := &scenarioRun{sc: sc, client: client, apiAddr: u.Host, kubeconfig: api.KubeconfigPath,
 			kubeProxy: kubeProxyBin, kproxy: kproxyBin, prefix: fmt.Sprintf("nftc-%d-%d-", os.Getpid(), i)}
 		t.Run(sc.Name, func(t *testing.T) {
 			r.t = t
@@ -124,7 +136,11 @@ const (
 // fails half way).
 func (r *scenarioRun) run(ctx context.Context) {
 	t := r.t
-	t.Cleanup(func() { r.deleteObjects(context.Background()) })
+	begin := time.Now()
+	t.Cleanup(func() {
+		r.deleteObjects(context.Background())
+		t.Logf("scenario %s took %v", r.sc.Name, time.Since(begin).Round(100*time.Millisecond))
+	})
 	r.createObjects(ctx)
 
 	// Before the namespaces' cleanups, so the logs outlive them.
@@ -170,9 +186,11 @@ func (r *scenarioRun) run(ctx context.Context) {
 	}
 
 	r.compare(ctx, nss, "", r.sc.Services)
+	t.Logf("first tables compared after %v", time.Since(begin).Round(100*time.Millisecond))
 	if r.sc.Then != nil {
 		r.applyChanges(ctx)
 		r.compare(ctx, nss, "then", r.sc.AllServicesThen())
+		t.Logf("tables after the changes compared after %v", time.Since(begin).Round(100*time.Millisecond))
 	}
 }
 
@@ -221,6 +239,19 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 		})
 	}
 	wg.Wait()
+	if dir := os.Getenv(DumpEnv); dir != "" {
+		for run, byFamily := range tables {
+			for fam, table := range byFamily {
+				name := r.sc.Name
+				if phase != "" {
+					name += "-" + phase
+				}
+				if err := os.WriteFile(filepath.Join(dir, name+"-"+run+"-"+fam+".nft"), []byte(table), 0o644); err != nil {
+					t.Errorf("%s: %v", DumpEnv, err)
+				}
+			}
+		}
+	}
 
 	scenario := r.sc.Name
 	if phase != "" {
