@@ -35,6 +35,7 @@ type family struct {
 	base       rules.Config
 	nodeName   string
 	nodePorts  nodeaddr.Policy
+	nodeCIDR   bool // local traffic is the Node's pod CIDRs
 	localAddrs func() ([]netip.Addr, error)
 	metrics    *modeMetrics
 	logger     klog.Logger
@@ -77,6 +78,12 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	}
 	if snap != nil {
 		cfg.ServiceCIDRs = ipfamily.Prefixes(snap.ServiceCIDRs, f.fam)
+	}
+	if f.nodeCIDR {
+		cfg.ClusterCIDRs = nil
+		if node != nil {
+			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
+		}
 	}
 	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.localAddrs != nil {
 		addrs, err := f.localAddrs()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -352,4 +354,37 @@ func NormalizeListing(s string) string {
 	}
 	slices.Sort(blocks)
 	return strings.Join(head, "\n") + "\n" + strings.Join(blocks, "\n") + "\n"
+}
+
+// TestKernelLoadsConfigGoldens loads every configuration golden's tables
+// with nft: each rule the configurations produce (interface detectors,
+// service CIDRs, masquerade-all, fib NodePorts) is valid nft input.
+func TestKernelLoadsConfigGoldens(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	files, _ := filepath.Glob("testdata/config/*.golden")
+	if len(files) == 0 {
+		t.Fatal("no configuration golden")
+	}
+	for _, path := range files {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range ipfamily.All() {
+			_ = exec.Command("nft", "delete", "table", nftFamily(fam), TableName).Run()
+		}
+		var lines []string
+		for _, l := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(l, "add ") {
+				lines = append(lines, l)
+			}
+		}
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: nft refuses it: %v\n%s", path, err, out)
+		}
+	}
 }
