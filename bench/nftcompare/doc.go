@@ -30,6 +30,9 @@
 //     the unified diff, kube-proxy's side first;
 //   - checks that both proxies listen on the services' health-check node
 //     ports;
+//   - where the scenario names control flags (masquerade-all.yaml), runs a
+//     fourth kube-proxy with them and checks that its tables differ: a live
+//     check that the comparison can fail;
 //   - if the file has a `kind: Then` document, makes its changes (updates,
 //     new objects, deletions) and compares again: partial syncs must end
 //     where kube-proxy's do;

@@ -129,6 +129,9 @@ const (
 	kubeProxyA = "kube-proxy"
 	kubeProxyB = "kube-proxy-again"
 	kproxyRun  = "kproxy"
+	// A kube-proxy run with the scenario's control flags: its tables must
+	// differ from kube-proxy's, or the harness cannot see a difference.
+	controlRun = "kube-proxy-control"
 )
 
 // run runs the scenario, leaving its results in r.results (also when it
@@ -163,7 +166,14 @@ func (r *scenarioRun) run(ctx context.Context) {
 		}
 		flags = append([]string{"--config=" + path}, r.sc.Flags...)
 	}
-	runs := []struct{ name, bin string }{{kubeProxyA, r.kubeProxy}, {kubeProxyB, r.kubeProxy}, {kproxyRun, r.kproxy}}
+	type proxyRun struct {
+		name, bin string
+		flags     []string
+	}
+	runs := []proxyRun{{kubeProxyA, r.kubeProxy, flags}, {kubeProxyB, r.kubeProxy, flags}, {kproxyRun, r.kproxy, flags}}
+	if c := r.sc.Control; c != nil {
+		runs = append(runs, proxyRun{controlRun, r.kubeProxy, append(slices.Clone(flags[:len(flags)-len(r.sc.Flags)]), c.Flags...)})
+	}
 	nss := map[string]*ProxyNetns{}
 	for i, run := range runs {
 		ns, err := NewProxyNetns(fmt.Sprintf("%s%d", r.prefix, i), r.apiAddr, r.sc.HostAddresses)
@@ -178,7 +188,7 @@ func (r *scenarioRun) run(ctx context.Context) {
 				t.Error(err)
 			}
 		})
-		if err := ns.Start(filepath.Join(logDir, run.name+".log"), run.bin, append(flags, "-v=2")...); err != nil {
+		if err := ns.Start(filepath.Join(logDir, run.name+".log"), run.bin, append(run.flags, "-v=2")...); err != nil {
 			t.Fatal(err)
 		}
 		nss[run.name] = ns
@@ -203,7 +213,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 	expected := ExpectedNames(services)
 	tables := map[string]map[string]string{}
 	problems := map[string]map[string]string{}
-	for _, run := range []string{kubeProxyA, kubeProxyB, kproxyRun} {
+	for run := range nss {
 		tables[run], problems[run] = map[string]string{}, map[string]string{}
 	}
 	var mu sync.Mutex
@@ -292,6 +302,19 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 			}
 		})
 		r.results = append(r.results, res)
+	}
+	if _, ok := nss[controlRun]; ok && phase == "" {
+		t.Run("control", func(t *testing.T) {
+			for _, fam := range families {
+				if p := problems[controlRun][fam]; p != "" {
+					t.Fatalf("the control run did not sync: %s", p)
+				}
+				if UnifiedDiff("", "", tables[kubeProxyA][fam], tables[controlRun][fam]) == "" {
+					t.Errorf("%s: kube-proxy with the control flags %q wrote the same table as with %q: the comparison cannot see a difference",
+						fam, r.sc.Control.Flags, r.sc.Flags)
+				}
+			}
+		})
 	}
 	if ports := HealthCheckNodePorts(services); len(ports) > 0 {
 		name := "health-check-node-ports"
