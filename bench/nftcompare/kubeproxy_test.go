@@ -63,6 +63,9 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		return
 	}
 	kubeProxyBin := lab.KubeProxyBinary(t)
+	if err := SweepStaleNetns(); err != nil {
+		t.Fatal(err)
+	}
 	scenarios, err := LoadScenarios("testdata")
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +99,7 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 			continue
 		}
 		r := &scenarioRun{sc: sc, client: client, apiAddr: u.Host, kubeconfig: api.KubeconfigPath,
-			kubeProxy: kubeProxyBin, kproxy: kproxyBin, prefix: fmt.Sprintf("nftc-%d-%d-", os.Getpid(), i)}
+			kubeProxy: kubeProxyBin, kproxy: kproxyBin, prefix: fmt.Sprintf("%s%d-%d-", NetnsPrefix, os.Getpid(), i)}
 		t.Run(sc.Name, func(t *testing.T) {
 			r.t = t
 			r.run(ctx)
