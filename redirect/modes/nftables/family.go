@@ -347,9 +347,17 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 			stale[c] = t
 		}
 	}
+	// Stale affinity sets go with this transaction, unless chains are
+	// deferred: a deferred chain keeps its old rules, which may use them,
+	// until its netlink batch, so they go after the batches.
+	var setDeletes []string
 	for _, s := range slices.Sorted(maps.Keys(existingSets)) {
 		if rules.IsAffinitySet(s) && !keepSets[s] {
-			tx.Delete(&knftables.Set{Name: s})
+			if len(deferred) > 0 {
+				setDeletes = append(setDeletes, s)
+			} else {
+				tx.Delete(&knftables.Set{Name: s})
+			}
 		}
 	}
 	for _, c := range deletes {
@@ -360,6 +368,15 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	}
 	if err := f.writeDeferred(ctx, deferred); err != nil {
 		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
+	}
+	if len(setDeletes) > 0 {
+		tx := f.nft.NewTransaction()
+		for _, s := range setDeletes {
+			tx.Delete(&knftables.Set{Name: s})
+		}
+		if err := f.runTx(ctx, tx); err != nil {
+			return fmt.Errorf("full sync of %d service ports, deleting stale affinity sets, %w", len(names), err)
+		}
 	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.Port, len(want))
 	for name, p := range want {
