@@ -388,3 +388,35 @@ func TestKernelLoadsConfigGoldens(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelTakeOverAffinity starts a mode on a table a previous process
+// left (ClientIP affinity on a service), with the service now without
+// affinity: the first full sync must drop the affinity sets the old rules
+// used, whose chains it rewrites over netlink after its nft transaction.
+func TestKernelTakeOverAffinity(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	fam := ipfamily.IPv4
+	sticky := testkit.Port("ns", "web", 80, "198.18.0.10", testkit.ThreeEndpoints(), testkit.Affinity(time.Hour))
+	plain := testkit.Port("ns", "web", 80, "198.18.0.10", testkit.ThreeEndpoints())
+	before := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: realNFT(t, fam)})
+	mustSync(t, before, snapshotOf(1, sticky), full())
+	nft, err := knftables.New(knftables.IPv4Family, TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: realIface{Interface: nft, netlink: true}})
+	mustSync(t, after, snapshotOf(2, plain), full())
+	fake := fakeFor(fam)
+	mf := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: fake})
+	mustSync(t, mf, snapshotOf(2, plain), full())
+	if got := listTable(t, fam); strings.Contains(got, "affinity-") {
+		t.Errorf("affinity sets left behind:\n%s", got)
+	}
+	// The old endpoint chains wait, flushed, for their deletion at a sync
+	// a second later.
+	time.Sleep(staleChainDelay + 100*time.Millisecond)
+	mustSync(t, after, snapshotOf(2, plain), &servicemap.ChangeSet{})
+	compareKeeping(t, fam, fake, "after the takeover")
+}
