@@ -36,15 +36,16 @@ const (
 )
 
 // knownDifferences are the intended differences between kube-proxy's tables
-// and kproxy's, each with its reason. The test fails on any other.
-var knownDifferences = []KnownDifference{}
+// and kproxy's, each with its reason. The test fails on any other. There are
+// none.
+func knownDifferences() []KnownDifference { return nil }
 
 // unallocatedClusterIPs ends kube-proxy's rule that drops traffic to
 // addresses of the service ranges no Service holds.
 const unallocatedClusterIPs = `drop comment "Drop traffic to unallocated ClusterIPs"`
 
 // families are the nftables families both proxies write a kube-proxy table in.
-var families = []string{"ip", "ip6"}
+func families() []string { return []string{"ip", "ip6"} }
 
 // TestSameNFTablesAsKubeProxy runs, for each scenario of testdata, the real
 // kube-proxy v1.36.3 twice and kproxy once, each in a namespace of its own
@@ -110,8 +111,9 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		notes := fmt.Sprintf("Run took %v. Reproduce: `sudo env %s=%s %s=%s go test -count=1 -v -run TestSameNFTablesAsKubeProxy ./bench/nftcompare/`.",
 			time.Since(start).Round(time.Second), lab.ToolsBinEnv, os.Getenv(lab.ToolsBinEnv), ReportEnv, path) +
 			" Scenarios: bench/nftcompare/testdata/*.yaml; \"(then)\" is the state after the scenario's `kind: Then` changes," +
-			" compared once every table has been stable for 3 s. Each scenario also runs kube-proxy twice: their tables" +
-			" must match, which proves the normalisation drops nothing but run-dependent detail."
+			" compared once every table has been stable for 3 s. Each scenario also runs kube-proxy twice, whose tables" +
+			" must match (the normalisation leaves no run-dependent detail), and masquerade-all a control kube-proxy" +
+			" without the flag, whose tables must differ (the comparison sees real differences)."
 		if err := os.WriteFile(path, []byte(Report(results, time.Now(), notes)), 0o644); err != nil {
 			t.Errorf("writing the report: %v", err)
 		}
@@ -127,7 +129,7 @@ type scenarioRun struct {
 	results                   []Result
 }
 
-// The three proxy runs of a scenario.
+// The proxy runs of a scenario.
 const (
 	kubeProxyA = "kube-proxy"
 	kubeProxyB = "kube-proxy-again"
@@ -150,7 +152,7 @@ func (r *scenarioRun) run(ctx context.Context) {
 
 	// Before the namespaces' cleanups, so the logs outlive them.
 	logDir := t.TempDir()
-	flags := append([]string{
+	common := []string{
 		"--kubeconfig=" + r.kubeconfig,
 		"--hostname-override=" + r.sc.Node.Name,
 		"--proxy-mode=nftables",
@@ -158,7 +160,8 @@ func (r *scenarioRun) run(ctx context.Context) {
 		"--conntrack-max-per-core=0",
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
-	}, r.sc.Flags...)
+	}
+	flags := append(slices.Clone(common), r.sc.Flags...)
 	if r.sc.Config != "" {
 		// kube-proxy ignores most flags next to --config: the file says
 		// everything.
@@ -175,7 +178,7 @@ func (r *scenarioRun) run(ctx context.Context) {
 	}
 	runs := []proxyRun{{kubeProxyA, r.kubeProxy, flags}, {kubeProxyB, r.kubeProxy, flags}, {kproxyRun, r.kproxy, flags}}
 	if c := r.sc.Control; c != nil {
-		runs = append(runs, proxyRun{controlRun, r.kubeProxy, append(slices.Clone(flags[:len(flags)-len(r.sc.Flags)]), c.Flags...)})
+		runs = append(runs, proxyRun{controlRun, r.kubeProxy, append(slices.Clone(common), c.Flags...)})
 	}
 	nss := map[string]*ProxyNetns{}
 	for i, run := range runs {
@@ -206,7 +209,7 @@ func (r *scenarioRun) run(ctx context.Context) {
 	}
 }
 
-// compare waits for the three proxies' tables and compares them, as
+// compare waits for the proxies' tables and compares them, as
 // subtests <phase>/<family> (or <family>), and checks that both proxies
 // serve the health-check node ports of services. Every run and family is
 // waited for in parallel: kube-proxy syncs within seconds of starting; a
@@ -232,17 +235,17 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 			for attempt := 1; run != kproxyRun && attempt <= 3 && lacksUnallocated(got, errs); attempt++ {
 				r.t.Logf("%s: restart %d, its first sync came before it knew the service ranges", run, attempt)
 				if err := ns.Restart(); err != nil {
-					errs = map[string]error{families[0]: err}
+					errs = map[string]error{families()[0]: err}
 					break
 				}
 				got, errs = waitRun(ctx, ns, expected)
 			}
 			if run != kproxyRun && lacksUnallocated(got, errs) {
-				errs[families[0]] = fmt.Errorf("no rule for unallocated ClusterIPs after 3 restarts")
+				errs[families()[0]] = fmt.Errorf("no rule for unallocated ClusterIPs after 3 restarts")
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, fam := range families {
+			for _, fam := range families() {
 				tables[run][fam] = got[fam]
 				if errs[fam] != nil {
 					problems[run][fam] = errs[fam].Error()
@@ -269,7 +272,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 	if phase != "" {
 		scenario += " (" + phase + ")"
 	}
-	for _, fam := range families {
+	for _, fam := range families() {
 		res := Result{Scenario: scenario, Family: fam}
 		name := fam
 		if phase != "" {
@@ -295,7 +298,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 				}
 				t.Errorf("kproxy: %s", p)
 			}
-			unexplained := Unexplained(r.sc.Name, fam, a, k, knownDifferences)
+			unexplained := Unexplained(r.sc.Name, fam, a, k, knownDifferences())
 			res.Unexplained = len(unexplained)
 			if len(unexplained) > 0 {
 				t.Errorf("kproxy's %s table differs from kube-proxy's in %d lines no known difference explains:\n%s",
@@ -308,7 +311,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 	}
 	if _, ok := nss[controlRun]; ok && phase == "" {
 		t.Run("control", func(t *testing.T) {
-			for _, fam := range families {
+			for _, fam := range families() {
 				if p := problems[controlRun][fam]; p != "" {
 					t.Fatalf("the control run did not sync: %s", p)
 				}
@@ -345,7 +348,7 @@ func waitRun(ctx context.Context, ns *ProxyNetns, expected map[string][]string) 
 	tables, errs = map[string]string{}, map[string]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, fam := range families {
+	for _, fam := range families() {
 		wg.Go(func() {
 			table, err := waitSynced(ctx, ns, fam, expected[fam], 60*time.Second)
 			mu.Lock()
@@ -360,7 +363,7 @@ func waitRun(ctx context.Context, ns *ProxyNetns, expected map[string][]string) 
 // lacksUnallocated says whether synced tables lack kube-proxy's rule for
 // unallocated ClusterIPs.
 func lacksUnallocated(tables map[string]string, errs map[string]error) bool {
-	for _, fam := range families {
+	for _, fam := range families() {
 		if errs[fam] == nil && !strings.Contains(tables[fam], unallocatedClusterIPs) {
 			return true
 		}
