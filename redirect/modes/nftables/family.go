@@ -1,0 +1,684 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"kproxy.dev/kproxy/redirect/modes/nftables/rules"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/nodeaddr"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// staleChainDelay is how long a flushed chain waits before it is deleted:
+// before Linux 6.2 the kernel notices only a moment later that a chain lost
+// the map element pointing to it (kube-proxy waits one second too).
+const staleChainDelay = time.Second
+
+// family is the nftables mode for one IP family: what it last applied, and
+// how to write the next sync.
+type family struct {
+	fam    ipfamily.Family
+	nft    knftables.Interface
+	lister Lister
+	// fast writes partial syncs over netlink (nil: always through nft).
+	fast       *netlinkWriter
+	base       rules.Config
+	nodeName   string
+	nodePorts  nodeaddr.Policy
+	nodeCIDR   bool // local traffic is the Node's pod CIDRs
+	localAddrs func() ([]netip.Addr, error)
+	metrics    *modeMetrics
+	logger     klog.Logger
+	now        func() time.Time
+
+	// State of the last successful sync; builder is nil before the first.
+	builder *rules.Builder
+	applied map[servicemap.ServicePortName]*rules.Port
+	// elems counts, per element ID, the ports that want it, with the
+	// element last written.
+	elems map[string]*elemState
+	// stale are flushed per-port chains waiting to be deleted, with the
+	// time they were flushed.
+	stale map[string]time.Time
+	// needFull: the kernel's state is unknown (a failure, a flush by
+	// someone else); the next sync reads it and rewrites everything.
+	needFull bool
+	// recreated: base chains were deleted and re-added once, as kube-proxy
+	// does at start.
+	recreated bool
+}
+
+type elemState struct {
+	refs int
+	elem rules.Element
+}
+
+// configFor completes the configured rules.Config with what the snapshot
+// says about this node.
+func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
+	cfg := f.base
+	cfg.Topology = servicemap.TopologyOf(f.nodeName, snap)
+	var node *servicemap.NodeInfo
+	if snap != nil {
+		node = snap.Node
+	}
+	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
+	if ip, ok := f.nodePorts.PrimaryIP(f.fam, node); ok {
+		cfg.NodeIP = ip
+	}
+	if snap != nil {
+		cfg.ServiceCIDRs = ipfamily.Prefixes(snap.ServiceCIDRs, f.fam)
+	}
+	if f.nodeCIDR {
+		cfg.ClusterCIDRs = nil
+		if node != nil {
+			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
+		}
+	}
+	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.localAddrs != nil {
+		addrs, err := f.localAddrs()
+		if err != nil {
+			return cfg, fmt.Errorf("listing the node's addresses for --nodeport-addresses: %w", err)
+		}
+		cfg.NodePortIPs = nodeaddr.Select(cfg.NodePortAddresses, addrs, f.fam)
+	}
+	return cfg, nil
+}
+
+// sync brings this family's table in line with snap, in one transaction
+// (plus, when chains wait for deletion, kube-proxy's separate cleanup one).
+func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
+	cfg, err := f.configFor(snap)
+	if err != nil {
+		return f.failed(err)
+	}
+	full := changes.Full || f.needFull || f.builder == nil
+	if !full {
+		intact, err := f.canaryIntact(ctx)
+		if err != nil {
+			return f.failed(fmt.Errorf("checking the %s chain: %w", rules.CanaryChain, err))
+		}
+		if !intact {
+			f.logger.Info("The kube-proxy table was flushed or deleted by someone else; rewriting it", "table", TableName)
+			f.needFull, full = true, true
+		}
+	}
+	start := time.Now()
+	if full {
+		b, err := rules.New(cfg)
+		if err != nil {
+			return f.failed(fmt.Errorf("nftables rules: %w", err))
+		}
+		err = f.fullSync(ctx, snap, b, f.builder == nil || f.needFull)
+		f.metrics.fullDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
+		if err != nil {
+			return f.failed(err)
+		}
+		f.builder, f.needFull = b, false
+		return nil
+	}
+	names := slices.Clone(changes.Changed)
+	for _, sp := range changes.Removed {
+		names = append(names, sp.Name)
+	}
+	b, shared := f.builder, false
+	if old := f.builder.Config(); !cfg.Equal(old) {
+		// The node or the configuration changed: the shared objects are
+		// rewritten, and the ports' objects only where they differ (a
+		// rewrite of every chain costs the kernel minutes at 30,000
+		// services, for its anonymous sets).
+		if b, err = rules.New(cfg); err != nil {
+			return f.failed(fmt.Errorf("nftables rules: %w", err))
+		}
+		shared = true
+		if !cfg.PortsEqual(old) {
+			for name := range snap.All() {
+				names = append(names, name)
+			}
+			for name := range f.applied {
+				names = append(names, name)
+			}
+		}
+	}
+	err = f.partialSync(ctx, snap, names, b, shared)
+	f.metrics.partialDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return f.failed(err)
+	}
+	f.builder = b
+	return nil
+}
+
+// failed marks the state unknown: the next sync is a full one.
+func (f *family) failed(err error) error {
+	f.needFull = true
+	return fmt.Errorf("%s: %w", f.fam, err)
+}
+
+// canaryIntact counts the rules of one small chain whose content is
+// known: a deleted table, or a flushed one (chains left, rules gone), shows
+// there. Over netlink this costs well under a millisecond at any size, so
+// every sync checks it.
+func (f *family) canaryIntact(ctx context.Context) (bool, error) {
+	n, err := f.lister.RuleCount(ctx, rules.CanaryChain)
+	if err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}
+
+// dueStale returns the stale chains flushed at least staleChainDelay ago:
+// the sync's transaction deletes them (one transaction per sync, where
+// kube-proxy runs a second one).
+func (f *family) dueStale() map[string]bool {
+	if len(f.stale) == 0 {
+		return nil
+	}
+	cutoff := f.now().Add(-staleChainDelay)
+	due := map[string]bool{}
+	for name, t := range f.stale {
+		if !t.After(cutoff) {
+			due[name] = true
+		}
+	}
+	return due
+}
+
+// runTx runs tx, counting a failure in kube-proxy's metrics: a failed
+// deletion of a stale chain is a cleanup failure, anything else a sync one.
+func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
+	err := f.nft.Run(ctx, tx)
+	if err == nil {
+		return nil
+	}
+	line, wrapped := txError(err, tx)
+	if strings.HasPrefix(line, "delete chain ") {
+		f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+	} else {
+		f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+	}
+	return wrapped
+}
+
+// ports builds the objects of the named ports. A port the builder rejects
+// keeps what was last applied for it: bad input for one service never takes
+// down the others, nor its own previous rules.
+func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []servicemap.ServicePortName) map[servicemap.ServicePortName]*rules.Port {
+	out := make(map[servicemap.ServicePortName]*rules.Port, len(names))
+	var errs []error
+	for _, name := range names {
+		sp, ok := snap.Get(name)
+		if !ok {
+			out[name] = nil
+			continue
+		}
+		p, err := b.ForPort(sp)
+		if err != nil {
+			errs = append(errs, err)
+			f.metrics.portErrors.WithLabelValues(string(f.fam)).Inc()
+			out[name] = f.applied[name]
+			continue
+		}
+		if len(p.Chains) == 0 && len(p.Elements) == 0 {
+			out[name] = nil // nothing in this family
+			continue
+		}
+		out[name] = &p
+	}
+	if len(errs) > 0 {
+		f.logger.Error(errors.Join(errs...), "Some service ports cannot be programmed; they keep their previous rules")
+	}
+	return out
+}
+
+// fullSync rewrites the whole table: one nft transaction, and, with the
+// netlink writer, the policy chains' DNAT rules after it in netlink batches
+// (each chain keeps its old rule until its batch; the kernel takes about
+// 150 s at 30,000 services for the single transaction kube-proxy writes,
+// and about a quarter of that this way, most of it walking its list of
+// anonymous sets once per new one). readKernel: the kernel's chains and
+// sets are not known (first sync, after a failure or a flush by someone
+// else) and are listed, so leftovers get removed.
+func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rules.Builder, readKernel bool) error {
+	existingChains := map[string]bool{}
+	existingSets := map[string]bool{}
+	if readKernel {
+		chains, sets, err := f.lister.Names(ctx)
+		if err != nil {
+			// kube-proxy goes on too: the transaction itself tells.
+			f.logger.Error(err, "Failed to list the existing nftables objects")
+		}
+		for _, c := range chains {
+			existingChains[c] = true
+		}
+		for _, s := range sets {
+			existingSets[s] = true
+		}
+	} else {
+		for _, p := range f.applied {
+			for _, c := range p.Chains {
+				existingChains[c.Name] = true
+			}
+			for _, s := range p.AffinitySets {
+				existingSets[s.Name] = true
+			}
+		}
+		for c := range f.stale {
+			existingChains[c] = true
+		}
+	}
+
+	names := make([]servicemap.ServicePortName, 0, snap.Len())
+	for name := range snap.All() {
+		names = append(names, name)
+	}
+	want := f.ports(b, snap, names)
+	tx := f.nft.NewTransaction()
+	b.WriteShared(tx, !f.recreated, true)
+	addrType := b.AddrType()
+	keepChains := map[string]bool{}
+	keepSets := map[string]bool{}
+	for _, name := range names {
+		if p := want[name]; p != nil {
+			for _, s := range p.AffinitySets {
+				tx.Add(s.Object(addrType))
+				keepSets[s.Name] = true
+			}
+		}
+	}
+	elems := map[string]*elemState{}
+	var order []string
+	var deferred []deferredChain
+	for _, name := range names {
+		p := want[name]
+		if p == nil {
+			continue
+		}
+		for _, c := range p.Chains {
+			keepChains[c.Name] = true
+			if f.fast != nil && len(c.Rules) == 1 && c.Rules[0].DNAT != nil && c.Rules[0].Comment == "" {
+				// Written over netlink after this transaction: the
+				// chain keeps its old rule until then.
+				tx.Add(&knftables.Chain{Name: c.Name})
+				deferred = append(deferred, deferredChain{chain: c, existed: existingChains[c.Name]})
+				continue
+			}
+			writeChain(tx, c, existingChains[c.Name])
+		}
+		for _, e := range p.Elements {
+			id := e.ID()
+			if st, ok := elems[id]; ok {
+				st.refs++
+				st.elem = e
+				continue
+			}
+			elems[id] = &elemState{refs: 1, elem: e}
+			order = append(order, id)
+		}
+	}
+	for _, id := range order {
+		tx.Add(elems[id].elem.Object())
+	}
+	now := f.now()
+	stale := map[string]time.Time{}
+	var deletes []string
+	due := f.dueStale()
+	for _, c := range slices.Sorted(maps.Keys(existingChains)) {
+		if !rules.IsPortChain(c) || keepChains[c] {
+			continue
+		}
+		if due[c] && !readKernel {
+			deletes = append(deletes, c)
+			continue
+		}
+		tx.Flush(&knftables.Chain{Name: c})
+		stale[c] = now
+		if t, ok := f.stale[c]; ok && !readKernel {
+			stale[c] = t
+		}
+	}
+	// Stale affinity sets go with this transaction, unless chains are
+	// deferred: a deferred chain keeps its old rules, which may use them,
+	// until its netlink batch, so they go after the batches.
+	var setDeletes []string
+	for _, s := range slices.Sorted(maps.Keys(existingSets)) {
+		if rules.IsAffinitySet(s) && !keepSets[s] {
+			if len(deferred) > 0 {
+				setDeletes = append(setDeletes, s)
+			} else {
+				tx.Delete(&knftables.Set{Name: s})
+			}
+		}
+	}
+	for _, c := range deletes {
+		tx.Delete(&knftables.Chain{Name: c})
+	}
+	if err := f.runTx(ctx, tx); err != nil {
+		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
+	}
+	if err := f.writeDeferred(ctx, deferred); err != nil {
+		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
+	}
+	if len(setDeletes) > 0 {
+		tx := f.nft.NewTransaction()
+		for _, s := range setDeletes {
+			tx.Delete(&knftables.Set{Name: s})
+		}
+		if err := f.runTx(ctx, tx); err != nil {
+			return fmt.Errorf("full sync of %d service ports, deleting stale affinity sets, %w", len(names), err)
+		}
+	}
+	f.applied = make(map[servicemap.ServicePortName]*rules.Port, len(want))
+	for name, p := range want {
+		if p != nil {
+			f.applied[name] = p
+		}
+	}
+	f.elems, f.stale, f.recreated = elems, stale, true
+	return nil
+}
+
+// deferredChain is a policy chain whose one numgen DNAT rule a full sync
+// writes over netlink.
+type deferredChain struct {
+	chain   rules.Chain
+	existed bool
+}
+
+// deferredPerBatch bounds the chains of one netlink batch: the kernel walks
+// its transaction list for each anonymous set of a batch, so batches stay
+// small.
+const deferredPerBatch = 200
+
+// writeDeferred writes the deferred policy chains' rules over netlink, in
+// batches of deferredPerBatch chains, each atomic: a chain has its old rule
+// or its new one, never none. nft writes each rule's anonymous map under a
+// name the kernel numbers by scanning every set of the table (minutes at
+// 30,000 services); these go under names of their own.
+func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) error {
+	for start := 0; start < len(chains); start += deferredPerBatch {
+		var ops []op
+		for _, d := range chains[start:min(start+deferredPerBatch, len(chains))] {
+			if d.existed {
+				ops = append(ops, op{kind: opFlushChain, chain: d.chain.Name})
+			}
+			ops = append(ops, op{kind: opAddRule, chain: d.chain.Name, rule: d.chain.Rules[0]})
+		}
+		batch, ok := f.fast.encode(ops)
+		if ok {
+			line, err := f.fast.run(batch)
+			if err == nil {
+				continue
+			}
+			if line != "" {
+				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+				return err
+			}
+			f.logger.Error(err, "Writing over netlink failed; using nft")
+		}
+		tx := f.nft.NewTransaction()
+		for _, o := range ops {
+			o.write(tx, f.fast.addrType)
+		}
+		if err := f.runTx(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeChain adds a chain with its complete rule list; a chain that may
+// exist is flushed first.
+func writeChain(tx *knftables.Transaction, c rules.Chain, exists bool) {
+	tx.Add(&knftables.Chain{Name: c.Name})
+	if exists {
+		tx.Flush(&knftables.Chain{Name: c.Name})
+	}
+	for _, r := range c.Rules {
+		rule := &knftables.Rule{Chain: c.Name, Rule: r.Text}
+		if r.Comment != "" {
+			rule.Comment = knftables.PtrTo(r.Comment)
+		}
+		tx.Add(rule)
+	}
+}
+
+// partialSync rewrites, for the named ports only, the chains that differ,
+// their affinity sets and the elements that differ from what was applied,
+// in one transaction; shared also rewrites the shared objects (a node or
+// configuration change). Its cost follows the change, not the number of
+// services. The transaction goes over netlink when the family has a fast
+// writer and every operation is one it encodes; through nft otherwise.
+func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, names []servicemap.ServicePortName, b *rules.Builder, shared bool) error {
+	slices.SortFunc(names, servicemap.ServicePortName.Compare)
+	names = slices.Compact(names)
+	want := f.ports(b, snap, names)
+
+	// Operations go in phases so that every reference is valid when made:
+	// flushes before the sets they referred to go, sets before the rules
+	// using them, chains before the elements pointing to them.
+	var flushes, setDeletes, setAdds, chainOps []op
+	prev := map[string]*rules.Element{} // element IDs touched, as applied before
+	touch := func(id string) {
+		if _, ok := prev[id]; ok {
+			return
+		}
+		if st, ok := f.elems[id]; ok {
+			e := st.elem
+			prev[id] = &e
+		} else {
+			prev[id] = nil
+		}
+	}
+	now := f.now()
+	newStale := map[string]bool{}
+	wanted := map[string]bool{} // chains this sync (re)writes
+	for _, name := range names {
+		old, cur := f.applied[name], want[name]
+		if old == cur {
+			continue
+		}
+		oldChains := chainsByName(old)
+		newChains := chainsByName(cur)
+		oldSets := setsByName(old)
+		newSets := setsByName(cur)
+		// A set whose timeout changed is deleted and added again: the
+		// rules using it must go first, so every chain is rewritten.
+		rewriteAll := false
+		for _, s := range setsOf(cur) {
+			if o, ok := oldSets[s.Name]; ok && o != s {
+				rewriteAll = true
+			}
+		}
+		for _, c := range chainsOf(old) {
+			if _, ok := newChains[c.Name]; !ok {
+				flushes = append(flushes, op{kind: opFlushChain, chain: c.Name})
+				newStale[c.Name] = true
+			}
+		}
+		for _, c := range chainsOf(cur) {
+			o, existed := oldChains[c.Name]
+			if existed && o.Equal(c) && !rewriteAll {
+				continue
+			}
+			_, wasStale := f.stale[c.Name]
+			if existed || wasStale {
+				flushes = append(flushes, op{kind: opFlushChain, chain: c.Name})
+			}
+			chainOps = append(chainOps, op{kind: opAddChain, chain: c.Name})
+			for _, r := range c.Rules {
+				chainOps = append(chainOps, op{kind: opAddRule, chain: c.Name, rule: r})
+			}
+			delete(newStale, c.Name)
+			wanted[c.Name] = true
+		}
+		for _, s := range setsOf(old) {
+			if n, ok := newSets[s.Name]; !ok || n != s {
+				setDeletes = append(setDeletes, op{kind: opDeleteSet, set: s})
+			}
+		}
+		for _, s := range setsOf(cur) {
+			if o, ok := oldSets[s.Name]; !ok || o != s {
+				setAdds = append(setAdds, op{kind: opAddSet, set: s})
+			}
+		}
+		if old != nil {
+			for _, e := range old.Elements {
+				id := e.ID()
+				touch(id)
+				if st, ok := f.elems[id]; ok {
+					st.refs--
+				}
+			}
+		}
+		if cur != nil {
+			for _, e := range cur.Elements {
+				id := e.ID()
+				touch(id)
+				if st, ok := f.elems[id]; ok && st.refs > 0 {
+					st.refs++
+					st.elem = e
+				} else {
+					f.elems[id] = &elemState{refs: 1, elem: e}
+				}
+			}
+		}
+	}
+
+	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps)
+	var adds []op
+	for _, id := range slices.Sorted(maps.Keys(prev)) {
+		before := prev[id]
+		st := f.elems[id]
+		live := st != nil && st.refs > 0
+		switch {
+		case before != nil && !live:
+			ops = append(ops, op{kind: opDeleteElem, elem: *before})
+			delete(f.elems, id)
+		case before == nil && live:
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+		case before != nil && live && !elementEqual(*before, st.elem):
+			ops = append(ops, op{kind: opDeleteElem, elem: *before})
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+		case !live:
+			delete(f.elems, id)
+		}
+	}
+	ops = append(ops, adds...)
+	var deletes []string
+	for _, c := range slices.Sorted(maps.Keys(f.dueStale())) {
+		if !newStale[c] && !wanted[c] {
+			ops = append(ops, op{kind: opDeleteChain, chain: c})
+			deletes = append(deletes, c)
+		}
+	}
+	if len(ops) == 0 && !shared {
+		f.commit(want, newStale, now, nil)
+		return nil
+	}
+	if err := f.runOps(ctx, b, ops, shared); err != nil {
+		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
+	}
+	f.commit(want, newStale, now, deletes)
+	return nil
+}
+
+// runOps runs a partial sync's operations in one transaction: over
+// netlink when possible, else through nft.
+func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared bool) error {
+	if f.fast != nil && !shared {
+		if batch, ok := f.fast.encode(ops); ok {
+			line, err := f.fast.run(batch)
+			switch {
+			case err == nil:
+				return nil
+			case line == "":
+				// Not the kernel's refusal: the socket failed, and
+				// nothing was applied. nft may still get through.
+				f.logger.Error(err, "Writing over netlink failed; using nft")
+			default:
+				if strings.HasPrefix(line, "delete chain ") {
+					f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+				} else {
+					f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+				}
+				return err
+			}
+		}
+	}
+	tx := f.nft.NewTransaction()
+	if shared {
+		b.WriteShared(tx, false, false)
+	}
+	addrType := b.AddrType()
+	for _, o := range ops {
+		o.write(tx, addrType)
+	}
+	return f.runTx(ctx, tx)
+}
+
+// commit records a successful partial sync.
+func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStale map[string]bool, now time.Time, deleted []string) {
+	for _, c := range deleted {
+		delete(f.stale, c)
+	}
+	for name, p := range want {
+		if p == nil {
+			delete(f.applied, name)
+		} else {
+			f.applied[name] = p
+			for _, c := range p.Chains {
+				delete(f.stale, c.Name)
+			}
+		}
+	}
+	for c := range newStale {
+		if _, ok := f.stale[c]; !ok {
+			f.stale[c] = now
+		}
+	}
+}
+
+func elementEqual(a, b rules.Element) bool {
+	return a.Container == b.Container && a.Map == b.Map && slices.Equal(a.Key, b.Key) && a.Value == b.Value && a.Comment == b.Comment
+}
+
+func chainsOf(p *rules.Port) []rules.Chain {
+	if p == nil {
+		return nil
+	}
+	return p.Chains
+}
+
+func setsOf(p *rules.Port) []rules.AffinitySet {
+	if p == nil {
+		return nil
+	}
+	return p.AffinitySets
+}
+
+func chainsByName(p *rules.Port) map[string]rules.Chain {
+	out := map[string]rules.Chain{}
+	for _, c := range chainsOf(p) {
+		out[c.Name] = c
+	}
+	return out
+}
+
+func setsByName(p *rules.Port) map[string]rules.AffinitySet {
+	out := map[string]rules.AffinitySet{}
+	for _, s := range setsOf(p) {
+		out[s.Name] = s
+	}
+	return out
+}
