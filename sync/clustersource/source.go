@@ -39,13 +39,17 @@ type Source struct {
 	nodeName string
 	resync   time.Duration
 	sink     servicemap.Sink
-	started  atomic.Bool
+	// WatchServiceCIDRs: hand ServiceCIDR objects to a sink that takes
+	// them (kube-proxy's MultiCIDRServiceAllocator gate, GA and on by
+	// default). Set it before Run.
+	WatchServiceCIDRs bool
+	started           atomic.Bool
 }
 
 // New returns a Source for the node named nodeName. resync is the informers'
 // resync period (--config-sync-period); 0 disables periodic resyncs.
 func New(client kubernetes.Interface, nodeName string, resync time.Duration, sink servicemap.Sink) *Source {
-	return &Source{client: client, nodeName: nodeName, resync: resync, sink: sink}
+	return &Source{client: client, nodeName: nodeName, resync: resync, sink: sink, WatchServiceCIDRs: true}
 }
 
 // ProxiedSelector selects the Services and EndpointSlices kube-proxy
@@ -137,7 +141,7 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("registering Node handler: %w", err)
 	}
 
-	if cidrSink, ok := s.sink.(servicemap.ServiceCIDRSink); ok {
+	if cidrSink, ok := s.sink.(servicemap.ServiceCIDRSink); ok && s.WatchServiceCIDRs {
 		ch := cidrHandlers{sink: cidrSink, logger: logger}
 		if _, err := cidrFactory.Networking().V1().ServiceCIDRs().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    ch.update,

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -93,6 +95,7 @@ func TestListWatchSelectors(t *testing.T) {
 		"services":       {"!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name", "spec.clusterIP!=None"},
 		"endpointslices": {"!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name", ""},
 		"nodes":          {"", "metadata.name=" + testNode},
+		"servicecidrs":   {"", ""},
 	}
 	seen := map[string]bool{}
 	for _, a := range client.Actions() {
@@ -373,5 +376,47 @@ func TestDeletedKey(t *testing.T) {
 	}
 	if _, ok := deletedKey[*v1.Service](cache.DeletedFinalStateUnknown{Key: ""}); ok {
 		t.Error("empty tombstone key accepted")
+	}
+}
+
+// TestServiceCIDRs: ServiceCIDR objects reach a sink that takes them, as
+// kube-proxy's ServiceCIDR config hands them to its proxier; with the watch
+// off (the MultiCIDRServiceAllocator gate) no ServiceCIDR is listed at all.
+func TestServiceCIDRs(t *testing.T) {
+	serviceCIDR := func(name string, cidrs ...string) *networking.ServiceCIDR {
+		return &networking.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networking.ServiceCIDRSpec{CIDRs: cidrs}}
+	}
+	ctx := context.Background()
+	client := fake.NewClientset(serviceCIDR("kubernetes", "198.18.0.0/16", "fd00:18::/108"))
+	sink, _ := startSource(t, client)
+	holds := func(want map[string][]string) func() bool {
+		return func() bool { return cmp.Equal(sink.ServiceCIDRs(), want, cmpopts.EquateEmpty()) }
+	}
+	eventually(t, wait, "the initial object", holds(map[string][]string{"kubernetes": {"198.18.0.0/16", "fd00:18::/108"}}))
+	if _, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, serviceCIDR("extra", "198.18.64.0/18"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, wait, "a new object", holds(map[string][]string{"kubernetes": {"198.18.0.0/16", "fd00:18::/108"}, "extra": {"198.18.64.0/18"}}))
+	if err := client.NetworkingV1().ServiceCIDRs().Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, wait, "a deleted object", holds(map[string][]string{"extra": {"198.18.64.0/18"}}))
+
+	offClient := fake.NewClientset(serviceCIDR("kubernetes", "198.18.0.0/16"))
+	off := sinktest.New()
+	src := New(offClient, testNode, DefaultResync, off)
+	src.WatchServiceCIDRs = false
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- src.Run(runCtx) }()
+	eventually(t, wait, "OnSynced", off.Synced)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range offClient.Actions() {
+		if a.GetResource().Resource == "servicecidrs" {
+			t.Errorf("with the watch off: %s of servicecidrs", a.GetVerb())
+		}
 	}
 }

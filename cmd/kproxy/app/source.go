@@ -39,5 +39,9 @@ func newSource(ctx context.Context, cfg *options.Config, sink servicemap.Sink, m
 		return nil, err
 	}
 	cs := clustersource.New(client, cfg.NodeName, cfg.ConfigSyncPeriod, sink)
+	// kube-proxy watches ServiceCIDRs unless this (GA, default on) gate is off.
+	if on, set := cfg.FeatureGates["MultiCIDRServiceAllocator"]; set && !on {
+		cs.WatchServiceCIDRs = false
+	}
 	return &source{describe: "cluster", Run: cs.Run}, nil
 }

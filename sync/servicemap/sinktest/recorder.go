@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -30,6 +31,8 @@ import (
 //	update Node <name>
 //	delete Node
 //	synced
+//	update ServiceCIDR <name> <cidr,cidr,...>
+//	delete ServiceCIDR <name>
 type Recorder struct {
 	mu       sync.Mutex
 	events   []string
@@ -38,9 +41,39 @@ type Recorder struct {
 	node     *v1.Node
 	synced   int
 	atSync   []string
+	cidrs    map[string][]string
 }
 
-var _ servicemap.Sink = (*Recorder)(nil)
+var (
+	_ servicemap.Sink            = (*Recorder)(nil)
+	_ servicemap.ServiceCIDRSink = (*Recorder)(nil)
+)
+
+// OnServiceCIDRUpdate records the call and keeps the ranges.
+func (r *Recorder) OnServiceCIDRUpdate(name string, cidrs []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.record("update ServiceCIDR %s %s", name, strings.Join(cidrs, ","))
+	if r.cidrs == nil {
+		r.cidrs = map[string][]string{}
+	}
+	r.cidrs[name] = slices.Clone(cidrs)
+}
+
+// OnServiceCIDRDelete records the call and forgets the object.
+func (r *Recorder) OnServiceCIDRDelete(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.record("delete ServiceCIDR %s", name)
+	delete(r.cidrs, name)
+}
+
+// ServiceCIDRs returns the ServiceCIDR objects held, by name.
+func (r *Recorder) ServiceCIDRs() map[string][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.cidrs)
+}
 
 // New returns an empty Recorder.
 func New() *Recorder {
