@@ -251,6 +251,7 @@ func TestScenarioFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scenarios = append(scenarios, ManyServices(manyServices))
 	clusterIPs := map[string]string{}
 	nodePorts := map[int32]string{}
 	for _, sc := range scenarios {
@@ -268,11 +269,18 @@ func TestScenarioFiles(t *testing.T) {
 				}
 				clusterIPs[ip] = sc.Name
 			}
+			ports := []int32{s.Spec.HealthCheckNodePort}
 			for _, p := range s.Spec.Ports {
-				if prev, dup := nodePorts[p.NodePort]; dup && p.NodePort != 0 {
-					t.Errorf("%s: node port %d is also used by %s", sc.Name, p.NodePort, prev)
+				ports = append(ports, p.NodePort)
+			}
+			for _, p := range ports {
+				if prev, dup := nodePorts[p]; dup && p != 0 {
+					t.Errorf("%s: node port %d is also used by %s", sc.Name, p, prev)
 				}
-				nodePorts[p.NodePort] = sc.Name
+				if p != 0 && (p < 30000 || p > 32767) {
+					t.Errorf("%s: node port %d outside the API server's range", sc.Name, p)
+				}
+				nodePorts[p] = sc.Name
 			}
 		}
 		for _, es := range sc.EndpointSlices {
