@@ -25,8 +25,8 @@ import (
 //
 // Everything else (rule order inside a chain, each line's text, the set and
 // map declarations) is kept as nft printed it, with indentation rewritten to
-// tabs. A listing Normalize cannot read (unbalanced braces or quotes) is an
-// error, not a guess.
+// tabs. A listing Normalize cannot read (unbalanced or misplaced braces) is
+// an error, not a guess.
 func Normalize(listing string) (string, error) {
 	lines, err := logicalLines(listing)
 	if err != nil {
@@ -41,6 +41,9 @@ func Normalize(listing string) (string, error) {
 		next := depth + opens - closes
 		if next < 0 {
 			return "", fmt.Errorf("unbalanced braces at %q", l)
+		}
+		if depth > 1 && cur == nil || depth == 0 && next > 1 {
+			return "", fmt.Errorf("a block opens outside the table's objects at %q", l)
 		}
 		switch {
 		case depth == 0 || (depth == 1 && next == 0):

@@ -200,6 +200,7 @@ func TestNormalizeRejectsBrokenListings(t *testing.T) {
 		"table ip kube-proxy {\n\tchain a {\n",
 		"table ip kube-proxy {\n}\n}\n",
 		"table ip kube-proxy {\n\tset s {\n\t\telements = { 1.2.3.4,\n",
+		"table ip kube-proxy { {\n\t\trule\n\t}\n}\n",
 	} {
 		if got, err := Normalize(l); err == nil {
 			t.Errorf("Normalize(%q) = %q, want an error", l, got)
