@@ -312,3 +312,24 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+// FuzzNormalize: any text gives a listing or an error, never a panic, and
+// a normalised listing normalises to itself.
+func FuzzNormalize(f *testing.F) {
+	f.Add(listingA)
+	f.Add(listingB)
+	f.Add("table ip kube-proxy {\n\tchain a {\n\t}\n}\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := Normalize(s)
+		if err != nil {
+			return
+		}
+		again, err := Normalize(n)
+		if err != nil {
+			t.Fatalf("Normalize(%q) = %q, which it cannot read again: %v", s, n, err)
+		}
+		if again != n {
+			t.Fatalf("Normalize is not idempotent on %q:\n%s", s, UnifiedDiff("once", "twice", n, again))
+		}
+	})
+}
