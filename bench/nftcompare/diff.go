@@ -68,6 +68,33 @@ type diffOp struct {
 }
 
 func diffOps(a, b []string) []diffOp {
+	// The common head and tail need no table: listings that differ in a
+	// few lines stay cheap however long they are.
+	head := 0
+	for head < len(a) && head < len(b) && a[head] == b[head] {
+		head++
+	}
+	tail := 0
+	for tail < len(a)-head && tail < len(b)-head && a[len(a)-1-tail] == b[len(b)-1-tail] {
+		tail++
+	}
+	var ops []diffOp
+	for i := range head {
+		ops = append(ops, diffOp{' ', a[i], i, i})
+	}
+	for _, op := range middleOps(a[head:len(a)-tail], b[head:len(b)-tail]) {
+		op.a, op.b = op.a+head, op.b+head
+		ops = append(ops, op)
+	}
+	for k := tail; k > 0; k-- {
+		i, j := len(a)-k, len(b)-k
+		ops = append(ops, diffOp{' ', a[i], i, j})
+	}
+	return ops
+}
+
+// middleOps diffs what differs, by a longest-common-subsequence table.
+func middleOps(a, b []string) []diffOp {
 	// lcs[i][j] = length of the LCS of a[i:] and b[j:].
 	lcs := make([][]int, len(a)+1)
 	for i := range lcs {
@@ -110,6 +137,9 @@ func splitLines(s string) []string {
 // ChangedLines returns the lines only a has ("-") and only b has ("+"),
 // trimmed, in diff order.
 func ChangedLines(a, b string) []string {
+	if a == b {
+		return nil
+	}
 	var changed []string
 	for _, op := range diffOps(splitLines(a), splitLines(b)) {
 		if op.kind != ' ' {

@@ -5,7 +5,7 @@
 // TestSameNFTablesAsKubeProxy starts one lab API server (etcd and
 // kube-apiserver from bench/tools, dual-stack service ranges 198.18.0.0/16
 // and fd00:18::/64) inside a fresh network namespace, and for each scenario
-// file of testdata/ in turn:
+// file of testdata/ and the generated ManyServices scenario in turn:
 //
 //   - creates the scenario's Node (status addresses, zone label, podCIDRs),
 //     Services (with their load-balancer status) and EndpointSlices;
@@ -45,9 +45,9 @@
 // (TestScenarioFiles checks), so scenarios do not wait for each other's
 // addresses to be released.
 //
-// Run it alone, as root (about 1¼ minutes on 2 cores: a few seconds to
-// build kproxy on a warm cache, 5 s for the API server, 5 s per scenario and
-// 10 s for one with changes):
+// Run it alone, as root (about 1½ minutes on 2 cores: a few seconds to
+// build kproxy on a warm cache, 5 s for the API server, 5 s per scenario, 10
+// s for one with changes; 12 scenarios):
 //
 //	sudo env KPROXY_TOOLS_BIN=/work/main/bench/tools/bin \
 //	  go test -count=1 -v -run TestSameNFTablesAsKubeProxy ./bench/nftcompare/

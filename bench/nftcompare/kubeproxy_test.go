@@ -44,6 +44,9 @@ func knownDifferences() []KnownDifference { return nil }
 // addresses of the service ranges no Service holds.
 const unallocatedClusterIPs = `drop comment "Drop traffic to unallocated ClusterIPs"`
 
+// manyServices is the size of the generated scenario.
+const manyServices = 200
+
 // families are the nftables families both proxies write a kube-proxy table in.
 func families() []string { return []string{"ip", "ip6"} }
 
@@ -71,6 +74,7 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scenarios = append(scenarios, ManyServices(manyServices))
 	var only *regexp.Regexp
 	if o := os.Getenv(OnlyEnv); o != "" {
 		if only, err = regexp.Compile(o); err != nil {

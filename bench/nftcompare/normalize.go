@@ -25,8 +25,9 @@ import (
 //
 // Everything else (rule order inside a chain, each line's text, the set and
 // map declarations) is kept as nft printed it, with indentation rewritten to
-// tabs. A listing Normalize cannot read (unbalanced braces or quotes) is an
-// error, not a guess.
+// tabs. A listing Normalize cannot read (one table, objects in it, each
+// closing brace on a line of its own, as nft prints them) is an error, not
+// a guess.
 func Normalize(listing string) (string, error) {
 	lines, err := logicalLines(listing)
 	if err != nil {
@@ -39,21 +40,32 @@ func Normalize(listing string) (string, error) {
 	for _, l := range lines {
 		opens, closes := braceDelta(l)
 		next := depth + opens - closes
-		if next < 0 {
-			return "", fmt.Errorf("unbalanced braces at %q", l)
+		if strings.Count(l, `"`)%2 != 0 {
+			return "", fmt.Errorf("unterminated string at %q", l)
+		}
+		if strings.HasPrefix(l, "elements = {") && !strings.HasSuffix(l, "}") {
+			return "", fmt.Errorf("an element list that does not end its line at %q", l)
 		}
 		switch {
-		case depth == 0 || (depth == 1 && next == 0):
-			out = append(out, l) // "table ip kube-proxy {" and its "}"
-		case depth == 1 && next > 1:
+		case depth == 0 && len(out) > 0:
+			return "", fmt.Errorf("text after the table: %q", l)
+		case depth == 0 && next == 1:
+			out = append(out, l) // "table ip kube-proxy {"
+		case depth == 0:
+			return "", fmt.Errorf("want a table, not %q", l)
+		case depth == 1 && next == 0 && l == "}":
+			out = append(out, l)
+		case depth == 1 && next == 2:
 			cur = &block{header: l}
-		case depth == 1:
+		case depth == 1 && next == 1:
 			out = append(out, "\t"+l) // a table-level line (comment, flags)
-		case next == 1:
+		case depth >= 2 && next == 1 && l == "}":
 			blocks = append(blocks, *cur) // the block's closing brace
 			cur = nil
-		default:
+		case depth >= 2 && next >= 2:
 			cur.body = append(cur.body, l)
+		default:
+			return "", fmt.Errorf("misplaced braces at %q", l)
 		}
 		depth = next
 	}
@@ -221,7 +233,7 @@ func zeroCounters(l string) string {
 	f := strings.Fields(l)
 	changed := false
 	for i := 0; i+4 < len(f); i++ {
-		if f[i] == "counter" && f[i+1] == "packets" && f[i+3] == "bytes" {
+		if f[i] == "counter" && f[i+1] == "packets" && f[i+3] == "bytes" && isNumber(f[i+2]) && isNumber(f[i+4]) {
 			f[i+2], f[i+4] = "0", "0"
 			changed = true
 		}
@@ -230,4 +242,8 @@ func zeroCounters(l string) string {
 		return l
 	}
 	return strings.Join(f, " ")
+}
+
+func isNumber(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }

@@ -200,6 +200,7 @@ func TestNormalizeRejectsBrokenListings(t *testing.T) {
 		"table ip kube-proxy {\n\tchain a {\n",
 		"table ip kube-proxy {\n}\n}\n",
 		"table ip kube-proxy {\n\tset s {\n\t\telements = { 1.2.3.4,\n",
+		"table ip kube-proxy { {\n\t\trule\n\t}\n}\n",
 	} {
 		if got, err := Normalize(l); err == nil {
 			t.Errorf("Normalize(%q) = %q, want an error", l, got)
@@ -251,6 +252,7 @@ func TestScenarioFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scenarios = append(scenarios, ManyServices(manyServices))
 	clusterIPs := map[string]string{}
 	nodePorts := map[int32]string{}
 	for _, sc := range scenarios {
@@ -268,11 +270,18 @@ func TestScenarioFiles(t *testing.T) {
 				}
 				clusterIPs[ip] = sc.Name
 			}
+			ports := []int32{s.Spec.HealthCheckNodePort}
 			for _, p := range s.Spec.Ports {
-				if prev, dup := nodePorts[p.NodePort]; dup && p.NodePort != 0 {
-					t.Errorf("%s: node port %d is also used by %s", sc.Name, p.NodePort, prev)
+				ports = append(ports, p.NodePort)
+			}
+			for _, p := range ports {
+				if prev, dup := nodePorts[p]; dup && p != 0 {
+					t.Errorf("%s: node port %d is also used by %s", sc.Name, p, prev)
 				}
-				nodePorts[p.NodePort] = sc.Name
+				if p != 0 && (p < 30000 || p > 32767) {
+					t.Errorf("%s: node port %d outside the API server's range", sc.Name, p)
+				}
+				nodePorts[p] = sc.Name
 			}
 		}
 		for _, es := range sc.EndpointSlices {
@@ -302,4 +311,25 @@ func TestReport(t *testing.T) {
 			t.Errorf("the report lacks %q:\n%s", want, got)
 		}
 	}
+}
+
+// FuzzNormalize: any text gives a listing or an error, never a panic, and
+// a normalised listing normalises to itself.
+func FuzzNormalize(f *testing.F) {
+	f.Add(listingA)
+	f.Add(listingB)
+	f.Add("table ip kube-proxy {\n\tchain a {\n\t}\n}\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := Normalize(s)
+		if err != nil {
+			return
+		}
+		again, err := Normalize(n)
+		if err != nil {
+			t.Fatalf("Normalize(%q) = %q, which it cannot read again: %v", s, n, err)
+		}
+		if again != n {
+			t.Fatalf("Normalize is not idempotent on %q:\n%s", s, UnifiedDiff("once", "twice", n, again))
+		}
+	})
 }
