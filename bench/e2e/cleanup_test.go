@@ -13,8 +13,8 @@ import (
 // allRules dumps every table of both families and both iptables backends,
 // without dated comments and chain counters (the legacy backend counts the
 // test's own traffic there), and with the IPVS mode the virtual servers, the
-// ipsets and the links too, and the local routing tables (the userspace
-// mode's local portals add routes there). A backend the kernel lacks (nf_tables in the
+// ipsets and the links too, the local routing tables (the userspace
+// mode's local portals add routes there) and every nftables table. A backend the kernel lacks (nf_tables in the
 // guest) shows as its error, the same before and after.
 func (l *e2eLab) allRules(t *testing.T) string {
 	t.Helper()
@@ -37,6 +37,44 @@ func (l *e2eLab) allRules(t *testing.T) string {
 		if err != nil {
 			fmt.Fprintf(&b, "(%v)\n", err)
 		}
+	}
+	b.WriteString(l.nftTablesBesidesIPTables(t))
+	return b.String()
+}
+
+// nftTablesBesidesIPTables lists every nftables table but iptables-nft's:
+// the nftables mode's, an operator's own. Where nf_tables is missing (the
+// guest kernel), nft's error shows in place, the same before and after.
+func (l *e2eLab) nftTablesBesidesIPTables(t *testing.T) string {
+	t.Helper()
+	// iptables-nft's tables, which iptables-nft-save dumps already. It
+	// adds their base chains on first use and leaves them, empty, when
+	// rules go: nft's own listing of them would differ after any kproxy
+	// run that wrote iptables rules.
+	xtablesTables := regexp.MustCompile(`^table (ip|ip6) (filter|nat|mangle|raw|security)$`)
+	var b strings.Builder
+	tables, err := l.topo.Node.Exec("nft", "list", "tables")
+	b.WriteString("$ nft list tables\n" + tables)
+	if err != nil {
+		if !guest.InGuest() {
+			t.Fatalf("nft list tables: %v\n%s", err, tables)
+		}
+		fmt.Fprintf(&b, "(%v)\n", err)
+		return b.String()
+	}
+	for _, line := range strings.Split(strings.TrimSpace(tables), "\n") {
+		if line == "" || xtablesTables.MatchString(line) {
+			continue
+		}
+		table := strings.Fields(line)
+		if len(table) != 3 {
+			t.Fatalf("nft list tables printed %q, want \"table <family> <name>\"", line)
+		}
+		out, err := l.topo.Node.Exec("nft", "list", "table", table[1], table[2])
+		if err != nil {
+			t.Fatalf("nft list table %s %s: %v\n%s", table[1], table[2], err, out)
+		}
+		b.WriteString("$ nft list table " + table[1] + " " + table[2] + "\n" + normalizeNFT(out))
 	}
 	return b.String()
 }
@@ -69,6 +107,11 @@ func TestCleanupRestoresTables(t *testing.T) {
 				node.MustExec(iptablesTool("iptables"), "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
 			}
 		}
+		if !guest.InGuest() {
+			// An nftables table of the operator's own (the guest kernel has
+			// no nf_tables family to make one in).
+			nftScript(t, node, userNFTables)
+		}
 		// A local route of someone else's, as an anycast daemon adds.
 		node.MustExec("ip", "route", "add", "local", "198.18.9.9/32", "dev", "lo", "table", "local")
 		before := l.allRules(t)
@@ -87,4 +130,32 @@ func TestCleanupRestoresTables(t *testing.T) {
 			t.Fatalf("--cleanup did not restore the tables.\nbefore:\n%s\nafter:\n%s", before, after)
 		}
 	})
+}
+
+// userNFTables is an operator's own nftables ruleset, which kproxy's
+// cleanup must leave alone: a filter table of the inet family and a table
+// whose name starts like kube-proxy's.
+const userNFTables = `table inet filter {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		tcp dport 22 counter accept
+	}
+}
+table ip kube-proxy-audit {
+	chain output {
+		type filter hook output priority filter; policy accept;
+		tcp dport 9999 counter
+	}
+}
+`
+
+// nftScript runs nft -f with script on h, failing t with nft's output if
+// it fails.
+func nftScript(t *testing.T, h *lab.Host, script string) {
+	t.Helper()
+	cmd := h.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f on %s: %v\n%s\nthe script:\n%s", h.Name, err, out, script)
+	}
 }

@@ -110,12 +110,18 @@ func TestNodePortAndExternalIP(t *testing.T) {
 		if l == nil {
 			return
 		}
-		for _, url := range []string{
-			fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort),
+		podSide := fmt.Sprintf("http://%s:%d/", l.topo.Node.PodIPv4, webNodePort)
+		urls := []string{fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort), "http://" + externalIP + "/"}
+		if m.primaryNodePorts {
+			// Without --nodeport-addresses this mode serves NodePorts on
+			// the Node's address only, as kube-proxy's does.
+			answer, err := askHTTP(l.topo.Client, podSide)()
+			wantRefused(t, podSide+" (not the Node's address, the mode's default)", answer, err)
+		} else {
 			// Without --nodeport-addresses, every node address serves.
-			fmt.Sprintf("http://%s:%d/", l.topo.Node.PodIPv4, webNodePort),
-			"http://" + externalIP + "/",
-		} {
+			urls = append(urls, podSide)
+		}
+		for _, url := range urls {
 			l.wantBalanced(t, url+" from the client", askHTTP(l.topo.Client, url))
 		}
 		if m.relays {
