@@ -13,16 +13,30 @@ import (
 // allRules dumps every table of both families and both iptables backends,
 // without dated comments and chain counters (the legacy backend counts the
 // test's own traffic there), and with the IPVS mode the virtual servers, the
-// ipsets and the links too, the local routing tables (the userspace
-// mode's local portals add routes there) and every nftables table. A backend the kernel lacks (nf_tables in the
-// guest) shows as its error, the same before and after.
+// ipsets and the links too, the local routing tables (the userspace mode's
+// local portals add routes there) and every other nftables table. A backend
+// the kernel lacks (nf_tables in the guest) shows as its error, the same
+// before and after.
 func (l *e2eLab) allRules(t *testing.T) string {
 	t.Helper()
-	cmds := [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"iptables-legacy-save"}, {"ip6tables-legacy-save"},
-		{"ip", "-4", "route", "show", "table", "local"}, {"ip", "-6", "route", "show", "table", "local"}}
+	cmds := [][]string{{"ip", "-4", "route", "show", "table", "local"}, {"ip", "-6", "route", "show", "table", "local"}}
 	if l.mode.virtualServers {
 		cmds = append(cmds, []string{"ipvsadm", "-Sn"}, []string{"ipset", "list", "-n"}, []string{"ip", "-o", "link", "show"})
 	}
+	return l.iptablesDump(t) + l.dump(t, cmds) + l.nftTablesBesidesIPTables(t)
+}
+
+// iptablesDump is allRules' part from the iptables backends: every table
+// of both families and both backends.
+func (l *e2eLab) iptablesDump(t *testing.T) string {
+	t.Helper()
+	return l.dump(t, [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"iptables-legacy-save"}, {"ip6tables-legacy-save"}})
+}
+
+// dump runs cmds on the node and joins their outputs, normalised as
+// allRules says.
+func (l *e2eLab) dump(t *testing.T, cmds [][]string) string {
+	t.Helper()
 	chainCounters := regexp.MustCompile(`\[\d+:\d+\]`)
 	// IPv6 link-local addresses appear on the lab's links whenever their
 	// address autoconfiguration finishes, kproxy or not.
@@ -38,7 +52,6 @@ func (l *e2eLab) allRules(t *testing.T) string {
 			fmt.Fprintf(&b, "(%v)\n", err)
 		}
 	}
-	b.WriteString(l.nftTablesBesidesIPTables(t))
 	return b.String()
 }
 
@@ -86,32 +99,7 @@ func TestCleanupRestoresTables(t *testing.T) {
 			return
 		}
 		node := l.topo.Node
-		if !guest.WithoutNetfilter() {
-			// Rules of the operator's own, which must survive. They also make
-			// the tables exist beforehand, as on any real node: kproxy, like
-			// kube-proxy, cannot tell an empty table it created from one that
-			// was there, and leaves tables (not its chains) in place.
-			// kproxy writes both families where it can.
-			for _, cmd := range []string{iptablesTool("iptables"), iptablesTool("ip6tables")} {
-				node.MustExec(cmd, "-t", "nat", "-A", "POSTROUTING", "-o", "to-client", "-j", "MASQUERADE")
-				node.MustExec(cmd, "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
-				node.MustExec(cmd, "-t", "mangle", "-A", "PREROUTING", "-p", "tcp", "--dport", "22", "-j", "MARK", "--set-mark", "0x1")
-			}
-			// kubelet's KUBE-FIREWALL chain, which kube-proxy (and kproxy) write
-			// a copy of and, as kubelet's, leave behind on cleanup.
-			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-N", "KUBE-FIREWALL")
-			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
-				"-m", "comment", "--comment", "block incoming localnet connections",
-				"-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP")
-			for _, chain := range []string{"INPUT", "OUTPUT"} {
-				node.MustExec(iptablesTool("iptables"), "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
-			}
-		}
-		if !guest.InGuest() {
-			// An nftables table of the operator's own (the guest kernel has
-			// no nf_tables family to make one in).
-			nftScript(t, node, userNFTables)
-		}
+		addOperatorRules(t, node)
 		// A local route of someone else's, as an anycast daemon adds.
 		node.MustExec("ip", "route", "add", "local", "198.18.9.9/32", "dev", "lo", "table", "local")
 		before := l.allRules(t)
@@ -157,5 +145,40 @@ func nftScript(t *testing.T, h *lab.Host, script string) {
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nft -f on %s: %v\n%s\nthe script:\n%s", h.Name, err, out, script)
+	}
+}
+
+// addOperatorRules adds to node what an operator's node holds before kproxy
+// runs, which kproxy must leave as it was: iptables rules of the
+// operator's own and kubelet's KUBE-FIREWALL chain where netfilter is, and
+// an nftables ruleset of the operator's own where nf_tables has the ip
+// family (not in the guest kernel).
+func addOperatorRules(t *testing.T, node *lab.Host) {
+	t.Helper()
+	if !guest.WithoutNetfilter() {
+		// Rules of the operator's own, which must survive. They also make
+		// the tables exist beforehand, as on any real node: kproxy, like
+		// kube-proxy, cannot tell an empty table it created from one that
+		// was there, and leaves tables (not its chains) in place.
+		// kproxy writes both families where it can.
+		for _, cmd := range []string{iptablesTool("iptables"), iptablesTool("ip6tables")} {
+			node.MustExec(cmd, "-t", "nat", "-A", "POSTROUTING", "-o", "to-client", "-j", "MASQUERADE")
+			node.MustExec(cmd, "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+			node.MustExec(cmd, "-t", "mangle", "-A", "PREROUTING", "-p", "tcp", "--dport", "22", "-j", "MARK", "--set-mark", "0x1")
+		}
+		// kubelet's KUBE-FIREWALL chain, which kube-proxy (and kproxy) write
+		// a copy of and, as kubelet's, leave behind on cleanup.
+		node.MustExec(iptablesTool("iptables"), "-t", "filter", "-N", "KUBE-FIREWALL")
+		node.MustExec(iptablesTool("iptables"), "-t", "filter", "-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
+			"-m", "comment", "--comment", "block incoming localnet connections",
+			"-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP")
+		for _, chain := range []string{"INPUT", "OUTPUT"} {
+			node.MustExec(iptablesTool("iptables"), "-t", "filter", "-I", chain, "-j", "KUBE-FIREWALL")
+		}
+	}
+	if !guest.InGuest() {
+		// An nftables table of the operator's own (the guest kernel has
+		// no nf_tables family to make one in).
+		nftScript(t, node, userNFTables)
 	}
 }
