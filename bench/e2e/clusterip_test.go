@@ -19,12 +19,12 @@ func TestClusterIP(t *testing.T) {
 			return
 		}
 		// From another host, from the node itself, and from a pod on the
-		// node (a backend, which may be sent to itself). The IPVS mode, as
-		// kube-proxy's, masquerades such hairpin traffic only for endpoints
-		// on this node (KUBE-LOOP-BACK), and the services file does not
+		// node (a backend, which may be sent to itself). The IPVS and
+		// nftables modes, as kube-proxy's, masquerade such hairpin traffic
+		// only for endpoints on this node, and the services file does not
 		// place the backends on it.
 		from := []*lab.Host{l.topo.Client, l.topo.Node}
-		if !m.virtualServers {
+		if !m.localHairpinsOnly {
 			from = append(from, l.topo.Backends[0])
 		}
 		for _, from := range from {

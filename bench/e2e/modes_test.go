@@ -35,6 +35,11 @@ type proxyMode struct {
 	// of the ip and ip6 families, written in nft transactions and counted
 	// in the kubeproxy_sync_proxy_rules_nftables_* metrics.
 	nftablesRules bool
+	// localHairpinsOnly: a pod sent to itself through a service is
+	// masqueraded only when it is an endpoint on this node (kube-proxy's
+	// IPVS KUBE-LOOP-BACK, its nftables hairpin-connections set); the
+	// iptables mode masquerades such traffic for every endpoint.
+	localHairpinsOnly bool
 	// primaryNodePorts: without --nodeport-addresses, NodePorts answer only
 	// on the node's primary address (kube-proxy's default in the nftables
 	// mode), not on every local address.
@@ -61,7 +66,7 @@ func (m proxyMode) proxyModeFlag() string {
 // interval between syncs (the mode's own flag), so changes land at once.
 func nftablesMode() proxyMode {
 	return proxyMode{name: "nftables", args: []string{"--nftables-min-sync-period=0"},
-		keepsClientAddress: true, nftablesRules: true, primaryNodePorts: true}
+		keepsClientAddress: true, nftablesRules: true, primaryNodePorts: true, localHairpinsOnly: true}
 }
 
 // proxyModes lists the modes every case runs in, in run order: the modes
@@ -85,7 +90,7 @@ func proxyModes() []proxyMode {
 		return []proxyMode{{name: "auto", auto: true, exactRoundRobin: true, relays: true, localPortals: true}}
 	}
 	if guest.InGuest() {
-		return append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true})
+		return append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true, localHairpinsOnly: true})
 	}
 	return append(modes, nftablesMode())
 }
