@@ -77,20 +77,30 @@ func nftObjectNamed(t *testing.T, listing, kind, pattern string) string {
 	return found[0][1]
 }
 
-// errorLines are kproxy's error log lines (klog's E prefix) that contain
-// every one of words.
-func errorLines(log string, words ...string) []string {
-	var out []string
+// errorEntries are kproxy's error log entries (klog's E prefix, with the
+// indented lines of a multi-line value that follow) that contain every one
+// of words.
+func errorEntries(log string, words ...string) []string {
+	klogHeader := regexp.MustCompile(`^[IWEF]\d{4} `)
+	var entries []string
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.HasPrefix(line, "E") {
+		if klogHeader.MatchString(line) || len(entries) == 0 {
+			entries = append(entries, line)
+			continue
+		}
+		entries[len(entries)-1] += "\n" + line
+	}
+	var out []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e, "E") {
 			continue
 		}
 		all := true
 		for _, w := range words {
-			all = all && strings.Contains(line, w)
+			all = all && strings.Contains(e, w)
 		}
 		if all {
-			out = append(out, line)
+			out = append(out, e)
 		}
 	}
 	return out
@@ -194,7 +204,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 				v := nftFamilyCounter(t, nftSyncFailuresMetric)
 				return v > failures, fmt.Sprint(v)
 			})
-			if lines := errorLines(l.kproxy.Log(), set, "busy"); len(lines) == 0 {
+			if lines := errorEntries(l.kproxy.Log(), "delete set ip "+nftTable+" "+set, "busy"); len(lines) == 0 {
 				t.Errorf("kproxy logged no error naming the failed line (the deletion of %s, busy):\n%s", set, l.kproxy.Log())
 			} else {
 				t.Logf("logged: %s", lines[0])
@@ -261,7 +271,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 				v := nftFamilyCounter(t, nftCleanupFailuresMetric)
 				return v > cleanupFailures, fmt.Sprint(v)
 			})
-			if lines := errorLines(l.kproxy.Log(), chain, "busy"); len(lines) == 0 {
+			if lines := errorEntries(l.kproxy.Log(), "delete chain ip "+nftTable+" "+chain, "busy"); len(lines) == 0 {
 				t.Errorf("kproxy logged no error naming the failed line (the deletion of %s, busy):\n%s", chain, l.kproxy.Log())
 			} else {
 				t.Logf("logged: %s", lines[0])
