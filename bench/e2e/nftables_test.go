@@ -303,16 +303,16 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 // tables and iptables rules stay), also on a node without the nft tool,
 // over netlink.
 func TestNFTablesCleanup(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		// path is --cleanup's PATH; nil: the node's own.
-		path func(t *testing.T) string
-	}{
-		{name: "with nft"},
-		{name: "without nft", path: func(t *testing.T) string { return lab.PathWithout(t, "nft") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			forModes(t, hasNFTablesRules, func(t *testing.T, m proxyMode) {
+	forModes(t, hasNFTablesRules, func(t *testing.T, m proxyMode) {
+		for _, tc := range []struct {
+			name string
+			// path is --cleanup's PATH; nil: the node's own.
+			path func(t *testing.T) string
+		}{
+			{name: "with nft"},
+			{name: "without nft", path: func(t *testing.T) string { return lab.PathWithout(t, "nft") }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
 				l := newLab(t, m, renderCore)
 				if l == nil {
 					return
@@ -342,8 +342,8 @@ func TestNFTablesCleanup(t *testing.T) {
 					t.Fatalf("--cleanup did not leave the node as it was before kproxy ran.\nbefore:\n%s\nafter:\n%s", before, after)
 				}
 			})
-		})
-	}
+		}
+	})
 }
 
 // TestNFTablesNoEndpointsRefused: a service without endpoints is refused
