@@ -134,3 +134,24 @@ func TestNodePortAndExternalIP(t *testing.T) {
 		}
 	})
 }
+
+const hairpinVIP = "198.18.0.15"
+
+// TestHairpinToLocalEndpoint: a pod on the node (backend-1) whose service
+// sends it to itself is answered, in every mode, when the services file
+// places it on this node: the modes that masquerade hairpin traffic for
+// local endpoints only (TestClusterIP leaves them out) do here.
+func TestHairpinToLocalEndpoint(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
+		l := startLab(t, m, func(backends []string) string {
+			return docs(nodeDoc, httpService("hairpin", hairpinVIP, ""),
+				httpSlice("hairpin", endpoint(backends[0], "node", "")))
+		})
+		if l == nil {
+			return
+		}
+		pod := l.topo.Backends[0]
+		seen := lab.Spread(t, 3, askHTTP(pod, "http://"+hairpinVIP+"/"))
+		wantOnly(t, "a service whose only endpoint is the asking pod", seen, pod.Name)
+	})
+}
