@@ -47,7 +47,8 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 				MasqueradeAll: s.MasqueradeAll,
 				ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
 			},
-			NFT: nft,
+			NFT:    nft,
+			Lister: NewNetlinkLister(fam, TableName),
 		})
 	}
 	if len(fams) == 0 {

@@ -42,7 +42,7 @@ func TestKernelMatchesFake(t *testing.T) {
 	}
 }
 
-// TestKernelRepairsFlushedTable checks that a periodic sync notices a table
+// TestKernelRepairsFlushedTable checks that the next sync notices a table
 // flushed (chains left, rules gone) or deleted by someone else, and
 // restores it in that sync.
 func TestKernelRepairsFlushedTable(t *testing.T) {
@@ -60,11 +60,51 @@ func TestKernelRepairsFlushedTable(t *testing.T) {
 				mf := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: fake})
 				mustSync(t, m, snap, full())
 				mustSync(t, mf, snap, full())
+				l := NewNetlinkLister(fam, TableName)
+				if n, err := l.RuleCount(context.Background(), "reject-chain"); err != nil || n != 1 {
+					t.Fatalf("RuleCount(reject-chain) = %d, %v on an intact table; want 1", n, err)
+				}
 				lab.Run(t, "nft", how, "table", nftFamily(fam), TableName)
-				mustSync(t, m, snap, &servicemap.ChangeSet{Periodic: true})
+				want := map[string]int{"flush": 0, "delete": -1}[how]
+				if n, err := l.RuleCount(context.Background(), "reject-chain"); err != nil || n != want {
+					t.Fatalf("RuleCount(reject-chain) = %d, %v after %s; want %d", n, err, how, want)
+				}
+				mustSync(t, m, snap, &servicemap.ChangeSet{})
 				compareWithFake(t, fam, fake)
 			})
 		}
+	}
+}
+
+// TestKernelNetlinkLister checks the netlink lister's names against nft's.
+func TestKernelNetlinkLister(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	for _, fam := range ipfamily.All() {
+		t.Run(string(fam), func(t *testing.T) {
+			real := realNFT(t, fam)
+			m := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: real})
+			mustSync(t, m, scenarioNamed(t, "session-affinity-clientip").Snapshot(), full())
+			chains, sets, err := NewNetlinkLister(fam, TableName).Names(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantChains, wantSets, err := knftLister{real}.Names(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(chains)
+			slices.Sort(sets)
+			slices.Sort(wantChains)
+			slices.Sort(wantSets)
+			if !slices.Equal(chains, wantChains) || !slices.Equal(sets, wantSets) {
+				t.Errorf("netlink lists chains %q sets %q; nft lists chains %q sets %q", chains, sets, wantChains, wantSets)
+			}
+			if len(sets) < 3 {
+				t.Errorf("too few sets listed: %q", sets)
+			}
+		})
 	}
 }
 
@@ -99,8 +139,12 @@ func realNFT(t testing.TB, fam ipfamily.Family) knftables.Interface {
 	if err != nil {
 		t.Fatalf("knftables.New: %v", err)
 	}
-	return nft
+	return realIface{nft}
 }
+
+// realIface marks the real nft, so that newTestMode gives it the netlink
+// lister, as build does.
+type realIface struct{ knftables.Interface }
 
 // compareWithFake lists the kernel's table, then replaces it with the
 // fake's dump loaded by nft, lists again and compares the two.

@@ -27,6 +27,9 @@ type FamilyConfig struct {
 	// NFT is the family's table: knftables.New(family, TableName), or a
 	// knftables.Fake in tests.
 	NFT knftables.Interface
+	// Lister reads the table's object names and the canary chain's rules;
+	// nil lists through NFT (fine for the fake, slow with the real nft).
+	Lister Lister
 }
 
 // Config configures the nftables mode.
@@ -75,9 +78,14 @@ func New(cfg Config) (*Mode, error) {
 		if _, err := rules.New(fc.Rules); err != nil {
 			return nil, fmt.Errorf("nftables mode: %s: %w", fc.Rules.Family, err)
 		}
+		lister := fc.Lister
+		if lister == nil {
+			lister = knftLister{fc.NFT}
+		}
 		m.families = append(m.families, &family{
 			fam:        fc.Rules.Family,
 			nft:        fc.NFT,
+			lister:     lister,
 			base:       fc.Rules,
 			nodeName:   cfg.NodeName,
 			nodePorts:  cfg.NodePorts,
