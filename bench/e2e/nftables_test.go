@@ -245,12 +245,12 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 
 		t.Run("a stale service chain in use elsewhere is deleted once free", func(t *testing.T) {
 			// A deleted service's chain is flushed in the sync's transaction
-			// and deleted in a later one (as kube-proxy does, for kernels
-			// that free a chain a map element referred to only a while
-			// later). Another program's rule jumping to it makes that
+			// and deleted a second or more later (as kube-proxy does, for
+			// kernels that free a chain a map element referred to only a
+			// while later). Another program's rule jumping to it makes that
 			// deletion fail (EBUSY): the service is gone all the same, the
-			// failure is logged and counted as a cleanup failure, and the
-			// chain goes once it is free.
+			// failure is logged and counted as a cleanup failure, other
+			// changes still land, and the chain goes once it is free.
 			table, err := l.nftTable("ip")
 			if err != nil {
 				t.Fatal(err)
@@ -280,6 +280,15 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 			if seen, err := trySpread(12, askWeb); err != nil || len(seen) != 2 || seen["backend-3"] != 0 {
 				t.Errorf("web reached %v (%v) while the stale chain cannot go, want backend-1 and backend-2", seen, err)
 			}
+			// A chain someone else holds must not hold up the other
+			// services' changes (kube-proxy deletes stale chains in a
+			// transaction of their own).
+			l.write(t, coreServices{backends: l.backends, stickyTimeout: 60, withoutGone: true}.render())
+			lab.Within(t, 2*nftResyncPeriod+changeBound, "backend-3 rejoining web while the stale chain cannot go", func() (bool, string) {
+				l.alive(t)
+				seen, err := trySpread(12, askWeb)
+				return err == nil && len(seen) == 3, fmt.Sprint(seen, err)
+			})
 
 			nftScript(t, node, fmt.Sprintf("flush chain ip %[1]s audit-gone\ndelete chain ip %[1]s audit-gone\n", nftTable))
 			lab.Within(t, 2*nftResyncPeriod+changeBound, "the stale chain going once free", func() (bool, string) {
