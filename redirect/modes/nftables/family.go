@@ -27,9 +27,11 @@ const staleChainDelay = time.Second
 // family is the nftables mode for one IP family: what it last applied, and
 // how to write the next sync.
 type family struct {
-	fam        ipfamily.Family
-	nft        knftables.Interface
-	lister     Lister
+	fam    ipfamily.Family
+	nft    knftables.Interface
+	lister Lister
+	// fast writes partial syncs over netlink (nil: always through nft).
+	fast       *netlinkWriter
 	base       rules.Config
 	nodeName   string
 	nodePorts  nodeaddr.Policy
@@ -363,20 +365,21 @@ func writeChain(tx *knftables.Transaction, c rules.Chain, exists bool) {
 	}
 }
 
-// partialSync rewrites, for the changed and removed ports only, the chains
-// that differ, their affinity sets and the elements that differ from what
-// was applied, in one transaction. Its cost follows the change, not the
-// number of services.
+// partialSync rewrites, for the named ports only, the chains that differ,
+// their affinity sets and the elements that differ from what was applied,
+// in one transaction; shared also rewrites the shared objects (a node or
+// configuration change). Its cost follows the change, not the number of
+// services. The transaction goes over netlink when the family has a fast
+// writer and every operation is one it encodes; through nft otherwise.
 func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, names []servicemap.ServicePortName, b *rules.Builder, shared bool) error {
 	slices.SortFunc(names, servicemap.ServicePortName.Compare)
 	names = slices.Compact(names)
 	want := f.ports(b, snap, names)
-	addrType := b.AddrType()
 
 	// Operations go in phases so that every reference is valid when made:
 	// flushes before the sets they referred to go, sets before the rules
 	// using them, chains before the elements pointing to them.
-	var flushes, setDeletes, setAdds, chainOps []func(*knftables.Transaction)
+	var flushes, setDeletes, setAdds, chainOps []op
 	prev := map[string]*rules.Element{} // element IDs touched, as applied before
 	touch := func(id string) {
 		if _, ok := prev[id]; ok {
@@ -411,7 +414,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		}
 		for _, c := range chainsOf(old) {
 			if _, ok := newChains[c.Name]; !ok {
-				flushes = append(flushes, flushChain(c.Name))
+				flushes = append(flushes, op{kind: opFlushChain, chain: c.Name})
 				newStale[c.Name] = true
 			}
 		}
@@ -422,20 +425,23 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 			}
 			_, wasStale := f.stale[c.Name]
 			if existed || wasStale {
-				flushes = append(flushes, flushChain(c.Name))
+				flushes = append(flushes, op{kind: opFlushChain, chain: c.Name})
 			}
-			chainOps = append(chainOps, func(tx *knftables.Transaction) { writeChain(tx, c, false) })
+			chainOps = append(chainOps, op{kind: opAddChain, chain: c.Name})
+			for _, r := range c.Rules {
+				chainOps = append(chainOps, op{kind: opAddRule, chain: c.Name, rule: r})
+			}
 			delete(newStale, c.Name)
 			wanted[c.Name] = true
 		}
 		for _, s := range setsOf(old) {
 			if n, ok := newSets[s.Name]; !ok || n != s {
-				setDeletes = append(setDeletes, func(tx *knftables.Transaction) { tx.Delete(&knftables.Set{Name: s.Name}) })
+				setDeletes = append(setDeletes, op{kind: opDeleteSet, set: s})
 			}
 		}
 		for _, s := range setsOf(cur) {
 			if o, ok := oldSets[s.Name]; !ok || o != s {
-				setAdds = append(setAdds, func(tx *knftables.Transaction) { tx.Add(s.Object(addrType)) })
+				setAdds = append(setAdds, op{kind: opAddSet, set: s})
 			}
 		}
 		if old != nil {
@@ -461,53 +467,70 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		}
 	}
 
-	tx := f.nft.NewTransaction()
-	if shared {
-		b.WriteShared(tx, false, false)
-	}
-	for _, phase := range [][]func(*knftables.Transaction){flushes, setDeletes, setAdds, chainOps} {
-		for _, op := range phase {
-			op(tx)
-		}
-	}
-	ids := slices.Sorted(maps.Keys(prev))
-	var adds []*rules.Element
-	for _, id := range ids {
+	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps)
+	var adds []op
+	for _, id := range slices.Sorted(maps.Keys(prev)) {
 		before := prev[id]
 		st := f.elems[id]
 		live := st != nil && st.refs > 0
 		switch {
 		case before != nil && !live:
-			tx.Delete(before.Object())
+			ops = append(ops, op{kind: opDeleteElem, elem: *before})
 			delete(f.elems, id)
 		case before == nil && live:
-			adds = append(adds, &st.elem)
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
 		case before != nil && live && !elementEqual(*before, st.elem):
-			tx.Delete(before.Object())
-			adds = append(adds, &st.elem)
+			ops = append(ops, op{kind: opDeleteElem, elem: *before})
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
 		case !live:
 			delete(f.elems, id)
 		}
 	}
-	for _, e := range adds {
-		tx.Add(e.Object())
-	}
+	ops = append(ops, adds...)
 	var deletes []string
 	for _, c := range slices.Sorted(maps.Keys(f.dueStale())) {
 		if !newStale[c] && !wanted[c] {
-			tx.Delete(&knftables.Chain{Name: c})
+			ops = append(ops, op{kind: opDeleteChain, chain: c})
 			deletes = append(deletes, c)
 		}
 	}
-	if tx.NumOperations() == 0 {
+	if len(ops) == 0 && !shared {
 		f.commit(want, newStale, now, nil)
 		return nil
 	}
-	if err := f.runTx(ctx, tx); err != nil {
+	if err := f.runOps(ctx, b, ops, shared); err != nil {
 		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
 	}
 	f.commit(want, newStale, now, deletes)
 	return nil
+}
+
+// runOps runs a partial sync's operations in one transaction: over
+// netlink when possible, else through nft.
+func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared bool) error {
+	if f.fast != nil && !shared {
+		if batch, ok := f.fast.encode(ops); ok {
+			line, err := f.fast.run(batch)
+			if err == nil {
+				return nil
+			}
+			if line != "" && strings.HasPrefix(line, "delete chain ") {
+				f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+			} else {
+				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+			}
+			return err
+		}
+	}
+	tx := f.nft.NewTransaction()
+	if shared {
+		b.WriteShared(tx, false, false)
+	}
+	addrType := b.AddrType()
+	for _, o := range ops {
+		o.write(tx, addrType)
+	}
+	return f.runTx(ctx, tx)
 }
 
 // commit records a successful partial sync.
@@ -530,10 +553,6 @@ func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStal
 			f.stale[c] = now
 		}
 	}
-}
-
-func flushChain(name string) func(*knftables.Transaction) {
-	return func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) }
 }
 
 func elementEqual(a, b rules.Element) bool {

@@ -53,7 +53,7 @@ func newTestMode(t testing.TB, clock *testClock, nfts map[ipfamily.Family]knftab
 		if nft, ok := nfts[fam]; ok {
 			fc := FamilyConfig{Rules: testRulesConfig(fam), NFT: nft}
 			if _, ok := nft.(realIface); ok {
-				fc.Lister = NewNetlinkLister(fam, TableName)
+				fc.Lister, fc.Netlink = NewNetlinkLister(fam, TableName), nft.(realIface).netlink
 			}
 			fams = append(fams, fc)
 		}

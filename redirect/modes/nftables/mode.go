@@ -30,6 +30,9 @@ type FamilyConfig struct {
 	// Lister reads the table's object names and the canary chain's rules;
 	// nil lists through NFT (fine for the fake, slow with the real nft).
 	Lister Lister
+	// Netlink writes partial syncs of ordinary services straight over
+	// nf_tables netlink rather than through nft (the real kernel only).
+	Netlink bool
 }
 
 // Config configures the nftables mode.
@@ -82,7 +85,12 @@ func New(cfg Config) (*Mode, error) {
 		if lister == nil {
 			lister = knftLister{fc.NFT}
 		}
+		var fast *netlinkWriter
+		if fc.Netlink {
+			fast = newNetlinkWriter(fc.Rules.Family, TableName)
+		}
 		m.families = append(m.families, &family{
+			fast:       fast,
 			fam:        fc.Rules.Family,
 			nft:        fc.NFT,
 			lister:     lister,
