@@ -460,3 +460,43 @@ func TestNFTablesSwitchModes(t *testing.T) {
 		}
 	})
 }
+
+// TestNFTablesElementRemovedBehindItsBack: someone else deletes an element
+// kproxy wrote (the cluster IP of a service, from the cluster-ips set);
+// kproxy's next change to that service, which deletes the element too,
+// fails in the kernel (ENOENT) and is logged naming the element and
+// counted; the retry, which reads the table again, lands.
+func TestNFTablesElementRemovedBehindItsBack(t *testing.T) {
+	forModes(t, hasNFTablesRules, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m, "--nftables-sync-period="+nftResyncPeriod.String())
+		if l == nil {
+			return
+		}
+		askWeb := askHTTP(l.topo.Client, "http://"+webVIP+"/")
+		l.wantBalanced(t, "TCP ClusterIP at first", askWeb)
+		l.topo.Node.MustExec("nft", "delete", "element", "ip", nftTable, "cluster-ips", "{ "+goneVIP+" }")
+		failures := nftFamilyCounter(t, nftSyncFailuresMetric)
+
+		l.write(t, coreServices{backends: l.backends, stickyTimeout: 60, withoutGone: true}.render())
+		lab.Within(t, 2*nftResyncPeriod+changeBound, "the deleted service's rules going away", func() (bool, string) {
+			l.alive(t)
+			programmed, state := l.programs(t, goneVIP)
+			return !programmed, state
+		})
+		if v := nftFamilyCounter(t, nftSyncFailuresMetric); v <= failures {
+			t.Errorf("%s = %v, want the failed deletion of an element that was gone counted (it was %v)", nftSyncFailuresMetric, v, failures)
+		}
+		if entries := errorEntries(l.kproxy.Log(), "cluster-ips", goneVIP); len(entries) == 0 {
+			t.Errorf("kproxy logged no error naming the failed deletion (cluster-ips, %s):\n%s", goneVIP, l.kproxy.Log())
+		} else {
+			t.Logf("logged: %s", entries[0])
+		}
+		wantNotServed(t, l.topo.Client, "the deleted service", goneVIP+":80")
+		l.wantBalanced(t, "TCP ClusterIP after the retry", askWeb)
+		settled := nftFamilyCounter(t, nftSyncFailuresMetric)
+		time.Sleep(2 * nftResyncPeriod)
+		if v := nftFamilyCounter(t, nftSyncFailuresMetric); v != settled {
+			t.Errorf("%s rose from %v to %v after the retry: syncs still fail:\n%s", nftSyncFailuresMetric, settled, v, l.kproxy.Log())
+		}
+	})
+}
