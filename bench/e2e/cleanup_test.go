@@ -23,36 +23,44 @@ func (l *e2eLab) allRules(t *testing.T) string {
 	if l.mode.virtualServers {
 		cmds = append(cmds, []string{"ipvsadm", "-Sn"}, []string{"ipset", "list", "-n"}, []string{"ip", "-o", "link", "show"})
 	}
-	return l.iptablesDump(t) + l.dump(t, cmds) + l.nftTablesBesidesIPTables(t)
+	var b strings.Builder
+	b.WriteString(l.iptablesDump(t))
+	for _, cmd := range cmds {
+		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
+		writeDump(t, &b, cmd, out, err)
+	}
+	b.WriteString(l.nftTablesBesidesIPTables(t))
+	return b.String()
 }
 
 // iptablesDump is allRules' part from the iptables backends: every table
 // of both families and both backends.
 func (l *e2eLab) iptablesDump(t *testing.T) string {
 	t.Helper()
-	return l.dump(t, [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"iptables-legacy-save"}, {"ip6tables-legacy-save"}})
+	var b strings.Builder
+	for _, cmd := range [][]string{{"iptables-nft-save"}, {"ip6tables-nft-save"}, {"iptables-legacy-save"}, {"ip6tables-legacy-save"}} {
+		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
+		writeDump(t, &b, cmd, out, err)
+	}
+	return b.String()
 }
 
-// dump runs cmds on the node and joins their outputs, normalised as
-// allRules says.
-func (l *e2eLab) dump(t *testing.T, cmds [][]string) string {
+// writeDump adds the output of one of allRules' commands to b, normalised
+// as allRules says; an error fails t but in the guest, whose kernel lacks
+// some of what the commands read.
+func writeDump(t *testing.T, b *strings.Builder, cmd []string, out string, err error) {
 	t.Helper()
+	if err != nil && !guest.InGuest() {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd, " "), err, out)
+	}
 	chainCounters := regexp.MustCompile(`\[\d+:\d+\]`)
 	// IPv6 link-local addresses appear on the lab's links whenever their
 	// address autoconfiguration finishes, kproxy or not.
 	linkLocal := regexp.MustCompile(`(?m)^local fe80:.*\n`)
-	var b strings.Builder
-	for _, cmd := range cmds {
-		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
-		if err != nil && !guest.InGuest() {
-			t.Fatalf("%s: %v\n%s", strings.Join(cmd, " "), err, out)
-		}
-		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), linkLocal.ReplaceAllString(chainCounters.ReplaceAllString(lab.WithoutComments(out), "[0:0]"), ""))
-		if err != nil {
-			fmt.Fprintf(&b, "(%v)\n", err)
-		}
+	fmt.Fprintf(b, "$ %s\n%s", strings.Join(cmd, " "), linkLocal.ReplaceAllString(chainCounters.ReplaceAllString(lab.WithoutComments(out), "[0:0]"), ""))
+	if err != nil {
+		fmt.Fprintf(b, "(%v)\n", err)
 	}
-	return b.String()
 }
 
 // nftTablesBesidesIPTables lists every nftables table but iptables-nft's:

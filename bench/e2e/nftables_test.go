@@ -340,12 +340,15 @@ func TestNFTablesCleanup(t *testing.T) {
 				if err := l.kproxy.Stop(); err != nil {
 					t.Logf("stopping kproxy: %v", err)
 				}
-				cleanup := []string{l.bin, "--cleanup"}
-				if tc.path != nil {
-					cleanup = append([]string{"env", "PATH=" + tc.path(t)}, cleanup...)
+				var out string
+				var err error
+				if tc.path == nil {
+					out, err = node.Exec(l.bin, "--cleanup")
+				} else {
+					out, err = node.Exec("env", "PATH="+tc.path(t), l.bin, "--cleanup")
 				}
-				if out, err := node.Exec(cleanup[0], cleanup[1:]...); err != nil {
-					t.Fatalf("%s: %v\n%s", strings.Join(cleanup, " "), err, out)
+				if err != nil {
+					t.Fatalf("kproxy --cleanup (%s): %v\n%s", tc.name, err, out)
 				}
 				if after := l.allRules(t); after != before {
 					t.Fatalf("--cleanup did not leave the node as it was before kproxy ran.\nbefore:\n%s\nafter:\n%s", before, after)
