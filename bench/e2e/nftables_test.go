@@ -350,6 +350,7 @@ func TestNFTablesCleanup(t *testing.T) {
 				if err != nil {
 					t.Fatalf("kproxy --cleanup (%s): %v\n%s", tc.name, err, out)
 				}
+				t.Logf("kproxy --cleanup (%s): %s", tc.name, lastLine(out))
 				if after := l.allRules(t); after != before {
 					t.Fatalf("--cleanup did not leave the node as it was before kproxy ran.\nbefore:\n%s\nafter:\n%s", before, after)
 				}
