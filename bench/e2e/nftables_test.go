@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -501,6 +502,46 @@ func TestNFTablesElementRemovedBehindItsBack(t *testing.T) {
 		time.Sleep(2 * nftResyncPeriod)
 		if v := nftFamilyCounter(t, nftSyncFailuresMetric); v != settled {
 			t.Errorf("%s rose from %v to %v after the retry: syncs still fail:\n%s", nftSyncFailuresMetric, settled, v, l.kproxy.Log())
+		}
+	})
+}
+
+// TestNFTablesFromConfigFile: `mode: nftables` and the nftables section of
+// a KubeProxyConfiguration (--config), as kube-proxy reads them, with no
+// mode flag: the mode runs with the file's sync period and masquerade bit.
+func TestNFTablesFromConfigFile(t *testing.T) {
+	forModes(t, hasNFTablesRules, func(t *testing.T, m proxyMode) {
+		l := newLab(t, m, renderCore)
+		if l == nil {
+			return
+		}
+		config := filepath.Join(t.TempDir(), "kube-proxy.yaml")
+		const content = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+nftables: {syncPeriod: 7s, minSyncPeriod: 0s, masqueradeBit: 15}
+`
+		if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The mode comes from the file alone.
+		l.mode = proxyMode{name: m.name, auto: true, keepsClientAddress: m.keepsClientAddress, nftablesRules: true}
+		l.runKproxy(t, nil, "--config="+config)
+		log := l.kproxy.Log()
+		for _, want := range []string{`"Using proxy mode"`, `mode="nftables"`, `syncPeriod="7s"`} {
+			if !strings.Contains(log, want) {
+				t.Errorf("kproxy's log lacks %s:\n%s", want, log)
+			}
+		}
+		l.wantBalanced(t, "TCP ClusterIP", askHTTP(l.topo.Client, "http://"+webVIP+"/"))
+		url := fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort)
+		l.wantBalanced(t, url+" (masqueraded through the file's mark)", askHTTP(l.topo.Client, url))
+		table, err := l.nftTable("ip")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(table, "0x00008000") || strings.Contains(table, "0x00004000") {
+			t.Errorf("masqueradeBit: 15 wants mark 0x00008000 (and not the default bit 14's 0x00004000) in the table:\n%s", table)
 		}
 	})
 }
