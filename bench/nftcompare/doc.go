@@ -17,12 +17,17 @@
 //     holds every service of the scenario and has not changed for 3 s;
 //   - normalises the listings (Normalize: objects sorted by kind and name,
 //     set and map elements sorted, dynamic affinity-set contents dropped,
-//     counters zeroed — what depends on creation order or traffic, nothing
-//     else) and compares them as text: the two kube-proxy runs must be
+//     counters zeroed, empty chains nothing names dropped — what depends on
+//     creation order, traffic or sync timing, nothing else) and compares them as text: the two kube-proxy runs must be
 //     identical (else the normaliser misses something run-dependent), and
 //     kproxy's must be identical to kube-proxy's except for the lines the
 //     test's knownDifferences list explains, each with its reason. A failure
 //     prints the unified diff, kube-proxy's side first;
+//   - if the file has a `kind: Then` document, makes its changes (updates,
+//     new objects, deletions) and compares again: partial syncs must end
+//     where kube-proxy's do;
+//   - checks that both proxies listen on the services' health-check node
+//     ports;
 //   - stops the proxies, removes their namespaces and deletes the objects.
 //
 // Each scenario file is a header document (kind: Scenario: description,

@@ -93,6 +93,12 @@ func TestNormalizeAndCompare(t *testing.T) {
 	}{
 		{name: "same listing", a: listingA, b: listingA, equal: true},
 		{name: "other creation and element order, affinity entries, counters", a: listingA, b: listingB, equal: true},
+		{name: "an empty chain nothing names (a removed service's, not deleted yet)", a: listingA, equal: true,
+			b: strings.Replace(listingA, "\tchain services {", "\tchain service-DDDD-default/gone/tcp/http {\n\t}\n\n\tchain services {", 1)},
+		{name: "an empty chain something names", a: listingA, equal: false,
+			b: strings.Replace(strings.Replace(listingA, "\tchain services {", "\tchain service-DDDD-default/gone/tcp/http {\n\t}\n\n\tchain services {", 1),
+				"198.18.1.11 . tcp . 80 : goto service-BBBB-default/single/tcp/http", "198.18.1.11 . tcp . 80 : goto service-DDDD-default/gone/tcp/http", 1),
+			inDiff: []string{"+\tchain service-DDDD-default/gone/tcp/http {"}},
 		{name: "rule order inside a chain matters", a: listingA, equal: false,
 			b: strings.Replace(listingA, `		ip daddr . meta l4proto . th dport vmap @service-ips
 		ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports`, `		ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports

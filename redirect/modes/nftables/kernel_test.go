@@ -164,6 +164,52 @@ func compareKeeping(t testing.TB, fam ipfamily.Family, fake *knftables.Fake, wha
 	}
 }
 
+// TestKernelFailedTransaction makes the kernel refuse a partial sync (the
+// service-ips map deleted behind the mode's back), over netlink and through
+// nft: the error names the refused operation, the table keeps its previous
+// rules (the kernel's batches are atomic), and the next sync is a full one
+// that repairs everything.
+func TestKernelFailedTransaction(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	for _, viaNetlink := range []bool{true, false} {
+		t.Run(fmt.Sprintf("netlink=%v", viaNetlink), func(t *testing.T) {
+			fam := ipfamily.IPv4
+			real := realNFT(t, fam).(realIface)
+			real.netlink = viaNetlink
+			fake := fakeFor(fam)
+			m := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: real})
+			mf := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: fake})
+			a := testkit.Port("ns", "a", 80, "198.18.0.10", testkit.ThreeEndpoints())
+			first := snapshotOf(1, a)
+			mustSync(t, m, first, full())
+			mustSync(t, mf, first, full())
+			// A map nothing refers to any more, so that it can go.
+			lab.Run(t, "nft", "flush", "chain", "ip", TableName, "services")
+			lab.Run(t, "nft", "delete", "map", "ip", TableName, "service-ips")
+			before := listTable(t, fam)
+
+			b := testkit.Port("ns", "b", 80, "198.18.0.11", testkit.ThreeEndpoints())
+			second := snapshotOf(2, a, b)
+			err := m.Sync(context.Background(), second, changesBetween(first, second))
+			if err == nil {
+				t.Fatal("Sync succeeded without its service-ips map")
+			}
+			t.Logf("the refused sync: %v", err)
+			if !strings.Contains(err.Error(), "service-ips") {
+				t.Errorf("the error does not name the refused operation: %v", err)
+			}
+			if after := listTable(t, fam); after != before {
+				t.Errorf("a refused transaction changed the table:\n%s", testkit.LineDiff(before, after))
+			}
+			mustSync(t, m, second, &servicemap.ChangeSet{})
+			mustSync(t, mf, second, full())
+			compareKeeping(t, fam, fake, "after the repair")
+		})
+	}
+}
+
 // TestKernelNetlinkLister checks the netlink lister's names against nft's.
 func TestKernelNetlinkLister(t *testing.T) {
 	if lab.InFreshNetns(t) {
