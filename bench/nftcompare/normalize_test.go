@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A listing as nft 1.0.6 prints kube-proxy's table (cut down): chains in
@@ -278,6 +279,27 @@ func TestScenarioFiles(t *testing.T) {
 			if svc := es.Labels["kubernetes.io/service-name"]; !names[es.Namespace+"/"+svc] {
 				t.Errorf("%s: endpoint slice %s belongs to no service of the scenario (%q)", sc.Name, es.Name, svc)
 			}
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	results := []Result{
+		{Scenario: "a", Family: "ip"},
+		{Scenario: "a", Family: "ip6", Diff: "--- x\n+++ y\n@@ -1 +1 @@\n-p\n+q\n", Unexplained: 2},
+		{Scenario: "b", Family: "ip", Diff: "--- x\n+++ y\n@@ -1 +1 @@\n-p\n+q\n"},
+		{Scenario: "b", Family: "ip6", Problem: "kproxy: exited", Diff: "--- x\n+++ y\n@@ -1,1 +0,0 @@\n-p\n"},
+	}
+	got := Report(results, time.Date(2026, 11, 27, 11, 0, 0, 0, time.UTC), "")
+	for _, want := range []string{
+		"2026-11-27 11:00:00 UTC nftcompare: 2 scenario×family identical (or known differences only), 1 differ, 1 not compared\n",
+		"## a, ip: identical\n",
+		"## a, ip6: 2 unexplained changed lines\n\n```diff\n--- x\n",
+		"## b, ip: known differences only\n",
+		"## b, ip6: not compared\n\n```\nkproxy: exited\n```\n\nkube-proxy's table, against what kproxy left:\n\n```diff\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q:\n%s", want, got)
 		}
 	}
 }

@@ -79,7 +79,9 @@ func Report(results []Result, now time.Time, notes string) string {
 		switch {
 		case r.Problem != "":
 			fmt.Fprintf(&b, "not compared\n\n```\n%s\n```\n", strings.TrimSpace(r.Problem))
-			continue
+			if r.Diff != "" {
+				b.WriteString("\nkube-proxy's table, against what kproxy left:\n")
+			}
 		case r.Diff == "":
 			b.WriteString("identical\n")
 		case r.Unexplained == 0:

@@ -35,6 +35,7 @@ type family struct {
 	base       rules.Config
 	nodeName   string
 	nodePorts  nodeaddr.Policy
+	nodeCIDR   bool // local traffic is the Node's pod CIDRs
 	localAddrs func() ([]netip.Addr, error)
 	metrics    *modeMetrics
 	logger     klog.Logger
@@ -77,6 +78,12 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	}
 	if snap != nil {
 		cfg.ServiceCIDRs = ipfamily.Prefixes(snap.ServiceCIDRs, f.fam)
+	}
+	if f.nodeCIDR {
+		cfg.ClusterCIDRs = nil
+		if node != nil {
+			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
+		}
 	}
 	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.localAddrs != nil {
 		addrs, err := f.localAddrs()
@@ -340,9 +347,17 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 			stale[c] = t
 		}
 	}
+	// Stale affinity sets go with this transaction, unless chains are
+	// deferred: a deferred chain keeps its old rules, which may use them,
+	// until its netlink batch, so they go after the batches.
+	var setDeletes []string
 	for _, s := range slices.Sorted(maps.Keys(existingSets)) {
 		if rules.IsAffinitySet(s) && !keepSets[s] {
-			tx.Delete(&knftables.Set{Name: s})
+			if len(deferred) > 0 {
+				setDeletes = append(setDeletes, s)
+			} else {
+				tx.Delete(&knftables.Set{Name: s})
+			}
 		}
 	}
 	for _, c := range deletes {
@@ -351,8 +366,17 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	if err := f.runTx(ctx, tx); err != nil {
 		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
 	}
-	if err := f.writeDeferred(deferred); err != nil {
+	if err := f.writeDeferred(ctx, deferred); err != nil {
 		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
+	}
+	if len(setDeletes) > 0 {
+		tx := f.nft.NewTransaction()
+		for _, s := range setDeletes {
+			tx.Delete(&knftables.Set{Name: s})
+		}
+		if err := f.runTx(ctx, tx); err != nil {
+			return fmt.Errorf("full sync of %d service ports, deleting stale affinity sets, %w", len(names), err)
+		}
 	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.Port, len(want))
 	for name, p := range want {
@@ -381,7 +405,7 @@ const deferredPerBatch = 200
 // or its new one, never none. nft writes each rule's anonymous map under a
 // name the kernel numbers by scanning every set of the table (minutes at
 // 30,000 services); these go under names of their own.
-func (f *family) writeDeferred(chains []deferredChain) error {
+func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) error {
 	for start := 0; start < len(chains); start += deferredPerBatch {
 		var ops []op
 		for _, d := range chains[start:min(start+deferredPerBatch, len(chains))] {
@@ -391,11 +415,22 @@ func (f *family) writeDeferred(chains []deferredChain) error {
 			ops = append(ops, op{kind: opAddRule, chain: d.chain.Name, rule: d.chain.Rules[0]})
 		}
 		batch, ok := f.fast.encode(ops)
-		if !ok {
-			return fmt.Errorf("the DNAT rules of %d chains cannot be encoded for netlink", len(ops))
+		if ok {
+			line, err := f.fast.run(batch)
+			if err == nil {
+				continue
+			}
+			if line != "" {
+				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+				return err
+			}
+			f.logger.Error(err, "Writing over netlink failed; using nft")
 		}
-		if _, err := f.fast.run(batch); err != nil {
-			f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+		tx := f.nft.NewTransaction()
+		for _, o := range ops {
+			o.write(tx, f.fast.addrType)
+		}
+		if err := f.runTx(ctx, tx); err != nil {
 			return err
 		}
 	}
@@ -564,15 +599,21 @@ func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared 
 	if f.fast != nil && !shared {
 		if batch, ok := f.fast.encode(ops); ok {
 			line, err := f.fast.run(batch)
-			if err == nil {
+			switch {
+			case err == nil:
 				return nil
+			case line == "":
+				// Not the kernel's refusal: the socket failed, and
+				// nothing was applied. nft may still get through.
+				f.logger.Error(err, "Writing over netlink failed; using nft")
+			default:
+				if strings.HasPrefix(line, "delete chain ") {
+					f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+				} else {
+					f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+				}
+				return err
 			}
-			if line != "" && strings.HasPrefix(line, "delete chain ") {
-				f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-			} else {
-				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
-			}
-			return err
 		}
 	}
 	tx := f.nft.NewTransaction()
