@@ -107,6 +107,16 @@ func errorEntries(log string, words ...string) []string {
 	return out
 }
 
+// removeForeignChain removes a chain the case added to kproxy's table, if
+// it is still there.
+func removeForeignChain(node *lab.Host, chain string) {
+	if _, err := node.Exec("nft", "list", "chain", "ip", nftTable, chain); err != nil {
+		return
+	}
+	_, _ = node.Exec("nft", "flush", "chain", "ip", nftTable, chain)
+	_, _ = node.Exec("nft", "delete", "chain", "ip", nftTable, chain)
+}
+
 // TestNFTablesTableRestored: someone else flushes or deletes kproxy's
 // table; the next periodic sync writes it whole again, and traffic flows.
 func TestNFTablesTableRestored(t *testing.T) {
@@ -196,6 +206,8 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 			}
 			set := nftObjectNamed(t, table, "set", `affinity-\S*-default/sticky/tcp/http__`+regexp.QuoteMeta(backend3)+`/\d+`)
 			nftScript(t, node, fmt.Sprintf("add chain ip %[1]s audit-sticky\nadd rule ip %[1]s audit-sticky ip saddr @%[2]s counter\n", nftTable, set))
+			// Should the case stop half-way, the next one starts without it.
+			t.Cleanup(func() { removeForeignChain(node, "audit-sticky") })
 			before := l.programmedState(t)
 			failures := nftFamilyCounter(t, nftSyncFailuresMetric)
 
@@ -260,6 +272,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 			}
 			chain := nftObjectNamed(t, table, "chain", `service-\S*-default/gone/tcp/http`)
 			nftScript(t, node, fmt.Sprintf("add chain ip %[1]s audit-gone\nadd rule ip %[1]s audit-gone jump %[2]s\n", nftTable, chain))
+			t.Cleanup(func() { removeForeignChain(node, "audit-gone") })
 			cleanupFailures := nftFamilyCounter(t, nftCleanupFailuresMetric)
 
 			l.write(t, coreServices{backends: l.backends, webBackends: l.backendsExcept("backend-3"),
