@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"kproxy.dev/kproxy/bench/lab"
 )
@@ -29,18 +30,22 @@ const (
 	ReportEnv = "KPROXY_NFTCOMPARE_REPORT"
 	// OnlyEnv is a regexp: only scenarios whose name matches run.
 	OnlyEnv = "KPROXY_NFTCOMPARE_ONLY"
+	// DumpEnv names a directory the test writes every normalised table to,
+	// as <scenario>[-then]-<run>-<family>.nft.
+	DumpEnv = "KPROXY_NFTCOMPARE_DUMP"
 )
 
 // knownDifferences are the intended differences between kube-proxy's tables
-// and kproxy's, each with its reason. The test fails on any other.
-var knownDifferences = []KnownDifference{}
+// and kproxy's, each with its reason. The test fails on any other. There are
+// none.
+func knownDifferences() []KnownDifference { return nil }
 
 // unallocatedClusterIPs ends kube-proxy's rule that drops traffic to
 // addresses of the service ranges no Service holds.
 const unallocatedClusterIPs = `drop comment "Drop traffic to unallocated ClusterIPs"`
 
 // families are the nftables families both proxies write a kube-proxy table in.
-var families = []string{"ip", "ip6"}
+func families() []string { return []string{"ip", "ip6"} }
 
 // TestSameNFTablesAsKubeProxy runs, for each scenario of testdata, the real
 // kube-proxy v1.36.3 twice and kproxy once, each in a namespace of its own
@@ -59,6 +64,9 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		return
 	}
 	kubeProxyBin := lab.KubeProxyBinary(t)
+	if err := SweepStaleNetns(); err != nil {
+		t.Fatal(err)
+	}
 	scenarios, err := LoadScenarios("testdata")
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +78,14 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		}
 	}
 	api := lab.StartAPIServer(t, lab.WithDualStackServices())
+	// client-go's default of 5 requests a second would spend most of a
+	// scenario creating and deleting its objects.
+	cfg := rest.CopyConfig(api.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	u, err := url.Parse(api.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +99,8 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		if only != nil && !only.MatchString(sc.Name) {
 			continue
 		}
-		r := &scenarioRun{sc: sc, client: api.Client, apiAddr: u.Host, kubeconfig: api.KubeconfigPath,
-			kubeProxy: kubeProxyBin, kproxy: kproxyBin, prefix: fmt.Sprintf("nftc-%d-%d-", os.Getpid(), i)}
+		r := &scenarioRun{sc: sc, client: client, apiAddr: u.Host, kubeconfig: api.KubeconfigPath,
+			kubeProxy: kubeProxyBin, kproxy: kproxyBin, prefix: fmt.Sprintf("%s%d-%d-", NetnsPrefix, os.Getpid(), i)}
 		t.Run(sc.Name, func(t *testing.T) {
 			r.t = t
 			r.run(ctx)
@@ -95,9 +111,9 @@ func TestSameNFTablesAsKubeProxy(t *testing.T) {
 		notes := fmt.Sprintf("Run took %v. Reproduce: `sudo env %s=%s %s=%s go test -count=1 -v -run TestSameNFTablesAsKubeProxy ./bench/nftcompare/`.",
 			time.Since(start).Round(time.Second), lab.ToolsBinEnv, os.Getenv(lab.ToolsBinEnv), ReportEnv, path) +
 			" Scenarios: bench/nftcompare/testdata/*.yaml; \"(then)\" is the state after the scenario's `kind: Then` changes," +
-			" compared once every table has been stable for 3 s. kube-proxy flushes the chains of removed services at" +
-			" once and deletes them at its next sync at least 1 s later, so after changes an empty leftover chain is" +
-			" timing-dependent on its side."
+			" compared once every table has been stable for 3 s. Each scenario also runs kube-proxy twice, whose tables" +
+			" must match (the normalisation leaves no run-dependent detail), and masquerade-all a control kube-proxy" +
+			" without the flag, whose tables must differ (the comparison sees real differences)."
 		if err := os.WriteFile(path, []byte(Report(results, time.Now(), notes)), 0o644); err != nil {
 			t.Errorf("writing the report: %v", err)
 		}
@@ -113,23 +129,30 @@ type scenarioRun struct {
 	results                   []Result
 }
 
-// The three proxy runs of a scenario.
+// The proxy runs of a scenario.
 const (
 	kubeProxyA = "kube-proxy"
 	kubeProxyB = "kube-proxy-again"
 	kproxyRun  = "kproxy"
+	// A kube-proxy run with the scenario's control flags: its tables must
+	// differ from kube-proxy's, or the harness cannot see a difference.
+	controlRun = "kube-proxy-control"
 )
 
 // run runs the scenario, leaving its results in r.results (also when it
 // fails half way).
 func (r *scenarioRun) run(ctx context.Context) {
 	t := r.t
-	t.Cleanup(func() { r.deleteObjects(context.Background()) })
+	begin := time.Now()
+	t.Cleanup(func() {
+		r.deleteObjects(context.Background())
+		t.Logf("scenario %s took %v", r.sc.Name, time.Since(begin).Round(100*time.Millisecond))
+	})
 	r.createObjects(ctx)
 
 	// Before the namespaces' cleanups, so the logs outlive them.
 	logDir := t.TempDir()
-	flags := append([]string{
+	common := []string{
 		"--kubeconfig=" + r.kubeconfig,
 		"--hostname-override=" + r.sc.Node.Name,
 		"--proxy-mode=nftables",
@@ -137,7 +160,8 @@ func (r *scenarioRun) run(ctx context.Context) {
 		"--conntrack-max-per-core=0",
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
-	}, r.sc.Flags...)
+	}
+	flags := append(slices.Clone(common), r.sc.Flags...)
 	if r.sc.Config != "" {
 		// kube-proxy ignores most flags next to --config: the file says
 		// everything.
@@ -148,7 +172,14 @@ func (r *scenarioRun) run(ctx context.Context) {
 		}
 		flags = append([]string{"--config=" + path}, r.sc.Flags...)
 	}
-	runs := []struct{ name, bin string }{{kubeProxyA, r.kubeProxy}, {kubeProxyB, r.kubeProxy}, {kproxyRun, r.kproxy}}
+	type proxyRun struct {
+		name, bin string
+		flags     []string
+	}
+	runs := []proxyRun{{kubeProxyA, r.kubeProxy, flags}, {kubeProxyB, r.kubeProxy, flags}, {kproxyRun, r.kproxy, flags}}
+	if c := r.sc.Control; c != nil {
+		runs = append(runs, proxyRun{controlRun, r.kubeProxy, append(slices.Clone(common), c.Flags...)})
+	}
 	nss := map[string]*ProxyNetns{}
 	for i, run := range runs {
 		ns, err := NewProxyNetns(fmt.Sprintf("%s%d", r.prefix, i), r.apiAddr, r.sc.HostAddresses)
@@ -163,20 +194,22 @@ func (r *scenarioRun) run(ctx context.Context) {
 				t.Error(err)
 			}
 		})
-		if err := ns.Start(filepath.Join(logDir, run.name+".log"), run.bin, append(flags, "-v=2")...); err != nil {
+		if err := ns.Start(filepath.Join(logDir, run.name+".log"), run.bin, append(run.flags, "-v=2")...); err != nil {
 			t.Fatal(err)
 		}
 		nss[run.name] = ns
 	}
 
 	r.compare(ctx, nss, "", r.sc.Services)
+	t.Logf("first tables compared after %v", time.Since(begin).Round(100*time.Millisecond))
 	if r.sc.Then != nil {
 		r.applyChanges(ctx)
 		r.compare(ctx, nss, "then", r.sc.AllServicesThen())
+		t.Logf("tables after the changes compared after %v", time.Since(begin).Round(100*time.Millisecond))
 	}
 }
 
-// compare waits for the three proxies' tables and compares them, as
+// compare waits for the proxies' tables and compares them, as
 // subtests <phase>/<family> (or <family>), and checks that both proxies
 // serve the health-check node ports of services. Every run and family is
 // waited for in parallel: kube-proxy syncs within seconds of starting; a
@@ -186,7 +219,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 	expected := ExpectedNames(services)
 	tables := map[string]map[string]string{}
 	problems := map[string]map[string]string{}
-	for _, run := range []string{kubeProxyA, kubeProxyB, kproxyRun} {
+	for run := range nss {
 		tables[run], problems[run] = map[string]string{}, map[string]string{}
 	}
 	var mu sync.Mutex
@@ -202,17 +235,17 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 			for attempt := 1; run != kproxyRun && attempt <= 3 && lacksUnallocated(got, errs); attempt++ {
 				r.t.Logf("%s: restart %d, its first sync came before it knew the service ranges", run, attempt)
 				if err := ns.Restart(); err != nil {
-					errs = map[string]error{families[0]: err}
+					errs = map[string]error{families()[0]: err}
 					break
 				}
 				got, errs = waitRun(ctx, ns, expected)
 			}
 			if run != kproxyRun && lacksUnallocated(got, errs) {
-				errs[families[0]] = fmt.Errorf("no rule for unallocated ClusterIPs after 3 restarts")
+				errs[families()[0]] = fmt.Errorf("no rule for unallocated ClusterIPs after 3 restarts")
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, fam := range families {
+			for _, fam := range families() {
 				tables[run][fam] = got[fam]
 				if errs[fam] != nil {
 					problems[run][fam] = errs[fam].Error()
@@ -221,12 +254,25 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 		})
 	}
 	wg.Wait()
+	if dir := os.Getenv(DumpEnv); dir != "" {
+		for run, byFamily := range tables {
+			for fam, table := range byFamily {
+				name := r.sc.Name
+				if phase != "" {
+					name += "-" + phase
+				}
+				if err := os.WriteFile(filepath.Join(dir, name+"-"+run+"-"+fam+".nft"), []byte(table), 0o644); err != nil {
+					t.Errorf("%s: %v", DumpEnv, err)
+				}
+			}
+		}
+	}
 
 	scenario := r.sc.Name
 	if phase != "" {
 		scenario += " (" + phase + ")"
 	}
-	for _, fam := range families {
+	for _, fam := range families() {
 		res := Result{Scenario: scenario, Family: fam}
 		name := fam
 		if phase != "" {
@@ -252,7 +298,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 				}
 				t.Errorf("kproxy: %s", p)
 			}
-			unexplained := Unexplained(r.sc.Name, fam, a, k, knownDifferences)
+			unexplained := Unexplained(r.sc.Name, fam, a, k, knownDifferences())
 			res.Unexplained = len(unexplained)
 			if len(unexplained) > 0 {
 				t.Errorf("kproxy's %s table differs from kube-proxy's in %d lines no known difference explains:\n%s",
@@ -262,6 +308,19 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 			}
 		})
 		r.results = append(r.results, res)
+	}
+	if _, ok := nss[controlRun]; ok && phase == "" {
+		t.Run("control", func(t *testing.T) {
+			for _, fam := range families() {
+				if p := problems[controlRun][fam]; p != "" {
+					t.Fatalf("the control run did not sync: %s", p)
+				}
+				if UnifiedDiff("", "", tables[kubeProxyA][fam], tables[controlRun][fam]) == "" {
+					t.Errorf("%s: kube-proxy with the control flags %q wrote the same table as with %q: the comparison cannot see a difference",
+						fam, r.sc.Control.Flags, r.sc.Flags)
+				}
+			}
+		})
 	}
 	if ports := HealthCheckNodePorts(services); len(ports) > 0 {
 		name := "health-check-node-ports"
@@ -289,7 +348,7 @@ func waitRun(ctx context.Context, ns *ProxyNetns, expected map[string][]string) 
 	tables, errs = map[string]string{}, map[string]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, fam := range families {
+	for _, fam := range families() {
 		wg.Go(func() {
 			table, err := waitSynced(ctx, ns, fam, expected[fam], 60*time.Second)
 			mu.Lock()
@@ -304,7 +363,7 @@ func waitRun(ctx context.Context, ns *ProxyNetns, expected map[string][]string) 
 // lacksUnallocated says whether synced tables lack kube-proxy's rule for
 // unallocated ClusterIPs.
 func lacksUnallocated(tables map[string]string, errs map[string]error) bool {
-	for _, fam := range families {
+	for _, fam := range families() {
 		if errs[fam] == nil && !strings.Contains(tables[fam], unallocatedClusterIPs) {
 			return true
 		}

@@ -277,3 +277,37 @@ func (ns *ProxyNetns) ListeningTCPPorts(ctx context.Context) (map[int]bool, erro
 	}
 	return ports, nil
 }
+
+// NetnsPrefix starts the name of every namespace the test creates:
+// nftc-<pid of the test process>-<scenario>-<run>.
+const NetnsPrefix = "nftc-"
+
+// SweepStaleNetns deletes the namespaces of test processes that died
+// without removing theirs (a killed `go test`).
+func SweepStaleNetns() error {
+	entries, err := os.ReadDir("/var/run/netns")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), NetnsPrefix)
+		if !ok {
+			continue
+		}
+		pid, _, _ := strings.Cut(rest, "-")
+		if _, err := strconv.Atoi(pid); err != nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue // its test still runs
+		}
+		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", e.Name(), err, out))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -33,6 +33,11 @@ type Scenario struct {
 	// v1.36 takes the nftables settings from a config file only: it has no
 	// --nftables-* flags.)
 	Config string `json:"config"`
+	// Control, when set, adds a kube-proxy run with these flags instead of
+	// Flags, whose tables must differ from kube-proxy's in both families:
+	// a live check that the comparison sees a difference at all (that the
+	// tables are read from the right namespaces, for one). Not with Config.
+	Control *Control `json:"control"`
 	// Node is the Node object both proxies run as.
 	Node NodeSpec `json:"node"`
 	// HostAddresses are the addresses (with prefix length) put on a dummy
@@ -81,6 +86,11 @@ func (s *Scenario) AllServicesThen() []*v1.Service {
 		}
 	}
 	return append(out, s.Then.Services...)
+}
+
+// Control is the control run's settings.
+type Control struct {
+	Flags []string `json:"flags"`
 }
 
 // NodeSpec is what the scenario's Node object holds.
@@ -136,6 +146,9 @@ func ParseScenario(name string, data []byte) (*Scenario, error) {
 	s.Name = name
 	if s.Node.Name == "" || len(s.Node.Addresses) == 0 {
 		return nil, fmt.Errorf("the node needs a name and addresses (kube-proxy waits for them)")
+	}
+	if s.Control != nil && s.Config != "" {
+		return nil, fmt.Errorf("control runs take flags, not a config file")
 	}
 	for _, a := range s.HostAddresses {
 		if _, err := netip.ParsePrefix(a); err != nil {
