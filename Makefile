@@ -53,7 +53,9 @@ GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
 # suite adds the IPVS mode to the others (SCTP works there in every mode and
 # the iptables mode runs on the legacy backend). kproxy is built on the host.
-GUEST_E2E_CASES := ^(TestClusterIP|TestNodePortAddressesPrimary|TestWithoutTheNFTAndIPSetTools|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination|TestIPVSStartup|TestDualStack|TestUDPEndpointRemoval|TestConntrackEndpointRemovalOnEveryDestination)$$
+# The nftables mode runs on the host only: the guest kernel has nf_tables
+# without its ip/ip6 families (TestGuestNFTablesHasNoIPFamilies).
+GUEST_E2E_CASES := ^(TestClusterIP|TestHairpinToLocalEndpoint|TestNodePortAddressesPrimary|TestWithoutTheNFTAndIPSetTools|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestGracefulTermination|TestIPVSStartup|TestDualStack|TestUDPEndpointRemoval|TestConntrackEndpointRemovalOnEveryDestination)$$
 # The cases that apply to the userspace mode also run in a guest booted
 # without netfilter (no netfilter module, module loading disabled; see
 # bench/guest/doc.go), like a node whose kernel lacks it: kproxy, given no

@@ -19,12 +19,12 @@ func TestClusterIP(t *testing.T) {
 			return
 		}
 		// From another host, from the node itself, and from a pod on the
-		// node (a backend, which may be sent to itself). The IPVS mode, as
-		// kube-proxy's, masquerades such hairpin traffic only for endpoints
-		// on this node (KUBE-LOOP-BACK), and the services file does not
+		// node (a backend, which may be sent to itself). The IPVS and
+		// nftables modes, as kube-proxy's, masquerade such hairpin traffic
+		// only for endpoints on this node, and the services file does not
 		// place the backends on it.
 		from := []*lab.Host{l.topo.Client, l.topo.Node}
-		if !m.virtualServers {
+		if !m.localHairpinsOnly {
 			from = append(from, l.topo.Backends[0])
 		}
 		for _, from := range from {
@@ -110,12 +110,18 @@ func TestNodePortAndExternalIP(t *testing.T) {
 		if l == nil {
 			return
 		}
-		for _, url := range []string{
-			fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort),
+		podSide := fmt.Sprintf("http://%s:%d/", l.topo.Node.PodIPv4, webNodePort)
+		urls := []string{fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort), "http://" + externalIP + "/"}
+		if m.primaryNodePorts {
+			// Without --nodeport-addresses this mode serves NodePorts on
+			// the Node's address only, as kube-proxy's does.
+			answer, err := askHTTP(l.topo.Client, podSide)()
+			wantRefused(t, podSide+" (not the Node's address, the mode's default)", answer, err)
+		} else {
 			// Without --nodeport-addresses, every node address serves.
-			fmt.Sprintf("http://%s:%d/", l.topo.Node.PodIPv4, webNodePort),
-			"http://" + externalIP + "/",
-		} {
+			urls = append(urls, podSide)
+		}
+		for _, url := range urls {
 			l.wantBalanced(t, url+" from the client", askHTTP(l.topo.Client, url))
 		}
 		if m.relays {
@@ -126,5 +132,26 @@ func TestNodePortAndExternalIP(t *testing.T) {
 				t.Errorf("port %d could be bound by another program; kproxy should hold it", webNodePort)
 			}
 		}
+	})
+}
+
+const hairpinVIP = "198.18.0.15"
+
+// TestHairpinToLocalEndpoint: a pod on the node (backend-1) whose service
+// sends it to itself is answered, in every mode, when the services file
+// places it on this node: the modes that masquerade hairpin traffic for
+// local endpoints only (TestClusterIP leaves them out) do here.
+func TestHairpinToLocalEndpoint(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
+		l := startLab(t, m, func(backends []string) string {
+			return docs(nodeDoc, httpService("hairpin", hairpinVIP, ""),
+				httpSlice("hairpin", endpoint(backends[0], "node", "")))
+		})
+		if l == nil {
+			return
+		}
+		pod := l.topo.Backends[0]
+		seen := lab.Spread(t, 3, askHTTP(pod, "http://"+hairpinVIP+"/"))
+		wantOnly(t, "a service whose only endpoint is the asking pod", seen, pod.Name)
 	})
 }

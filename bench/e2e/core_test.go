@@ -21,9 +21,10 @@ const (
 
 // coreServices describes one version of the core services file.
 type coreServices struct {
-	// backends are every backend's addresses; webBackends, when not nil,
-	// replaces them as web's endpoints.
-	backends, webBackends []string
+	// backends are every backend's addresses; webBackends and
+	// stickyBackends, when not nil, replace them as web's and sticky's
+	// endpoints.
+	backends, webBackends, stickyBackends []string
 	// stickyTimeout is sticky's ClientIP affinity timeout in seconds.
 	stickyTimeout int
 	// withoutGone leaves the service "gone" out.
@@ -40,6 +41,10 @@ func (c coreServices) render() string {
 		webBackends = c.webBackends
 	}
 	all := remoteEndpoints(c.backends, "")
+	sticky := all
+	if c.stickyBackends != nil {
+		sticky = remoteEndpoints(c.stickyBackends, "")
+	}
 	parts := []string{nodeDoc,
 		serviceDoc("web", fmt.Sprintf("type: NodePort, clusterIP: %s, externalIPs: [%s], "+
 			"ports: [{name: http, port: 80, targetPort: http-web, nodePort: %d}]", webVIP, externalIP, webNodePort), ""),
@@ -48,7 +53,7 @@ func (c coreServices) render() string {
 		sliceDoc("echo-1", "echo", "{name: dns, port: 9000, protocol: UDP}", all...),
 		serviceDoc("empty", "clusterIP: "+emptyVIP+", ports: [{name: http, port: 80}, {name: dns, port: 53, protocol: UDP}]", ""),
 		httpService("sticky", stickyVIP, fmt.Sprintf("sessionAffinity: ClientIP, sessionAffinityConfig: {clientIP: {timeoutSeconds: %d}}", c.stickyTimeout)),
-		httpSlice("sticky", all...),
+		httpSlice("sticky", sticky...),
 		serviceDoc("digest", "clusterIP: "+digestVIP+", ports: [{name: digest, port: 9002}]", ""),
 		sliceDoc("digest-1", "digest", "{name: digest, port: 9002, protocol: TCP}", all...),
 	}

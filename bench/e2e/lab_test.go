@@ -147,6 +147,9 @@ func (l *e2eLab) kernelState() string {
 	if l.mode.localPortals {
 		cmds = append(cmds, []string{"ip", "route", "show", "table", "local", "proto", "107"}, []string{"ss", "-ltunp"})
 	}
+	if l.mode.nftablesRules {
+		cmds = append(cmds, []string{"nft", "list", "table", "ip", nftTable}, []string{"nft", "list", "table", "ip6", nftTable})
+	}
 	for _, cmd := range cmds {
 		out, err := l.topo.Node.Exec(cmd[0], cmd[1:]...)
 		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), out)
@@ -200,9 +203,21 @@ func iptablesTool(name string) string {
 
 // programs says whether kproxy has programmed the service address vip, with
 // the node's state as the detail: its nat table, its IPVS virtual servers in
-// the IPVS mode, or its local routes with local portals.
+// the IPVS mode, its local routes with local portals, or its nftables table
+// of vip's family in the nftables mode.
 func (l *e2eLab) programs(t *testing.T, vip string) (bool, string) {
 	t.Helper()
+	if l.mode.nftablesRules {
+		family := "ip"
+		if strings.Contains(vip, ":") {
+			family = "ip6"
+		}
+		table, err := l.nftTable(family)
+		if err != nil {
+			return false, err.Error()
+		}
+		return mentionsAddress(table, vip), table
+	}
 	if l.mode.localPortals {
 		routes := l.topo.Node.MustExec("ip", "route", "show", "table", "local", "proto", "107")
 		return strings.Contains(routes, "local "+vip+" "), routes
@@ -225,6 +240,17 @@ func (l *e2eLab) programmedState(t *testing.T) string {
 	}
 	if l.mode.virtualServers {
 		return l.topo.Node.MustExec("ipvsadm", "-Ln")
+	}
+	if l.mode.nftablesRules {
+		var b strings.Builder
+		for _, family := range []string{"ip", "ip6"} {
+			table, err := l.nftTable(family)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(table)
+		}
+		return b.String()
 	}
 	// The [packets:bytes] ending iptables-save's chain lines: legacy
 	// iptables prints real ones for built-in chains.
@@ -261,4 +287,32 @@ func (l *e2eLab) backendsExcept(names ...string) []string {
 		}
 	}
 	return out
+}
+
+// nftTable is the table kube-proxy's nftables mode (and kproxy's) writes,
+// in the ip and ip6 families.
+const nftTable = "kube-proxy"
+
+// nftTable lists kproxy's nftables table of family ("ip" or "ip6") on the
+// node, normalised (see normalizeNFT); an error names the command.
+func (l *e2eLab) nftTable(family string) (string, error) {
+	out, err := l.topo.Node.Exec("nft", "list", "table", family, nftTable)
+	if err != nil {
+		return "", fmt.Errorf("nft list table %s %s: %w\n%s", family, nftTable, err, out)
+	}
+	return normalizeNFT(out), nil
+}
+
+// normalizeNFT drops from nft's listing what changes without kproxy doing
+// anything: rule counters, which count traffic, and the time left to the
+// elements of dynamic sets (ClientIP affinity).
+func normalizeNFT(listing string) string {
+	listing = regexp.MustCompile(`counter packets \d+ bytes \d+`).ReplaceAllString(listing, "counter")
+	return regexp.MustCompile(` expires [0-9dhms]+`).ReplaceAllString(listing, "")
+}
+
+// mentionsAddress says whether text holds the address addr as a whole
+// address (198.18.0.10 is not in 198.18.0.100).
+func mentionsAddress(text, addr string) bool {
+	return regexp.MustCompile(`(^|[^0-9a-f.:])` + regexp.QuoteMeta(addr) + `($|[^0-9a-f.:])`).MatchString(text)
 }

@@ -30,7 +30,9 @@
 //     group; the run directory is always removed (-keep keeps it).
 //
 // Inside, the kernel loads further modules on demand, iptables has only
-// the legacy backend (kproxy's detection picks it by itself), and syscalls
+// the legacy backend (kproxy's detection picks it by itself), nf_tables
+// loads but has none of its ip, ip6 and inet families (so no nftables
+// mode; TestGuestNFTablesHasNoIPFamilies), and syscalls
 // are ~60 times slower than on the host: build on the host, run only test
 // binaries inside. A boot to the binary's first line takes about 3 s.
 //
