@@ -296,6 +296,32 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 			}
 		}
 	}
+	// Stale affinity sets are deleted in this transaction, so a set
+	// someone else still uses fails it and the previous rules stay, as in
+	// kube-proxy. Rules that use a set are in chains of its own service
+	// port: those chains are written here too, not deferred to netlink
+	// batches, so none of them still holds its old rules when the set goes.
+	var staleSets []string
+	holders := map[string]bool{}
+	unknownHolder := false
+	for _, s := range slices.Sorted(maps.Keys(existingSets)) {
+		if !rules.IsAffinitySet(s) || keepSets[s] {
+			continue
+		}
+		staleSets = append(staleSets, s)
+		if port, ok := rules.PortOf(s); ok {
+			holders[port] = true
+		} else {
+			unknownHolder = true
+		}
+	}
+	mayHoldStaleSet := func(chain string) bool {
+		if len(staleSets) == 0 {
+			return false
+		}
+		port, ok := rules.PortOf(chain)
+		return unknownHolder || !ok || holders[port]
+	}
 	elems := map[string]*elemState{}
 	var order []string
 	var deferred []deferredChain
@@ -306,7 +332,8 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 		}
 		for _, c := range p.Chains {
 			keepChains[c.Name] = true
-			if f.fast != nil && len(c.Rules) == 1 && c.Rules[0].DNAT != nil && c.Rules[0].Comment == "" {
+			if f.fast != nil && len(c.Rules) == 1 && c.Rules[0].DNAT != nil && c.Rules[0].Comment == "" &&
+				!(existingChains[c.Name] && mayHoldStaleSet(c.Name)) {
 				// Written over netlink after this transaction: the
 				// chain keeps its old rule until then.
 				tx.Add(&knftables.Chain{Name: c.Name})
@@ -347,18 +374,8 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 			stale[c] = t
 		}
 	}
-	// Stale affinity sets go with this transaction, unless chains are
-	// deferred: a deferred chain keeps its old rules, which may use them,
-	// until its netlink batch, so they go after the batches.
-	var setDeletes []string
-	for _, s := range slices.Sorted(maps.Keys(existingSets)) {
-		if rules.IsAffinitySet(s) && !keepSets[s] {
-			if len(deferred) > 0 {
-				setDeletes = append(setDeletes, s)
-			} else {
-				tx.Delete(&knftables.Set{Name: s})
-			}
-		}
+	for _, s := range staleSets {
+		tx.Delete(&knftables.Set{Name: s})
 	}
 	for _, c := range deletes {
 		tx.Delete(&knftables.Chain{Name: c})
@@ -368,15 +385,6 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	}
 	if err := f.writeDeferred(ctx, deferred); err != nil {
 		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
-	}
-	if len(setDeletes) > 0 {
-		tx := f.nft.NewTransaction()
-		for _, s := range setDeletes {
-			tx.Delete(&knftables.Set{Name: s})
-		}
-		if err := f.runTx(ctx, tx); err != nil {
-			return fmt.Errorf("full sync of %d service ports, deleting stale affinity sets, %w", len(names), err)
-		}
 	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.Port, len(want))
 	for name, p := range want {

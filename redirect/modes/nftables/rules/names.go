@@ -94,6 +94,29 @@ func IsPortChain(name string) bool { return strings.Contains(name, "/") }
 // IsAffinitySet says whether a set is an endpoint's affinity set.
 func IsAffinitySet(name string) bool { return strings.HasPrefix(name, AffinityPrefix) }
 
+// PortOf returns the "ns/name/proto/port" a per-port chain or set belongs
+// to, so objects of one service port can be matched whatever their kind
+// (their hashes differ). ok is false for other objects and for names cut
+// at nft's length limit.
+func PortOf(name string) (port string, ok bool) {
+	for _, prefix := range []string{ClusterPolicyPrefix, LocalPolicyPrefix, ExternalPrefix, EndpointPrefix, AffinityPrefix, FirewallPrefix} {
+		rest, found := strings.CutPrefix(name, prefix)
+		if !found {
+			continue
+		}
+		// "HASH8-" then the base.
+		if len(rest) < 9 || rest[8] != '-' || strings.HasSuffix(rest, "...") {
+			return "", false
+		}
+		base := rest[9:]
+		if i := strings.Index(base, "__"); i >= 0 {
+			base = base[:i]
+		}
+		return base, strings.Count(base, "/") == 3
+	}
+	return "", false
+}
+
 // portNameString is "ns/name:port" ("ns/name" for an unnamed port), as
 // kube-proxy writes it into element comments.
 func portNameString(n servicemap.ServicePortName) string {

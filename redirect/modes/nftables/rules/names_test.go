@@ -2,6 +2,7 @@ package rules
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -58,5 +59,31 @@ func TestNames(t *testing.T) {
 	b := endpointBase(long, "sctp", netip.MustParseAddrPort("[1234:5678:9abc:def0:0:abcd:1234:8765]:443"))
 	if len(a) != baseLengthMax || a[len(a)-3:] != "..." || a == b || a[9:] != b[9:] {
 		t.Errorf("cut names:\n%q\n%q", a, b)
+	}
+}
+
+func TestPortOf(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	tests := []struct {
+		name, want string
+		ok         bool
+	}{
+		{"service-ULMVA6XW-ns1/svc1/tcp/p80", "ns1/svc1/tcp/p80", true},
+		{"local-ULMVA6XW-ns1/svc1/tcp/p80", "ns1/svc1/tcp/p80", true},
+		{"endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80", "ns1/svc1/tcp/p80", true},
+		{"affinity-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80", "ns1/svc1/tcp/p80", true},
+		{"endpoint-ABCDEFGH-ns1/svc1/udp/__fd00..1/53", "ns1/svc1/udp/", true},
+		{"external-ULMVA6XW-ns1/svc1/tcp/p80", "ns1/svc1/tcp/p80", true},
+		{"firewall-ULMVA6XW-ns1/svc1/tcp/p80", "ns1/svc1/tcp/p80", true},
+		{"services", "", false},
+		{"reject-chain", "", false},
+		{ClusterPolicyPrefix + hashAndTruncate("ns/"+long+"/tcp/http"), "", false},
+		{"affinity-" + hashAndTruncate("ns/"+long+"/tcp/http__198.19.0.1/80"), "", false},
+	}
+	for _, tt := range tests {
+		got, ok := PortOf(tt.name)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("PortOf(%q) = %q, %v; want %q, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
 	}
 }
