@@ -39,8 +39,8 @@ type Settings struct {
 	// kproxy's; a sync still running then is reported as over budget, and
 	// that proxy's other numbers in the row are not measured.
 	KubeProxyBudget, KproxyBudget time.Duration
-	// MinSyncPeriod is --iptables-min-sync-period (--nftables-min-sync-period
-	// in the nftables mode), the same for both.
+	// MinSyncPeriod is --iptables-min-sync-period (which kube-proxy's
+	// nftables mode takes too), the same for both.
 	MinSyncPeriod time.Duration
 	// NPLRepeats is how many new services the network programming latency
 	// is the median of.
@@ -204,6 +204,6 @@ func (s Settings) String() string {
 	for i, p := range s.Proxies {
 		proxies[i] = string(p)
 	}
-	return fmt.Sprintf("sizes %s, modes %s, proxies %s, kube-proxy budget %v, kproxy budget %v, --iptables-min-sync-period/--nftables-min-sync-period=%v, %d new services for network programming latency",
+	return fmt.Sprintf("sizes %s, modes %s, proxies %s, kube-proxy budget %v, kproxy budget %v, --iptables-min-sync-period=%v, %d new services for network programming latency",
 		strings.Join(sizes, ","), strings.Join(modes, ","), strings.Join(proxies, ","), s.KubeProxyBudget, s.KproxyBudget, s.MinSyncPeriod, s.NPLRepeats)
 }

@@ -107,7 +107,7 @@ func TestModes(t *testing.T) {
 	}{
 		{IPTablesNFT, kernel.NFT, true, "iptables", []string{"--proxy-mode=iptables", "--iptables-min-sync-period=1s"}},
 		{IPTablesLegacy, kernel.Legacy, true, "iptables", []string{"--proxy-mode=iptables", "--iptables-min-sync-period=1s"}},
-		{NFTables, "", false, "nftables", []string{"--proxy-mode=nftables", "--nftables-min-sync-period=1s"}},
+		{NFTables, "", false, "nftables", []string{"--proxy-mode=nftables", "--iptables-min-sync-period=1s"}},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.mode), func(t *testing.T) {

@@ -20,7 +20,7 @@ func Notes(s Settings, specs []RowSpec, results map[string]Row) []string {
 	hasIPT := slices.ContainsFunc(modes, func(m Mode) bool { _, ok := m.Backend(); return ok })
 	notes := []string{
 		fmt.Sprintf("Each row: a fresh network namespace with its own kube-apiserver v1.36 + etcd holding N ClusterIP services (TCP 80 → 8080) of %d ready endpoints each, created through the API before the proxy starts. "+
-			"kproxy runs first, then `kproxy --cleanup`, then kube-proxy, both with `--proxy-mode=MODE --MODE-min-sync-period=%v --conntrack-max-per-core=0` (MODE iptables or nftables); "+
+			"kproxy runs first, then `kproxy --cleanup`, then kube-proxy, both with `--proxy-mode=MODE --iptables-min-sync-period=%v --conntrack-max-per-core=0` (MODE iptables or nftables; kube-proxy v1.36's nftables mode takes the iptables flag, having none of its own); "+
 			"every proxy is stopped with its whole process group (and any iptables/nft child left in the namespace) before the next starts.", EndpointsPerSlice, s.MinSyncPeriod),
 		"first full sync: process start until kubeproxy_sync_proxy_rules_duration_seconds_count (IPv4) reaches 1, informer lists included; \"rules\": what the full-sync histogram's sum grew by (writing the rules).",
 	}

@@ -24,7 +24,9 @@ func ProxyFlags(kubeconfig string, m Mode, minSync time.Duration) []string {
 		"--proxy-mode=" + m.ProxyMode(),
 		// nf_conntrack_max cannot be set from a network namespace; 0 leaves it.
 		"--conntrack-max-per-core=0",
-		"--" + m.ProxyMode() + "-min-sync-period=" + minSync.String(),
+		// kube-proxy v1.36 has no --nftables-min-sync-period: its
+		// nftables mode takes the iptables one, and kproxy does too.
+		"--iptables-min-sync-period=" + minSync.String(),
 		"--metrics-bind-address=" + MetricsAddr,
 		"--healthz-bind-address=" + HealthzAddr,
 	}

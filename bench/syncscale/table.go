@@ -153,8 +153,11 @@ func thousands(n int) string {
 }
 
 func mebibytes(n int) string {
-	if n == 0 {
+	switch {
+	case n == 0:
 		return "—"
+	case n < 1<<20:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
