@@ -2,12 +2,59 @@ package nftables
 
 import (
 	"context"
-	"errors"
+	"fmt"
 
+	"sigs.k8s.io/knftables"
+
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/nftables/rules"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
-// build is written by the mode's implementation.
+// build sets up the mode for every family whose nf_tables the kernel probe
+// found usable (IPv4 is required: Missing refuses the mode without it).
 func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
-	return nil, errors.New("the nftables mode is not implemented yet")
+	logger := d.Logger
+	switch s.DetectLocalMode {
+	case "", "ClusterCIDR":
+	default:
+		// NodeCIDR needs the Node's pod CIDRs, BridgeInterface and
+		// InterfaceNamePrefix their own flags; none reaches kproxy yet.
+		return nil, fmt.Errorf("nftables mode: --detect-local-mode=%s is not supported by kproxy's nftables mode (only ClusterCIDR, with --cluster-cidr)", s.DetectLocalMode)
+	}
+	var fams []FamilyConfig
+	for _, fam := range ipfamily.All() {
+		st := d.Features.NFTables.Family(fam)
+		if !st.Present {
+			if fam == ipfamily.IPv6 {
+				logger.Info("IPv6 nftables is not usable; proxying IPv4 only", "problem", kernel.WithDetail("nftables", st.Detail))
+			}
+			continue
+		}
+		nftFam := knftables.IPv4Family
+		if fam == ipfamily.IPv6 {
+			nftFam = knftables.IPv6Family
+		}
+		nft, err := knftables.New(nftFam, TableName)
+		if err != nil {
+			return nil, fmt.Errorf("nftables mode: %s: %w", fam, err)
+		}
+		fams = append(fams, FamilyConfig{
+			Rules: rules.Config{
+				Family:        fam,
+				MasqueradeBit: s.NFTables.MasqueradeBit,
+				MasqueradeAll: s.MasqueradeAll,
+				ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
+			},
+			NFT: nft,
+		})
+	}
+	if len(fams) == 0 {
+		return nil, fmt.Errorf("nftables mode: no IP family has a usable nf_tables")
+	}
+	return New(Config{
+		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
+		LocalAddresses: kernel.InterfaceAddresses,
+	})
 }
