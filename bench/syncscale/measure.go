@@ -62,6 +62,9 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 	if m.RSS, m.PeakRSS, err = ReadRSS(proc.Pid()); err != nil {
 		return m, fmt.Errorf("%s: %w", p, err)
 	}
+	if m.CPU, err = ReadCPU(proc.Pid()); err != nil {
+		return m, fmt.Errorf("%s: %w", p, err)
+	}
 	ss, err := Scrape(ctx, MetricsURL)
 	if err != nil {
 		return m, err
@@ -87,8 +90,8 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 		}
 		m.Rules, m.DumpBytes = st.Rules, st.Bytes
 	}
-	l.Logf("%s: first full sync %v (rules %v), %d rules, RSS %.1f MiB (peak %.1f MiB)", p, m.FullSync, m.FullSyncHist, m.Rules,
-		float64(m.RSS)/(1<<20), float64(m.PeakRSS)/(1<<20))
+	l.Logf("%s: first full sync %v (rules %v), %d rules, RSS %.1f MiB (peak %.1f MiB), CPU %v (children %v)", p, m.FullSync, m.FullSyncHist, m.Rules,
+		float64(m.RSS)/(1<<20), float64(m.PeakRSS)/(1<<20), m.CPU.Self, m.CPU.Children)
 
 	if err := l.measureChange(ctx, proc, &m); err != nil {
 		return m, fmt.Errorf("%s, one change: %w", p, err)

@@ -51,6 +51,51 @@ func ParseRSS(status string) (rss, peak int64, err error) {
 	return rss, peak, nil
 }
 
+// clockTick is the unit of /proc/PID/stat's CPU times (USER_HZ, 100 on
+// every Linux architecture this runs on).
+const clockTick = 10 * time.Millisecond
+
+// CPUTimes are a process's CPU times: its own, and those of its children
+// it has waited for (a proxy's iptables-restore or nft runs).
+type CPUTimes struct {
+	Self, Children time.Duration
+}
+
+// ReadCPU reads a process's CPU times from /proc/PID/stat.
+func ReadCPU(pid int) (CPUTimes, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return CPUTimes{}, fmt.Errorf("reading the CPU times of pid %d: %w", pid, err)
+	}
+	return ParseCPU(string(data))
+}
+
+// ParseCPU reads utime, stime, cutime and cstime from /proc/PID/stat text
+// (fields 14-17; comm, field 2, may hold spaces).
+func ParseCPU(stat string) (CPUTimes, error) {
+	closing := strings.LastIndexByte(stat, ')')
+	if closing < 0 {
+		return CPUTimes{}, errors.New("no command in the process stat")
+	}
+	f := strings.Fields(stat[closing+1:])
+	// f[0] is field 3 (state): utime is field 14, f[11].
+	if len(f) < 15 {
+		return CPUTimes{}, fmt.Errorf("the process stat has %d fields after the command, want at least 15", len(f))
+	}
+	var ticks [4]int64
+	for i := range ticks {
+		v, err := strconv.ParseInt(f[11+i], 10, 64)
+		if err != nil {
+			return CPUTimes{}, fmt.Errorf("process stat field %d: %w", 14+i, err)
+		}
+		ticks[i] = v
+	}
+	return CPUTimes{
+		Self:     time.Duration(ticks[0]+ticks[1]) * clockTick,
+		Children: time.Duration(ticks[2]+ticks[3]) * clockTick,
+	}, nil
+}
+
 // proxyCommands are the programs a proxy runs (by comm, which the kernel
 // cuts to 15 characters: "iptables-nft-re…"): what may be left behind in
 // the row's namespace when a proxy is stopped in the middle of a sync.

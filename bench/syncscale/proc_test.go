@@ -36,6 +36,22 @@ func TestParseRSS(t *testing.T) {
 	}
 }
 
+func TestParseCPU(t *testing.T) {
+	stat := "4242 (kube proxy) S 1 4242 4242 0 -1 4194560 144 0 0 0 250 31 7 2 20 0 9 0 100 0 0"
+	got, err := ParseCPU(stat)
+	if want := (CPUTimes{Self: 2810 * time.Millisecond, Children: 90 * time.Millisecond}); err != nil || got != want {
+		t.Errorf("ParseCPU = %+v, %v; want %+v", got, err, want)
+	}
+	for _, bad := range []string{"no command", "1 (x) S 1 2 3", "1 (x) S 1 2 3 4 5 6 7 8 9 10 x 1 1 1 1 1"} {
+		if _, err := ParseCPU(bad); err == nil {
+			t.Errorf("ParseCPU(%q) succeeded", bad)
+		}
+	}
+	if _, err := ReadCPU(os.Getpid()); err != nil {
+		t.Errorf("ReadCPU(self): %v", err)
+	}
+}
+
 func TestParseStat(t *testing.T) {
 	p, state, ok := parseStat("4242 (iptables-nft-re) S 1 4200 4200 0 -1 4194560 144 0 0 0")
 	if !ok || p != (procInfo{pid: 4242, pgid: 4200, comm: "iptables-nft-re"}) || state != "S" {

@@ -37,6 +37,9 @@ type Measured struct {
 	// RSS and PeakRSS are the proxy process's VmRSS and VmHWM (bytes) just
 	// after its first full sync.
 	RSS, PeakRSS int64
+	// CPU is the proxy's CPU time until just after its first full sync:
+	// its own, and its rule-writing children's (iptables-restore, nft).
+	CPU CPUTimes
 	// Change is from the API update adding one endpoint until the rule
 	// jumping to it was in the kernel; ChangeHist is the growth of the
 	// partial-sync histogram's sum for it (ChangeHistSyncs syncs), and
