@@ -20,6 +20,11 @@ const (
 	KproxyBudgetEnv    = "KPROXY_SYNCSCALE_KPROXY_BUDGET"
 	MinSyncPeriodEnv   = "KPROXY_SYNCSCALE_MIN_SYNC_PERIOD"
 	NPLRepeatsEnv      = "KPROXY_SYNCSCALE_NPL_REPEATS"
+	// Diagnostics, never part of a published table: LogDirEnv keeps every
+	// proxy's log there (ROW-PROXY.log), KproxyFlagsEnv adds flags to
+	// kproxy's (space-separated, such as "-v=4").
+	LogDirEnv      = "KPROXY_SYNCSCALE_LOG_DIR"
+	KproxyFlagsEnv = "KPROXY_SYNCSCALE_KPROXY_FLAGS"
 )
 
 // MaxServices is the most services a row can hold: the address plan (see
@@ -45,6 +50,10 @@ type Settings struct {
 	// NPLRepeats is how many new services the network programming latency
 	// is the median of.
 	NPLRepeats int
+	// LogDir, when set, keeps the proxies' logs; KproxyFlags are extra
+	// kproxy flags (see LogDirEnv, KproxyFlagsEnv).
+	LogDir      string
+	KproxyFlags []string
 }
 
 // DefaultSettings are issue 4's sizes up to 5,000 in every mode, kube-proxy's
@@ -120,6 +129,10 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		} else {
 			s.NPLRepeats = n
 		}
+	}
+	s.LogDir = getenv(LogDirEnv)
+	if v := getenv(KproxyFlagsEnv); v != "" {
+		s.KproxyFlags = strings.Fields(v)
 	}
 	if len(errs) > 0 {
 		return s, fmt.Errorf("bad benchmark settings: %s", strings.Join(errs, "; "))
@@ -204,6 +217,10 @@ func (s Settings) String() string {
 	for i, p := range s.Proxies {
 		proxies[i] = string(p)
 	}
-	return fmt.Sprintf("sizes %s, modes %s, proxies %s, kube-proxy budget %v, kproxy budget %v, --iptables-min-sync-period=%v, %d new services for network programming latency",
+	desc := fmt.Sprintf("sizes %s, modes %s, proxies %s, kube-proxy budget %v, kproxy budget %v, --iptables-min-sync-period=%v, %d new services for network programming latency",
 		strings.Join(sizes, ","), strings.Join(modes, ","), strings.Join(proxies, ","), s.KubeProxyBudget, s.KproxyBudget, s.MinSyncPeriod, s.NPLRepeats)
+	if len(s.KproxyFlags) > 0 {
+		desc += fmt.Sprintf(", extra kproxy flags %q (diagnostics)", s.KproxyFlags)
+	}
+	return desc
 }

@@ -22,11 +22,13 @@ func TestSettingsFromEnv(t *testing.T) {
 		{
 			name: "full table",
 			env: map[string]string{SizesEnv: "100, 1000,5000,10000,30000,1000", ModesEnv: "nftables, iptables-legacy,nftables",
-				KubeProxyBudgetEnv: "15m", MinSyncPeriodEnv: "0s", NPLRepeatsEnv: "9", ProxiesEnv: "kube-proxy"},
+				KubeProxyBudgetEnv: "15m", MinSyncPeriodEnv: "0s", NPLRepeatsEnv: "9", ProxiesEnv: "kube-proxy",
+				LogDirEnv: "/tmp/logs", KproxyFlagsEnv: " -v=4  --profiling "},
 			want: func(s *Settings) {
 				s.Sizes = []int{100, 1000, 5000, 10000, 30000}
 				s.Modes = []Mode{NFTables, IPTablesLegacy}
 				s.Proxies = []Proxy{KubeProxy}
+				s.LogDir, s.KproxyFlags = "/tmp/logs", []string{"-v=4", "--profiling"}
 				s.KubeProxyBudget = 15 * time.Minute
 				s.MinSyncPeriod = 0
 				s.NPLRepeats = 9

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -45,7 +47,10 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 	m := Measured{Budget: budget}
 	t0 := time.Now()
 	proc := start()
-	defer func() { _ = StopGroup(proc, l.Logf) }()
+	defer func() {
+		_ = StopGroup(proc, l.Logf)
+		l.keepLog(p, proc)
+	}()
 
 	synced, err := l.waitFirstSync(ctx, proc, t0.Add(budget))
 	if err != nil {
@@ -106,6 +111,17 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 	}
 	l.Logf("%s: new services answered after %v (median %v)", p, m.NPL, m.NPLMedian())
 	return m, StopGroup(proc, l.Logf)
+}
+
+// keepLog copies proc's log to the settings' LogDir, if any.
+func (l *RowLab) keepLog(p Proxy, proc *lab.Process) {
+	if l.Settings.LogDir == "" {
+		return
+	}
+	dst := filepath.Join(l.Settings.LogDir, fmt.Sprintf("%s-%s.log", l.Spec.Name(), p))
+	if err := os.WriteFile(dst, []byte(proc.Log()), 0o644); err != nil {
+		l.Logf("keeping the log of %s: %v", p, err)
+	}
 }
 
 // waitFirstSync returns when the proxy's first IPv4 sync finished, or the

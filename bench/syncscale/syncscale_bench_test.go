@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +133,7 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 
 	if s.Runs(Kproxy) {
 		km, err := rl.Measure(ctx, Kproxy, s.KproxyBudget, 0, func() *lab.Process {
-			return topo.Node.StartFor(b, kproxyBin, flags...)
+			return topo.Node.StartFor(b, kproxyBin, append(slices.Clone(flags), s.KproxyFlags...)...)
 		})
 		if err != nil {
 			b.Fatal(err)
