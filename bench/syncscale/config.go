@@ -21,7 +21,8 @@ const (
 	MinSyncPeriodEnv   = "KPROXY_SYNCSCALE_MIN_SYNC_PERIOD"
 	NPLRepeatsEnv      = "KPROXY_SYNCSCALE_NPL_REPEATS"
 	// Diagnostics, never part of a published table: LogDirEnv keeps every
-	// proxy's log there (ROW-PROXY.log), KproxyFlagsEnv adds flags to
+	// proxy's log there (ROW-PROXY.log, and for the nftables rows the
+	// table after the first sync, ROW-PROXY.nft), KproxyFlagsEnv adds flags to
 	// kproxy's (space-separated, such as "-v=4").
 	LogDirEnv      = "KPROXY_SYNCSCALE_LOG_DIR"
 	KproxyFlagsEnv = "KPROXY_SYNCSCALE_KPROXY_FLAGS"

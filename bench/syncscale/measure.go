@@ -89,11 +89,12 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 		}
 		m.Rules, m.DumpBytes = dump["nat"].Rules, dump.Total("nat", "filter").Bytes
 	} else {
-		st, err := VerifyNFTables(ctx, l.Spec.Services)
+		st, text, err := VerifyNFTables(ctx, l.Spec.Services)
 		if err != nil {
 			return m, fmt.Errorf("%s after its first sync: %w", p, err)
 		}
 		m.Rules, m.DumpBytes = st.Rules, st.Bytes
+		l.keep(p, "nft", text)
 	}
 	l.Logf("%s: first full sync %v (rules %v), %d rules, RSS %.1f MiB (peak %.1f MiB), CPU %v (children %v)", p, m.FullSync, m.FullSyncHist, m.Rules,
 		float64(m.RSS)/(1<<20), float64(m.PeakRSS)/(1<<20), m.CPU.Self, m.CPU.Children)
@@ -114,13 +115,16 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 }
 
 // keepLog copies proc's log to the settings' LogDir, if any.
-func (l *RowLab) keepLog(p Proxy, proc *lab.Process) {
+func (l *RowLab) keepLog(p Proxy, proc *lab.Process) { l.keep(p, "log", proc.Log()) }
+
+// keep writes text to ROW-PROXY.ext in the settings' LogDir, if any.
+func (l *RowLab) keep(p Proxy, ext, text string) {
 	if l.Settings.LogDir == "" {
 		return
 	}
-	dst := filepath.Join(l.Settings.LogDir, fmt.Sprintf("%s-%s.log", l.Spec.Name(), p))
-	if err := os.WriteFile(dst, []byte(proc.Log()), 0o644); err != nil {
-		l.Logf("keeping the log of %s: %v", p, err)
+	dst := filepath.Join(l.Settings.LogDir, fmt.Sprintf("%s-%s.%s", l.Spec.Name(), p, ext))
+	if err := os.WriteFile(dst, []byte(text), 0o644); err != nil {
+		l.Logf("keeping %s: %v", dst, err)
 	}
 }
 

@@ -70,13 +70,13 @@ func ParseNFTTable(text string) NFTStats {
 	return st
 }
 
-// NFTDump lists the ip kube-proxy table and returns its summary.
-func NFTDump(ctx context.Context) (NFTStats, error) {
+// NFTDump lists the ip kube-proxy table and returns its summary and text.
+func NFTDump(ctx context.Context) (NFTStats, string, error) {
 	out, err := exec.CommandContext(ctx, "nft", "list", "table", "ip", NFTTable).Output()
 	if err != nil {
-		return NFTStats{}, fmt.Errorf("nft list table ip %s: %w%s", NFTTable, err, stderrOf(err))
+		return NFTStats{}, "", fmt.Errorf("nft list table ip %s: %w%s", NFTTable, err, stderrOf(err))
 	}
-	return ParseNFTTable(string(out)), nil
+	return ParseNFTTable(string(out)), string(out), nil
 }
 
 // NFTListChain lists one chain of the ip kube-proxy table.
@@ -116,23 +116,23 @@ func hasKubeProxyTable(tables []string) bool {
 
 // VerifyNFTables checks that the nftables mode's rules for n services are
 // in the ip kube-proxy table, and that neither iptables backend holds proxy
-// rules. It returns the table's summary.
-func VerifyNFTables(ctx context.Context, n int) (NFTStats, error) {
-	st, err := NFTDump(ctx)
+// rules. It returns the table's summary and text.
+func VerifyNFTables(ctx context.Context, n int) (NFTStats, string, error) {
+	st, text, err := NFTDump(ctx)
 	if err != nil {
-		return st, err
+		return st, "", err
 	}
 	if st.ServiceChains < n {
-		return st, fmt.Errorf("table ip %s has %d service chains, want at least %d (one per service)", NFTTable, st.ServiceChains, n)
+		return st, text, fmt.Errorf("table ip %s has %d service chains, want at least %d (one per service)", NFTTable, st.ServiceChains, n)
 	}
 	for _, b := range kernel.Backends() {
 		d, _, err := SaveDump(ctx, b)
 		if err != nil {
-			return st, err
+			return st, text, err
 		}
 		if lines := d.ProxyLines(); lines > 0 {
-			return st, fmt.Errorf("iptables-%s-save shows %d proxy rule lines, but this row's proxies run the nftables mode", b, lines)
+			return st, text, fmt.Errorf("iptables-%s-save shows %d proxy rule lines, but this row's proxies run the nftables mode", b, lines)
 		}
 	}
-	return st, nil
+	return st, text, nil
 }
