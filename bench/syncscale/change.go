@@ -50,9 +50,9 @@ func (l *RowLab) newChangeProbe(name servicemap.ServicePortName) (*changeProbe, 
 	// in kube-proxy v1.36 through a numgen map of "ip . port" values (an
 	// anonymous map, rewritten with the chain). The chain's rules and
 	// their anonymous maps are read over netlink, a few small replies
-	// whatever the table's size (`nft list chain` reads every set of the
-	// table to print one chain: hundreds of milliseconds at 30,000
-	// services), and searched for the endpoint's address and port.
+	// whatever the table's size (`nft list chain` caches much of the
+	// table to print one chain, and starts a process), and searched for
+	// the endpoint's address and port.
 	svcChain := NFTServiceChain(name)
 	w, err := OpenNFTWatch()
 	if err != nil {
@@ -128,9 +128,11 @@ func (l *RowLab) measureChange(ctx context.Context, proc *lab.Process, m *Measur
 			if ok {
 				m.Change = at.Sub(t0)
 				if probe.confirm != nil {
+					began := time.Now()
 					if err := probe.confirm(ctx); err != nil {
 						return err
 					}
+					l.Logf("the change is confirmed by nft list chain, which took %v", time.Since(began))
 				}
 				break
 			}
