@@ -74,7 +74,7 @@ type APIServer struct {
 // both when the test ends. Call it inside lab.InFreshNetns: the servers bind
 // the namespace's loopback. Both logs are kept in t.TempDir() and their tails
 // are printed if the test fails.
-func StartAPIServer(t testing.TB) *APIServer {
+func StartAPIServer(t testing.TB, opts ...APIServerOption) *APIServer {
 	t.Helper()
 	if os.Getenv(innerEnv) == "" {
 		t.Fatal("lab.StartAPIServer must run inside lab.InFreshNetns: the API server binds the namespace's loopback")
@@ -90,6 +90,9 @@ func StartAPIServer(t testing.TB) *APIServer {
 
 	etcdURL := a.startEtcd()
 	a.args = a.apiserverArgs(etcdURL)
+	for _, o := range opts {
+		o(a)
+	}
 	a.URL = "https://" + net.JoinHostPort("127.0.0.1", a.flag("--secure-port"))
 	a.Start()
 

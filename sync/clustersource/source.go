@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -98,12 +99,17 @@ func (s *Source) Run(ctx context.Context) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = NodeSelector(s.nodeName).String()
 		}))
+	// ServiceCIDRs (cluster-scoped, few) go to sinks that take them; their
+	// cache is not waited for either: a missing RBAC grant must not hold up
+	// service programming.
+	cidrFactory := informers.NewSharedInformerFactoryWithOptions(s.client, s.resync)
 	defer func() {
 		// Shutdown waits for the informer goroutines, so no handler runs
 		// after Run returns.
 		svcFactory.Shutdown()
 		sliceFactory.Shutdown()
 		nodeFactory.Shutdown()
+		cidrFactory.Shutdown()
 	}()
 
 	h := handlers{sink: s.sink, nodeName: s.nodeName, logger: logger}
@@ -131,9 +137,21 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("registering Node handler: %w", err)
 	}
 
+	if cidrSink, ok := s.sink.(servicemap.ServiceCIDRSink); ok {
+		ch := cidrHandlers{sink: cidrSink, logger: logger}
+		if _, err := cidrFactory.Networking().V1().ServiceCIDRs().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    ch.update,
+			UpdateFunc: func(_, obj any) { ch.update(obj) },
+			DeleteFunc: ch.delete,
+		}); err != nil {
+			return fmt.Errorf("registering ServiceCIDR handler: %w", err)
+		}
+	}
+
 	svcFactory.Start(ctx.Done())
 	sliceFactory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
+	cidrFactory.Start(ctx.Done())
 
 	// The registrations' HasSynced (not the informers') turn true only once
 	// every object of the initial list has been handed to our handlers, so
@@ -198,6 +216,24 @@ func (h handlers) nodeDelete(obj any) {
 	key, ok := deleted[*v1.Node](h.logger, obj, "Unexpected object in Node delete handler")
 	if ok && key.Name == h.nodeName {
 		h.sink.OnNodeDelete()
+	}
+}
+
+// cidrHandlers passes ServiceCIDR objects to a sink that takes them.
+type cidrHandlers struct {
+	sink   servicemap.ServiceCIDRSink
+	logger klog.Logger
+}
+
+func (h cidrHandlers) update(obj any) {
+	if sc, ok := updated[*networkingv1.ServiceCIDR](h.logger, obj, "Unexpected object in ServiceCIDR handler"); ok {
+		h.sink.OnServiceCIDRUpdate(sc.Name, sc.Spec.CIDRs)
+	}
+}
+
+func (h cidrHandlers) delete(obj any) {
+	if key, ok := deleted[*networkingv1.ServiceCIDR](h.logger, obj, "Unexpected object in ServiceCIDR delete handler"); ok {
+		h.sink.OnServiceCIDRDelete(key.Name)
 	}
 }
 

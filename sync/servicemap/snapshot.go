@@ -2,6 +2,7 @@ package servicemap
 
 import (
 	"iter"
+	"net/netip"
 	"slices"
 	"time"
 )
@@ -14,6 +15,10 @@ type Snapshot struct {
 	Generation uint64
 	// Node is nil until this node's Node object has been seen.
 	Node *NodeInfo
+	// ServiceCIDRs is the sorted union of the cluster's ServiceCIDR
+	// objects' ranges (empty when the source has none); it must not be
+	// modified.
+	ServiceCIDRs []netip.Prefix
 
 	// ports is sorted by name. Snapshots share unchanged *ServicePort values
 	// (and, when no port was added or removed, nothing else), so the slice
@@ -92,7 +97,8 @@ type ChangeSet struct {
 	// NewlyServed lists service ports that went from no serving endpoint to at
 	// least one (clients of such ports were being refused).
 	NewlyServed []ServicePortName
-	// NodeChanged says this node's Node object changed.
+	// NodeChanged says this node's Node object, or the cluster's service
+	// CIDRs (Snapshot.ServiceCIDRs), changed.
 	NodeChanged bool
 	// Periodic says the sync runs because the sync period passed, not for
 	// a change: modes then also check what others may have changed behind

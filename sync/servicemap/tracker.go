@@ -2,6 +2,7 @@ package servicemap
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -41,6 +42,10 @@ type Tracker struct {
 	firstEvent                    time.Time
 	node                          *NodeInfo
 	nodeChanged, synced           bool
+	// serviceCIDRs are the ranges of each ServiceCIDR object;
+	// allServiceCIDRs their sorted union, as snapshots carry it.
+	serviceCIDRs    map[string][]netip.Prefix
+	allServiceCIDRs []netip.Prefix
 
 	snapMu sync.Mutex // serializes Snapshot; guards the published state below
 	gen    uint64
@@ -266,6 +271,9 @@ func (t *Tracker) Snapshot() (*Snapshot, *ChangeSet) {
 	defer t.snapMu.Unlock()
 
 	inputs, changes, node, triggers := t.checkout()
+	t.mu.Lock()
+	serviceCIDRs := t.allServiceCIDRs
+	t.mu.Unlock()
 
 	var added, updated []*ServicePort
 	var removed []ServicePortName
@@ -302,7 +310,7 @@ func (t *Tracker) Snapshot() (*Snapshot, *ChangeSet) {
 	t.sorted = applyEdits(t.sorted, removed, added, updated)
 	t.gen++
 	changes.Full = t.gen == 1
-	return &Snapshot{Generation: t.gen, Node: node, ports: t.sorted}, changes
+	return &Snapshot{Generation: t.gen, Node: node, ServiceCIDRs: serviceCIDRs, ports: t.sorted}, changes
 }
 
 // checkout takes the pending events' inputs and resets the pending state.

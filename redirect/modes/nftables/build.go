@@ -47,7 +47,9 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 				MasqueradeAll: s.MasqueradeAll,
 				ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
 			},
-			NFT: nft,
+			NFT:     nft,
+			Lister:  NewNetlinkLister(fam, TableName),
+			Netlink: true,
 		})
 	}
 	if len(fams) == 0 {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -26,8 +27,11 @@ const staleChainDelay = time.Second
 // family is the nftables mode for one IP family: what it last applied, and
 // how to write the next sync.
 type family struct {
-	fam        ipfamily.Family
-	nft        knftables.Interface
+	fam    ipfamily.Family
+	nft    knftables.Interface
+	lister Lister
+	// fast writes partial syncs over netlink (nil: always through nft).
+	fast       *netlinkWriter
 	base       rules.Config
 	nodeName   string
 	nodePorts  nodeaddr.Policy
@@ -71,6 +75,9 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	if ip, ok := f.nodePorts.PrimaryIP(f.fam, node); ok {
 		cfg.NodeIP = ip
 	}
+	if snap != nil {
+		cfg.ServiceCIDRs = ipfamily.Prefixes(snap.ServiceCIDRs, f.fam)
+	}
 	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.localAddrs != nil {
 		addrs, err := f.localAddrs()
 		if err != nil {
@@ -88,8 +95,8 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	if err != nil {
 		return f.failed(err)
 	}
-	full := changes.Full || f.needFull || f.builder == nil || !cfg.Equal(f.builder.Config())
-	if !full && changes.Periodic {
+	full := changes.Full || f.needFull || f.builder == nil
+	if !full {
 		intact, err := f.canaryIntact(ctx)
 		if err != nil {
 			return f.failed(fmt.Errorf("checking the %s chain: %w", rules.CanaryChain, err))
@@ -98,11 +105,6 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 			f.logger.Info("The kube-proxy table was flushed or deleted by someone else; rewriting it", "table", TableName)
 			f.needFull, full = true, true
 		}
-	}
-	if err := f.deleteStale(ctx); err != nil {
-		f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-		f.logger.Error(err, "Unable to delete stale nftables chains; rewriting the table")
-		f.needFull, full = true, true
 	}
 	start := time.Now()
 	if full {
@@ -113,18 +115,40 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		err = f.fullSync(ctx, snap, b, f.builder == nil || f.needFull)
 		f.metrics.fullDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
 		if err != nil {
-			f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
 			return f.failed(err)
 		}
 		f.builder, f.needFull = b, false
 		return nil
 	}
-	err = f.partialSync(ctx, snap, changes)
+	names := slices.Clone(changes.Changed)
+	for _, sp := range changes.Removed {
+		names = append(names, sp.Name)
+	}
+	b, shared := f.builder, false
+	if old := f.builder.Config(); !cfg.Equal(old) {
+		// The node or the configuration changed: the shared objects are
+		// rewritten, and the ports' objects only where they differ (a
+		// rewrite of every chain costs the kernel minutes at 30,000
+		// services, for its anonymous sets).
+		if b, err = rules.New(cfg); err != nil {
+			return f.failed(fmt.Errorf("nftables rules: %w", err))
+		}
+		shared = true
+		if !cfg.PortsEqual(old) {
+			for name := range snap.All() {
+				names = append(names, name)
+			}
+			for name := range f.applied {
+				names = append(names, name)
+			}
+		}
+	}
+	err = f.partialSync(ctx, snap, names, b, shared)
 	f.metrics.partialDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
 	if err != nil {
-		f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
 		return f.failed(err)
 	}
+	f.builder = b
 	return nil
 }
 
@@ -134,48 +158,49 @@ func (f *family) failed(err error) error {
 	return fmt.Errorf("%s: %w", f.fam, err)
 }
 
-// canaryIntact lists one small chain whose content is known: a deleted
-// table, or a flushed one (chains left, rules gone), shows there.
+// canaryIntact counts the rules of one small chain whose content is
+// known: a deleted table, or a flushed one (chains left, rules gone), shows
+// there. Over netlink this costs well under a millisecond at any size, so
+// every sync checks it.
 func (f *family) canaryIntact(ctx context.Context) (bool, error) {
-	rs, err := f.nft.ListRules(ctx, rules.CanaryChain)
+	n, err := f.lister.RuleCount(ctx, rules.CanaryChain)
 	if err != nil {
-		if knftables.IsNotFound(err) {
-			return false, nil
-		}
 		return false, err
 	}
-	if len(rs) != 1 {
-		return false, nil
-	}
-	// The real nft lists no rule text (only handles and comments).
-	return rs[0].Rule == "" || rs[0].Rule == rules.CanaryRule, nil
+	return n == 1, nil
 }
 
-// deleteStale deletes the chains flushed at least staleChainDelay ago.
-func (f *family) deleteStale(ctx context.Context) error {
+// dueStale returns the stale chains flushed at least staleChainDelay ago:
+// the sync's transaction deletes them (one transaction per sync, where
+// kube-proxy runs a second one).
+func (f *family) dueStale() map[string]bool {
 	if len(f.stale) == 0 {
 		return nil
 	}
 	cutoff := f.now().Add(-staleChainDelay)
-	tx := f.nft.NewTransaction()
-	var names []string
-	for _, name := range slices.Sorted(maps.Keys(f.stale)) {
-		if !f.stale[name].After(cutoff) {
-			tx.Delete(&knftables.Chain{Name: name})
-			names = append(names, name)
+	due := map[string]bool{}
+	for name, t := range f.stale {
+		if !t.After(cutoff) {
+			due[name] = true
 		}
 	}
-	if len(names) == 0 {
+	return due
+}
+
+// runTx runs tx, counting a failure in kube-proxy's metrics: a failed
+// deletion of a stale chain is a cleanup failure, anything else a sync one.
+func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
+	err := f.nft.Run(ctx, tx)
+	if err == nil {
 		return nil
 	}
-	for _, name := range names {
-		delete(f.stale, name)
+	line, wrapped := txError(err, tx)
+	if strings.HasPrefix(line, "delete chain ") {
+		f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+	} else {
+		f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
 	}
-	f.logger.V(2).Info("Deleting stale nftables chains", "numChains", len(names))
-	if err := f.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("deleting %d stale chains, %w", len(names), txError(err, tx))
-	}
-	return nil
+	return wrapped
 }
 
 // ports builds the objects of the named ports. A port the builder rejects
@@ -216,15 +241,15 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	existingChains := map[string]bool{}
 	existingSets := map[string]bool{}
 	if readKernel {
-		all, err := f.nft.ListAll(ctx)
-		if err != nil && !knftables.IsNotFound(err) {
+		chains, sets, err := f.lister.Names(ctx)
+		if err != nil {
 			// kube-proxy goes on too: the transaction itself tells.
 			f.logger.Error(err, "Failed to list the existing nftables objects")
 		}
-		for _, c := range all["chain"] {
+		for _, c := range chains {
 			existingChains[c] = true
 		}
-		for _, s := range all["set"] {
+		for _, s := range sets {
 			existingSets[s] = true
 		}
 	} else {
@@ -248,7 +273,7 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	want := f.ports(b, snap, names)
 
 	tx := f.nft.NewTransaction()
-	b.WriteShared(tx, !f.recreated)
+	b.WriteShared(tx, !f.recreated, true)
 	addrType := b.AddrType()
 	keepChains := map[string]bool{}
 	keepSets := map[string]bool{}
@@ -287,13 +312,20 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	}
 	now := f.now()
 	stale := map[string]time.Time{}
+	var deletes []string
+	due := f.dueStale()
 	for _, c := range slices.Sorted(maps.Keys(existingChains)) {
-		if rules.IsPortChain(c) && !keepChains[c] {
-			tx.Flush(&knftables.Chain{Name: c})
-			stale[c] = now
-			if t, ok := f.stale[c]; ok && !readKernel {
-				stale[c] = t
-			}
+		if !rules.IsPortChain(c) || keepChains[c] {
+			continue
+		}
+		if due[c] && !readKernel {
+			deletes = append(deletes, c)
+			continue
+		}
+		tx.Flush(&knftables.Chain{Name: c})
+		stale[c] = now
+		if t, ok := f.stale[c]; ok && !readKernel {
+			stale[c] = t
 		}
 	}
 	for _, s := range slices.Sorted(maps.Keys(existingSets)) {
@@ -301,8 +333,11 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 			tx.Delete(&knftables.Set{Name: s})
 		}
 	}
-	if err := f.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("full sync of %d service ports, %w", len(names), txError(err, tx))
+	for _, c := range deletes {
+		tx.Delete(&knftables.Chain{Name: c})
+	}
+	if err := f.runTx(ctx, tx); err != nil {
+		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
 	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.Port, len(want))
 	for name, p := range want {
@@ -330,27 +365,21 @@ func writeChain(tx *knftables.Transaction, c rules.Chain, exists bool) {
 	}
 }
 
-// partialSync rewrites, for the changed and removed ports only, the chains
-// that differ, their affinity sets and the elements that differ from what
-// was applied, in one transaction. Its cost follows the change, not the
-// number of services.
-func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
-	names := slices.Clone(changes.Changed)
-	for _, sp := range changes.Removed {
-		names = append(names, sp.Name)
-	}
-	if len(names) == 0 {
-		return nil
-	}
+// partialSync rewrites, for the named ports only, the chains that differ,
+// their affinity sets and the elements that differ from what was applied,
+// in one transaction; shared also rewrites the shared objects (a node or
+// configuration change). Its cost follows the change, not the number of
+// services. The transaction goes over netlink when the family has a fast
+// writer and every operation is one it encodes; through nft otherwise.
+func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, names []servicemap.ServicePortName, b *rules.Builder, shared bool) error {
 	slices.SortFunc(names, servicemap.ServicePortName.Compare)
 	names = slices.Compact(names)
-	want := f.ports(f.builder, snap, names)
-	addrType := f.builder.AddrType()
+	want := f.ports(b, snap, names)
 
 	// Operations go in phases so that every reference is valid when made:
 	// flushes before the sets they referred to go, sets before the rules
 	// using them, chains before the elements pointing to them.
-	var flushes, setDeletes, setAdds, chainOps []func(*knftables.Transaction)
+	var flushes, setDeletes, setAdds, chainOps []op
 	prev := map[string]*rules.Element{} // element IDs touched, as applied before
 	touch := func(id string) {
 		if _, ok := prev[id]; ok {
@@ -365,6 +394,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 	}
 	now := f.now()
 	newStale := map[string]bool{}
+	wanted := map[string]bool{} // chains this sync (re)writes
 	for _, name := range names {
 		old, cur := f.applied[name], want[name]
 		if old == cur {
@@ -384,7 +414,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 		}
 		for _, c := range chainsOf(old) {
 			if _, ok := newChains[c.Name]; !ok {
-				flushes = append(flushes, flushChain(c.Name))
+				flushes = append(flushes, op{kind: opFlushChain, chain: c.Name})
 				newStale[c.Name] = true
 			}
 		}
@@ -395,19 +425,23 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 			}
 			_, wasStale := f.stale[c.Name]
 			if existed || wasStale {
-				flushes = append(flushes, flushChain(c.Name))
+				flushes = append(flushes, op{kind: opFlushChain, chain: c.Name})
 			}
-			chainOps = append(chainOps, func(tx *knftables.Transaction) { writeChain(tx, c, false) })
+			chainOps = append(chainOps, op{kind: opAddChain, chain: c.Name})
+			for _, r := range c.Rules {
+				chainOps = append(chainOps, op{kind: opAddRule, chain: c.Name, rule: r})
+			}
 			delete(newStale, c.Name)
+			wanted[c.Name] = true
 		}
 		for _, s := range setsOf(old) {
 			if n, ok := newSets[s.Name]; !ok || n != s {
-				setDeletes = append(setDeletes, func(tx *knftables.Transaction) { tx.Delete(&knftables.Set{Name: s.Name}) })
+				setDeletes = append(setDeletes, op{kind: opDeleteSet, set: s})
 			}
 		}
 		for _, s := range setsOf(cur) {
 			if o, ok := oldSets[s.Name]; !ok || o != s {
-				setAdds = append(setAdds, func(tx *knftables.Transaction) { tx.Add(s.Object(addrType)) })
+				setAdds = append(setAdds, op{kind: opAddSet, set: s})
 			}
 		}
 		if old != nil {
@@ -433,47 +467,77 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 		}
 	}
 
-	tx := f.nft.NewTransaction()
-	for _, phase := range [][]func(*knftables.Transaction){flushes, setDeletes, setAdds, chainOps} {
-		for _, op := range phase {
-			op(tx)
-		}
-	}
-	ids := slices.Sorted(maps.Keys(prev))
-	var adds []*rules.Element
-	for _, id := range ids {
+	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps)
+	var adds []op
+	for _, id := range slices.Sorted(maps.Keys(prev)) {
 		before := prev[id]
 		st := f.elems[id]
 		live := st != nil && st.refs > 0
 		switch {
 		case before != nil && !live:
-			tx.Delete(before.Object())
+			ops = append(ops, op{kind: opDeleteElem, elem: *before})
 			delete(f.elems, id)
 		case before == nil && live:
-			adds = append(adds, &st.elem)
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
 		case before != nil && live && !elementEqual(*before, st.elem):
-			tx.Delete(before.Object())
-			adds = append(adds, &st.elem)
+			ops = append(ops, op{kind: opDeleteElem, elem: *before})
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
 		case !live:
 			delete(f.elems, id)
 		}
 	}
-	for _, e := range adds {
-		tx.Add(e.Object())
+	ops = append(ops, adds...)
+	var deletes []string
+	for _, c := range slices.Sorted(maps.Keys(f.dueStale())) {
+		if !newStale[c] && !wanted[c] {
+			ops = append(ops, op{kind: opDeleteChain, chain: c})
+			deletes = append(deletes, c)
+		}
 	}
-	if tx.NumOperations() == 0 {
-		f.commit(want, newStale, now)
+	if len(ops) == 0 && !shared {
+		f.commit(want, newStale, now, nil)
 		return nil
 	}
-	if err := f.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("partial sync of %d service ports, %w", len(names), txError(err, tx))
+	if err := f.runOps(ctx, b, ops, shared); err != nil {
+		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
 	}
-	f.commit(want, newStale, now)
+	f.commit(want, newStale, now, deletes)
 	return nil
 }
 
+// runOps runs a partial sync's operations in one transaction: over
+// netlink when possible, else through nft.
+func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared bool) error {
+	if f.fast != nil && !shared {
+		if batch, ok := f.fast.encode(ops); ok {
+			line, err := f.fast.run(batch)
+			if err == nil {
+				return nil
+			}
+			if line != "" && strings.HasPrefix(line, "delete chain ") {
+				f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+			} else {
+				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+			}
+			return err
+		}
+	}
+	tx := f.nft.NewTransaction()
+	if shared {
+		b.WriteShared(tx, false, false)
+	}
+	addrType := b.AddrType()
+	for _, o := range ops {
+		o.write(tx, addrType)
+	}
+	return f.runTx(ctx, tx)
+}
+
 // commit records a successful partial sync.
-func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStale map[string]bool, now time.Time) {
+func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStale map[string]bool, now time.Time, deleted []string) {
+	for _, c := range deleted {
+		delete(f.stale, c)
+	}
 	for name, p := range want {
 		if p == nil {
 			delete(f.applied, name)
@@ -489,10 +553,6 @@ func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStal
 			f.stale[c] = now
 		}
 	}
-}
-
-func flushChain(name string) func(*knftables.Transaction) {
-	return func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) }
 }
 
 func elementEqual(a, b rules.Element) bool {

@@ -41,7 +41,8 @@ func testPolicy() nodeaddr.Policy { return nodeaddr.Policy{Primary: true} }
 
 // localAddrs are the node's interface addresses in tests.
 func localAddrs() ([]netip.Addr, error) {
-	return []netip.Addr{testkit.NodeIP(ipfamily.IPv4), testkit.NodeIP(ipfamily.IPv6), netip.MustParseAddr("127.0.0.1")}, nil
+	return []netip.Addr{testkit.NodeIP(ipfamily.IPv4), testkit.NodeIP(ipfamily.IPv6), netip.MustParseAddr("127.0.0.1"),
+		netip.MustParseAddr("198.19.0.2"), netip.MustParseAddr("fd00:19::2")}, nil
 }
 
 // newTestMode builds the mode over one interface per family.
@@ -50,7 +51,11 @@ func newTestMode(t testing.TB, clock *testClock, nfts map[ipfamily.Family]knftab
 	var fams []FamilyConfig
 	for _, fam := range ipfamily.All() {
 		if nft, ok := nfts[fam]; ok {
-			fams = append(fams, FamilyConfig{Rules: testRulesConfig(fam), NFT: nft})
+			fc := FamilyConfig{Rules: testRulesConfig(fam), NFT: nft}
+			if _, ok := nft.(realIface); ok {
+				fc.Lister, fc.Netlink = NewNetlinkLister(fam, TableName), nft.(realIface).netlink
+			}
+			fams = append(fams, fc)
 		}
 	}
 	cfg := Config{Families: fams, NodeName: testkit.NodeName, NodePorts: testPolicy(), LocalAddresses: localAddrs, Logger: klog.Background()}

@@ -2,10 +2,13 @@ package nftables
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -42,7 +45,7 @@ func TestKernelMatchesFake(t *testing.T) {
 	}
 }
 
-// TestKernelRepairsFlushedTable checks that a periodic sync notices a table
+// TestKernelRepairsFlushedTable checks that the next sync notices a table
 // flushed (chains left, rules gone) or deleted by someone else, and
 // restores it in that sync.
 func TestKernelRepairsFlushedTable(t *testing.T) {
@@ -60,11 +63,136 @@ func TestKernelRepairsFlushedTable(t *testing.T) {
 				mf := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: fake})
 				mustSync(t, m, snap, full())
 				mustSync(t, mf, snap, full())
+				l := NewNetlinkLister(fam, TableName)
+				if n, err := l.RuleCount(context.Background(), "reject-chain"); err != nil || n != 1 {
+					t.Fatalf("RuleCount(reject-chain) = %d, %v on an intact table; want 1", n, err)
+				}
 				lab.Run(t, "nft", how, "table", nftFamily(fam), TableName)
-				mustSync(t, m, snap, &servicemap.ChangeSet{Periodic: true})
+				want := map[string]int{"flush": 0, "delete": -1}[how]
+				if n, err := l.RuleCount(context.Background(), "reject-chain"); err != nil || n != want {
+					t.Fatalf("RuleCount(reject-chain) = %d, %v after %s; want %d", n, err, how, want)
+				}
+				mustSync(t, m, snap, &servicemap.ChangeSet{})
 				compareWithFake(t, fam, fake)
 			})
 		}
+	}
+}
+
+// TestKernelIncremental runs random sequences of changes (as
+// TestIncrementalEqualsFull does) into the real kernel, partial syncs going
+// over netlink where they can, and into the fake; after every step the
+// kernel's table must equal the fake's dump loaded by nft. This checks the
+// netlink encoding against nft's, as `nft list table` prints both.
+func TestKernelIncremental(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	for seed := range uint64(6) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 15))
+			clock := &testClock{t: time.Unix(1000, 0)}
+			reals := map[ipfamily.Family]knftables.Interface{}
+			fakes := map[ipfamily.Family]knftables.Interface{}
+			for _, fam := range ipfamily.All() {
+				reals[fam], fakes[fam] = realNFT(t, fam), fakeFor(fam)
+			}
+			m := newTestMode(t, clock, reals)
+			mf := newTestMode(t, clock, fakes)
+			ports := map[int]*servicemap.ServicePort{}
+			ns := nodeState{zone: "zone-a"}
+			prev := snapshotIn(1, ns)
+			mustSync(t, m, prev, full())
+			mustSync(t, mf, prev, full())
+			for step := range 12 {
+				for range 1 + r.IntN(3) {
+					i := r.IntN(6)
+					if r.IntN(4) == 0 {
+						delete(ports, i)
+					} else {
+						ports[i] = randomPort(r, i)
+					}
+				}
+				var list []*servicemap.ServicePort
+				for _, p := range ports {
+					list = append(list, p)
+				}
+				snap := snapshotIn(uint64(step+2), ns, list...)
+				cs := changesBetween(prev, snap)
+				if r.IntN(3) == 0 {
+					clock.t = clock.t.Add(2 * time.Second)
+				}
+				mustSync(t, m, snap, cs)
+				mustSync(t, mf, snap, cs)
+				for _, fam := range ipfamily.All() {
+					compareKeeping(t, fam, fakes[fam].(*knftables.Fake), fmt.Sprintf("step %d", step))
+				}
+				prev = snap
+			}
+			sent := 0
+			for _, f := range m.families {
+				sent += f.fast.sent
+			}
+			if sent == 0 {
+				t.Error("no partial sync went over netlink")
+			}
+		})
+	}
+}
+
+// compareKeeping compares the kernel's table with the fake's dump, loaded
+// by nft into a second table, leaving the first in place.
+func compareKeeping(t testing.TB, fam ipfamily.Family, fake *knftables.Fake, what string) {
+	t.Helper()
+	got := listTable(t, fam)
+	const ref = "kproxy-ref"
+	_ = exec.Command("nft", "delete", "table", nftFamily(fam), ref).Run()
+	dump := strings.ReplaceAll(fake.Dump(), " "+nftFamily(fam)+" "+TableName+" ", " "+nftFamily(fam)+" "+ref+" ")
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(dump)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: loading the fake's dump: %v\n%s", what, err, out)
+	}
+	out, err := exec.Command("nft", "list", "table", nftFamily(fam), ref).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list table: %v\n%s", err, out)
+	}
+	want := NormalizeListing(strings.Replace(string(out), "table "+nftFamily(fam)+" "+ref+" {", "table "+nftFamily(fam)+" "+TableName+" {", 1))
+	lab.Run(t, "nft", "delete", "table", nftFamily(fam), ref)
+	if got != want {
+		t.Fatalf("%s, %s: the kernel's table differs from the fake's (-fake +kernel):\n%s", what, fam, testkit.LineDiff(want, got))
+	}
+}
+
+// TestKernelNetlinkLister checks the netlink lister's names against nft's.
+func TestKernelNetlinkLister(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	for _, fam := range ipfamily.All() {
+		t.Run(string(fam), func(t *testing.T) {
+			real := realNFT(t, fam)
+			m := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: real})
+			mustSync(t, m, scenarioNamed(t, "session-affinity-clientip").Snapshot(), full())
+			chains, sets, err := NewNetlinkLister(fam, TableName).Names(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantChains, wantSets, err := knftLister{real}.Names(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(chains)
+			slices.Sort(sets)
+			slices.Sort(wantChains)
+			slices.Sort(wantSets)
+			if !slices.Equal(chains, wantChains) || !slices.Equal(sets, wantSets) {
+				t.Errorf("netlink lists chains %q sets %q; nft lists chains %q sets %q", chains, sets, wantChains, wantSets)
+			}
+			if len(sets) < 3 {
+				t.Errorf("too few sets listed: %q", sets)
+			}
+		})
 	}
 }
 
@@ -99,7 +227,14 @@ func realNFT(t testing.TB, fam ipfamily.Family) knftables.Interface {
 	if err != nil {
 		t.Fatalf("knftables.New: %v", err)
 	}
-	return nft
+	return realIface{Interface: nft, netlink: true}
+}
+
+// realIface marks the real nft, so that newTestMode gives it the netlink
+// lister, as build does.
+type realIface struct {
+	knftables.Interface
+	netlink bool // partial syncs over netlink
 }
 
 // compareWithFake lists the kernel's table, then replaces it with the

@@ -27,6 +27,12 @@ type FamilyConfig struct {
 	// NFT is the family's table: knftables.New(family, TableName), or a
 	// knftables.Fake in tests.
 	NFT knftables.Interface
+	// Lister reads the table's object names and the canary chain's rules;
+	// nil lists through NFT (fine for the fake, slow with the real nft).
+	Lister Lister
+	// Netlink writes partial syncs of ordinary services straight over
+	// nf_tables netlink rather than through nft (the real kernel only).
+	Netlink bool
 }
 
 // Config configures the nftables mode.
@@ -75,9 +81,19 @@ func New(cfg Config) (*Mode, error) {
 		if _, err := rules.New(fc.Rules); err != nil {
 			return nil, fmt.Errorf("nftables mode: %s: %w", fc.Rules.Family, err)
 		}
+		lister := fc.Lister
+		if lister == nil {
+			lister = knftLister{fc.NFT}
+		}
+		var fast *netlinkWriter
+		if fc.Netlink {
+			fast = newNetlinkWriter(fc.Rules.Family, TableName)
+		}
 		m.families = append(m.families, &family{
+			fast:       fast,
 			fam:        fc.Rules.Family,
 			nft:        fc.NFT,
+			lister:     lister,
 			base:       fc.Rules,
 			nodeName:   cfg.NodeName,
 			nodePorts:  cfg.NodePorts,

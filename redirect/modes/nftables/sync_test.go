@@ -31,6 +31,27 @@ func snapshotOf(gen uint64, ports ...*servicemap.ServicePort) *servicemap.Snapsh
 	return servicemap.NewSnapshot(gen, node(), ports...)
 }
 
+// nodeState is what a random test varies about the node and the cluster.
+type nodeState struct {
+	zone         string
+	otherIP      bool // the node's addresses are the second pair
+	serviceCIDRs bool
+}
+
+// snapshotIn is a snapshot in a given node state.
+func snapshotIn(gen uint64, ns nodeState, ports ...*servicemap.ServicePort) *servicemap.Snapshot {
+	n := node()
+	n.Labels["topology.kubernetes.io/zone"] = ns.zone
+	if ns.otherIP {
+		n.Addresses = []netip.Addr{netip.MustParseAddr("198.19.0.2"), netip.MustParseAddr("fd00:19::2")}
+	}
+	snap := servicemap.NewSnapshot(gen, n, ports...)
+	if ns.serviceCIDRs {
+		snap.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16"), netip.MustParsePrefix("fd00:18::/64")}
+	}
+	return snap
+}
+
 // changesBetween is the change set the service map would hand over.
 func changesBetween(a, b *servicemap.Snapshot) *servicemap.ChangeSet {
 	cs := &servicemap.ChangeSet{}
@@ -86,6 +107,8 @@ func randomPort(r *rand.Rand, i int) *servicemap.ServicePort {
 			eo = append(eo, testkit.Gone)
 		case 3:
 			eo = append(eo, testkit.Local, testkit.Terminating)
+		case 4:
+			eo = append(eo, testkit.ZoneHints([]string{"zone-a", "zone-b"}[r.IntN(2)]))
 		}
 		// A small address pool: ports of different services share
 		// endpoints, and so hairpin elements.
@@ -164,7 +187,8 @@ func TestIncrementalEqualsFull(t *testing.T) {
 			m := newTestMode(t, clock, map[ipfamily.Family]knftables.Interface{ipfamily.IPv4: fakes[ipfamily.IPv4], ipfamily.IPv6: fakes[ipfamily.IPv6]})
 			const services = 8
 			ports := map[int]*servicemap.ServicePort{}
-			prev := snapshotOf(1)
+			ns := nodeState{zone: "zone-a"}
+			prev := snapshotIn(1, ns)
 			mustSync(t, m, prev, full())
 			for step := range 25 {
 				for range 1 + r.IntN(3) {
@@ -179,8 +203,18 @@ func TestIncrementalEqualsFull(t *testing.T) {
 				for _, p := range ports {
 					list = append(list, p)
 				}
-				snap := snapshotOf(uint64(step+2), list...)
+				nodeChanged := false
+				switch r.IntN(8) {
+				case 0:
+					ns.zone, nodeChanged = map[string]string{"zone-a": "zone-b", "zone-b": "zone-a"}[ns.zone], true
+				case 1:
+					ns.otherIP, nodeChanged = !ns.otherIP, true
+				case 2:
+					ns.serviceCIDRs, nodeChanged = !ns.serviceCIDRs, true
+				}
+				snap := snapshotIn(uint64(step+2), ns, list...)
 				cs := changesBetween(prev, snap)
+				cs.NodeChanged = nodeChanged
 				if r.IntN(3) == 0 {
 					clock.t = clock.t.Add(2 * time.Second) // stale chains go
 				}

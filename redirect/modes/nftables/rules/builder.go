@@ -61,6 +61,14 @@ func (c Config) Equal(o Config) bool {
 		slices.Equal(c.ServiceCIDRs, o.ServiceCIDRs) && c.Topology == o.Topology
 }
 
+// PortsEqual says whether two configs build the same per-port objects:
+// the other fields (node-port addresses, service CIDRs, masquerade-all)
+// only change shared objects.
+func (c Config) PortsEqual(o Config) bool {
+	return c.Family == o.Family && c.MasqueradeBit == o.MasqueradeBit && slices.Equal(c.ClusterCIDRs, o.ClusterCIDRs) &&
+		c.NodeIP == o.NodeIP && c.Topology == o.Topology
+}
+
 // Builder builds objects for one validated Config; it is immutable.
 type Builder struct {
 	cfg Config
@@ -170,11 +178,12 @@ const CanaryChain = RejectChain
 const CanaryRule = "reject"
 
 // WriteShared adds to tx everything but the service ports' objects: the
-// table, every fixed chain rewritten, the sets and maps (flushed: a full
-// sync adds every element again, affinity sets excepted) and nodeport-ips.
+// table, every fixed chain rewritten, the sets and maps and nodeport-ips.
 // recreateBase first deletes the base chains, as kube-proxy does once at
 // start so that a changed hook priority cannot fail the transaction.
-func (b *Builder) WriteShared(tx *knftables.Transaction, recreateBase bool) {
+// flushContainers empties the sets and maps service ports fill (a full
+// sync adds every element again); without it their elements stay.
+func (b *Builder) WriteShared(tx *knftables.Transaction, recreateBase, flushContainers bool) {
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("rules for kube-proxy")})
 	if recreateBase {
 		for _, bc := range baseChains {
@@ -219,6 +228,9 @@ func (b *Builder) WriteShared(tx *knftables.Transaction, recreateBase bool) {
 		Comment: knftables.PtrTo("ClusterIP, ExternalIP and LoadBalancer IP traffic")})
 	tx.Add(&knftables.Map{Name: ServiceNodePortsMap, Type: "inet_proto . inet_service : verdict", Comment: knftables.PtrTo("NodePort traffic")})
 	for _, c := range Containers {
+		if !flushContainers {
+			break
+		}
 		if c.Map {
 			tx.Flush(&knftables.Map{Name: c.Name})
 		} else {

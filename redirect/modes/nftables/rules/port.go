@@ -38,10 +38,26 @@ type Chain struct {
 type Rule struct {
 	Text    string
 	Comment string
+	// DNAT, when set, is the rule in structured form: the numgen map DNAT
+	// of a policy chain without affinity (Text says the same), which the
+	// mode may write over netlink instead of through nft.
+	DNAT *DNATMap
 }
 
+// DNATMap is "meta l4proto P dnat ip addr . port to numgen random mod N
+// map { 0 : addr . port , … }".
+type DNATMap struct {
+	Proto   string // "tcp", "udp" or "sctp"
+	Targets []netip.AddrPort
+}
+
+// Equal says whether two rules have the same text and comment.
+func (r Rule) Equal(o Rule) bool { return r.Text == o.Text && r.Comment == o.Comment }
+
 // Equal says whether two chains have the same name and rules.
-func (c Chain) Equal(o Chain) bool { return c.Name == o.Name && slices.Equal(c.Rules, o.Rules) }
+func (c Chain) Equal(o Chain) bool {
+	return c.Name == o.Name && slices.EqualFunc(c.Rules, o.Rules, Rule.Equal)
+}
 
 // AffinitySet is a dynamic set remembering the clients of one endpoint.
 type AffinitySet struct {
@@ -313,15 +329,17 @@ func (w *portWriter) write(clusterIP netip.Addr) {
 func (w *portWriter) endpointRules(eps []servicemap.Endpoint, affinity bool, named func(servicemap.Endpoint) endpoint) []Rule {
 	var sb strings.Builder
 	if !affinity {
+		dnat := &DNATMap{Proto: w.proto, Targets: make([]netip.AddrPort, len(eps))}
 		sb.WriteString("meta l4proto " + w.proto + " dnat " + w.b.ipX + " addr . port to numgen random mod " + strconv.Itoa(len(eps)) + " map { ")
 		for i, ep := range eps {
 			if i > 0 {
 				sb.WriteString(" , ")
 			}
 			sb.WriteString(strconv.Itoa(i) + " : " + ep.Addr.Unmap().String() + " . " + itoa(ep.Port))
+			dnat.Targets[i] = netip.AddrPortFrom(ep.Addr.Unmap(), ep.Port)
 		}
 		sb.WriteString(" }")
-		return []Rule{{Text: sb.String()}}
+		return []Rule{{Text: sb.String(), DNAT: dnat}}
 	}
 	rules := make([]Rule, 0, len(eps)+1)
 	sb.WriteString("numgen random mod " + strconv.Itoa(len(eps)) + " vmap { ")

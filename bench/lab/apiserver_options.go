@@ -1,0 +1,20 @@
+package lab
+
+import "strings"
+
+// APIServerOption changes how StartAPIServer starts the server.
+type APIServerOption func(*APIServer)
+
+// WithDualStackServices makes the API server dual-stack, IPv4 first: it
+// allocates IPv6 ClusterIPs from ServiceCIDR6 (the topology's IPv6 VIP range) and accepts IPv6 and
+// dual-stack Services. A range can only be given by flag at start; a
+// ServiceCIDR object of the other family is refused for Services.
+func WithDualStackServices() APIServerOption {
+	return func(a *APIServer) {
+		for i, arg := range a.args {
+			if strings.HasPrefix(arg, "--service-cluster-ip-range=") {
+				a.args[i] = "--service-cluster-ip-range=" + ServiceCIDR + "," + ServiceCIDR6
+			}
+		}
+	}
+}

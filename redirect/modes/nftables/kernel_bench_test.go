@@ -1,0 +1,90 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// BenchmarkKernelOneChange runs, with the real nft in a fresh network
+// namespace, a first full sync of 1,000 to 30,000 services of 10 endpoints
+// (reported as full-sync-s), then partial syncs of one endpoint change
+// (the benchmark's ns/op, canary included). Same-run references: the
+// netlink canary every sync runs (canary-s) against `nft list chain` of the
+// same chain (nft-list-chain-s), the netlink listing of names a full sync
+// of unknown state runs (names-s), and `nft -f` of a transaction holding
+// only one element add and delete (nft-min-s): the least any change costs
+// through the nft tool, which loads every chain and set of the namespace.
+func BenchmarkKernelOneChange(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			if lab.InFreshNetns(b) {
+				return
+			}
+			ports := scalePorts(n)
+			nft := realNFT(b, ipfamily.IPv4)
+			m := newTestMode(b, nil, map[ipfamily.Family]knftables.Interface{ipfamily.IPv4: nft})
+			start := time.Now()
+			mustSync(b, m, snapshotOf(1, ports...), full())
+			fullSync := time.Since(start)
+
+			var snaps [2]*servicemap.Snapshot
+			var changes [2]*servicemap.ChangeSet
+			for r := range 2 {
+				next, cs := oneEndpointChange(ports, n/2, r)
+				snaps[r], changes[r] = snapshotOf(uint64(r+2), next...), cs
+			}
+			round := 0
+			for b.Loop() {
+				round++
+				mustSync(b, m, snaps[round%2], changes[round%2])
+			}
+			b.StopTimer()
+			lister := NewNetlinkLister(ipfamily.IPv4, TableName)
+			canary := timeIt(b, 5, func() error {
+				_, err := lister.RuleCount(context.Background(), "reject-chain")
+				return err
+			})
+			names := timeIt(b, 1, func() error {
+				_, _, err := lister.Names(context.Background())
+				return err
+			})
+			nftList := timeIt(b, 1, func() error {
+				_, err := nft.ListRules(context.Background(), "reject-chain")
+				return err
+			})
+			minimal := timeIt(b, 5, func() error {
+				tx := nft.NewTransaction()
+				tx.Add(&knftables.Element{Set: "cluster-ips", Key: []string{"198.51.100.1"}})
+				tx.Delete(&knftables.Element{Set: "cluster-ips", Key: []string{"198.51.100.1"}})
+				return nft.Run(context.Background(), tx)
+			})
+			b.ReportMetric(fullSync.Seconds(), "full-sync-s")
+			b.ReportMetric(canary.Seconds(), "canary-s")
+			b.ReportMetric(minimal.Seconds(), "nft-min-s")
+			b.ReportMetric(names.Seconds(), "names-s")
+			b.ReportMetric(nftList.Seconds(), "nft-list-chain-s")
+			_ = exec.Command("nft", "delete", "table", "ip", TableName).Run()
+		})
+	}
+}
+
+// timeIt returns the mean duration of n runs of f.
+func timeIt(b *testing.B, n int, f func() error) time.Duration {
+	b.Helper()
+	start := time.Now()
+	for range n {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start) / time.Duration(n)
+}
