@@ -17,7 +17,11 @@ import (
 //     are sorted and written one per line;
 //   - the elements of dynamic sets (ClientIP affinity entries added by
 //     traffic, with their expiry countdowns): they are dropped;
-//   - counter values (packets/bytes): they are zeroed.
+//   - counter values (packets/bytes): they are zeroed;
+//   - empty chains nothing jumps to: kube-proxy flushes the chains of a
+//     removed service at once but deletes them only at its next sync at
+//     least a second later, which may be an hour away, so whether they are
+//     still listed depends on how the changes were spread over syncs.
 //
 // Everything else (rule order inside a chain, each line's text, the set and
 // map declarations) is kept as nft printed it, with indentation rewritten to
@@ -59,6 +63,7 @@ func Normalize(listing string) (string, error) {
 	if len(out) == 0 {
 		return "", nil
 	}
+	blocks = withoutUnusedEmptyChains(blocks)
 	slices.SortStableFunc(blocks, func(a, b block) int { return strings.Compare(a.key(), b.key()) })
 	tail := out[len(out)-1] // the table's closing brace
 	out = out[:len(out)-1]
@@ -70,6 +75,28 @@ func Normalize(listing string) (string, error) {
 	}
 	out = append(out, tail)
 	return strings.Join(out, "\n") + "\n", nil
+}
+
+// withoutUnusedEmptyChains drops the chains without rules that no other
+// object of the table names.
+func withoutUnusedEmptyChains(blocks []block) []block {
+	var all strings.Builder
+	for _, b := range blocks {
+		all.WriteString(b.header + "\n")
+		for _, l := range b.body {
+			all.WriteString(l + "\n")
+		}
+	}
+	text := all.String()
+	return slices.DeleteFunc(blocks, func(b block) bool {
+		f := strings.Fields(b.header)
+		if len(b.body) > 0 || len(f) < 2 || f[0] != "chain" {
+			return false
+		}
+		// Its own header names it once; a jump, goto or map element
+		// would name it again.
+		return strings.Count(text, f[1]) == 1
+	})
 }
 
 // block is one chain, set, map (or other object) of the table.

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A listing as nft 1.0.6 prints kube-proxy's table (cut down): chains in
@@ -93,6 +94,12 @@ func TestNormalizeAndCompare(t *testing.T) {
 	}{
 		{name: "same listing", a: listingA, b: listingA, equal: true},
 		{name: "other creation and element order, affinity entries, counters", a: listingA, b: listingB, equal: true},
+		{name: "an empty chain nothing names (a removed service's, not deleted yet)", a: listingA, equal: true,
+			b: strings.Replace(listingA, "\tchain services {", "\tchain service-DDDD-default/gone/tcp/http {\n\t}\n\n\tchain services {", 1)},
+		{name: "an empty chain something names", a: listingA, equal: false,
+			b: strings.Replace(strings.Replace(listingA, "\tchain services {", "\tchain service-DDDD-default/gone/tcp/http {\n\t}\n\n\tchain services {", 1),
+				"198.18.1.11 . tcp . 80 : goto service-BBBB-default/single/tcp/http", "198.18.1.11 . tcp . 80 : goto service-DDDD-default/gone/tcp/http", 1),
+			inDiff: []string{"+\tchain service-DDDD-default/gone/tcp/http {"}},
 		{name: "rule order inside a chain matters", a: listingA, equal: false,
 			b: strings.Replace(listingA, `		ip daddr . meta l4proto . th dport vmap @service-ips
 		ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports`, `		ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports
@@ -272,6 +279,27 @@ func TestScenarioFiles(t *testing.T) {
 			if svc := es.Labels["kubernetes.io/service-name"]; !names[es.Namespace+"/"+svc] {
 				t.Errorf("%s: endpoint slice %s belongs to no service of the scenario (%q)", sc.Name, es.Name, svc)
 			}
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	results := []Result{
+		{Scenario: "a", Family: "ip"},
+		{Scenario: "a", Family: "ip6", Diff: "--- x\n+++ y\n@@ -1 +1 @@\n-p\n+q\n", Unexplained: 2},
+		{Scenario: "b", Family: "ip", Diff: "--- x\n+++ y\n@@ -1 +1 @@\n-p\n+q\n"},
+		{Scenario: "b", Family: "ip6", Problem: "kproxy: exited", Diff: "--- x\n+++ y\n@@ -1,1 +0,0 @@\n-p\n"},
+	}
+	got := Report(results, time.Date(2026, 11, 27, 11, 0, 0, 0, time.UTC), "")
+	for _, want := range []string{
+		"2026-11-27 11:00:00 UTC nftcompare: 2 scenario×family identical (or known differences only), 1 differ, 1 not compared\n",
+		"## a, ip: identical\n",
+		"## a, ip6: 2 unexplained changed lines\n\n```diff\n--- x\n",
+		"## b, ip: known differences only\n",
+		"## b, ip6: not compared\n\n```\nkproxy: exited\n```\n\nkube-proxy's table, against what kproxy left:\n\n```diff\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q:\n%s", want, got)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +32,8 @@ type ProxyNetns struct {
 	exited  chan struct{}
 	procErr error
 	LogPath string
+	bin     string
+	args    []string
 }
 
 // NewProxyNetns creates the namespace, its addresses and the relay from
@@ -151,7 +154,10 @@ func (ns *ProxyNetns) listen(addr string) (net.Listener, error) {
 
 // Start runs a proxy in the namespace, its output in logPath.
 func (ns *ProxyNetns) Start(logPath, bin string, args ...string) error {
-	f, err := os.Create(logPath)
+	if ns.proc != nil {
+		return fmt.Errorf("%s already runs a proxy", ns.Name)
+	}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -163,12 +169,40 @@ func (ns *ProxyNetns) Start(logPath, bin string, args ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s in %s: %w", bin, ns.Name, err)
 	}
-	ns.proc, ns.LogPath, ns.exited = cmd, logPath, make(chan struct{})
+	exited := make(chan struct{})
+	ns.proc, ns.LogPath, ns.exited, ns.bin, ns.args = cmd, logPath, exited, bin, args
 	go func() {
 		ns.procErr = cmd.Wait()
-		close(ns.exited)
+		close(exited)
 	}()
 	return nil
+}
+
+// Restart stops the proxy and starts it again with the same arguments,
+// appending to the same log; the namespace (and its tables) stay.
+func (ns *ProxyNetns) Restart() error {
+	if ns.proc == nil {
+		return fmt.Errorf("%s runs no proxy", ns.Name)
+	}
+	ns.stop()
+	return ns.Start(ns.LogPath, ns.bin, ns.args...)
+}
+
+// stop ends the proxy: SIGTERM to its process group, SIGKILL after 5 s.
+func (ns *ProxyNetns) stop() {
+	if ns.proc == nil {
+		return
+	}
+	pgid := ns.proc.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-ns.exited:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-ns.exited
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL) // children that ignored SIGTERM
+	ns.proc = nil
 }
 
 // Exited is closed when the proxy has exited (never, before Start).
@@ -203,24 +237,77 @@ func (ns *ProxyNetns) ListTable(ctx context.Context, family string) (string, err
 // relay, and deletes the namespace.
 func (ns *ProxyNetns) Close() error {
 	var errs []error
-	if ns.proc != nil {
-		pgid := ns.proc.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-ns.exited:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-ns.exited
-		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL) // children that ignored SIGTERM
-	}
+	ns.stop()
 	if ns.relay != nil {
 		ns.relay.Close()
 	}
 	if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {
 		errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", ns.Name, err, out))
 	}
-	// Relayed connections end when the namespace's sockets go.
-	ns.wg.Wait()
+	// Relayed connections end when the proxy's sockets go.
+	done := make(chan struct{})
+	go func() { ns.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		errs = append(errs, fmt.Errorf("relay connections in %s still open 10 s after the proxy stopped", ns.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// ListeningTCPPorts returns the TCP ports something listens on in the
+// namespace (`ss -Hltn`).
+func (ns *ProxyNetns) ListeningTCPPorts(ctx context.Context) (map[int]bool, error) {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns.Name, "ss", "-Hltn").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ss -Hltn in %s: %v: %s", ns.Name, err, out)
+	}
+	ports := map[int]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 {
+			continue
+		}
+		local := f[3] // State Recv-Q Send-Q Local:Port Peer:Port
+		if i := strings.LastIndex(local, ":"); i >= 0 {
+			if p, err := strconv.Atoi(local[i+1:]); err == nil {
+				ports[p] = true
+			}
+		}
+	}
+	return ports, nil
+}
+
+// NetnsPrefix starts the name of every namespace the test creates:
+// nftc-<pid of the test process>-<scenario>-<run>.
+const NetnsPrefix = "nftc-"
+
+// SweepStaleNetns deletes the namespaces of test processes that died
+// without removing theirs (a killed `go test`).
+func SweepStaleNetns() error {
+	entries, err := os.ReadDir("/var/run/netns")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), NetnsPrefix)
+		if !ok {
+			continue
+		}
+		pid, _, _ := strings.Cut(rest, "-")
+		if _, err := strconv.Atoi(pid); err != nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue // its test still runs
+		}
+		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", e.Name(), err, out))
+		}
+	}
 	return errors.Join(errs...)
 }

@@ -72,13 +72,16 @@ func Report(results []Result, now time.Time, notes string) string {
 		b.WriteString(notes + "\n\n")
 	}
 	b.WriteString("Diffs go from kube-proxy v1.36.3 (`-`) to kproxy (`+`), both `nft list table <family> kube-proxy` after normalisation " +
-		"(objects sorted by kind and name, set/map elements sorted one per line, dynamic set contents dropped).\n")
+		"(objects sorted by kind and name, set/map elements sorted one per line, dynamic set contents dropped, " +
+		"counters zeroed, empty chains nothing names dropped).\n")
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n## %s, %s: ", r.Scenario, r.Family)
 		switch {
 		case r.Problem != "":
 			fmt.Fprintf(&b, "not compared\n\n```\n%s\n```\n", strings.TrimSpace(r.Problem))
-			continue
+			if r.Diff != "" {
+				b.WriteString("\nkube-proxy's table, against what kproxy left:\n")
+			}
 		case r.Diff == "":
 			b.WriteString("identical\n")
 		case r.Unexplained == 0:

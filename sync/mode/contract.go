@@ -57,8 +57,13 @@ type Settings struct {
 	// IPs is masqueraded.
 	ClusterCIDRs    []netip.Prefix
 	DetectLocalMode string
-	MasqueradeAll   bool
-	MasqueradeBit   int
+	// PodBridgeInterface and PodInterfaceNamePrefix are
+	// --pod-bridge-interface and --pod-interface-name-prefix, for the
+	// BridgeInterface and InterfaceNamePrefix local-traffic detectors.
+	PodBridgeInterface     string
+	PodInterfaceNamePrefix string
+	MasqueradeAll          bool
+	MasqueradeBit          int
 	// LocalhostNodePorts is --iptables-localhost-nodeports.
 	LocalhostNodePorts bool
 

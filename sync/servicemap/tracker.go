@@ -222,6 +222,15 @@ func nodeInfoOf(node *v1.Node) *NodeInfo {
 		}
 		info.Addresses = append(info.Addresses, ip)
 	}
+	cidrs := node.Spec.PodCIDRs
+	if len(cidrs) == 0 && node.Spec.PodCIDR != "" {
+		cidrs = []string{node.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		if p, ok := parseCIDRSloppy(strings.TrimSpace(c)); ok {
+			info.PodCIDRs = append(info.PodCIDRs, p)
+		}
+	}
 	return info
 }
 
@@ -230,7 +239,7 @@ func nodeInfoEqual(a, b *NodeInfo) bool {
 		return a == b
 	}
 	return a.Name == b.Name && a.Deleting == b.Deleting && maps.Equal(a.Labels, b.Labels) &&
-		slices.Equal(a.Addresses, b.Addresses)
+		slices.Equal(a.Addresses, b.Addresses) && slices.Equal(a.PodCIDRs, b.PodCIDRs)
 }
 
 func (t *Tracker) OnSynced() {

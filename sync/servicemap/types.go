@@ -114,6 +114,8 @@ type NodeInfo struct {
 	Name      string
 	Labels    map[string]string
 	Addresses []netip.Addr
+	// PodCIDRs is spec.podCIDRs (the NodeCIDR local-traffic detector).
+	PodCIDRs []netip.Prefix
 	// Deleting is set once the Node has a deletion timestamp; kube-proxy then
 	// reports itself unhealthy so load balancers drain the node.
 	Deleting bool

@@ -29,6 +29,12 @@ func (p *planOnly) Run(_ context.Context, tx *knftables.Transaction) error {
 
 func (p *planOnly) ListAll(context.Context) (map[string][]string, error) { return nil, nil }
 
+// ListRules answers the canary: the table is intact, as the kernel's
+// would be.
+func (p *planOnly) ListRules(context.Context, string) ([]*knftables.Rule, error) {
+	return []*knftables.Rule{{Rule: "reject"}}, nil
+}
+
 // scalePorts returns n ClusterIP service ports of 10 endpoints each, with
 // distinct addresses (cluster IPs in 198.18.0.0/16 and 198.20.0.0/14
 // beyond, endpoints in 10.0.0.0/8).
@@ -102,6 +108,9 @@ func BenchmarkPlanOneChange(b *testing.B) {
 			for b.Loop() {
 				round++
 				mustSync(b, m, snaps[round%2], changes[round%2])
+			}
+			if nft.bytes > 4096 {
+				b.Fatalf("one endpoint change wrote a %d-byte transaction: the sync was not partial", nft.bytes)
 			}
 			b.ReportMetric(float64(nft.bytes), "tx-bytes")
 		})

@@ -16,12 +16,18 @@ import (
 // found usable (IPv4 is required: Missing refuses the mode without it).
 func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
 	logger := d.Logger
+	var bridge, prefix string
+	nodeCIDR := false
 	switch s.DetectLocalMode {
 	case "", "ClusterCIDR":
+	case "NodeCIDR":
+		nodeCIDR = true // the Node's pod CIDRs, from each snapshot
+	case "BridgeInterface":
+		bridge = s.PodBridgeInterface
+	case "InterfaceNamePrefix":
+		prefix = s.PodInterfaceNamePrefix
 	default:
-		// NodeCIDR needs the Node's pod CIDRs, BridgeInterface and
-		// InterfaceNamePrefix their own flags; none reaches kproxy yet.
-		return nil, fmt.Errorf("nftables mode: --detect-local-mode=%s is not supported by kproxy's nftables mode (only ClusterCIDR, with --cluster-cidr)", s.DetectLocalMode)
+		return nil, fmt.Errorf("nftables mode: --detect-local-mode=%s is not one kube-proxy knows", s.DetectLocalMode)
 	}
 	var fams []FamilyConfig
 	for _, fam := range ipfamily.All() {
@@ -46,6 +52,8 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 				MasqueradeBit: s.NFTables.MasqueradeBit,
 				MasqueradeAll: s.MasqueradeAll,
 				ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
+
+				BridgeInterface: bridge, InterfaceNamePrefix: prefix,
 			},
 			NFT:     nft,
 			Lister:  NewNetlinkLister(fam, TableName),
@@ -55,8 +63,13 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	if len(fams) == 0 {
 		return nil, fmt.Errorf("nftables mode: no IP family has a usable nf_tables")
 	}
+	if nodeCIDR || bridge != "" || prefix != "" {
+		for i := range fams {
+			fams[i].Rules.ClusterCIDRs = nil
+		}
+	}
 	return New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
-		LocalAddresses: kernel.InterfaceAddresses,
+		LocalAddresses: kernel.InterfaceAddresses, NodeCIDRDetector: nodeCIDR,
 	})
 }

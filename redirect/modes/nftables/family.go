@@ -35,6 +35,7 @@ type family struct {
 	base       rules.Config
 	nodeName   string
 	nodePorts  nodeaddr.Policy
+	nodeCIDR   bool // local traffic is the Node's pod CIDRs
 	localAddrs func() ([]netip.Addr, error)
 	metrics    *modeMetrics
 	logger     klog.Logger
@@ -77,6 +78,12 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	}
 	if snap != nil {
 		cfg.ServiceCIDRs = ipfamily.Prefixes(snap.ServiceCIDRs, f.fam)
+	}
+	if f.nodeCIDR {
+		cfg.ClusterCIDRs = nil
+		if node != nil {
+			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
+		}
 	}
 	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.localAddrs != nil {
 		addrs, err := f.localAddrs()
@@ -234,9 +241,14 @@ func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []serv
 	return out
 }
 
-// fullSync rewrites the whole table in one transaction. readKernel: the
-// kernel's chains and sets are not known (first sync, after a failure or a
-// flush by someone else) and are listed, so leftovers get removed.
+// fullSync rewrites the whole table: one nft transaction, and, with the
+// netlink writer, the policy chains' DNAT rules after it in netlink batches
+// (each chain keeps its old rule until its batch; the kernel takes about
+// 150 s at 30,000 services for the single transaction kube-proxy writes,
+// and about a quarter of that this way, most of it walking its list of
+// anonymous sets once per new one). readKernel: the kernel's chains and
+// sets are not known (first sync, after a failure or a flush by someone
+// else) and are listed, so leftovers get removed.
 func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rules.Builder, readKernel bool) error {
 	existingChains := map[string]bool{}
 	existingSets := map[string]bool{}
@@ -271,7 +283,6 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 		names = append(names, name)
 	}
 	want := f.ports(b, snap, names)
-
 	tx := f.nft.NewTransaction()
 	b.WriteShared(tx, !f.recreated, true)
 	addrType := b.AddrType()
@@ -287,14 +298,22 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	}
 	elems := map[string]*elemState{}
 	var order []string
+	var deferred []deferredChain
 	for _, name := range names {
 		p := want[name]
 		if p == nil {
 			continue
 		}
 		for _, c := range p.Chains {
-			writeChain(tx, c, existingChains[c.Name])
 			keepChains[c.Name] = true
+			if f.fast != nil && len(c.Rules) == 1 && c.Rules[0].DNAT != nil && c.Rules[0].Comment == "" {
+				// Written over netlink after this transaction: the
+				// chain keeps its old rule until then.
+				tx.Add(&knftables.Chain{Name: c.Name})
+				deferred = append(deferred, deferredChain{chain: c, existed: existingChains[c.Name]})
+				continue
+			}
+			writeChain(tx, c, existingChains[c.Name])
 		}
 		for _, e := range p.Elements {
 			id := e.ID()
@@ -328,9 +347,17 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 			stale[c] = t
 		}
 	}
+	// Stale affinity sets go with this transaction, unless chains are
+	// deferred: a deferred chain keeps its old rules, which may use them,
+	// until its netlink batch, so they go after the batches.
+	var setDeletes []string
 	for _, s := range slices.Sorted(maps.Keys(existingSets)) {
 		if rules.IsAffinitySet(s) && !keepSets[s] {
-			tx.Delete(&knftables.Set{Name: s})
+			if len(deferred) > 0 {
+				setDeletes = append(setDeletes, s)
+			} else {
+				tx.Delete(&knftables.Set{Name: s})
+			}
 		}
 	}
 	for _, c := range deletes {
@@ -339,6 +366,18 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	if err := f.runTx(ctx, tx); err != nil {
 		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
 	}
+	if err := f.writeDeferred(ctx, deferred); err != nil {
+		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
+	}
+	if len(setDeletes) > 0 {
+		tx := f.nft.NewTransaction()
+		for _, s := range setDeletes {
+			tx.Delete(&knftables.Set{Name: s})
+		}
+		if err := f.runTx(ctx, tx); err != nil {
+			return fmt.Errorf("full sync of %d service ports, deleting stale affinity sets, %w", len(names), err)
+		}
+	}
 	f.applied = make(map[servicemap.ServicePortName]*rules.Port, len(want))
 	for name, p := range want {
 		if p != nil {
@@ -346,6 +385,55 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 		}
 	}
 	f.elems, f.stale, f.recreated = elems, stale, true
+	return nil
+}
+
+// deferredChain is a policy chain whose one numgen DNAT rule a full sync
+// writes over netlink.
+type deferredChain struct {
+	chain   rules.Chain
+	existed bool
+}
+
+// deferredPerBatch bounds the chains of one netlink batch: the kernel walks
+// its transaction list for each anonymous set of a batch, so batches stay
+// small.
+const deferredPerBatch = 200
+
+// writeDeferred writes the deferred policy chains' rules over netlink, in
+// batches of deferredPerBatch chains, each atomic: a chain has its old rule
+// or its new one, never none. nft writes each rule's anonymous map under a
+// name the kernel numbers by scanning every set of the table (minutes at
+// 30,000 services); these go under names of their own.
+func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) error {
+	for start := 0; start < len(chains); start += deferredPerBatch {
+		var ops []op
+		for _, d := range chains[start:min(start+deferredPerBatch, len(chains))] {
+			if d.existed {
+				ops = append(ops, op{kind: opFlushChain, chain: d.chain.Name})
+			}
+			ops = append(ops, op{kind: opAddRule, chain: d.chain.Name, rule: d.chain.Rules[0]})
+		}
+		batch, ok := f.fast.encode(ops)
+		if ok {
+			line, err := f.fast.run(batch)
+			if err == nil {
+				continue
+			}
+			if line != "" {
+				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+				return err
+			}
+			f.logger.Error(err, "Writing over netlink failed; using nft")
+		}
+		tx := f.nft.NewTransaction()
+		for _, o := range ops {
+			o.write(tx, f.fast.addrType)
+		}
+		if err := f.runTx(ctx, tx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -511,15 +599,21 @@ func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared 
 	if f.fast != nil && !shared {
 		if batch, ok := f.fast.encode(ops); ok {
 			line, err := f.fast.run(batch)
-			if err == nil {
+			switch {
+			case err == nil:
 				return nil
+			case line == "":
+				// Not the kernel's refusal: the socket failed, and
+				// nothing was applied. nft may still get through.
+				f.logger.Error(err, "Writing over netlink failed; using nft")
+			default:
+				if strings.HasPrefix(line, "delete chain ") {
+					f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+				} else {
+					f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+				}
+				return err
 			}
-			if line != "" && strings.HasPrefix(line, "delete chain ") {
-				f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-			} else {
-				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
-			}
-			return err
 		}
 	}
 	tx := f.nft.NewTransaction()

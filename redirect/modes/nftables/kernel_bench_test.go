@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // BenchmarkKernelOneChange runs, with the real nft in a fresh network
 // namespace, a first full sync of 1,000 to 30,000 services of 10 endpoints
 // (reported as full-sync-s), then partial syncs of one endpoint change
-// (the benchmark's ns/op, canary included). Same-run references: the
+// (the benchmark's ns/op, canary included), then the sync adding one new
+// service (new-service-s). Same-run references: the
 // netlink canary every sync runs (canary-s) against `nft list chain` of the
 // same chain (nft-list-chain-s), the netlink listing of names a full sync
 // of unknown state runs (names-s), and `nft -f` of a transaction holding
@@ -48,6 +50,25 @@ func BenchmarkKernelOneChange(b *testing.B) {
 				mustSync(b, m, snaps[round%2], changes[round%2])
 			}
 			b.StopTimer()
+			// A new service answering: one ClusterIP port of 10 endpoints
+			// added (chain, rule and elements), synced on its own.
+			var newService time.Duration
+			cur := snaps[round%2]
+			extra := scalePorts(n + 3)[n:]
+			for k, sp := range extra {
+				next := snapshotOf(uint64(round+10+k), append(slices.Collect(func(yield func(*servicemap.ServicePort) bool) {
+					for _, p := range cur.All() {
+						if !yield(p) {
+							return
+						}
+					}
+				}), sp)...)
+				start := time.Now()
+				mustSync(b, m, next, &servicemap.ChangeSet{Changed: []servicemap.ServicePortName{sp.Name}})
+				newService += time.Since(start)
+				cur = next
+			}
+			newService /= time.Duration(len(extra))
 			lister := NewNetlinkLister(ipfamily.IPv4, TableName)
 			canary := timeIt(b, 5, func() error {
 				_, err := lister.RuleCount(context.Background(), "reject-chain")
@@ -68,6 +89,7 @@ func BenchmarkKernelOneChange(b *testing.B) {
 				return nft.Run(context.Background(), tx)
 			})
 			b.ReportMetric(fullSync.Seconds(), "full-sync-s")
+			b.ReportMetric(newService.Seconds(), "new-service-s")
 			b.ReportMetric(canary.Seconds(), "canary-s")
 			b.ReportMetric(minimal.Seconds(), "nft-min-s")
 			b.ReportMetric(names.Seconds(), "names-s")

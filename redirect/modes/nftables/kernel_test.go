@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -164,6 +166,52 @@ func compareKeeping(t testing.TB, fam ipfamily.Family, fake *knftables.Fake, wha
 	}
 }
 
+// TestKernelFailedTransaction makes the kernel refuse a partial sync (the
+// service-ips map deleted behind the mode's back), over netlink and through
+// nft: the error names the refused operation, the table keeps its previous
+// rules (the kernel's batches are atomic), and the next sync is a full one
+// that repairs everything.
+func TestKernelFailedTransaction(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	for _, viaNetlink := range []bool{true, false} {
+		t.Run(fmt.Sprintf("netlink=%v", viaNetlink), func(t *testing.T) {
+			fam := ipfamily.IPv4
+			real := realNFT(t, fam).(realIface)
+			real.netlink = viaNetlink
+			fake := fakeFor(fam)
+			m := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: real})
+			mf := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: fake})
+			a := testkit.Port("ns", "a", 80, "198.18.0.10", testkit.ThreeEndpoints())
+			first := snapshotOf(1, a)
+			mustSync(t, m, first, full())
+			mustSync(t, mf, first, full())
+			// A map nothing refers to any more, so that it can go.
+			lab.Run(t, "nft", "flush", "chain", "ip", TableName, "services")
+			lab.Run(t, "nft", "delete", "map", "ip", TableName, "service-ips")
+			before := listTable(t, fam)
+
+			b := testkit.Port("ns", "b", 80, "198.18.0.11", testkit.ThreeEndpoints())
+			second := snapshotOf(2, a, b)
+			err := m.Sync(context.Background(), second, changesBetween(first, second))
+			if err == nil {
+				t.Fatal("Sync succeeded without its service-ips map")
+			}
+			t.Logf("the refused sync: %v", err)
+			if !strings.Contains(err.Error(), "service-ips") {
+				t.Errorf("the error does not name the refused operation: %v", err)
+			}
+			if after := listTable(t, fam); after != before {
+				t.Errorf("a refused transaction changed the table:\n%s", testkit.LineDiff(before, after))
+			}
+			mustSync(t, m, second, &servicemap.ChangeSet{})
+			mustSync(t, mf, second, full())
+			compareKeeping(t, fam, fake, "after the repair")
+		})
+	}
+}
+
 // TestKernelNetlinkLister checks the netlink lister's names against nft's.
 func TestKernelNetlinkLister(t *testing.T) {
 	if lab.InFreshNetns(t) {
@@ -306,4 +354,69 @@ func NormalizeListing(s string) string {
 	}
 	slices.Sort(blocks)
 	return strings.Join(head, "\n") + "\n" + strings.Join(blocks, "\n") + "\n"
+}
+
+// TestKernelLoadsConfigGoldens loads every configuration golden's tables
+// with nft: each rule the configurations produce (interface detectors,
+// service CIDRs, masquerade-all, fib NodePorts) is valid nft input.
+func TestKernelLoadsConfigGoldens(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	files, _ := filepath.Glob("testdata/config/*.golden")
+	if len(files) == 0 {
+		t.Fatal("no configuration golden")
+	}
+	for _, path := range files {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range ipfamily.All() {
+			_ = exec.Command("nft", "delete", "table", nftFamily(fam), TableName).Run()
+		}
+		var lines []string
+		for _, l := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(l, "add ") {
+				lines = append(lines, l)
+			}
+		}
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: nft refuses it: %v\n%s", path, err, out)
+		}
+	}
+}
+
+// TestKernelTakeOverAffinity starts a mode on a table a previous process
+// left (ClientIP affinity on a service), with the service now without
+// affinity: the first full sync must drop the affinity sets the old rules
+// used, whose chains it rewrites over netlink after its nft transaction.
+func TestKernelTakeOverAffinity(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	fam := ipfamily.IPv4
+	sticky := testkit.Port("ns", "web", 80, "198.18.0.10", testkit.ThreeEndpoints(), testkit.Affinity(time.Hour))
+	plain := testkit.Port("ns", "web", 80, "198.18.0.10", testkit.ThreeEndpoints())
+	before := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: realNFT(t, fam)})
+	mustSync(t, before, snapshotOf(1, sticky), full())
+	nft, err := knftables.New(knftables.IPv4Family, TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: realIface{Interface: nft, netlink: true}})
+	mustSync(t, after, snapshotOf(2, plain), full())
+	fake := fakeFor(fam)
+	mf := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: fake})
+	mustSync(t, mf, snapshotOf(2, plain), full())
+	if got := listTable(t, fam); strings.Contains(got, "affinity-") {
+		t.Errorf("affinity sets left behind:\n%s", got)
+	}
+	// The old endpoint chains wait, flushed, for their deletion at a sync
+	// a second later.
+	time.Sleep(staleChainDelay + 100*time.Millisecond)
+	mustSync(t, after, snapshotOf(2, plain), &servicemap.ChangeSet{})
+	compareKeeping(t, fam, fake, "after the takeover")
 }

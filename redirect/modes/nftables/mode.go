@@ -47,6 +47,9 @@ type Config struct {
 	LocalAddresses func() ([]netip.Addr, error)
 	// Registry receives the mode's metrics; nil registers nowhere.
 	Registry prometheus.Registerer
+	// NodeCIDRDetector: local traffic comes from the Node's pod CIDRs
+	// (--detect-local-mode=NodeCIDR), read from each snapshot.
+	NodeCIDRDetector bool
 	// Now is the clock for deferred chain deletion; nil means time.Now.
 	Now    func() time.Time
 	Logger klog.Logger
@@ -97,6 +100,7 @@ func New(cfg Config) (*Mode, error) {
 			base:       fc.Rules,
 			nodeName:   cfg.NodeName,
 			nodePorts:  cfg.NodePorts,
+			nodeCIDR:   cfg.NodeCIDRDetector,
 			localAddrs: cfg.LocalAddresses,
 			metrics:    met,
 			logger:     cfg.Logger.WithValues("ipFamily", fc.Rules.Family),

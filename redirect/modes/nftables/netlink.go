@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"syscall"
@@ -32,6 +33,11 @@ type netlinkWriter struct {
 	seq      uint32
 	// sent counts the batches the kernel took, for tests.
 	sent int
+	// mapPrefix and maps name anonymous maps: the kernel numbers a
+	// "__map%d" by scanning every set of the table, which grows with the
+	// square of the services over a full sync.
+	mapPrefix string
+	maps      uint64
 }
 
 func newNetlinkWriter(fam ipfamily.Family, table string) *netlinkWriter {
@@ -39,12 +45,16 @@ func newNetlinkWriter(fam ipfamily.Family, table string) *netlinkWriter {
 	if fam == ipfamily.IPv6 {
 		w.nfproto, w.addrType, w.nftFam = unix.NFPROTO_IPV6, "ipv6_addr", knftables.IPv6Family
 	}
+	// A prefix of this process's own, so names never meet those of a
+	// previous kproxy (anonymous sets outlive it in the kernel); its first
+	// character is not a digit, so the kernel's "%d" scan skips them.
+	w.mapPrefix = fmt.Sprintf("k%08x", rand.Uint32())
 	return w
 }
 
 // maxBatch bounds what goes over netlink in one datagram; bigger partial
 // syncs are rare and go through nft.
-const maxBatch = 256 << 10
+const maxBatch = 1 << 20
 
 // batch is an encoded transaction: the datagram, and each message's
 // sequence number with the nft line it stands for.
@@ -165,9 +175,14 @@ func (w *netlinkWriter) dnatRule(chain string, d *rules.DNATMap, setID uint32) (
 		addrLen, dataType, protoReg = 16, 8<<6|13, 2 // ipv6_addr . inet_service; port in reg 2
 	}
 	dataLen := addrLen + 4
+	w.maps++
+	// The counter comes first: the kernel finds sets by name walking the
+	// table's list, and names that differ early (or in length) compare
+	// fast.
+	name := "__map" + strconv.FormatUint(w.maps, 10) + w.mapPrefix
 	set := w.msg(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE)
 	set.AddData(strAttr(unix.NFTA_SET_TABLE, w.table))
-	set.AddData(strAttr(unix.NFTA_SET_NAME, "__map%d"))
+	set.AddData(strAttr(unix.NFTA_SET_NAME, name))
 	set.AddData(u32Attr(unix.NFTA_SET_FLAGS, unix.NFT_SET_ANONYMOUS|unix.NFT_SET_CONSTANT|unix.NFT_SET_MAP))
 	set.AddData(u32Attr(unix.NFTA_SET_KEY_TYPE, 4)) // integer
 	set.AddData(u32Attr(unix.NFTA_SET_KEY_LEN, 4))
@@ -183,7 +198,8 @@ func (w *netlinkWriter) dnatRule(chain string, d *rules.DNATMap, setID uint32) (
 
 	elems := w.msg(unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE)
 	elems.AddData(strAttr(unix.NFTA_SET_ELEM_LIST_TABLE, w.table))
-	elems.AddData(strAttr(unix.NFTA_SET_ELEM_LIST_SET, "__map%d"))
+	// By ID only: the kernel then finds the set in this batch's few
+	// operations instead of walking every set of the table.
 	elems.AddData(u32Attr(unix.NFTA_SET_ELEM_LIST_SET_ID, setID))
 	list := nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 	for i, t := range d.Targets {
@@ -227,7 +243,7 @@ func (w *netlinkWriter) dnatRule(chain string, d *rules.DNATMap, setID uint32) (
 	expr("numgen", u32Attr(unix.NFTA_NG_DREG, unix.NFT_REG_1), u32Attr(unix.NFTA_NG_MODULUS, uint32(len(d.Targets))),
 		u32Attr(unix.NFTA_NG_TYPE, unix.NFT_NG_RANDOM), u32Attr(unix.NFTA_NG_OFFSET, 0))
 	expr("lookup", u32Attr(unix.NFTA_LOOKUP_SREG, unix.NFT_REG_1), u32Attr(unix.NFTA_LOOKUP_DREG, unix.NFT_REG_1),
-		strAttr(unix.NFTA_LOOKUP_SET, "__map%d"), u32Attr(unix.NFTA_LOOKUP_SET_ID, setID))
+		strAttr(unix.NFTA_LOOKUP_SET, name), u32Attr(unix.NFTA_LOOKUP_SET_ID, setID))
 	expr("nat", u32Attr(unix.NFTA_NAT_TYPE, unix.NFT_NAT_DNAT), u32Attr(unix.NFTA_NAT_FAMILY, uint32(w.nfproto)),
 		u32Attr(unix.NFTA_NAT_REG_ADDR_MIN, unix.NFT_REG_1), u32Attr(unix.NFTA_NAT_REG_PROTO_MIN, protoReg))
 	rule.AddData(exprs)
@@ -331,7 +347,11 @@ func (w *netlinkWriter) run(b *batch) (string, error) {
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 30}); err != nil {
 		return "", fmt.Errorf("setting a receive timeout: %w", err)
 	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	// One batch is one datagram: room for it, and for the acknowledgements.
+	// Without CAP_NET_ADMIN this fails; a batch too big for the default
+	// buffer then fails to send, and the mode falls back to nft.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*len(b.data)+(64<<10))
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
 	if err := unix.Sendto(fd, b.data, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return "", fmt.Errorf("sending an nf_tables batch of %d bytes: %w", len(b.data), err)
 	}

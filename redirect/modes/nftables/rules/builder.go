@@ -33,9 +33,15 @@ type Config struct {
 	MasqueradeBit int
 	// MasqueradeAll is --masquerade-all.
 	MasqueradeAll bool
-	// ClusterCIDRs is --cluster-cidr for this family: the ClusterCIDR
-	// local-traffic detector uses the first. Empty: no detector.
+	// ClusterCIDRs are the pod ranges of this family that tell local
+	// traffic (--cluster-cidr for the ClusterCIDR detector, the Node's pod
+	// CIDRs for NodeCIDR); the detector uses the first. Empty: no detector
+	// (unless an interface one is set).
 	ClusterCIDRs []netip.Prefix
+	// BridgeInterface (--pod-bridge-interface) or InterfaceNamePrefix
+	// (--pod-interface-name-prefix) tell local traffic by its input
+	// interface instead.
+	BridgeInterface, InterfaceNamePrefix string
 	// NodePortAddresses is --nodeport-addresses resolved for this family
 	// (nodeaddr.Policy.For); MatchAll means every local address
 	// ("fib daddr type local"), else the nodeport-ips set holds NodePortIPs.
@@ -58,7 +64,8 @@ func (c Config) Equal(o Config) bool {
 	return c.Family == o.Family && c.MasqueradeBit == o.MasqueradeBit && c.MasqueradeAll == o.MasqueradeAll &&
 		slices.Equal(c.ClusterCIDRs, o.ClusterCIDRs) && slices.Equal(c.NodePortAddresses, o.NodePortAddresses) &&
 		slices.Equal(c.NodePortIPs, o.NodePortIPs) && c.NodeIP == o.NodeIP &&
-		slices.Equal(c.ServiceCIDRs, o.ServiceCIDRs) && c.Topology == o.Topology
+		slices.Equal(c.ServiceCIDRs, o.ServiceCIDRs) && c.Topology == o.Topology &&
+		c.BridgeInterface == o.BridgeInterface && c.InterfaceNamePrefix == o.InterfaceNamePrefix
 }
 
 // PortsEqual says whether two configs build the same per-port objects:
@@ -66,7 +73,8 @@ func (c Config) Equal(o Config) bool {
 // only change shared objects.
 func (c Config) PortsEqual(o Config) bool {
 	return c.Family == o.Family && c.MasqueradeBit == o.MasqueradeBit && slices.Equal(c.ClusterCIDRs, o.ClusterCIDRs) &&
-		c.NodeIP == o.NodeIP && c.Topology == o.Topology
+		c.NodeIP == o.NodeIP && c.Topology == o.Topology &&
+		c.BridgeInterface == o.BridgeInterface && c.InterfaceNamePrefix == o.InterfaceNamePrefix
 }
 
 // Builder builds objects for one validated Config; it is immutable.
@@ -109,9 +117,21 @@ func New(cfg Config) (*Builder, error) {
 			return nil, fmt.Errorf("nftables rules: --cluster-cidr %s is not an %s range", p, cfg.Family)
 		}
 	}
-	if len(cfg.ClusterCIDRs) > 0 {
-		cidr := cfg.ClusterCIDRs[0].String()
+	switch {
+	case cfg.BridgeInterface != "":
+		b.ifLocal, b.ifNotLocal = "iifname "+cfg.BridgeInterface, "iifname != "+cfg.BridgeInterface
+	case cfg.InterfaceNamePrefix != "":
+		b.ifLocal, b.ifNotLocal = "iifname "+cfg.InterfaceNamePrefix+"*", "iifname != "+cfg.InterfaceNamePrefix+"*"
+	case len(cfg.ClusterCIDRs) > 0:
+		cidr := cfg.ClusterCIDRs[0].Masked().String()
 		b.ifLocal, b.ifNotLocal = b.ipX+" saddr "+cidr, b.ipX+" saddr != "+cidr
+	}
+	for _, name := range []string{cfg.BridgeInterface, cfg.InterfaceNamePrefix} {
+		for _, c := range name {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+				return nil, fmt.Errorf("nftables rules: interface name %q has a character nft would need quoted", name)
+			}
+		}
 	}
 	b.matchAll = nodeaddr.MatchAll(cfg.NodePortAddresses)
 	return b, nil
