@@ -50,10 +50,10 @@ func TestParseNFTTable(t *testing.T) {
 }
 
 func TestAnonymousSets(t *testing.T) {
-	raw := []byte("\x00x__map12\x00yy__set3\x00__map12\x00__mapx\x00__\x00__set\x00__map7")
+	raw := []byte("\x00x__map12\x00yy__set3\x00__map12\x00__map101kff1e2570\x00__map-x\x00__\x00__set\x00__map7")
 	got := anonymousSets(raw)
-	if strings.Join(got, ",") != "__map12,__set3" {
-		t.Errorf("anonymousSets = %q, want __map12 and __set3 once each (and no unterminated or non-numbered names)", got)
+	if strings.Join(got, ",") != "__map12,__set3,__map101kff1e2570" {
+		t.Errorf("anonymousSets = %q, want __map12, __set3 and __map101kff1e2570 once each (and no unterminated, bare or odd names)", got)
 	}
 }
 

@@ -121,9 +121,10 @@ func (g *nftGeneration) ChainDump(table, chain string) (raw []byte, ok bool, err
 	return raw, true, nil
 }
 
-// anonymousSets finds the names of the anonymous sets and maps ("__set3",
-// "__map12") that rule messages refer to: NUL-terminated strings in their
-// lookup expressions.
+// anonymousSets finds the names of the anonymous sets and maps that rule
+// messages refer to: NUL-terminated strings in their lookup expressions,
+// "__set" or "__map" and a suffix (nft numbers them, "__map12"; a netlink
+// writer may name them otherwise, such as kproxy's "__map101kff1e2570").
 func anonymousSets(raw []byte) []string {
 	var names []string
 	for rest := raw; ; {
@@ -146,7 +147,7 @@ func anonymousSets(raw []byte) []string {
 
 func isAnonymousSetName(name string) bool {
 	for _, prefix := range []string{"__set", "__map"} {
-		if digits, ok := strings.CutPrefix(name, prefix); ok && digits != "" && strings.Trim(digits, "0123456789") == "" {
+		if suffix, ok := strings.CutPrefix(name, prefix); ok && suffix != "" && strings.Trim(suffix, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_") == "" {
 			return true
 		}
 	}
