@@ -96,16 +96,20 @@ demo: deps
 # and HAProxy in one lab; medians of
 # DATAPLANE_ROUNDS rounds, about 7 minutes for 3; make demo measures one),
 # printed and kept in bin/dataplane-table.md,
-# and the iptables mode's against a hand-written DNAT rule in a second lab
-# (bin/dataplane-iptables-table.md; the modes cannot share a node), the
+# the iptables mode's against a hand-written DNAT rule in a second lab
+# (bin/dataplane-iptables-table.md; the modes cannot share a node) and the
+# nftables mode's in a third (bin/dataplane-nftables-table.md), the
 # table at scale (bench-dataplane-scale, below), then the
-# iptables sync-scale table against kube-proxy (about 8 minutes with
-# the default sizes; KPROXY_SYNCSCALE_SIZES=100,1000,5000,10000,30000 for the
+# sync-scale table against kube-proxy, one row per proxy mode and size
+# (iptables-nft, iptables-legacy, nftables; KPROXY_SYNCSCALE_MODES to choose)
+# with both proxies' RSS (about 15 minutes with the default sizes 100, 1,000
+# and 5,000; KPROXY_SYNCSCALE_SIZES=100,1000,5000,10000,30000 for the
 # full table), kept in bin/syncscale-table.md.
 DATAPLANE_TABLE := $(CURDIR)/bin/dataplane-table.md
 DATAPLANE_ROUNDS ?= 3
 DATAPLANE_USERSPACE = KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(GO) test -run '^$$' -bench '^BenchmarkDataPlane$$' -benchtime 1x -timeout 20m ./bench/dataplane/
 DATAPLANE_IPTABLES_TABLE := $(CURDIR)/bin/dataplane-iptables-table.md
+DATAPLANE_NFTABLES_TABLE := $(CURDIR)/bin/dataplane-nftables-table.md
 SYNCSCALE_TABLE := $(CURDIR)/bin/syncscale-table.md
 bench: deps tools
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /bench/dataplane -e /bench/syncscale -e /bench/ipvsscale)
@@ -134,15 +138,20 @@ bench-dataplane: deps
 	KPROXY_DATAPLANE_KPROXY_MODE=iptables KPROXY_DATAPLANE_PATHS=direct,kproxy-iptables KPROXY_DATAPLANE_ROUNDS=3 KPROXY_BENCH_TABLE=$(DATAPLANE_IPTABLES_TABLE) \
 		$(GO) test -run '^$$' -bench '^BenchmarkDataPlane$$' -benchtime 1x -timeout 20m ./bench/dataplane/
 	@cat $(DATAPLANE_IPTABLES_TABLE)
+	KPROXY_DATAPLANE_KPROXY_MODE=nftables KPROXY_DATAPLANE_PATHS=direct,kproxy-nftables KPROXY_DATAPLANE_ROUNDS=3 KPROXY_BENCH_TABLE=$(DATAPLANE_NFTABLES_TABLE) \
+		$(GO) test -run '^$$' -bench '^BenchmarkDataPlane$$' -benchtime 1x -timeout 20m ./bench/dataplane/
+	@cat $(DATAPLANE_NFTABLES_TABLE)
 	$(MAKE) --no-print-directory bench-dataplane-scale
 
 # The data-plane table at scale: new-connection requests and new UDP flows
 # per second through one service with 1 and 10,000 services programmed
 # (KPROXY_DATAPLANE_SCALE=10000,30000 adds 30,000), for kube-proxy-shaped
-# DNAT, kproxy's iptables mode and its userspace mode with REDIRECT and with
-# local portals, each on a fresh node; medians of DATAPLANE_ROUNDS rounds,
+# DNAT, kproxy's iptables and nftables modes and its userspace mode with
+# REDIRECT and with local portals, each on a fresh node; medians of
+# DATAPLANE_ROUNDS rounds,
 # kept in bin/dataplane-scale-table.md. Each node takes 10-17 s (lab,
-# start-up, a 5 s and a 4 s run): 6 minutes for 3 rounds on 2 cores, where
+# start-up, a 5 s and a 4 s run): 6 minutes for 3 rounds on 2 cores (before
+# the nftables column: add a quarter), where
 # RLIMIT_NOFILE 20000 also adds 5,000 services (the userspace paths cannot
 # hold 10,000). The whole of bench-dataplane took 20 minutes (2026-11-25).
 DATAPLANE_SCALE_TABLE := $(CURDIR)/bin/dataplane-scale-table.md

@@ -20,30 +20,31 @@ const (
 	// order each round so that none always runs first or last; the table
 	// shows each path's median and the log every round's values.
 	RoundsEnv = "KPROXY_DATAPLANE_ROUNDS"
-	// KproxyModeEnv, set to "iptables", measures kproxy's iptables mode
-	// (kernel DNAT from kube-proxy's rule model) in place of the userspace
-	// mode, in a table of its own: the two cannot share a node, as each
-	// mode removes the other's rules when it starts.
+	// KproxyModeEnv, set to "iptables" or "nftables", measures that kproxy
+	// mode (kernel DNAT from kube-proxy's rule model) in place of the
+	// userspace mode, in a table of its own: the modes cannot share a node,
+	// as each removes the others' rules when it starts.
 	KproxyModeEnv = "KPROXY_DATAPLANE_KPROXY_MODE"
 )
 
-// iptablesModeTarget is the iptables mode's target on every rate row: the
-// kernel carries its traffic, so it should match a hand-written DNAT rule
-// within run-to-run noise.
+// iptablesModeTarget is the iptables and nftables modes' target on every
+// rate row: the kernel carries their traffic, so they should match a
+// hand-written DNAT rule within run-to-run noise.
 const iptablesModeTarget = 0.95
 
 func kproxyModeFromEnv() (string, error) {
 	switch mode := os.Getenv(KproxyModeEnv); mode {
 	case "", "userspace":
 		return "userspace", nil
-	case "iptables":
+	case "iptables", "nftables":
 		return mode, nil
 	default:
-		return "", fmt.Errorf("%s=%q: want userspace or iptables", KproxyModeEnv, mode)
+		return "", fmt.Errorf("%s=%q: want userspace, iptables or nftables", KproxyModeEnv, mode)
 	}
 }
 
-// iptablesModeRows turns the userspace rows into the iptables mode's: the
+// iptablesModeRows turns the userspace rows into a kernel mode's (iptables
+// or nftables): the
 // rate targets become iptablesModeTarget, and the rows of a proxy process
 // go (no process holds the connections).
 func iptablesModeRows(rows []Row) []Row {

@@ -222,7 +222,7 @@ func BenchmarkDataPlane(b *testing.B) {
 		if only != "" && !slices.Contains(strings.Split(only, ","), g.name) {
 			continue
 		}
-		if g.name == "idle-conn-rss" && bn.table.Subject == KproxyIPTables {
+		if g.name == "idle-conn-rss" && kernelPath(bn.table.Subject) {
 			continue // no proxy process holds the connections
 		}
 		b.Run(g.name, func(b *testing.B) { bn.eachPath(b, g.name, g.m) })
@@ -340,11 +340,16 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		b.Fatal(err)
 	}
 	kproxyPath := Kproxy
-	if kproxyMode == "iptables" {
+	switch kproxyMode {
+	case "iptables":
 		kproxyPath = KproxyIPTables
+	case "nftables":
+		kproxyPath = KproxyNFTables
+	}
+	if kernelPath(kproxyPath) {
 		bn.table.Rows = iptablesModeRows(bn.table.Rows)
-		bn.table.Columns = []Path{Direct, DNAT, KproxyIPTables}
-		bn.table.Subject = KproxyIPTables
+		bn.table.Columns = []Path{Direct, DNAT, kproxyPath}
+		bn.table.Subject = kproxyPath
 	}
 	bn.paths = []*dataPath{
 		{path: Direct, vip: backend, udp: true},
@@ -410,10 +415,11 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		bn.topo.Node.MustExec("sysctl", "-q", "-w", "net.netfilter.nf_conntrack_tcp_timeout_time_wait=2")
 	}
 
-	if kproxyPath == KproxyIPTables {
-		// In the iptables mode kproxy only writes rules: the kernel
-		// carries the traffic, and there is no proxy process to measure.
-		startKproxy(b, bn.topo, kproxyBin, b.TempDir(), KproxyIPTables, kproxyVIP, backend, portals)
+	if kernelPath(kproxyPath) {
+		// In the iptables and nftables modes kproxy only writes rules: the
+		// kernel carries the traffic, and there is no proxy process to
+		// measure.
+		startKproxy(b, bn.topo, kproxyBin, b.TempDir(), kproxyPath, kproxyVIP, backend, portals)
 	} else {
 		// The two userspace kproxys take turns: each would remove the
 		// other portal kind's rules or routes at start.
@@ -485,9 +491,13 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		bn.table.Columns = slices.DeleteFunc(append(Paths(), bn.table.Extra...), func(p Path) bool { return p == KproxyLocal })
 		bn.table.Notes = append(bn.table.Notes, "No local-portal column: this kproxy binary has no --userspace-portals flag.")
 	}
-	if kproxyPath == KproxyIPTables {
+	switch kproxyPath {
+	case KproxyIPTables:
 		bn.table.Notes = append(bn.table.Notes[:len(bn.table.Notes)-2],
 			"kproxy iptables mode: kube-proxy's rule model written by kproxy (KUBE-SERVICES → KUBE-SVC-* → KUBE-SEP-* DNAT, with the masquerade-mark and canary chains) against one hand-written PREROUTING DNAT rule; both are kernel NAT, so the target is parity within noise.")
+	case KproxyNFTables:
+		bn.table.Notes = append(bn.table.Notes[:len(bn.table.Notes)-2],
+			"kproxy nftables mode: kube-proxy v1.36's nftables ruleset written by kproxy (table ip kube-proxy: the services chain's verdict map of service addresses → the service chain, whose numgen map DNATs to the endpoint; the filter chains' endpoint, firewall and cluster-IP checks on every new connection) against one hand-written iptables PREROUTING DNAT rule (nf_tables underneath too); both are kernel NAT, so the target is parity within noise.")
 	}
 	return bn
 }
@@ -555,7 +565,7 @@ endpoints:
 `, vip, backend, iperfPort, httpPort, udpPort)
 }
 
-// startKproxy runs kproxy for path p (iptables mode, or userspace with
+// startKproxy runs kproxy for path p (iptables or nftables mode, or userspace with
 // REDIRECT or local portals) on the bench service at vip, and waits for its
 // first sync and for its rules (portals or KUBE-SERVICES entries for the
 // VIP's three ports) or its local route.
@@ -577,6 +587,13 @@ func startKproxy(b *testing.B, topo *lab.Topology, bin, dir string, p Path, vip,
 		if p == KproxyLocal {
 			state = strings.Join(kproxyRoutes(b, topo.Node), "\n")
 			if strings.Contains(state, "local "+vip.String()+" ") {
+				return kp
+			}
+		} else if p == KproxyNFTables {
+			// The service-ips map holds "vip . proto . port : goto …"
+			// for each of the service's three ports.
+			state, _ = topo.Node.Exec("nft", "list", "map", "ip", "kube-proxy", "service-ips")
+			if strings.Count(state, vip.String()+" . ") >= 3 {
 				return kp
 			}
 		} else {
@@ -694,7 +711,8 @@ func (bn *bench) checkPath(b *testing.B, p *dataPath) {
 		log = "\nproxy log:\n" + p.proxy.Log()
 	}
 	save, _ := bn.topo.Node.Exec("iptables-save")
-	b.Fatalf("path %s (%s) does not work: %v%s\nnode rules:\n%s", p.path.Title(), p.vip, lastErr, log, save)
+	ruleset, _ := bn.topo.Node.Exec("nft", "list", "ruleset")
+	b.Fatalf("path %s (%s) does not work: %v%s\nnode rules:\n%s\nnftables ruleset:\n%s", p.path.Title(), p.vip, lastErr, log, save, clipLog(ruleset))
 }
 
 func (bn *bench) probe(p *dataPath) error {

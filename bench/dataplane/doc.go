@@ -42,11 +42,16 @@
 // proxy-cpu-ms/GB), which moves much less than rates when other work shares
 // the machine.
 //
-// BenchmarkDataPlaneScale (issue 14) measures new-connection requests and
-// new UDP flows per second through one service with 1 and 10,000 services
-// programmed (KPROXY_DATAPLANE_SCALE), for kube-proxy-shaped DNAT rules,
-// kproxy's iptables mode and the userspace mode with either portal kind,
-// each (path, number of services) on a fresh node of its own; see scale.go.
+// KPROXY_DATAPLANE_KPROXY_MODE=iptables or =nftables measures that kproxy
+// mode (kernel NAT from kube-proxy's rules; no proxy process, so no RSS or
+// proxy-CPU rows) against the hand-written DNAT rule, in a lab of its own.
+//
+// BenchmarkDataPlaneScale (issues 14 and 15) measures new-connection
+// requests and new UDP flows per second through one service with 1 and
+// 10,000 services programmed (KPROXY_DATAPLANE_SCALE), for kube-proxy-shaped
+// DNAT rules, kproxy's iptables and nftables modes and the userspace mode
+// with either portal kind, each (path, number of services) on a fresh node
+// of its own; see scale.go.
 //
 //	sudo go test -run '^$' -bench '^BenchmarkDataPlaneScale$' -benchtime 1x ./bench/dataplane/
 //

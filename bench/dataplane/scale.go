@@ -44,9 +44,15 @@ func ParseScales(s string) ([]int, error) {
 }
 
 // ScalePaths are the scale table's columns: kernel NAT with kube-proxy's
-// rule shape (hand-written and kproxy's iptables mode), and the userspace
-// mode with each kind of portal.
-func ScalePaths() []Path { return []Path{DNAT, KproxyIPTables, Kproxy, KproxyLocal} }
+// rule shape (hand-written and kproxy's iptables mode), kproxy's nftables
+// mode (kube-proxy's nftables ruleset: a verdict map lookup per new flow,
+// not a walk over the services' rules), and the userspace mode with each
+// kind of portal.
+func ScalePaths() []Path { return []Path{DNAT, KproxyIPTables, KproxyNFTables, Kproxy, KproxyLocal} }
+
+// kernelPath says whether p's traffic is carried by kernel NAT from
+// kproxy's rules, with no kproxy process on the data path.
+func kernelPath(p Path) bool { return p == KproxyIPTables || p == KproxyNFTables }
 
 // ScaleConfig is one node of the scale benchmark: a path with this many
 // services programmed, the measured one among them.

@@ -207,7 +207,7 @@ func splitScaleRowID(id string) (metric string, n int, ok bool) {
 func scaleNotes(scales []int, wall map[ScaleConfig][]time.Duration) []string {
 	notes := []string{
 		fmt.Sprintf("Lab: client → node → one backend, as in the data-plane table; %d cores shared by client, node and servers. Each (path, number of services) runs on a node of its own (a fresh network namespace, lab and servers), so no path pays for another's rules or conntrack entries.", runtime.NumCPU()),
-		"Services: the measured one (a TCP port for nginx, a UDP port for the echo server, one endpoint: the backend) and N-1 others in 198.18.0.0/16, one TCP port and one endpoint each; the measured service is last in the services file and by name, so its rules come after every other service's in the DNAT payload and the userspace portals; kproxy's iptables mode writes them first in KUBE-SERVICES all the same (the position row), so its column is the best case, not a walk over the others. DNAT: a hand-written iptables-restore payload shaped like kube-proxy's (a KUBE-SERVICES rule per service port, jumping to a KUBE-SVC chain, then a KUBE-SEP chain with the masquerade mark and the DNAT, the NodePort jump last). kproxy paths: the real binary fed a services file with the same services, --iptables-sync-period=1h so no periodic resync lands in a run; the local-portal node carries no netfilter rule at all.",
+		"Services: the measured one (a TCP port for nginx, a UDP port for the echo server, one endpoint: the backend) and N-1 others in 198.18.0.0/16, one TCP port and one endpoint each; the measured service is last in the services file and by name, so its rules come after every other service's in the DNAT payload and the userspace portals; kproxy's iptables mode writes them first in KUBE-SERVICES all the same (the position row), so its column is the best case, not a walk over the others; kproxy's nftables mode finds every service with one lookup in the service-ips verdict map, wherever it sits (no position; its rule count is `nft list ruleset`'s rules, not iptables'). DNAT: a hand-written iptables-restore payload shaped like kube-proxy's (a KUBE-SERVICES rule per service port, jumping to a KUBE-SVC chain, then a KUBE-SEP chain with the masquerade mark and the DNAT, the NodePort jump last). kproxy paths: the real binary fed a services file with the same services, --iptables-sync-period=1h so no periodic resync lands in a run; the local-portal node carries no netfilter rule at all.",
 		fmt.Sprintf("Rates: wrk %d connections, %d threads, %d s, `Connection: close`; new UDP flows: %d workers, each flow a fresh socket from one of %d client addresses × ports %d-%d (no pair comes back within the run's conntrack and relay timeouts), one %d-byte datagram and its echo, %v.", wrkConns, wrkThreads, runSeconds, udpFlowWorkers, len(udpFlowSources()), udpFlowPortLo, udpFlowPortHi, udpPayload, udpDuration),
 		"Cells: value (% of DNAT's rate at 1 service / % of the path's own rate at 1 service), both from the same run. Start-up: iptables-restore for DNAT; for kproxy, from its start to its first finished sync (/metrics), all rules, routes and relays in place.",
 	}
@@ -292,7 +292,7 @@ func runScaleNode(b *testing.B, bin string, c ScaleConfig, resultFile string) {
 		if log := kp.Log(); strings.Contains(log, "too many open files") {
 			b.Fatalf("%s: kproxy ran out of descriptors (RLIMIT_NOFILE %d) starting its relays:\n%s", c, raiseNoFileQuietly(), clipLog(log))
 		}
-		if c.Path != KproxyIPTables {
+		if !kernelPath(c.Path) {
 			p.proxy = kp
 		}
 	}
@@ -314,7 +314,11 @@ func runScaleNode(b *testing.B, bin string, c ScaleConfig, resultFile string) {
 	if pos := servicesRulePosition(bn.topo.Node, kproxyVIP); pos > 0 {
 		values["rule-position"] = float64(pos)
 	}
-	values["node-rules"] = float64(countRules(bn.topo.Node))
+	if c.Path == KproxyNFTables {
+		values["node-rules"] = float64(countNFTRules(bn.topo.Node))
+	} else {
+		values["node-rules"] = float64(countRules(bn.topo.Node))
+	}
 	values["local-routes"] = float64(len(kproxyRoutes(b, bn.topo.Node)))
 
 	record := func(row string, v float64, unit string) {
@@ -417,6 +421,8 @@ func kproxyArgs(p Path, file string, portals bool) []string {
 	switch p {
 	case KproxyIPTables:
 		return append(args, "--proxy-mode=iptables")
+	case KproxyNFTables:
+		return append(args, "--proxy-mode=nftables")
 	case KproxyLocal:
 		return append(args, "--proxy-mode=userspace", "--userspace-portals=local")
 	}
@@ -494,6 +500,34 @@ func countRules(h *lab.Host) int {
 	n := 0
 	for line := range strings.Lines(out) {
 		if strings.HasPrefix(line, "-A ") {
+			n++
+		}
+	}
+	return n
+}
+
+// countNFTRules counts the rules of the node's nftables ruleset: the
+// lines one level into a chain's block, other than its type, policy and
+// comment (deeper lines continue a rule).
+func countNFTRules(h *lab.Host) int {
+	out, err := h.Exec("nft", "list", "ruleset")
+	if err != nil {
+		return -1
+	}
+	return nftRuleLines(out)
+}
+
+func nftRuleLines(ruleset string) int {
+	n, inChain := 0, false
+	for line := range strings.Lines(ruleset) {
+		trimmed := strings.TrimSpace(line)
+		switch depth := len(line) - len(strings.TrimLeft(line, "\t")); {
+		case depth == 1 && strings.HasPrefix(trimmed, "chain "):
+			inChain = true
+		case depth == 1 && trimmed == "}":
+			inChain = false
+		case inChain && depth == 2 && trimmed != "" && trimmed != "}" &&
+			!strings.HasPrefix(trimmed, "type ") && !strings.HasPrefix(trimmed, "policy ") && !strings.HasPrefix(trimmed, "comment "):
 			n++
 		}
 	}

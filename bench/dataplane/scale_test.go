@@ -48,6 +48,7 @@ func TestParseScaleConfig(t *testing.T) {
 		{in: "kproxy-local@10000", want: ScaleConfig{KproxyLocal, 10000}},
 		{in: "dnat@1", want: ScaleConfig{DNAT, 1}},
 		{in: "kproxy-iptables@30000", want: ScaleConfig{KproxyIPTables, 30000}},
+		{in: "kproxy-nftables@10000", want: ScaleConfig{KproxyNFTables, 10000}},
 		{in: "haproxy@10", wantErr: true},
 		{in: "kproxy", wantErr: true},
 		{in: "kproxy@0", wantErr: true},
@@ -143,6 +144,7 @@ func TestScaleTableMarkdown(t *testing.T) {
 	}{
 		{"newconn-rate", 1, DNAT, 10000}, {"newconn-rate", 1, KproxyIPTables, 9800}, {"newconn-rate", 1, Kproxy, 6000}, {"newconn-rate", 1, KproxyLocal, 6200},
 		{"newconn-rate", 10000, DNAT, 4000}, {"newconn-rate", 10000, KproxyIPTables, 4100}, {"newconn-rate", 10000, Kproxy, 3000}, {"newconn-rate", 10000, KproxyLocal, 6100},
+		{"newconn-rate", 1, KproxyNFTables, 9900}, {"newconn-rate", 10000, KproxyNFTables, 9700},
 		{"udp-flows-rate", 1, DNAT, 8000}, {"udp-flows-rate", 1, KproxyLocal, 5000},
 		{"udp-flows-rate", 10000, DNAT, 6000}, {"udp-flows-rate", 10000, KproxyLocal, 4000},
 		{"startup", 10000, KproxyLocal, 3.25},
@@ -153,17 +155,28 @@ func TestScaleTableMarkdown(t *testing.T) {
 	md := tab.Markdown()
 	for _, want := range []string{
 		"Date: today  ",
-		"| measurement | iptables DNAT, kube-proxy-shaped rules | kproxy iptables mode | kproxy userspace, REDIRECT portals | kproxy userspace, local portals | local portals target |",
-		"| new-connection requests, wrk `Connection: close`, 1 service (req/s) | 10000 | 9800 (98%) | 6000 (60%) | 6200 (62%) |  |",
-		"| new-connection requests, wrk `Connection: close`, 10,000 services (req/s) | 4000 (40% / 40%) | 4100 (41% / 42%) | 3000 (30% / 50%) | 6100 (61% / 98%) | ≥ 95% of own 1-service rate: 98% ✓; ahead of every other path (next: kproxy iptables mode, 1.49×) ✓ |",
-		"| new UDP flows, one 64-byte request/response each, 10,000 services (flows/s) | 6000 (75% / 75%) | — (fd limit) | — | 4000 (50% / 80%) | ≥ 95% of own 1-service rate: 80% ✗; behind iptables DNAT, kube-proxy-shaped rules (0.67×) ✗ |",
-		"| start-up: rules, routes and relays in place, 1 service (s) | — | — | — | — |  |",
-		"| start-up: rules, routes and relays in place, 10,000 services (s) | — | — (fd limit) | — | 3.2 |  |",
+		"| measurement | iptables DNAT, kube-proxy-shaped rules | kproxy iptables mode | kproxy nftables mode | kproxy userspace, REDIRECT portals | kproxy userspace, local portals | local portals target |",
+		"| new-connection requests, wrk `Connection: close`, 1 service (req/s) | 10000 | 9800 (98%) | 9900 (99%) | 6000 (60%) | 6200 (62%) |  |",
+		"| new-connection requests, wrk `Connection: close`, 10,000 services (req/s) | 4000 (40% / 40%) | 4100 (41% / 42%) | 9700 (97% / 98%) | 3000 (30% / 50%) | 6100 (61% / 98%) | ≥ 95% of own 1-service rate: 98% ✓; behind kproxy nftables mode (0.63×) ✗ |",
+		"| new UDP flows, one 64-byte request/response each, 10,000 services (flows/s) | 6000 (75% / 75%) | — (fd limit) | — | — | 4000 (50% / 80%) | ≥ 95% of own 1-service rate: 80% ✗; behind iptables DNAT, kube-proxy-shaped rules (0.67×) ✗ |",
+		"| start-up: rules, routes and relays in place, 1 service (s) | — | — | — | — | — |  |",
+		"| start-up: rules, routes and relays in place, 10,000 services (s) | — | — (fd limit) | — | — | 3.2 |  |",
 		"a note  ",
 	} {
 		if !strings.Contains(md, want+"\n") {
 			t.Errorf("table lacks the line\n%s\nin:\n%s", want, md)
 		}
+	}
+}
+
+func TestNFTRuleLines(t *testing.T) {
+	ruleset := "table ip kube-proxy {\n\tcomment \"rules for kube-proxy\"\n" +
+		"\tmap service-ips {\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\t\telements = { 198.18.0.1 . tcp . 80 : goto service-A }\n\t}\n" +
+		"\tchain nat-prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n" +
+		"\tchain service-A {\n\t\tcomment \"x\"\n\t\tmeta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.19.0.2 . 80,\n\t\t\t1 : 198.19.0.3 . 80 }\n\t}\n}\n" +
+		"table ip other {\n\tchain c {\n\t\taccept\n\t}\n}\n"
+	if got := nftRuleLines(ruleset); got != 3 {
+		t.Errorf("nftRuleLines = %d, want 3 (jump, dnat, accept)", got)
 	}
 }
 

@@ -24,6 +24,10 @@ const (
 	// kube-proxy's rule model. It runs in a table of its own (see
 	// KproxyModeEnv), as kproxy's modes remove each other's rules at start.
 	KproxyIPTables Path = "kproxy-iptables"
+	// KproxyNFTables is kproxy in --proxy-mode=nftables: kernel DNAT from
+	// kube-proxy's nftables ruleset (a verdict map of service addresses),
+	// in a table of its own like the iptables mode.
+	KproxyNFTables Path = "kproxy-nftables"
 	IOCopy         Path = "iocopy"
 	HAProxy        Path = "haproxy"
 )
@@ -44,6 +48,8 @@ func (p Path) Title() string {
 		return "kproxy userspace, local portals"
 	case KproxyIPTables:
 		return "kproxy iptables mode"
+	case KproxyNFTables:
+		return "kproxy nftables mode"
 	case IOCopy:
 		return "Go io.Copy relay"
 	case HAProxy:

@@ -47,6 +47,10 @@ func ServeAnswers(h *lab.Host, port int) (net.Listener, error) {
 // the routing code, limited to one per second by the host-wide
 // net.ipv4.route.error_cost.) And the proxies' own REJECT rules, for a
 // service without endpoints yet, answer with ICMP that is not rate-limited.
+// The chain runs just before the filter priority: the nftables mode's
+// forward chain (at filter priority) drops new connections to service
+// addresses it has not allocated yet, which would turn each early probe
+// into a dial timeout.
 func PrepareNode(node *lab.Host) error {
 	cmd := node.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rejectUnprogrammed)
@@ -60,7 +64,7 @@ func PrepareNode(node *lab.Host) error {
 // rejectUnprogrammed is the nftables table PrepareNode adds.
 const rejectUnprogrammed = `table ip syncscale-lab {
 	chain forward {
-		type filter hook forward priority filter; policy accept;
+		type filter hook forward priority filter - 5; policy accept;
 		ip daddr ` + lab.ServiceCIDR + ` meta l4proto tcp reject with tcp reset
 		ip daddr ` + lab.ServiceCIDR + ` reject with icmp type host-unreachable
 	}

@@ -18,7 +18,7 @@ const hintChain = "KUBE-IPTABLES-HINT"
 
 // MarkBackend makes a fresh namespace look like a node whose kubelet uses
 // backend b. kproxy takes the backend already holding kube rules, nft when
-// neither does; so only legacy needs the mark.
+// neither does; so only legacy needs the mark (and the nftables mode none).
 func MarkBackend(ctx context.Context, b kernel.Backend) error {
 	if b != kernel.Legacy {
 		return nil

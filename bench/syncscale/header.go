@@ -22,10 +22,10 @@ func MachineHeader(kubeProxyBin string, s Settings, took time.Duration) []string
 		}
 	}
 	return []string{
-		"**kproxy vs kube-proxy, iptables-mode sync cost** (`go test -run '^$' -bench SyncScale -benchtime 1x -timeout 0 ./bench/syncscale/`)",
+		"**kproxy vs kube-proxy, sync cost per proxy mode** (`go test -run '^$' -bench SyncScale -benchtime 1x -timeout 0 ./bench/syncscale/`)",
 		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 MST") + fmt.Sprintf(", the run took %.0f min", took.Minutes()),
 		fmt.Sprintf("Machine: %s, %d CPUs, Linux %s, %s", cpu, runtime.NumCPU(), kernelRelease, runtime.Version()),
-		fmt.Sprintf("kube-proxy %s; %s; %s", firstLineOf(kubeProxyBin, "--version"), firstLineOf("iptables-nft", "--version"), firstLineOf("iptables-legacy", "--version")),
+		fmt.Sprintf("kube-proxy %s; %s; %s; %s", firstLineOf(kubeProxyBin, "--version"), firstLineOf("iptables-nft", "--version"), firstLineOf("iptables-legacy", "--version"), firstLineOf("nft", "--version")),
 		"Settings: " + s.String(),
 	}
 }

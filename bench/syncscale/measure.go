@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -45,7 +47,10 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 	m := Measured{Budget: budget}
 	t0 := time.Now()
 	proc := start()
-	defer func() { _ = proc.Stop() }()
+	defer func() {
+		_ = StopGroup(proc, l.Logf)
+		l.keepLog(p, proc)
+	}()
 
 	synced, err := l.waitFirstSync(ctx, proc, t0.Add(budget))
 	if err != nil {
@@ -57,20 +62,42 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 		return m, nil
 	}
 	m.FullSync = synced.Sub(t0)
+	// Memory first, before the listings below give the proxy time to
+	// collect garbage or grow.
+	if m.RSS, m.PeakRSS, err = ReadRSS(proc.Pid()); err != nil {
+		return m, fmt.Errorf("%s: %w", p, err)
+	}
+	if m.CPU, err = ReadCPU(proc.Pid()); err != nil {
+		return m, fmt.Errorf("%s: %w", p, err)
+	}
 	ss, err := Scrape(ctx, MetricsURL)
 	if err != nil {
 		return m, err
 	}
 	m.FullSyncHist = fromSeconds(ss.Histogram(FullSyncDuration, AnyFamily).Sum)
-	if failures, _ := ss.Sum(RestoreFailures, AnyFamily); failures > 0 {
-		return m, fmt.Errorf("%s: %v iptables-restore failures during the first sync; its log:\n%s", p, failures, logTail(proc))
+	failureMetric := RestoreFailures
+	if l.Spec.Mode == NFTables {
+		failureMetric = NFTablesSyncFailures
 	}
-	dump, err := VerifyBackend(ctx, l.Spec.Backend, l.Spec.Services)
-	if err != nil {
-		return m, fmt.Errorf("%s after its first sync: %w", p, err)
+	if failures, _ := ss.Sum(failureMetric, AnyFamily); failures > 0 {
+		return m, fmt.Errorf("%s: %s is %v after the first sync; its log:\n%s", p, failureMetric, failures, logTail(proc))
 	}
-	m.NATRules, m.SaveBytes = dump["nat"].Rules, dump.Total("nat", "filter").Bytes
-	l.Logf("%s: first full sync %v (rules %v), %d nat rules", p, m.FullSync, m.FullSyncHist, m.NATRules)
+	if b, ok := l.Spec.Mode.Backend(); ok {
+		dump, err := VerifyBackend(ctx, b, l.Spec.Services)
+		if err != nil {
+			return m, fmt.Errorf("%s after its first sync: %w", p, err)
+		}
+		m.Rules, m.DumpBytes = dump["nat"].Rules, dump.Total("nat", "filter").Bytes
+	} else {
+		st, text, err := VerifyNFTables(ctx, l.Spec.Services)
+		if err != nil {
+			return m, fmt.Errorf("%s after its first sync: %w", p, err)
+		}
+		m.Rules, m.DumpBytes = st.Rules, st.Bytes
+		l.keep(p, "nft", text)
+	}
+	l.Logf("%s: first full sync %v (rules %v), %d rules, RSS %.1f MiB (peak %.1f MiB), CPU %v (children %v)", p, m.FullSync, m.FullSyncHist, m.Rules,
+		float64(m.RSS)/(1<<20), float64(m.PeakRSS)/(1<<20), m.CPU.Self, m.CPU.Children)
 
 	if err := l.measureChange(ctx, proc, &m); err != nil {
 		return m, fmt.Errorf("%s, one change: %w", p, err)
@@ -84,7 +111,21 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 		m.NPL = append(m.NPL, d)
 	}
 	l.Logf("%s: new services answered after %v (median %v)", p, m.NPL, m.NPLMedian())
-	return m, proc.Stop()
+	return m, StopGroup(proc, l.Logf)
+}
+
+// keepLog copies proc's log to the settings' LogDir, if any.
+func (l *RowLab) keepLog(p Proxy, proc *lab.Process) { l.keep(p, "log", proc.Log()) }
+
+// keep writes text to ROW-PROXY.ext in the settings' LogDir, if any.
+func (l *RowLab) keep(p Proxy, ext, text string) {
+	if l.Settings.LogDir == "" {
+		return
+	}
+	dst := filepath.Join(l.Settings.LogDir, fmt.Sprintf("%s-%s.%s", l.Spec.Name(), p, ext))
+	if err := os.WriteFile(dst, []byte(text), 0o644); err != nil {
+		l.Logf("keeping %s: %v", dst, err)
+	}
 }
 
 // waitFirstSync returns when the proxy's first IPv4 sync finished, or the

@@ -19,6 +19,8 @@ const (
 	FullSyncDuration    = "kubeproxy_sync_full_proxy_rules_duration_seconds"
 	PartialSyncDuration = "kubeproxy_sync_partial_proxy_rules_duration_seconds"
 	RestoreFailures     = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"
+	// NFTablesSyncFailures counts the nftables mode's failed transactions.
+	NFTablesSyncFailures = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
 )
 
 // Sample is one line of the Prometheus text format.

@@ -14,15 +14,18 @@ const (
 	NodeName = "node-a"
 )
 
-// ProxyFlags are the command-line flags kproxy and kube-proxy both get:
-// kproxy takes kube-proxy's flags, so the two run with the same settings.
-func ProxyFlags(kubeconfig string, minSync time.Duration) []string {
+// ProxyFlags are the command-line flags kproxy and kube-proxy both get in
+// mode m: kproxy takes kube-proxy's flags, so the two run with the same
+// settings.
+func ProxyFlags(kubeconfig string, m Mode, minSync time.Duration) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + NodeName,
-		"--proxy-mode=iptables",
+		"--proxy-mode=" + m.ProxyMode(),
 		// nf_conntrack_max cannot be set from a network namespace; 0 leaves it.
 		"--conntrack-max-per-core=0",
+		// kube-proxy v1.36 has no --nftables-min-sync-period: its
+		// nftables mode takes the iptables one, and kproxy does too.
 		"--iptables-min-sync-period=" + minSync.String(),
 		"--metrics-bind-address=" + MetricsAddr,
 		"--healthz-bind-address=" + HealthzAddr,

@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/redirect/kernel"
 )
 
 // ResetAPI undoes what Measure changed through the API, so the next proxy
@@ -39,18 +38,29 @@ func (l *RowLab) ResetAPI(ctx context.Context, nplBase int) error {
 	return nil
 }
 
-// CleanAfter runs `kproxy --cleanup` and checks that the row's backend
-// holds no proxy rules afterwards.
-func CleanAfter(ctx context.Context, node *lab.Host, kproxyBin string, b kernel.Backend) error {
+// CleanAfter runs `kproxy --cleanup` and checks that the row's mode left
+// nothing behind: no proxy rules in the iptables backend, or no kube-proxy
+// table in either family.
+func CleanAfter(ctx context.Context, node *lab.Host, kproxyBin string, m Mode) error {
 	if _, err := node.Exec(kproxyBin, "--cleanup"); err != nil {
 		return err
 	}
-	dump, _, err := SaveDump(ctx, b)
+	if b, ok := m.Backend(); ok {
+		dump, _, err := SaveDump(ctx, b)
+		if err != nil {
+			return err
+		}
+		if n := dump.ProxyLines(); n > 0 {
+			return fmt.Errorf("kproxy --cleanup left %d proxy rule lines in iptables-%s", n, b)
+		}
+		return nil
+	}
+	tables, err := NFTTables(ctx)
 	if err != nil {
 		return err
 	}
-	if n := dump.ProxyLines(); n > 0 {
-		return fmt.Errorf("kproxy --cleanup left %d proxy rule lines in iptables-%s", n, b)
+	if hasKubeProxyTable(tables) {
+		return fmt.Errorf("kproxy --cleanup left nftables tables %q", tables)
 	}
 	return nil
 }

@@ -27,11 +27,19 @@ type Measured struct {
 	// numbers below were not measured.
 	OverBudget bool
 	Budget     time.Duration
-	// NATRules counts the nat table's rules after the full sync; SaveBytes
-	// is the size of iptables-save's nat and filter tables, the measure of
-	// what a full restore writes.
-	NATRules  int
-	SaveBytes int
+	// Rules counts the proxy's rules after the full sync (the iptables
+	// modes: the nat table's; the nftables mode: the rules in the ip
+	// kube-proxy table's chains); DumpBytes is the size of its dump
+	// (iptables-save's nat and filter tables; `nft list table ip
+	// kube-proxy`), the measure of what a full sync writes.
+	Rules     int
+	DumpBytes int
+	// RSS and PeakRSS are the proxy process's VmRSS and VmHWM (bytes) just
+	// after its first full sync.
+	RSS, PeakRSS int64
+	// CPU is the proxy's CPU time until just after its first full sync:
+	// its own, and its rule-writing children's (iptables-restore, nft).
+	CPU CPUTimes
 	// Change is from the API update adding one endpoint until the rule
 	// jumping to it was in the kernel; ChangeHist is the growth of the
 	// partial-sync histogram's sum for it (ChangeHistSyncs syncs), and
@@ -40,8 +48,8 @@ type Measured struct {
 	ChangeHist      time.Duration
 	ChangeHistSyncs int
 	ChangeWasFull   bool
-	// Commits counts the nat table commits seen until the rule was there
-	// (each was checked with iptables -S).
+	// Commits counts the table commits seen until the change was there
+	// (each was checked; see measureChange).
 	Commits int
 	// NPL are the network programming latencies measured, in order.
 	NPL []time.Duration
@@ -60,12 +68,16 @@ func (m Measured) NPLMedian() time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// Row is one (backend, size) row's result.
+// Row is one (mode, size) row's result.
 type Row struct {
 	Spec RowSpec
 	// Populate is how long creating the services and slices took.
 	Populate time.Duration
-	Proxies  map[Proxy]Measured
+	// Proxies holds the proxies the row ran (see Settings.Proxies).
+	Proxies map[Proxy]Measured
+	// Load and LoadAfter are /proc/loadavg's 1, 5 and 15 minute figures
+	// once the objects were created, and at the row's end.
+	Load, LoadAfter string
 }
 
 // WriteRow stores a row's result for the parent process to read.

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,18 +66,14 @@ func BenchmarkSyncScale(b *testing.B) {
 		return
 	}
 
-	table := &Table{Results: map[string]Row{}}
-	for _, backend := range settings.Backends {
-		for _, n := range settings.Sizes {
-			spec := RowSpec{Backend: backend, Services: n}
-			table.Specs = append(table.Specs, spec)
-			row, err := ReadRow(filepath.Join(resultDir, spec.Name()+".json"))
-			if err != nil {
-				b.Errorf("row %s has no result (it failed; see its output above): %v", spec.Name(), err)
-				continue
-			}
-			table.Results[spec.Name()] = row
+	table := &Table{Results: map[string]Row{}, Specs: settings.TableSpecs()}
+	for _, spec := range table.Specs {
+		row, err := ReadRow(filepath.Join(resultDir, spec.Name()+".json"))
+		if err != nil {
+			b.Errorf("row %s has no result (it failed; see its output above): %v", spec.Name(), err)
+			continue
 		}
+		table.Results[spec.Name()] = row
 	}
 	table.Header = MachineHeader(kubeProxyBin, settings, time.Since(started))
 	table.Notes = Notes(settings, table.Specs, table.Results)
@@ -112,8 +110,11 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 	if err := Ask(ctx, topo.Client, netip.AddrPortFrom(server.IPv4, EndpointPort)); err != nil {
 		b.Fatalf("the client host cannot reach the answer server directly: %v", err)
 	}
-	if err := MarkBackend(ctx, spec.Backend); err != nil {
-		b.Fatal(err)
+	backend, iptablesMode := spec.Mode.Backend()
+	if iptablesMode {
+		if err := MarkBackend(ctx, backend); err != nil {
+			b.Fatal(err)
+		}
 	}
 
 	bulk, err := BulkClient(api.Config)
@@ -124,38 +125,58 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	logf("created %d services and endpoint slices in %v", spec.Services, took)
+	logf("created %d services and endpoint slices in %v (load average %s)", spec.Services, took, loadAverage())
 
 	rl := &RowLab{Spec: spec, Settings: s, Client: api.Client, ClientHost: topo.Client, Server: server.IPv4, Logf: logf}
-	row := Row{Spec: spec, Populate: took, Proxies: map[Proxy]Measured{}}
-	flags := ProxyFlags(api.KubeconfigPath, s.MinSyncPeriod)
+	row := Row{Spec: spec, Populate: took, Proxies: map[Proxy]Measured{}, Load: loadAverage()}
+	flags := ProxyFlags(api.KubeconfigPath, spec.Mode, s.MinSyncPeriod)
 
-	km, err := rl.Measure(ctx, Kproxy, s.KproxyBudget, 0, func() *lab.Process {
-		return topo.Node.StartFor(b, kproxyBin, flags...)
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	row.Proxies[Kproxy] = km
-	if err := rl.ResetAPI(ctx, 0); err != nil {
-		b.Fatal(err)
-	}
-	if err := CleanAfter(ctx, topo.Node, kproxyBin, spec.Backend); err != nil {
-		b.Fatal(err)
+	if s.Runs(Kproxy) {
+		km, err := rl.Measure(ctx, Kproxy, s.KproxyBudget, 0, func() *lab.Process {
+			return topo.Node.StartFor(b, kproxyBin, append(slices.Clone(flags), s.KproxyFlags...)...)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		row.Proxies[Kproxy] = km
+		if err := rl.ResetAPI(ctx, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := CleanAfter(ctx, topo.Node, kproxyBin, spec.Mode); err != nil {
+			b.Fatal(err)
+		}
 	}
 
-	launcher, err := KubeProxyLauncher(ctx, b.TempDir(), kubeProxyBin, spec.Backend)
-	if err != nil {
-		b.Fatal(err)
+	if s.Runs(KubeProxy) {
+		// kube-proxy's iptables mode runs the iptables of its PATH; its
+		// nftables mode runs nft, whichever backend iptables has.
+		launcher := kubeProxyBin
+		if iptablesMode {
+			launcher, err = KubeProxyLauncher(ctx, b.TempDir(), kubeProxyBin, backend)
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		kpm, err := rl.Measure(ctx, KubeProxy, s.KubeProxyBudget, s.NPLRepeats, func() *lab.Process {
+			return topo.Node.StartFor(b, launcher, flags...)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		row.Proxies[KubeProxy] = kpm
 	}
-	kpm, err := rl.Measure(ctx, KubeProxy, s.KubeProxyBudget, s.NPLRepeats, func() *lab.Process {
-		return topo.Node.StartFor(b, launcher, flags...)
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	row.Proxies[KubeProxy] = kpm
+	row.LoadAfter = loadAverage()
 	return row
+}
+
+// loadAverage is /proc/loadavg's first three fields: the machine's load
+// (shared with other work) next to every row.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 // reportMetrics reports a row's numbers as benchmark metrics (seconds);
@@ -164,7 +185,11 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 func reportMetrics(b *testing.B, r Row) {
 	b.ReportMetric(r.Populate.Seconds(), "populate-s")
 	for _, p := range []Proxy{Kproxy, KubeProxy} {
-		m := r.Proxies[p]
+		m, ok := r.Proxies[p]
+		if !ok {
+			continue
+		}
+		b.ReportMetric(float64(m.RSS)/(1<<20), string(p)+"-rss-MiB")
 		if m.OverBudget {
 			b.ReportMetric(m.Budget.Seconds(), string(p)+"-full-over-budget-s")
 			continue
@@ -173,10 +198,8 @@ func reportMetrics(b *testing.B, r Row) {
 		b.ReportMetric(m.FullSyncHist.Seconds(), string(p)+"-full-rules-s")
 		b.ReportMetric(m.Change.Seconds(), string(p)+"-change-s")
 		b.ReportMetric(m.NPLMedian().Seconds(), string(p)+"-npl-p50-s")
-		b.ReportMetric(float64(m.NATRules), string(p)+"-nat-rules")
-	}
-	if k := r.Proxies[Kproxy]; !k.OverBudget {
-		b.ReportMetric(float64(k.SaveBytes)/(1<<20), "kproxy-save-MiB")
+		b.ReportMetric(float64(m.Rules), string(p)+"-rules")
+		b.ReportMetric(float64(m.DumpBytes)/(1<<20), string(p)+"-dump-MiB")
 	}
 }
 
@@ -206,6 +229,9 @@ func checkTools(b *testing.B) {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, err)
 		}
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		missing = append(missing, err)
 	}
 	for _, be := range kernel.Backends() {
 		for _, tool := range []string{be.Command(ipfamily.IPv4), be.SaveCommand(ipfamily.IPv4), "xtables-" + string(be) + "-multi"} {

@@ -1,9 +1,13 @@
 package syncscale
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +23,24 @@ import (
 type NATVersion interface {
 	Read() (string, error)
 	Close() error
+}
+
+// NFTWatch is nf_tables' side of NATVersion, for the nftables rows: the
+// ruleset generation, which every committed transaction (nft's and
+// iptables-nft's alike) moves, and one chain's rules and their anonymous
+// maps, read over netlink.
+type NFTWatch interface {
+	NATVersion
+	ChainDump(table, chain string) (raw []byte, ok bool, err error)
+}
+
+// OpenNFTWatch opens an NFTWatch in the calling process's namespace.
+func OpenNFTWatch() (NFTWatch, error) {
+	v, err := OpenNATVersion(kernel.NFT)
+	if err != nil {
+		return nil, err
+	}
+	return v.(*nftGeneration), nil
 }
 
 // OpenNATVersion opens the backend's version source in the calling
@@ -56,27 +78,170 @@ type nftGeneration struct {
 }
 
 func (g *nftGeneration) Read() (string, error) {
-	g.seq++
-	req := make([]byte, unix.NLMSG_HDRLEN+sizeofNfgenmsg)
-	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
-	binary.NativeEndian.PutUint16(req[4:], unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN)
-	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST)
-	binary.NativeEndian.PutUint32(req[8:], g.seq)
-	req[unix.NLMSG_HDRLEN] = unix.AF_UNSPEC
-	req[unix.NLMSG_HDRLEN+1] = unix.NFNETLINK_V0
-	if err := unix.Sendto(g.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	typ, body, err := g.roundTrip(unix.NFT_MSG_GETGEN, unix.AF_UNSPEC, nil)
+	if err != nil {
 		return "", fmt.Errorf("asking nf_tables for its generation: %w", err)
 	}
-	buf := make([]byte, 4096)
+	if typ == unix.NLMSG_ERROR {
+		return "", errors.New("nf_tables' generation: an empty error reply")
+	}
+	return parseGeneration(body)
+}
+
+// ChainDump returns a chain's rules as nf_tables holds them, with the
+// elements of the anonymous sets and maps they look up (nft's inline
+// "{ … }", such as the nftables mode's numgen map of endpoints): the raw
+// netlink messages, for searching with EndpointBytes. ok is false when
+// the chain holds no rules or does not exist (a dump filtered on a missing
+// table or chain is just empty). Two or three netlink requests, whose replies
+// hold only this chain's rules and sets, whatever the table's size.
+func (g *nftGeneration) ChainDump(table, chain string) (raw []byte, ok bool, err error) {
+	attrs := append(nlString(unix.NFTA_RULE_TABLE, table), nlString(unix.NFTA_RULE_CHAIN, chain)...)
+	rules, err := g.dump(unix.NFT_MSG_GETRULE, unix.AF_INET, attrs)
+	if errors.Is(err, unix.ENOENT) || (err == nil && len(rules) == 0) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("dumping the rules of chain %s of table ip %s: %w", chain, table, err)
+	}
+	raw = slices.Concat(rules...)
+	for _, set := range anonymousSets(raw) {
+		attrs := append(nlString(unix.NFTA_SET_ELEM_LIST_TABLE, table), nlString(unix.NFTA_SET_ELEM_LIST_SET, set)...)
+		elems, err := g.dump(unix.NFT_MSG_GETSETELEM, unix.AF_INET, attrs)
+		if errors.Is(err, unix.ENOENT) {
+			// Gone with a newer generation of the chain: the caller
+			// looks again at the next one.
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("dumping the elements of %s (chain %s): %w", set, chain, err)
+		}
+		raw = append(raw, slices.Concat(elems...)...)
+	}
+	return raw, true, nil
+}
+
+// anonymousSets finds the names of the anonymous sets and maps that rule
+// messages refer to: NUL-terminated strings in their lookup expressions,
+// "__set" or "__map" and a suffix (nft numbers them, "__map12"; a netlink
+// writer may name them otherwise, such as kproxy's "__map101kff1e2570").
+func anonymousSets(raw []byte) []string {
+	var names []string
+	for rest := raw; ; {
+		i := bytes.Index(rest, []byte("__"))
+		if i < 0 {
+			return names
+		}
+		rest = rest[i:]
+		end := bytes.IndexByte(rest, 0)
+		if end < 0 {
+			return names
+		}
+		name := string(rest[:end])
+		if isAnonymousSetName(name) && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+		rest = rest[2:]
+	}
+}
+
+func isAnonymousSetName(name string) bool {
+	for _, prefix := range []string{"__set", "__map"} {
+		if suffix, ok := strings.CutPrefix(name, prefix); ok && suffix != "" && strings.Trim(suffix, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_") == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// EndpointBytes is how an IPv4 endpoint appears in an "ip . port" map
+// value (kube-proxy v1.36's numgen map of endpoints, one endpoint or
+// many): the address, then the port, both in network order.
+func EndpointBytes(ep netip.AddrPort) []byte {
+	a := ep.Addr().As4()
+	return []byte{a[0], a[1], a[2], a[3], byte(ep.Port() >> 8), byte(ep.Port())}
+}
+
+// dump runs an nf_tables dump request and returns each reply message's
+// body; an error reply is returned as its errno.
+func (g *nftGeneration) dump(msg uint16, family byte, attrs []byte) ([][]byte, error) {
+	if err := g.send(msg, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, family, attrs); err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	buf := make([]byte, 1<<20)
 	for {
 		n, _, err := unix.Recvfrom(g.fd, buf, 0)
 		if err != nil {
-			return "", fmt.Errorf("reading nf_tables' generation: %w", err)
+			return nil, err
+		}
+		for m := buf[:n]; len(m) >= unix.NLMSG_HDRLEN; {
+			length := int(binary.NativeEndian.Uint32(m[0:]))
+			if length < unix.NLMSG_HDRLEN || length > len(m) {
+				return nil, fmt.Errorf("bad netlink message length %d", length)
+			}
+			typ, seq := binary.NativeEndian.Uint16(m[4:]), binary.NativeEndian.Uint32(m[8:])
+			body := m[unix.NLMSG_HDRLEN:length]
+			m = m[min(align4(length), len(m)):]
+			switch {
+			case seq != g.seq:
+			case typ == unix.NLMSG_DONE:
+				return out, nil
+			case typ == unix.NLMSG_ERROR:
+				if len(body) >= 4 {
+					if errno := int32(binary.NativeEndian.Uint32(body)); errno != 0 {
+						return nil, unix.Errno(-errno)
+					}
+				}
+				return out, nil
+			default:
+				out = append(out, slices.Clone(body))
+			}
+		}
+	}
+}
+
+// send sends one nf_tables request under a new sequence number.
+func (g *nftGeneration) send(msg, flags uint16, family byte, attrs []byte) error {
+	g.seq++
+	req := make([]byte, unix.NLMSG_HDRLEN+sizeofNfgenmsg, unix.NLMSG_HDRLEN+sizeofNfgenmsg+len(attrs))
+	req = append(req, attrs...)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], unix.NFNL_SUBSYS_NFTABLES<<8|msg)
+	binary.NativeEndian.PutUint16(req[6:], flags)
+	binary.NativeEndian.PutUint32(req[8:], g.seq)
+	req[unix.NLMSG_HDRLEN] = family
+	req[unix.NLMSG_HDRLEN+1] = unix.NFNETLINK_V0
+	return unix.Sendto(g.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+}
+
+// nlString is a netlink attribute holding s, NUL-terminated and padded.
+func nlString(typ uint16, s string) []byte {
+	n := unix.SizeofNlAttr + len(s) + 1
+	b := make([]byte, align4(n))
+	binary.NativeEndian.PutUint16(b[0:], uint16(n))
+	binary.NativeEndian.PutUint16(b[2:], typ)
+	copy(b[unix.SizeofNlAttr:], s)
+	return b
+}
+
+// roundTrip sends one nf_tables request (not a dump) and returns its
+// reply's type and body (after struct nfgenmsg for a message; an error
+// reply with a non-zero errno is returned as that errno).
+func (g *nftGeneration) roundTrip(msg uint16, family byte, attrs []byte) (uint16, []byte, error) {
+	if err := g.send(msg, unix.NLM_F_REQUEST, family, attrs); err != nil {
+		return 0, nil, err
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := unix.Recvfrom(g.fd, buf, 0)
+		if err != nil {
+			return 0, nil, err
 		}
 		for msg := buf[:n]; len(msg) >= unix.NLMSG_HDRLEN; {
 			length := int(binary.NativeEndian.Uint32(msg[0:]))
 			if length < unix.NLMSG_HDRLEN || length > len(msg) {
-				return "", fmt.Errorf("nf_tables' generation reply: bad message length %d", length)
+				return 0, nil, fmt.Errorf("bad netlink message length %d", length)
 			}
 			typ, seq := binary.NativeEndian.Uint16(msg[4:]), binary.NativeEndian.Uint32(msg[8:])
 			body := msg[unix.NLMSG_HDRLEN:length]
@@ -87,11 +252,12 @@ func (g *nftGeneration) Read() (string, error) {
 			case typ == unix.NLMSG_ERROR:
 				if len(body) >= 4 {
 					if errno := int32(binary.NativeEndian.Uint32(body)); errno != 0 {
-						return "", fmt.Errorf("nf_tables' generation: %w", unix.Errno(-errno))
+						return 0, nil, unix.Errno(-errno)
 					}
 				}
+				return typ, nil, nil
 			default:
-				return parseGeneration(body)
+				return typ, body, nil
 			}
 		}
 	}
