@@ -47,6 +47,7 @@ var opaque = map[string]struct {
 	"bench/guest/program_linux.go runProgram path":                           {nil, "the guest's init runs the test binary guest-exec passed"},
 	"bench/ipvsref/ipvsref_test.go TestGuestSameIPVSStateAsKubeProxy kproxy": {[]string{"kproxy"}, "KPROXY_BINARY, which make test-guest builds"},
 	"bench/programs/programs_test.go TestListedProgramsAreInstalled p":       {nil, "the listed programs themselves"},
+	"bench/syncscale/syncscale_bench_test.go runRow launcher":                {[]string{"kube-proxy", "sh"}, "kube-proxy itself, or in iptables rows the sh wrapper KubeProxyLauncher writes to run it with one backend's iptables"},
 }
 
 func TestEveryExecutedProgramIsListed(t *testing.T) {
