@@ -178,8 +178,8 @@ func (f *family) canaryIntact(ctx context.Context) (bool, error) {
 }
 
 // dueStale returns the stale chains flushed at least staleChainDelay ago:
-// the sync's transaction deletes them (one transaction per sync, where
-// kube-proxy runs a second one).
+// a full sync's transaction deletes them, a partial sync a transaction of
+// their own after its own (deleteStale).
 func (f *family) dueStale() map[string]bool {
 	if len(f.stale) == 0 {
 		return nil
@@ -583,22 +583,37 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		}
 	}
 	ops = append(ops, adds...)
+	if len(ops) > 0 || shared {
+		if err := f.runOps(ctx, b, ops, shared); err != nil {
+			return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
+		}
+	}
+	f.commit(want, newStale, now, f.deleteStale(ctx, b, newStale, wanted))
+	return nil
+}
+
+// deleteStale deletes the stale chains that are due, in a transaction of
+// their own after the sync's, as kube-proxy does: a chain someone else
+// still jumps to then fails only its own deletion (a cleanup failure,
+// retried at the next sync) and never the service changes, nor does it
+// turn the next sync into a full one. It returns the chains deleted.
+func (f *family) deleteStale(ctx context.Context, b *rules.Builder, newStale, wanted map[string]bool) []string {
 	var deletes []string
+	var ops []op
 	for _, c := range slices.Sorted(maps.Keys(f.dueStale())) {
 		if !newStale[c] && !wanted[c] {
 			ops = append(ops, op{kind: opDeleteChain, chain: c})
 			deletes = append(deletes, c)
 		}
 	}
-	if len(ops) == 0 && !shared {
-		f.commit(want, newStale, now, nil)
+	if len(ops) == 0 {
 		return nil
 	}
-	if err := f.runOps(ctx, b, ops, shared); err != nil {
-		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
+	if err := f.runOps(ctx, b, ops, false); err != nil {
+		f.logger.Error(err, "Failed to delete stale chains; retrying at the next sync", "family", f.fam, "chains", len(deletes))
+		return nil
 	}
-	f.commit(want, newStale, now, deletes)
-	return nil
+	return deletes
 }
 
 // runOps runs a partial sync's operations in one transaction: over
