@@ -3,6 +3,8 @@ package ipvsref
 import (
 	"fmt"
 	"strings"
+
+	"kproxy.dev/kproxy/bench/testkit"
 )
 
 // Difference is one section whose lines differ between the two proxies.
@@ -42,10 +44,10 @@ func Compare(want, got []Section) []Difference {
 // context around each change and "  ..." for what is left out. Equal
 // inputs give "".
 func LineDiff(a, b []string) string {
-	ops := diffOps(a, b)
+	ops := testkit.AlignLines(a, b)
 	changed := false
 	for _, op := range ops {
-		if op.kind != ' ' {
+		if op.Kind != ' ' {
 			changed = true
 			break
 		}
@@ -56,7 +58,7 @@ func LineDiff(a, b []string) string {
 	const context = 2
 	near := func(i int) bool {
 		for j := max(0, i-context); j <= min(len(ops)-1, i+context); j++ {
-			if ops[j].kind != ' ' {
+			if ops[j].Kind != ' ' {
 				return true
 			}
 		}
@@ -65,7 +67,7 @@ func LineDiff(a, b []string) string {
 	var out strings.Builder
 	skipped := false
 	for i, op := range ops {
-		if op.kind == ' ' && !near(i) {
+		if op.Kind == ' ' && !near(i) {
 			if !skipped {
 				out.WriteString("  ...\n")
 				skipped = true
@@ -73,52 +75,7 @@ func LineDiff(a, b []string) string {
 			continue
 		}
 		skipped = false
-		fmt.Fprintf(&out, "%c %s\n", op.kind, op.line)
+		fmt.Fprintf(&out, "%c %s\n", op.Kind, op.Line)
 	}
 	return out.String()
-}
-
-type diffOp struct {
-	kind byte // ' ', '-' or '+'
-	line string
-}
-
-// diffOps aligns a and b on a longest common subsequence of lines.
-func diffOps(a, b []string) []diffOp {
-	// lcs[i][j] is the LCS length of a[i:] and b[j:].
-	lcs := make([][]int, len(a)+1)
-	for i := range lcs {
-		lcs[i] = make([]int, len(b)+1)
-	}
-	for i := len(a) - 1; i >= 0; i-- {
-		for j := len(b) - 1; j >= 0; j-- {
-			if a[i] == b[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	var ops []diffOp
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		switch {
-		case a[i] == b[j]:
-			ops = append(ops, diffOp{' ', a[i]})
-			i, j = i+1, j+1
-		case lcs[i+1][j] >= lcs[i][j+1]:
-			ops = append(ops, diffOp{'-', a[i]})
-			i++
-		default:
-			ops = append(ops, diffOp{'+', b[j]})
-			j++
-		}
-	}
-	for ; i < len(a); i++ {
-		ops = append(ops, diffOp{'-', a[i]})
-	}
-	for ; j < len(b); j++ {
-		ops = append(ops, diffOp{'+', b[j]})
-	}
-	return ops
 }

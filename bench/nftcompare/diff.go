@@ -3,6 +3,8 @@ package nftcompare
 import (
 	"fmt"
 	"strings"
+
+	"kproxy.dev/kproxy/bench/testkit"
 )
 
 // UnifiedDiff returns a unified diff (3 lines of context) from a to b, empty
@@ -13,12 +15,12 @@ func UnifiedDiff(aName, bName, a, b string) string {
 		return ""
 	}
 	al, bl := splitLines(a), splitLines(b)
-	ops := diffOps(al, bl)
+	ops := testkit.AlignLines(al, bl)
 	const context = 3
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "--- %s\n+++ %s\n", aName, bName)
 	for i := 0; i < len(ops); {
-		if ops[i].kind == ' ' {
+		if ops[i].Kind == ' ' {
 			i++
 			continue
 		}
@@ -27,22 +29,22 @@ func UnifiedDiff(aName, bName, a, b string) string {
 		start := max(0, i-context)
 		end := i
 		for j := i; j < len(ops); j++ {
-			if ops[j].kind != ' ' {
+			if ops[j].Kind != ' ' {
 				end = j
 			} else if j-end > 2*context {
 				break
 			}
 		}
 		end = min(len(ops), end+context+1)
-		aStart, bStart := ops[start].a, ops[start].b
+		aStart, bStart := ops[start].A, ops[start].B
 		aCount, bCount := 0, 0
 		var body strings.Builder
 		for _, op := range ops[start:end] {
-			body.WriteString(string(op.kind) + op.text + "\n")
-			if op.kind != '+' {
+			body.WriteString(string(op.Kind) + op.Line + "\n")
+			if op.Kind != '+' {
 				aCount++
 			}
-			if op.kind != '-' {
+			if op.Kind != '-' {
 				bCount++
 			}
 		}
@@ -61,72 +63,6 @@ func hunkRange(start, count int) string {
 	return fmt.Sprintf("%d,%d", start+1, count)
 }
 
-type diffOp struct {
-	kind rune // ' ', '-', '+'
-	text string
-	a, b int // index of the line in a and b where the op happens
-}
-
-func diffOps(a, b []string) []diffOp {
-	// The common head and tail need no table: listings that differ in a
-	// few lines stay cheap however long they are.
-	head := 0
-	for head < len(a) && head < len(b) && a[head] == b[head] {
-		head++
-	}
-	tail := 0
-	for tail < len(a)-head && tail < len(b)-head && a[len(a)-1-tail] == b[len(b)-1-tail] {
-		tail++
-	}
-	var ops []diffOp
-	for i := range head {
-		ops = append(ops, diffOp{' ', a[i], i, i})
-	}
-	for _, op := range middleOps(a[head:len(a)-tail], b[head:len(b)-tail]) {
-		op.a, op.b = op.a+head, op.b+head
-		ops = append(ops, op)
-	}
-	for k := tail; k > 0; k-- {
-		i, j := len(a)-k, len(b)-k
-		ops = append(ops, diffOp{' ', a[i], i, j})
-	}
-	return ops
-}
-
-// middleOps diffs what differs, by a longest-common-subsequence table.
-func middleOps(a, b []string) []diffOp {
-	// lcs[i][j] = length of the LCS of a[i:] and b[j:].
-	lcs := make([][]int, len(a)+1)
-	for i := range lcs {
-		lcs[i] = make([]int, len(b)+1)
-	}
-	for i := len(a) - 1; i >= 0; i-- {
-		for j := len(b) - 1; j >= 0; j-- {
-			if a[i] == b[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	var ops []diffOp
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case i < len(a) && j < len(b) && a[i] == b[j]:
-			ops = append(ops, diffOp{' ', a[i], i, j})
-			i, j = i+1, j+1
-		case j < len(b) && (i == len(a) || lcs[i][j+1] > lcs[i+1][j]):
-			ops = append(ops, diffOp{'+', b[j], i, j})
-			j++
-		default:
-			ops = append(ops, diffOp{'-', a[i], i, j})
-			i++
-		}
-	}
-	return ops
-}
-
 func splitLines(s string) []string {
 	if s == "" {
 		return nil
@@ -141,9 +77,9 @@ func ChangedLines(a, b string) []string {
 		return nil
 	}
 	var changed []string
-	for _, op := range diffOps(splitLines(a), splitLines(b)) {
-		if op.kind != ' ' {
-			changed = append(changed, string(op.kind)+strings.TrimSpace(op.text))
+	for _, op := range testkit.AlignLines(splitLines(a), splitLines(b)) {
+		if op.Kind != ' ' {
+			changed = append(changed, string(op.Kind)+strings.TrimSpace(op.Line))
 		}
 	}
 	return changed
