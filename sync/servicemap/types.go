@@ -127,3 +127,17 @@ type StaleEndpoint struct {
 	ServicePort ServicePortName
 	Endpoint    Endpoint
 }
+
+// ProtocolName is a port's protocol as iptables and nft spell it ("tcp",
+// "udp", "sctp"); anything else is an error naming it.
+func ProtocolName(p v1.Protocol) (string, error) {
+	switch p {
+	case v1.ProtocolTCP:
+		return "tcp", nil
+	case v1.ProtocolUDP:
+		return "udp", nil
+	case v1.ProtocolSCTP:
+		return "sctp", nil
+	}
+	return "", fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p)
+}

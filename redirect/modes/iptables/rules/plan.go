@@ -9,8 +9,6 @@ import (
 	"slices"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -64,7 +62,7 @@ func (b *Builder) plan(sp *servicemap.ServicePort) (p portPlan, ok bool, err err
 	if !ok {
 		return p, false, nil
 	}
-	if p.proto, err = protocolOf(sp.Name.Protocol); err != nil {
+	if p.proto, err = servicemap.ProtocolName(sp.Name.Protocol); err != nil {
 		return p, false, err
 	}
 	if sp.Port == 0 {
@@ -244,18 +242,6 @@ func (b *Builder) sourceRanges(ps []netip.Prefix) []netip.Prefix {
 		out = append(out, r)
 	}
 	return out
-}
-
-func protocolOf(p v1.Protocol) (string, error) {
-	switch p {
-	case v1.ProtocolTCP:
-		return "tcp", nil
-	case v1.ProtocolUDP:
-		return "udp", nil
-	case v1.ProtocolSCTP:
-		return "sctp", nil
-	}
-	return "", fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p)
 }
 
 // affinitySeconds converts the ClientIP affinity timeout to the recent

@@ -36,7 +36,7 @@ func TestNames(t *testing.T) {
 			"5YS7AFEA-very-long-namespace-name-abcdefghijklmnopqrstuvwxyz0123456789xx/very-long-service-name-why-would-you-even-do-this-i-mean-really/sctp/port-443-providing-the-hypertext-transmission-protocol-with-tls__1234.5678.9abc.def0..abc.1234/443"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			proto, err := protocolOf(tc.port.Protocol)
+			proto, err := servicemap.ProtocolName(tc.port.Protocol)
 			if err != nil {
 				t.Fatal(err)
 			}

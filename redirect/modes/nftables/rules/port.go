@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -119,7 +118,7 @@ func (b *Builder) ForPort(sp *servicemap.ServicePort) (Port, error) {
 	if !ok {
 		return out, nil
 	}
-	proto, err := protocolOf(sp.Name.Protocol)
+	proto, err := servicemap.ProtocolName(sp.Name.Protocol)
 	if err != nil {
 		return out, fmt.Errorf("service port %s: %w", sp.Name, err)
 	}
@@ -385,18 +384,6 @@ func (b *Builder) sourceRanges(ps []netip.Prefix) []netip.Prefix {
 		}
 	}
 	return out
-}
-
-func protocolOf(p v1.Protocol) (string, error) {
-	switch p {
-	case v1.ProtocolTCP:
-		return "tcp", nil
-	case v1.ProtocolUDP:
-		return "udp", nil
-	case v1.ProtocolSCTP:
-		return "sctp", nil
-	}
-	return "", fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p)
 }
 
 // checkName refuses names nft would not take in a chain name or a quoted
