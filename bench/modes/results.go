@@ -113,8 +113,9 @@ type Control struct {
 	FirstSync float64 `json:"firstSync"`
 	// Change: one endpoint added to one service, from the API update until
 	// it is in the kernel (for the userspace mode: in the relays'
-	// balancer, when the sync that holds it returns).
-	Change float64 `json:"change"`
+	// balancer, when the sync that holds it returns). Median of ChangeAll.
+	Change    float64   `json:"change"`
+	ChangeAll []float64 `json:"changeAll,omitempty"`
 	// NewService: a new Service and EndpointSlice until a client gets an
 	// answer through it (median of NewServiceAll).
 	NewService    float64   `json:"newService"`
