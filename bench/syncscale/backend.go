@@ -26,6 +26,19 @@ func MarkBackend(ctx context.Context, b kernel.Backend) error {
 	return run(ctx, b.Command(ipfamily.IPv4), "-w", "5", "-t", "mangle", "-N", hintChain)
 }
 
+// UnmarkBackend removes MarkBackend's mark, if it is there, so that the
+// next kproxy in the namespace picks its backend afresh.
+func UnmarkBackend(ctx context.Context, b kernel.Backend) error {
+	if b != kernel.Legacy {
+		return nil
+	}
+	ipt := b.Command(ipfamily.IPv4)
+	if exec.CommandContext(ctx, ipt, "-w", "5", "-t", "mangle", "-S", hintChain).Run() != nil {
+		return nil
+	}
+	return run(ctx, ipt, "-w", "5", "-t", "mangle", "-X", hintChain)
+}
+
 // SaveDump runs backend b's iptables-save for IPv4 (every table it holds;
 // naming a table would make the legacy tool instantiate it) and returns
 // the output and its summary.

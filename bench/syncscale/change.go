@@ -37,6 +37,9 @@ type changeProbe struct {
 // newChangeProbe builds the probe for the row's mode and the endpoint
 // added to service port name.
 func (l *RowLab) newChangeProbe(name servicemap.ServicePortName) (*changeProbe, string, error) {
+	if _, ok := l.Spec.Mode.Portals(); ok {
+		return newRelayChangeProbe(), "the sync holding the change to finish", nil
+	}
 	if b, ok := l.Spec.Mode.Backend(); ok {
 		// The iptables modes: the service chain jumps to the endpoint's
 		// chain (iptables -S lists just that chain).

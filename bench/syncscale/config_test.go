@@ -110,6 +110,8 @@ func TestModes(t *testing.T) {
 		{IPTablesNFT, kernel.NFT, true, "iptables", []string{"--proxy-mode=iptables", "--iptables-min-sync-period=1s"}},
 		{IPTablesLegacy, kernel.Legacy, true, "iptables", []string{"--proxy-mode=iptables", "--iptables-min-sync-period=1s"}},
 		{NFTables, "", false, "nftables", []string{"--proxy-mode=nftables", "--iptables-min-sync-period=1s"}},
+		{UserspaceRedirect, "", false, "userspace", []string{"--proxy-mode=userspace", "--userspace-portals=redirect"}},
+		{UserspaceLocal, "", false, "userspace", []string{"--proxy-mode=userspace", "--userspace-portals=local"}},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.mode), func(t *testing.T) {
@@ -125,6 +127,9 @@ func TestModes(t *testing.T) {
 				if !slices.Contains(flags, f) {
 					t.Errorf("ProxyFlags = %q, missing %q", flags, f)
 				}
+			}
+			if _, userspace := tt.mode.Portals(); !userspace && slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, "--userspace-portals") }) {
+				t.Errorf("ProxyFlags(%q) = %q: a portal flag outside the userspace mode", tt.mode, flags)
 			}
 			if ok && IPTablesMode(b) != tt.mode {
 				t.Errorf("IPTablesMode(%q) = %q", b, IPTablesMode(b))

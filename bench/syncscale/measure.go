@@ -38,6 +38,10 @@ type RowLab struct {
 	Server     netip.Addr
 	// Logf reports progress.
 	Logf func(format string, args ...any)
+	// Then, when set, runs after the measurements while the proxy still
+	// runs (bench/modes measures the data plane there); its error fails
+	// the measurement.
+	Then func(ctx context.Context, proc *lab.Process) error
 }
 
 // Measure runs a proxy started by start through the row's measurements and
@@ -82,7 +86,11 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 	if failures, _ := ss.Sum(failureMetric, AnyFamily); failures > 0 {
 		return m, fmt.Errorf("%s: %s is %v after the first sync; its log:\n%s", p, failureMetric, failures, logTail(proc))
 	}
-	if b, ok := l.Spec.Mode.Backend(); ok {
+	_, userspace := l.Spec.Mode.Portals()
+	if b, ok := l.Spec.Mode.Backend(); userspace {
+		// The relays hold the services, not the kernel: bench/modes checks
+		// them with traffic.
+	} else if ok {
 		dump, err := VerifyBackend(ctx, b, l.Spec.Services)
 		if err != nil {
 			return m, fmt.Errorf("%s after its first sync: %w", p, err)
@@ -111,6 +119,11 @@ func (l *RowLab) Measure(ctx context.Context, p Proxy, budget time.Duration, npl
 		m.NPL = append(m.NPL, d)
 	}
 	l.Logf("%s: new services answered after %v (median %v)", p, m.NPL, m.NPLMedian())
+	if l.Then != nil {
+		if err := l.Then(ctx, proc); err != nil {
+			return m, fmt.Errorf("%s: %w", p, err)
+		}
+	}
 	return m, StopGroup(proc, l.Logf)
 }
 

@@ -16,6 +16,11 @@ const (
 	IPTablesNFT    Mode = "iptables-nft"
 	IPTablesLegacy Mode = "iptables-legacy"
 	NFTables       Mode = "nftables"
+	// The userspace mode with each kind of portal: kproxy only (kube-proxy
+	// v1.36 has no userspace mode), measured by bench/modes, not in this
+	// package's table.
+	UserspaceRedirect Mode = "userspace-redirect"
+	UserspaceLocal    Mode = "userspace-local"
 )
 
 // Modes lists every mode, in table order.
@@ -38,10 +43,25 @@ func (m Mode) Backend() (b kernel.Backend, ok bool) {
 
 // ProxyMode is the --proxy-mode value both proxies run with.
 func (m Mode) ProxyMode() string {
-	if m == NFTables {
+	switch m {
+	case NFTables:
 		return "nftables"
+	case UserspaceRedirect, UserspaceLocal:
+		return "userspace"
 	}
 	return "iptables"
+}
+
+// Portals is the userspace mode's --userspace-portals value; ok is false
+// for the kernel-NAT modes.
+func (m Mode) Portals() (portals string, ok bool) {
+	switch m {
+	case UserspaceRedirect:
+		return "redirect", true
+	case UserspaceLocal:
+		return "local", true
+	}
+	return "", false
 }
 
 // parseModes reads a comma-separated list of modes; the iptables backends'

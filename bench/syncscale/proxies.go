@@ -18,7 +18,7 @@ const (
 // mode m: kproxy takes kube-proxy's flags, so the two run with the same
 // settings.
 func ProxyFlags(kubeconfig string, m Mode, minSync time.Duration) []string {
-	return []string{
+	flags := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + NodeName,
 		"--proxy-mode=" + m.ProxyMode(),
@@ -30,4 +30,8 @@ func ProxyFlags(kubeconfig string, m Mode, minSync time.Duration) []string {
 		"--metrics-bind-address=" + MetricsAddr,
 		"--healthz-bind-address=" + HealthzAddr,
 	}
+	if portals, ok := m.Portals(); ok {
+		flags = append(flags, "--userspace-portals="+portals)
+	}
+	return flags
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/redirect/kernel"
 )
 
 // ResetAPI undoes what Measure changed through the API, so the next proxy
@@ -39,19 +40,28 @@ func (l *RowLab) ResetAPI(ctx context.Context, nplBase int) error {
 }
 
 // CleanAfter runs `kproxy --cleanup` and checks that the row's mode left
-// nothing behind: no proxy rules in the iptables backend, or no kube-proxy
-// table in either family.
+// nothing behind: no proxy rules in the iptables backend (in either, for
+// the userspace mode), or no kube-proxy table in either family.
 func CleanAfter(ctx context.Context, node *lab.Host, kproxyBin string, m Mode) error {
 	if _, err := node.Exec(kproxyBin, "--cleanup"); err != nil {
 		return err
 	}
-	if b, ok := m.Backend(); ok {
-		dump, _, err := SaveDump(ctx, b)
-		if err != nil {
-			return err
-		}
-		if n := dump.ProxyLines(); n > 0 {
-			return fmt.Errorf("kproxy --cleanup left %d proxy rule lines in iptables-%s", n, b)
+	backends := kernel.Backends()
+	b, ok := m.Backend()
+	if ok {
+		backends = []kernel.Backend{b}
+	}
+	if _, userspace := m.Portals(); ok || userspace {
+		// The userspace mode's portal rules are in whichever backend kproxy
+		// picked.
+		for _, b := range backends {
+			dump, _, err := SaveDump(ctx, b)
+			if err != nil {
+				return err
+			}
+			if n := dump.ProxyLines(); n > 0 {
+				return fmt.Errorf("kproxy --cleanup left %d proxy rule lines in iptables-%s", n, b)
+			}
 		}
 		return nil
 	}
