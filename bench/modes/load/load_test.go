@@ -212,25 +212,26 @@ func TestRunCommand(t *testing.T) {
 		name      string
 		ctx       context.Context
 		limit     time.Duration
+		program   string
 		args      []string
 		want      string
 		wantErr   string
 		wantIs    error
 		wantUnder time.Duration
 	}{
-		{name: "output", ctx: context.Background(), limit: 5 * time.Second, args: []string{"sh", "-c", "echo out; echo err >&2"}, want: "out\n"},
+		{name: "output", ctx: context.Background(), limit: 5 * time.Second, program: "sh", args: []string{"-c", "echo out; echo err >&2"}, want: "out\n"},
 		{name: "failure wraps the output", ctx: context.Background(), limit: 5 * time.Second,
-			args: []string{"sh", "-c", "echo out; echo why >&2; exit 3"}, want: "out\n", wantErr: "exit status 3\nwhy\nout"},
+			program: "sh", args: []string{"-c", "echo out; echo why >&2; exit 3"}, want: "out\n", wantErr: "exit status 3\nwhy\nout"},
 		{name: "killed at its limit", ctx: context.Background(), limit: 200 * time.Millisecond,
-			args: []string{"sleep", "10"}, wantIs: errOverran, wantUnder: 2 * time.Second},
+			program: "sleep", args: []string{"10"}, wantIs: errOverran, wantUnder: 2 * time.Second},
 		{name: "killed with its children", ctx: context.Background(), limit: 200 * time.Millisecond,
-			args: []string{"sh", "-c", "sleep 10; echo late"}, wantIs: errOverran, wantUnder: 2 * time.Second},
-		{name: "cancelled", ctx: cancelled, limit: 5 * time.Second, args: []string{"sleep", "10"}, wantIs: context.Canceled, wantUnder: 2 * time.Second},
+			program: "sh", args: []string{"-c", "sleep 10; echo late"}, wantIs: errOverran, wantUnder: 2 * time.Second},
+		{name: "cancelled", ctx: cancelled, limit: 5 * time.Second, program: "sleep", args: []string{"10"}, wantIs: context.Canceled, wantUnder: 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
-			got, err := runCommand(tt.ctx, node, tt.limit, tt.args[0], tt.args[1:]...)
+			got, err := runCommand(tt.ctx, node, tt.limit, tt.program, tt.args...)
 			took := time.Since(start)
 			switch {
 			case tt.wantIs != nil:
