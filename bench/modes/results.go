@@ -123,10 +123,20 @@ type Control struct {
 	// CPU is the proxy's CPU time (its own and its children's: iptables-
 	// restore, nft) from start until just after the first sync; RSS its
 	// resident set then.
-	CPU     float64           `json:"cpu"`
-	RSS     int64             `json:"rss"`
+	CPU float64 `json:"cpu"`
+	RSS int64   `json:"rss"`
+	// Missing maps a figure not taken (Figure*) to the reason.
 	Missing map[string]string `json:"missing,omitempty"`
 }
+
+// Control-plane figure names, as Control.Missing keys.
+const (
+	FigureFirstSync  = "firstSync"
+	FigureChange     = "change"
+	FigureNewService = "newService"
+	FigureCPU        = "cpu"
+	FigureRSS        = "rss"
+)
 
 // Workload IDs: the data-plane measurements of every cell.
 const (
