@@ -1,0 +1,112 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// runLength is each workload's run in the kernel tests.
+const runLength = time.Second
+
+// TestWorkloadsInTheLab runs every workload from the lab's client to its
+// backend's servers, then at addresses where nothing answers, then stops
+// runs by their context.
+func TestWorkloadsInTheLab(t *testing.T) {
+	lab.RequireRoot(t)
+	if lab.InFreshNetns(t) {
+		return
+	}
+	topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 1})
+	lab.StartServers(t, topo, lab.ServerOptions{NoIperf: true, LargeFileBytes: 1})
+	if err := PrepareHosts(topo); err != nil {
+		t.Fatal(err)
+	}
+	// Twice: a harness may prepare a lab it reuses.
+	if err := PrepareHosts(topo); err != nil {
+		t.Fatalf("preparing the hosts again: %v", err)
+	}
+	backend := topo.Backends[0].IPv4
+	direct := Target{Client: topo.Client,
+		HTTP: netip.AddrPortFrom(backend, lab.NginxPort), UDP: netip.AddrPortFrom(backend, lab.UDPPlainEchoPort)}
+
+	t.Run("answered", func(t *testing.T) {
+		for _, w := range Workloads() {
+			t.Run(w, func(t *testing.T) {
+				res, err := Run(context.Background(), w, direct, runLength)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s: %.0f/s, p50 %v, p99 %v, %d ops, %d errors, %v busy CPU in %v, %v per op",
+					w, res.Rate, res.P50, res.P99, res.Ops, res.Errors, res.BusyCPU, res.Elapsed, res.CPUPerOp())
+				if res.Rate <= 0 || res.Ops <= 0 || res.CPUPerOp() <= 0 || res.Elapsed < runLength/2 {
+					t.Errorf("%s: %+v, want a rate, ops, CPU per op and about %v elapsed", w, res, runLength)
+				}
+				tcp := w == KeepAlive || w == NewConn
+				if tcp && (res.P50 <= 0 || res.P99 < res.P50) {
+					t.Errorf("%s: p50 %v, p99 %v, want 0 < p50 <= p99", w, res.P50, res.P99)
+				}
+				if !tcp && (res.P50 != 0 || res.P99 != 0) {
+					t.Errorf("%s: p50 %v, p99 %v, want none for UDP", w, res.P50, res.P99)
+				}
+			})
+		}
+	})
+
+	nowhere := []struct {
+		name string
+		t    Target
+	}{
+		// Nothing listens on these backend ports: refused at once.
+		{"refused", Target{Client: topo.Client,
+			HTTP: netip.AddrPortFrom(backend, lab.NginxPort+1), UDP: netip.AddrPortFrom(backend, lab.UDPPlainEchoPort+100)}},
+		// No rule on the node takes this VIP: packets loop between client
+		// and node until their TTL runs out.
+		{"unrouted VIP", Target{Client: topo.Client,
+			HTTP: netip.MustParseAddrPort("198.18.99.1:8080"), UDP: netip.MustParseAddrPort("198.18.99.1:9001")}},
+	}
+	for _, n := range nowhere {
+		t.Run(n.name, func(t *testing.T) {
+			for _, w := range Workloads() {
+				t.Run(w, func(t *testing.T) {
+					start := time.Now()
+					res, err := Run(context.Background(), w, n.t, runLength)
+					took := time.Since(start)
+					if err == nil {
+						t.Fatalf("%s at %+v: no error, result %+v", w, n.t, res)
+					}
+					if !strings.HasPrefix(err.Error(), w+" to ") {
+						t.Errorf("error %q does not start with the workload %q and its target", err, w)
+					}
+					if took > runLength+5*time.Second {
+						t.Errorf("%s took %v to fail, want about its run of %v", w, took, runLength)
+					}
+					t.Logf("%s after %v: %v", w, took.Round(time.Millisecond), err)
+				})
+			}
+		})
+	}
+
+	t.Run("cancelled", func(t *testing.T) {
+		for _, w := range Workloads() {
+			t.Run(w, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				_, err := Run(ctx, w, direct, time.Minute)
+				took := time.Since(start)
+				if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), w+" to ") {
+					t.Errorf("%s cancelled: error %v, want one naming it and wrapping the context's", w, err)
+				}
+				if took > 3*time.Second {
+					t.Errorf("%s took %v to stop after its context ended at 300ms", w, took)
+				}
+			})
+		}
+	})
+}
