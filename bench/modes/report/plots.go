@@ -208,7 +208,7 @@ func latencyFigure(run modes.Run, host modes.Section) figure {
 		name: PlotLatency, w: 11.5 * vg.Inch, h: 5 * vg.Inch,
 		draw: func(dc draw.Canvas) {
 			legendW := 2.4 * vg.Inch
-			plots := draw.Crop(dc, 0, -legendW, 0, 0)
+			plots := draw.Crop(dc, 0.1*vg.Inch, -legendW, 0.05*vg.Inch, -0.1*vg.Inch)
 			tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: 0.3 * vg.Inch, PadTop: 0.1 * vg.Inch, PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch}
 			left := linePlot(run, host, change, "One endpoint change until it is in the kernel", "seconds (log scale)", true)
 			right := linePlot(run, host, newSvc, "New service until it answers (median)", "seconds (log scale)", true)
@@ -229,7 +229,7 @@ func newConnFigure(run modes.Run, host modes.Section) figure {
 		draw: func(dc draw.Canvas) {
 			legendW := 2.4 * vg.Inch
 			p := linePlot(run, host, rates, "New connections per second (one HTTP request each), host kernel", "connections/s", false)
-			p.Draw(draw.Crop(dc, 0, -legendW, 0, 0))
+			p.Draw(draw.Crop(dc, 0.1*vg.Inch, -legendW, 0.05*vg.Inch, -0.1*vg.Inch))
 			drawLegend(draw.Crop(dc, dc.Max.X-dc.Min.X-legendW+0.2*vg.Inch, 0, 0, -0.35*vg.Inch), modeLegend(rates))
 		},
 	}
@@ -359,6 +359,23 @@ func (thousandsTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ticks
 }
 
+// ratioTicks labels every tenth of a ratio (every fifth past 2×), so a
+// bar's distance from 1 reads off the axis.
+type ratioTicks struct{}
+
+func (ratioTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 0.1
+	if hi > 2 {
+		step = 0.5
+	}
+	var ticks []plot.Tick
+	for i := math.Ceil(lo / step); i*step <= hi; i++ {
+		v := i * step
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 1, 64)})
+	}
+	return ticks
+}
+
 func tickLabel(v float64) string {
 	if v >= 1000 && v == math.Trunc(v) {
 		return thousands(int64(v))
@@ -466,8 +483,9 @@ func ratiosFigure(run modes.Run, s modes.Section, name string) figure {
 				p.NominalY(names...)
 			}
 			p.X.Min, p.X.Max = 0, hi*1.08
+			p.X.Tick.Marker = ratioTicks{}
 			legendW := 1.9 * vg.Inch
-			p.Draw(draw.Crop(dc, 0, -legendW, 0, 0))
+			p.Draw(draw.Crop(dc, 0.1*vg.Inch, -legendW, 0.05*vg.Inch, -0.1*vg.Inch))
 			l.Top, l.Left = true, true
 			l.ThumbnailWidth = 0.3 * vg.Inch
 			l.TextStyle.Font.Size = vg.Points(11)
