@@ -23,7 +23,25 @@ func Markdown(run modes.Run) string {
 	for _, s := range orderedSections(run) {
 		writeSection(&b, run, s, fn)
 	}
+	writePlotLinks(&b, run)
 	return b.String()
+}
+
+// writePlotLinks shows the figures Plots draws next to the page, by their
+// fixed names (the PNG inline, the SVG linked).
+func writePlotLinks(b *strings.Builder, run modes.Run) {
+	b.WriteString("## Plots\n\n")
+	links := []struct{ name, alt string }{
+		{PlotLatency, "One-change and new-service latency against service count, per mode"},
+		{PlotNewConn, "New connections per second against service count, per mode"},
+		{PlotRatios, "Data-plane rates as ratios to DNAT at the smallest service count, per mode and workload"},
+	}
+	if _, ok := findSection(run, modes.SectionGuest); ok {
+		links = append(links, struct{ name, alt string }{PlotRatiosGuest, "Guest kernel: data-plane rates as ratios to DNAT in the guest"})
+	}
+	for _, l := range links {
+		fmt.Fprintf(b, "![%s](%s.png) ([SVG](%s.svg))\n\n", l.alt, l.name, l.name)
+	}
 }
 
 func writeHeader(b *strings.Builder, run modes.Run) {

@@ -64,6 +64,8 @@ func TestMarkdownContent(t *testing.T) {
 		"[^1]: Skipped: RLIMIT_NOFILE 20000 (needs about 30,000)",
 		"Not measured: no answer within 30 s",
 		"ratios within the guest only",
+		"](latency.png)",
+		"](ratios-guest.png)",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the page lacks %q", want)
