@@ -85,6 +85,31 @@ func TestMarkdownContent(t *testing.T) {
 	}
 }
 
+// TestMarkdownDegenerate: runs with nothing measured still render a page
+// that says so, never a crash.
+func TestMarkdownDegenerate(t *testing.T) {
+	tests := []struct {
+		name string
+		run  modes.Run
+		want string
+	}{
+		{name: "empty run", run: modes.Run{}, want: "- **Run:** unknown date, took 0 s"},
+		{
+			name: "a cell without data or control",
+			run: modes.Run{Sections: []modes.Section{{Name: modes.SectionHost, Reference: modes.ModeDNAT,
+				Cells: []modes.Cell{{Mode: modes.ModeKproxyNFTables, Services: 5}}}}},
+			want: "| kproxy-nftables |        5 |               —[^1] |",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Markdown(tt.run); !strings.Contains(got, tt.want) {
+				t.Errorf("the page lacks %q:\n%s", tt.want, got)
+			}
+		})
+	}
+}
+
 func TestFormatting(t *testing.T) {
 	tests := []struct {
 		name string

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -140,7 +141,7 @@ func modeStyle(mode string) (color.Color, []vg.Length, draw.GlyphDrawer) {
 	case modes.ModeKproxyIPVS, modes.ModeKubeProxyIPVS:
 		c = color.RGBA{R: 213, G: 94, A: 255}
 	}
-	if len(mode) >= len("kube-proxy") && mode[:len("kube-proxy")] == "kube-proxy" {
+	if strings.HasPrefix(mode, "kube-proxy") {
 		return c, []vg.Length{vg.Points(6), vg.Points(3)}, draw.TriangleGlyph{}
 	}
 	return c, nil, draw.CircleGlyph{}
