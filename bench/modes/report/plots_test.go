@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"image/png"
+	"math"
 	"io"
 	"os"
 	"path/filepath"
@@ -153,5 +154,42 @@ func TestPlotsDeterministic(t *testing.T) {
 func TestPlotsUnwritableDir(t *testing.T) {
 	if _, err := Plots(fixture(t, "results.json"), filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("Plots into a missing directory: want an error")
+	}
+}
+
+// TestLogAxes: log axes must stay positive and non-empty, even for one
+// value or none (the library panics on a non-positive log range).
+func TestLogAxes(t *testing.T) {
+	tests := []struct {
+		name           string
+		vs             []float64
+		wantLo, wantHi float64
+		wantLabels     []string
+	}{
+		{name: "none", vs: nil, wantLo: 0.1, wantHi: 10, wantLabels: []string{"0.1", "1", "10"}},
+		{name: "zeros only", vs: []float64{0, -1}, wantLo: 0.1, wantHi: 10, wantLabels: []string{"0.1", "1", "10"}},
+		{name: "one value", vs: []float64{1}, wantLo: 1 / 1.5, wantHi: 1.5, wantLabels: []string{"1"}},
+		{name: "a decade", vs: []float64{0.02, 0.3}, wantLo: 0.02 / 1.5, wantHi: 0.45, wantLabels: []string{"0.02", "0.05", "0.1", "0.2"}},
+		{name: "four decades", vs: []float64{1, 10000}, wantLo: 1 / 1.5, wantHi: 15000, wantLabels: []string{"1", "10", "100", "1,000", "10,000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lo, hi := logRange(tt.vs, 1.5)
+			if math.Abs(lo-tt.wantLo) > 1e-9 || math.Abs(hi-tt.wantHi) > 1e-9 {
+				t.Errorf("logRange = [%v, %v], want [%v, %v]", lo, hi, tt.wantLo, tt.wantHi)
+			}
+			var labels []string
+			for _, tk := range (logTicks{}).Ticks(lo, hi) {
+				if tk.Value < lo || tk.Value > hi {
+					t.Errorf("tick %v outside [%v, %v]", tk.Value, lo, hi)
+				}
+				if tk.Label != "" {
+					labels = append(labels, tk.Label)
+				}
+			}
+			if !slices.Equal(labels, tt.wantLabels) {
+				t.Errorf("labels %q, want %q", labels, tt.wantLabels)
+			}
+		})
 	}
 }
