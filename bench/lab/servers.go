@@ -244,14 +244,18 @@ func startUDPEcho(prefixed bool) func(h *Host) (io.Closer, error) {
 		_ = conn.SetReadBuffer(4 << 20)
 		_ = conn.SetWriteBuffer(4 << 20)
 		for range udpEchoReaders {
-			go serveUDPEcho(conn, prefix)
+			go ServeUDPEchoOn(conn, prefix)
 		}
 		return conn, nil
 	}
 }
 
-// serveUDPEcho answers datagrams until conn is closed.
-func serveUDPEcho(conn *net.UDPConn, prefix string) {
+// ServeUDPEchoOn answers datagrams on conn until it is closed, each with
+// prefix followed by the datagram (cut at MaxUDPPayload). Benchmarks that
+// give a backend several addresses serve a socket bound to each with it: a
+// wildcard socket answers from the link's primary address, which the
+// client's NAT would not recognise.
+func ServeUDPEchoOn(conn *net.UDPConn, prefix string) {
 	buf := make([]byte, len(prefix)+MaxUDPPayload+1)
 	copy(buf, prefix)
 	for {

@@ -1,0 +1,129 @@
+// Command bench-compare reads the results of the side-by-side benchmark
+// (bench/modes, results.json).
+//
+//	bench-compare OLD.json NEW.json
+//
+// prints the figures that moved between two runs by more than the noise
+// the runs measured themselves (report.Compare), and what only one run
+// has; "No figure moved beyond its noise." when nothing did.
+//
+//	bench-compare -render RESULTS.json [-out DIR]
+//
+// (re)writes DIR/bench-modes.md and the plots (PNG and SVG) from a results
+// file; DIR defaults to the results file's directory.
+//
+// Exit status: 0 when it printed or wrote what was asked, 1 when writing
+// failed, 2 on bad arguments or an unreadable results file (a missing
+// file, bad JSON, another schema version).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"kproxy.dev/kproxy/bench/modes"
+	"kproxy.dev/kproxy/bench/modes/report"
+)
+
+// MarkdownFile is the page -render writes next to the plots.
+const MarkdownFile = "bench-modes.md"
+
+const usage = `usage:
+  bench-compare OLD.json NEW.json           print the figures that moved beyond their noise
+  bench-compare -render RESULTS.json [-out DIR]
+                                            write DIR/` + MarkdownFile + ` and the plots
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError is an error of the arguments or input files: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func badUsage(format string, args ...any) error {
+	return usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	err := runErr(args, stdout)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stderr, usage)
+		return 2
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "bench-compare: %v\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "bench-compare: %v\n", err)
+		return 1
+	}
+}
+
+func runErr(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench-compare", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	render := fs.String("render", "", "results file to render")
+	out := fs.String("out", "", "directory for "+MarkdownFile+" and the plots (default: the results file's)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return badUsage("%v", err)
+	}
+	if *render != "" {
+		if fs.NArg() != 0 {
+			return badUsage("-render takes no other arguments, got %q", fs.Args())
+		}
+		return renderRun(*render, *out, stdout)
+	}
+	if *out != "" {
+		return badUsage("-out goes with -render")
+	}
+	if fs.NArg() != 2 {
+		return badUsage("want OLD.json NEW.json, got %d arguments", fs.NArg())
+	}
+	oldRun, err := modes.ReadRun(fs.Arg(0))
+	if err != nil {
+		return badUsage("old run: %v", err)
+	}
+	newRun, err := modes.ReadRun(fs.Arg(1))
+	if err != nil {
+		return badUsage("new run: %v", err)
+	}
+	if err := report.CheckComparable(oldRun, newRun); err != nil {
+		return badUsage("%v", err)
+	}
+	_, err = io.WriteString(stdout, report.FormatComparison(oldRun, newRun))
+	return err
+}
+
+func renderRun(path, dir string, stdout io.Writer) error {
+	r, err := modes.ReadRun(path)
+	if err != nil {
+		return badUsage("%v", err)
+	}
+	if dir == "" {
+		dir = filepath.Dir(path)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating the output directory: %w", err)
+	}
+	md := filepath.Join(dir, MarkdownFile)
+	if err := os.WriteFile(md, []byte(report.Markdown(r)), 0o644); err != nil {
+		return fmt.Errorf("writing the table: %w", err)
+	}
+	plots, err := report.Plots(r, dir)
+	for _, p := range append([]string{md}, plots...) {
+		fmt.Fprintln(stdout, p)
+	}
+	return err
+}

@@ -1,0 +1,185 @@
+// Package report turns a results file of the side-by-side benchmark
+// (modes.Run) into what people read: the Markdown table (Markdown), the
+// plots (Plots) and the rows that moved between two runs (Compare).
+package report
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"kproxy.dev/kproxy/bench/modes"
+)
+
+// Control-plane figure names: the keys of modes.Control.Missing (the
+// figures' JSON field names) and the figures Compare reports.
+const (
+	FigureFirstSync  = "firstSync"
+	FigureChange     = "change"
+	FigureNewService = "newService"
+	FigureCPU        = "cpu"
+	FigureRSS        = "rss"
+)
+
+// controlFigures lists the control-plane figures in table order.
+func controlFigures() []string {
+	return []string{FigureFirstSync, FigureChange, FigureNewService, FigureCPU, FigureRSS}
+}
+
+// workloadName is a workload as the table names it, with its unit.
+func workloadName(w string) string {
+	switch w {
+	case modes.WorkloadKeepAlive:
+		return "keep-alive HTTP (req/s)"
+	case modes.WorkloadNewConn:
+		return "new connection HTTP (req/s)"
+	case modes.WorkloadUDPRR:
+		return "UDP request/response (req/s)"
+	case modes.WorkloadUDPFlows:
+		return "new UDP flows (flows/s)"
+	}
+	return w
+}
+
+// shortWorkload is a workload's name in plot legends and compare rows.
+func shortWorkload(w string) string {
+	switch w {
+	case modes.WorkloadKeepAlive:
+		return "keep-alive"
+	case modes.WorkloadNewConn:
+		return "new conn"
+	case modes.WorkloadUDPRR:
+		return "UDP req/resp"
+	case modes.WorkloadUDPFlows:
+		return "new UDP flows"
+	}
+	return w
+}
+
+// tcpWorkload says whether wrk measured the workload's latency.
+func tcpWorkload(w string) bool {
+	return w == modes.WorkloadKeepAlive || w == modes.WorkloadNewConn
+}
+
+// sectionModes returns the section's modes in table order: the reference
+// first, then the run's host mode order (Settings.Modes), then any other
+// mode in the order its first cell appears.
+func sectionModes(run modes.Run, s modes.Section) []string {
+	var out []string
+	add := func(m string) {
+		if m != "" && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	present := map[string]bool{}
+	for _, c := range s.Cells {
+		present[c.Mode] = true
+	}
+	if present[s.Reference] {
+		add(s.Reference)
+	}
+	for _, m := range run.Settings.Modes {
+		if present[m] {
+			add(m)
+		}
+	}
+	for _, c := range s.Cells {
+		add(c.Mode)
+	}
+	return out
+}
+
+// sectionSizes returns the service counts of the section's cells,
+// ascending.
+func sectionSizes(s modes.Section) []int {
+	var out []int
+	for _, c := range s.Cells {
+		if !slices.Contains(out, c.Services) {
+			out = append(out, c.Services)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// orderedSections returns the run's sections, host first, then guest, then
+// any other in file order.
+func orderedSections(run modes.Run) []modes.Section {
+	rank := func(s modes.Section) int {
+		switch s.Name {
+		case modes.SectionHost:
+			return 0
+		case modes.SectionGuest:
+			return 1
+		}
+		return 2
+	}
+	out := slices.Clone(run.Sections)
+	slices.SortStableFunc(out, func(a, b modes.Section) int { return rank(a) - rank(b) })
+	return out
+}
+
+// thousands writes an integer with comma separators: 18300 -> "18,300".
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// fmtRate rounds a rate to three significant digits (run-to-run noise is
+// a few per cent, more digits would be noise) with thousands separators.
+func fmtRate(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	if math.Abs(v) < 100 {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	mag := math.Pow(10, math.Floor(math.Log10(math.Abs(v)))-2)
+	return thousands(int64(math.Round(v/mag) * mag))
+}
+
+// fmtNum formats a positive figure (seconds, ms, µs, MiB) with about three
+// significant digits and no exponent.
+func fmtNum(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "—"
+	case a >= 1000:
+		return thousands(int64(math.Round(v)))
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case a >= 0.01 || a == 0:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 4, 64)
+	}
+}
+
+// fmtPct formats a relative change or spread as a percentage.
+func fmtPct(v float64, sign bool) string {
+	s := strconv.FormatFloat(100*v, 'f', 1, 64) + "%"
+	if sign && v > 0 {
+		return "+" + s
+	}
+	return s
+}
+
+const mib = 1 << 20
