@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs lint clean
+.PHONY: all build deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare lint clean
 
 all: build
 
@@ -112,10 +112,11 @@ DATAPLANE_IPTABLES_TABLE := $(CURDIR)/bin/dataplane-iptables-table.md
 DATAPLANE_NFTABLES_TABLE := $(CURDIR)/bin/dataplane-nftables-table.md
 SYNCSCALE_TABLE := $(CURDIR)/bin/syncscale-table.md
 bench: deps tools
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /bench/dataplane -e /bench/syncscale -e /bench/ipvsscale)
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /bench/dataplane -e /bench/syncscale -e /bench/ipvsscale -e /bench/modes)
 	$(MAKE) --no-print-directory bench-dataplane
 	$(MAKE) --no-print-directory bench-syncscale
 	$(MAKE) --no-print-directory bench-ipvs
+	$(MAKE) --no-print-directory bench-modes
 
 # The IPVS sync table: desired-state computation on the host, netlink apply
 # in a guest kernel per size (about 2.5 minutes for 1,000 and 10,000 ports;
@@ -160,6 +161,26 @@ bench-dataplane-scale: deps
 	KPROXY_DATAPLANE_ROUNDS=$(DATAPLANE_ROUNDS) KPROXY_BENCH_TABLE=$(DATAPLANE_SCALE_TABLE) \
 		$(GO) test -run '^$$' -bench '^BenchmarkDataPlaneScale$$' -benchtime 1x -timeout 90m ./bench/dataplane/
 	@cat $(DATAPLANE_SCALE_TABLE)
+
+# Every mode side by side (bench/modes): kproxy's userspace (both portal
+# kinds), iptables (both backends) and nftables modes and kube-proxy
+# v1.36.3's iptables and nftables modes at 1, 1,000 and 10,000 services
+# (KPROXY_BENCH_SIZES), control plane and data plane against a hand-written
+# DNAT rule, then the IPVS modes in the guest kernel (KPROXY_BENCH_GUEST=off
+# skips them). Under 30 minutes on 2 cores; leaves results.json,
+# bench-modes.md and the plots (PNG, SVG) in bin/bench-modes.
+BENCH_MODES_OUT ?= $(CURDIR)/bin/bench-modes
+bench-modes: deps tools build
+	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy KPROXY_GUEST_EXEC=$(CURDIR)/bin/guest-exec KPROXY_BENCH_OUT=$(BENCH_MODES_OUT) TMPDIR=$(GUEST_TMPDIR) \
+		$(GO) test -run '^$$' -bench '^BenchmarkModes$$' -benchtime 1x -timeout 0 ./bench/modes/
+	@echo "Written to $(BENCH_MODES_OUT)"
+
+# Two bench-modes runs: the figures that moved by more than the noise
+# measured in the runs. make bench-compare OLD=a/results.json NEW=b/results.json
+bench-compare:
+	@if [ -z "$(OLD)" ] || [ -z "$(NEW)" ]; then echo "usage: make bench-compare OLD=old/results.json NEW=new/results.json"; exit 2; fi
+	@$(GO) run ./bench/modes/cmd/bench-compare $(OLD) $(NEW)
 
 STATICCHECK := $(CURDIR)/bin/staticcheck
 lint:
