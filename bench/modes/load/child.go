@@ -27,7 +27,8 @@ var zeroRequests = regexp.MustCompile(`(?m)^\s*0 requests in `)
 // ChildMain must be called first thing from TestMain of any test binary
 // that uses load: when the binary was re-executed as the new-UDP-flow
 // client (a process of its own in the client's namespace), it runs it,
-// prints the result and exits; otherwise it returns.
+// prints the result and exits; otherwise it returns. A benchmark program's
+// main may call it the same way.
 func ChildMain() {
 	if len(os.Args) < 2 || os.Args[1] != childArg {
 		return

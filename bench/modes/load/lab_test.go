@@ -31,6 +31,21 @@ func TestWorkloadsInTheLab(t *testing.T) {
 	if err := PrepareHosts(topo); err != nil {
 		t.Fatalf("preparing the hosts again: %v", err)
 	}
+	for _, h := range []*lab.Host{topo.Node, topo.Client, topo.Backends[0]} {
+		if got := strings.TrimSpace(h.MustExec("sysctl", "-n", "net.ipv4.tcp_max_tw_buckets")); got != "1024" {
+			t.Errorf("%s: tcp_max_tw_buckets %s, want 1024", h, got)
+		}
+	}
+	if has, err := hasConntrack(topo.Node); err != nil {
+		t.Error(err)
+	} else if !has {
+		t.Log("no conntrack module loaded: the node's conntrack timeouts are not checked")
+	} else if got := strings.TrimSpace(topo.Node.MustExec("sysctl", "-n", "net.netfilter.nf_conntrack_udp_timeout")); got != "2" {
+		t.Errorf("node: nf_conntrack_udp_timeout %s, want 2", got)
+	}
+	if addrs := topo.Client.MustExec("ip", "-4", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(addrs, " 198.19.0.107/24 ") {
+		t.Errorf("the client's eth0 lacks the UDP flow sources:\n%s", addrs)
+	}
 	backend := topo.Backends[0].IPv4
 	direct := Target{Client: topo.Client,
 		HTTP: netip.AddrPortFrom(backend, lab.NginxPort), UDP: netip.AddrPortFrom(backend, lab.UDPPlainEchoPort)}

@@ -96,7 +96,8 @@ func (r Result) CPUPerOp() time.Duration {
 	return r.BusyCPU / time.Duration(r.Ops)
 }
 
-// Run runs workload from t.Client to t for about d and measures it. A run
+// Run runs workload from t.Client to t for about d (wrk's runs are whole
+// seconds, d rounded up) and measures it. A run
 // where nothing was answered, or where an HTTP response was not 2xx/3xx,
 // is an error naming the workload and the target; so is ctx ending before
 // the run did.
