@@ -178,6 +178,9 @@ func (g *guestLab) kproxyCell(ctx context.Context, n int) (Cell, error) {
 		ready := true
 		slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{Addresses: []string{ep.String()}, Conditions: discovery.EndpointConditions{Ready: &ready}})
 		services[changed].slice = slice
+		if err := waitQuiet(ctx, alive, syncBound(n)); err != nil {
+			return Cell{}, fmt.Errorf("before one-endpoint change %d: %w", k+1, err)
+		}
 		if err := g.writeServices(file, services); err != nil {
 			return Cell{}, err
 		}
@@ -210,6 +213,9 @@ func (g *guestLab) kproxyCell(ctx context.Context, n int) (Cell, error) {
 	for k := range guestNewServices {
 		name, vip := syncscale.NPLServiceName(k), syncscale.NPLServiceIP(k)
 		services = append(services, serviceObjects{syncscale.NewService(name, vip), syncscale.NewSlice(name, []netip.Addr{g.d.Spare.IPv4})})
+		if err := waitQuiet(ctx, alive, syncBound(n)); err != nil {
+			return Cell{}, fmt.Errorf("before new service %d: %w", k+1, err)
+		}
 		if err := g.writeServices(file, services); err != nil {
 			return Cell{}, err
 		}
@@ -331,8 +337,11 @@ func (g *guestLab) cleanUp() error {
 // IPVS is listed: often enough for the figures, rarely enough not to slow
 // the proxy on the guest's one CPU.
 const (
-	metricsPoll = 20 * time.Millisecond
-	ipvsPoll    = 5 * time.Millisecond
+	metricsPoll = 50 * time.Millisecond
+	ipvsPoll    = 10 * time.Millisecond
+	// quietFor is how long the sync count must stand still before a
+	// change is written, so no earlier sync's tail is timed with it.
+	quietFor = 500 * time.Millisecond
 )
 
 // waitSynced waits until kproxy (in this namespace) has finished a sync.
@@ -352,6 +361,32 @@ func waitSynced(ctx context.Context, alive func() error, bound time.Duration) er
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no sync after %v (%s: %s)", bound, lab.SyncCountMetric, last)
+		}
+		if err := sleepCtx(ctx, metricsPoll); err != nil {
+			return err
+		}
+	}
+}
+
+// waitQuiet waits until kproxy's sync count has not moved for quietFor.
+func waitQuiet(ctx context.Context, alive func() error, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	last, since := "", time.Now()
+	for {
+		if err := alive(); err != nil {
+			return err
+		}
+		v, ok := lab.Metric(lab.SyncCountMetric)
+		if !ok {
+			return fmt.Errorf("kproxy's %s is not in %s", lab.SyncCountMetric, lab.KproxyMetricsURL)
+		}
+		if v != last {
+			last, since = v, time.Now()
+		} else if time.Since(since) >= quietFor {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kproxy still syncing (%s syncs so far) after %v", last, bound)
 		}
 		if err := sleepCtx(ctx, metricsPoll); err != nil {
 			return err
