@@ -21,7 +21,12 @@ import (
 // user-mode-linux guest kernel, next to the DNAT reference measured there.
 // The host benchmark runs the guest half (TestGuestModesSection, in this
 // package's own test binary) through guest-exec with RunGuestSection,
-// which reads the section back from the guest's output.
+// which reads the section back from the guest's output. By hand:
+//
+//	go build -o bin/guest-exec ./bench/guest/cmd/guest-exec
+//	go build -o bin/kproxy ./cmd/kproxy
+//	KPROXY_BINARY=$PWD/bin/kproxy KPROXY_BENCH_GUEST_SIZES=1 \
+//	  go test -exec "$PWD/bin/guest-exec" -run '^TestGuestModesSection$' -v ./bench/modes/
 
 // Environment of TestGuestModesSection (RunGuestSection sets it).
 const (
