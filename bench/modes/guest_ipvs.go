@@ -111,8 +111,9 @@ func (g *guestLab) dnatCell(ctx context.Context, n int) (Cell, error) {
 }
 
 // syncBound bounds a first sync at n services in the guest: generous, it
-// only keeps a wedged proxy from hanging the run.
-func syncBound(n int) time.Duration { return 2*time.Minute + time.Duration(n)*20*time.Millisecond }
+// only keeps a wedged proxy from hanging the run (kube-proxy's IPVS
+// proxier took 106 s for its first sync of 1,000 services there).
+func syncBound(n int) time.Duration { return 5*time.Minute + time.Duration(n)*400*time.Millisecond }
 
 // kproxyCell runs kproxy --proxy-mode=ipvs on a services file of n
 // services: its first sync, CPU and RSS then, the data plane, one-endpoint
@@ -177,6 +178,9 @@ func (g *guestLab) kproxyCell(ctx context.Context, n int) (Cell, error) {
 		ready := true
 		slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{Addresses: []string{ep.String()}, Conditions: discovery.EndpointConditions{Ready: &ready}})
 		services[changed].slice = slice
+		if err := waitQuiet(ctx, alive, syncBound(n)); err != nil {
+			return Cell{}, fmt.Errorf("before one-endpoint change %d: %w", k+1, err)
+		}
 		if err := g.writeServices(file, services); err != nil {
 			return Cell{}, err
 		}
@@ -189,20 +193,38 @@ func (g *guestLab) kproxyCell(ctx context.Context, n int) (Cell, error) {
 		ctl.ChangeAll = append(ctl.ChangeAll, time.Since(t0).Seconds())
 	}
 	ctl.Change = medianOf(ctl.ChangeAll)
+	// New services as the host benchmark times them: syncscale's
+	// network-programming services, answered by its answer server on
+	// backend-2, probed until the client reads the answer.
+	answers, err := syncscale.ServeAnswers(g.d.Spare, syncscale.EndpointPort)
+	if err != nil {
+		return Cell{}, err
+	}
+	defer answers.Close()
+	removeReject, err := g.rejectUnprogrammed()
+	if err != nil {
+		return Cell{}, err
+	}
+	defer func() {
+		if err := removeReject(); err != nil {
+			g.tb.Errorf("%v", err)
+		}
+	}()
 	for k := range guestNewServices {
-		svc, slice := BenchService(g.d.Endpoints)
-		vip := netip.AddrFrom4([4]byte{198, 18, 254, byte(2 + k)})
-		svc.Name, svc.Spec.ClusterIP = fmt.Sprintf("%s-new-%d", BenchServiceName, k), vip.String()
-		slice.Name, slice.Labels[discovery.LabelServiceName] = svc.Name+"-1", svc.Name
-		services = append(services, serviceObjects{svc, slice})
+		name, vip := syncscale.NPLServiceName(k), syncscale.NPLServiceIP(k)
+		services = append(services, serviceObjects{syncscale.NewService(name, vip), syncscale.NewSlice(name, []netip.Addr{g.d.Spare.IPv4})})
+		if err := waitQuiet(ctx, alive, syncBound(n)); err != nil {
+			return Cell{}, fmt.Errorf("before new service %d: %w", k+1, err)
+		}
 		if err := g.writeServices(file, services); err != nil {
 			return Cell{}, err
 		}
 		t0 := time.Now()
-		if err := g.waitAnswer(ctx, h, alive, vip, syncBound(n)); err != nil {
-			return Cell{}, fmt.Errorf("new service %d: %w", k+1, err)
+		answered, err := syncscale.WaitAnswer(ctx, g.d.Topo.Client, netip.AddrPortFrom(vip, syncscale.ServicePort), t0.Add(syncBound(n)))
+		if err != nil {
+			return Cell{}, fmt.Errorf("new service %d: %w", k+1, errors.Join(err, alive()))
 		}
-		ctl.NewServiceAll = append(ctl.NewServiceAll, time.Since(t0).Seconds())
+		ctl.NewServiceAll = append(ctl.NewServiceAll, answered.Sub(t0).Seconds())
 	}
 	ctl.NewService = medianOf(ctl.NewServiceAll)
 	if err := alive(); err != nil {
@@ -269,6 +291,25 @@ func (g *guestLab) writeServices(path string, services []serviceObjects) error {
 	return nil
 }
 
+// rejectUnprogrammed makes a probe of a ClusterIP no proxy has programmed
+// yet fail at once with a reset, so the probe's retries, not lost SYNs'
+// timeouts, set the new-service resolution: syncscale.PrepareNode's nftables
+// rule, in iptables-legacy (the guest kernel has no nftables ip family).
+// A packet to a programmed ClusterIP is delivered locally (IPVS) and never
+// forwarded with that destination.
+func (g *guestLab) rejectUnprogrammed() (remove func() error, err error) {
+	rule := []string{"FORWARD", "-d", "198.18.0.0/16", "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"}
+	if _, err := g.d.Topo.Node.Exec(iptablesCommand(), append([]string{"-w", "-t", "filter", "-I"}, rule...)...); err != nil {
+		return nil, fmt.Errorf("rejecting unprogrammed ClusterIPs: %w", err)
+	}
+	return func() error {
+		if _, err := g.d.Topo.Node.Exec(iptablesCommand(), append([]string{"-w", "-t", "filter", "-D"}, rule...)...); err != nil {
+			return fmt.Errorf("removing the rule rejecting unprogrammed ClusterIPs: %w", err)
+		}
+		return nil
+	}, nil
+}
+
 // cleanUp removes whatever the last mode left: kproxy --cleanup removes
 // what kproxy's and kube-proxy's modes install (IPVS virtual servers,
 // kube-ipvs0, ipsets, KUBE-* chains); it then checks that no virtual
@@ -296,8 +337,11 @@ func (g *guestLab) cleanUp() error {
 // IPVS is listed: often enough for the figures, rarely enough not to slow
 // the proxy on the guest's one CPU.
 const (
-	metricsPoll = 20 * time.Millisecond
-	ipvsPoll    = 5 * time.Millisecond
+	metricsPoll = 50 * time.Millisecond
+	ipvsPoll    = 10 * time.Millisecond
+	// quietFor is how long the sync count must stand still before a
+	// change is written, so no earlier sync's tail is timed with it.
+	quietFor = 500 * time.Millisecond
 )
 
 // waitSynced waits until kproxy (in this namespace) has finished a sync.
@@ -317,6 +361,32 @@ func waitSynced(ctx context.Context, alive func() error, bound time.Duration) er
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no sync after %v (%s: %s)", bound, lab.SyncCountMetric, last)
+		}
+		if err := sleepCtx(ctx, metricsPoll); err != nil {
+			return err
+		}
+	}
+}
+
+// waitQuiet waits until kproxy's sync count has not moved for quietFor.
+func waitQuiet(ctx context.Context, alive func() error, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	last, since := "", time.Now()
+	for {
+		if err := alive(); err != nil {
+			return err
+		}
+		v, ok := lab.Metric(lab.SyncCountMetric)
+		if !ok {
+			return fmt.Errorf("kproxy's %s is not in %s", lab.SyncCountMetric, lab.KproxyMetricsURL)
+		}
+		if v != last {
+			last, since = v, time.Now()
+		} else if time.Since(since) >= quietFor {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kproxy still syncing (%s syncs so far) after %v", last, bound)
 		}
 		if err := sleepCtx(ctx, metricsPoll); err != nil {
 			return err
@@ -346,44 +416,6 @@ func waitIPVS(ctx context.Context, h *ipvs.Handle, alive func() error, vs, rs ne
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("real server %s of %s not in IPVS after %v (last listing: %d real servers, %v)", rs, vs, bound, len(dests), err)
-		}
-		if err := sleepCtx(ctx, ipvsPoll); err != nil {
-			return err
-		}
-	}
-}
-
-// waitAnswer waits until the new service on vip is in IPVS with a real
-// server, then until the client gets an HTTP answer through it.
-func (g *guestLab) waitAnswer(ctx context.Context, h *ipvs.Handle, alive func() error, vip netip.Addr, bound time.Duration) error {
-	deadline := time.Now().Add(bound)
-	vs := netip.AddrPortFrom(vip, BenchHTTPPort)
-	for {
-		dests, err := h.GetDestinations(ipvsTCP(vs))
-		if err == nil && len(dests) > 0 {
-			break
-		}
-		if err := alive(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("virtual server %s not in IPVS with a real server after %v (%v)", vs, bound, err)
-		}
-		if err := sleepCtx(ctx, ipvsPoll); err != nil {
-			return err
-		}
-	}
-	url := "http://" + vs.String() + "/"
-	for {
-		status, body, err := lab.HTTPGetStatus(g.d.Topo.Client, url)
-		if err == nil && status == 200 && body == g.d.Servers.Name {
-			return nil
-		}
-		if err := alive(); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s in IPVS but no answer from %s after %v: %d %q %v", vs, url, bound, status, body, err)
 		}
 		if err := sleepCtx(ctx, ipvsPoll); err != nil {
 			return err
@@ -442,8 +474,8 @@ func guestTitle() string {
 func guestNotes(s guestSettings) []string {
 	return []string{
 		"The guest kernel's system calls are ~60× slower than the host's and it has one CPU: absolute rates and latencies say nothing about a real node; only ratios to the DNAT reference measured in the same guest do.",
-		fmt.Sprintf("Data plane: each workload %d run(s) of %v through the measured service's ClusterIP (%d endpoints on one backend); DNAT is two hand-written iptables-legacy nat PREROUTING rules to one endpoint, the IPVS modes balance over all endpoints.", s.Repeats, s.RunFor, syncscale.EndpointsPerSlice),
-		"kproxy-ipvs reads a services file (--services-file), not an API server: its one-endpoint change (until the real server is in IPVS) and new-service (until the client gets an HTTP answer) latencies include re-reading the whole file and the file watch's 100 ms debounce.",
+		fmt.Sprintf("Data plane: each workload %d run(s) of %v through the measured service's ClusterIP (%d endpoints on one backend); DNAT is two hand-written iptables-legacy nat PREROUTING rules to one endpoint (the same at every size: no other service has rules), the IPVS modes balance over all endpoints.", s.Repeats, s.RunFor, syncscale.EndpointsPerSlice),
+		"kproxy-ipvs reads a services file (--services-file), not an API server: its one-endpoint change (until the real server is in IPVS) and new-service (syncscale's probe: until the client reads the answer server's greeting through it) latencies include re-reading the whole file and the file watch's 100 ms debounce.",
 		"kube-proxy-ipvs is kube-proxy v1.36's IPVS proxier run by bench/tools/ipvsref for one sync on the same services file: its first sync is the whole run (process start to exit), its CPU its own and its children's, its RSS the peak; it has no change or new-service figures (" + ipvsrefMissing + ").",
 	}
 }

@@ -26,11 +26,11 @@ import (
 func TestGuestModesSection(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
 	guest.SkipWithoutNetfilter(t)
-	kproxy := os.Getenv(lab.KproxyBinaryEnv)
-	if kproxy == "" {
+	if os.Getenv(lab.KproxyBinaryEnv) == "" {
 		// Building kproxy inside the guest would take minutes.
 		t.Skipf("%s is not set: build kproxy on the host (go build -o bin/kproxy ./cmd/kproxy) and pass its path", lab.KproxyBinaryEnv)
 	}
+	kproxy := lab.KproxyBinary(t) // the one KPROXY_BINARY names
 	settings, err := guestSettingsFrom(os.Getenv)
 	if err != nil {
 		t.Fatal(err)
