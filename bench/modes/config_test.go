@@ -119,7 +119,7 @@ func TestProgress(t *testing.T) {
 	if want := "bench-modes 13:04:00 [4m0s elapsed, about 16m0s left] 10,000 services: kproxy-nftables\n"; out.String() != want {
 		t.Errorf("progress line %q, want %q", out.String(), want)
 	}
-	def := Plan{DefaultConfig()}
+	def := Plan{Config: DefaultConfig(), NoFile: 20000, Loops: 2}
 	if total := def.Total(); total > 30*time.Minute || total < 10*time.Minute {
 		t.Errorf("the default run is estimated at %v: the issue wants under 30 minutes", total)
 	}

@@ -222,6 +222,18 @@ func (d *DataLab) CheckAnswers(ctx context.Context, vip netip.Addr) error {
 // under test died) ends the measurement.
 func (d *DataLab) MeasureData(ctx context.Context, vip netip.Addr, runFor time.Duration, repeats int,
 	alive func() error) (map[string]Workload, error) {
+	runs, err := d.MeasureRuns(ctx, vip, runFor, repeats, alive)
+	if err != nil {
+		return nil, err
+	}
+	return SummarizeRuns(runs), nil
+}
+
+// MeasureRuns is MeasureData's runs before they are summarized, so that
+// runs measured at different times (the reference, before and after the
+// modes of a size) can be pooled.
+func (d *DataLab) MeasureRuns(ctx context.Context, vip netip.Addr, runFor time.Duration, repeats int,
+	alive func() error) (map[string][]load.Result, error) {
 	if repeats < 1 || runFor <= 0 {
 		return nil, fmt.Errorf("MeasureData: %d repeats of %v, want at least one run of a positive length", repeats, runFor)
 	}
@@ -244,11 +256,16 @@ func (d *DataLab) MeasureData(ctx context.Context, vip netip.Addr, runFor time.D
 			}
 		}
 	}
+	return runs, nil
+}
+
+// SummarizeRuns summarizes each workload's runs (summarizeRuns).
+func SummarizeRuns(runs map[string][]load.Result) map[string]Workload {
 	out := make(map[string]Workload, len(runs))
 	for w, rs := range runs {
 		out[w] = summarizeRuns(rs)
 	}
-	return out, nil
+	return out
 }
 
 // summarizeRuns is one workload's Workload: medians of its runs, every rate,

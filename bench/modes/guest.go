@@ -28,14 +28,9 @@ import (
 //	KPROXY_BINARY=$PWD/bin/kproxy KPROXY_BENCH_GUEST_SIZES=1 \
 //	  go test -exec "$PWD/bin/guest-exec" -run '^TestGuestModesSection$' -v ./bench/modes/
 
-// Environment of TestGuestModesSection (RunGuestSection sets it).
+// Environment of TestGuestModesSection: RunGuestSection sets the
+// benchmark's own (EnvGuestSizes, EnvRunSeconds, EnvRepeats) and this.
 const (
-	// guestSizesEnv: the service counts, "1,1000" by default.
-	guestSizesEnv = "KPROXY_BENCH_GUEST_SIZES"
-	// guestRunSecondsEnv and guestRepeatsEnv: each data-plane run's length
-	// (default 2 s) and how many runs of each workload (default 2).
-	guestRunSecondsEnv = "KPROXY_BENCH_RUN_SECONDS"
-	guestRepeatsEnv    = "KPROXY_BENCH_REPEATS"
 	// guestDirEnv passes the inner test (in its fresh network namespace,
 	// whose output is only shown when it ends) the directory where it
 	// writes its progress and the section for the outer one to print.
@@ -50,18 +45,6 @@ const (
 	GuestProgressPrefix = "KPROXY-MODES-GUEST-PROGRESS "
 )
 
-// DefaultGuestSizes are the guest section's service counts.
-func DefaultGuestSizes() []int { return []int{1, 1000} }
-
-// Default data-plane durations in the guest: it is ~60× slower at system
-// calls, so rates are low and runs short; only ratios to DNAT there count.
-const (
-	defaultGuestRunSeconds = 2
-	defaultGuestRepeats    = 2
-	// maxGuestServices bounds a size: syncscale's bulk ClusterIPs.
-	maxGuestServices = 30000
-)
-
 // guestSettings are TestGuestModesSection's knobs.
 type guestSettings struct {
 	Sizes   []int
@@ -69,50 +52,14 @@ type guestSettings struct {
 	Repeats int
 }
 
-// guestSettingsFrom reads guestSettings from the environment (getenv).
+// guestSettingsFrom reads guestSettings from the environment (getenv),
+// as the whole benchmark reads them.
 func guestSettingsFrom(getenv func(string) string) (guestSettings, error) {
-	s := guestSettings{Sizes: DefaultGuestSizes(), RunFor: defaultGuestRunSeconds * time.Second, Repeats: defaultGuestRepeats}
-	if v := strings.TrimSpace(getenv(guestSizesEnv)); v != "" {
-		sizes, err := parseSizes(v)
-		if err != nil {
-			return s, fmt.Errorf("%s=%q: %w", guestSizesEnv, v, err)
-		}
-		s.Sizes = sizes
+	c, err := ConfigFromEnv(getenv)
+	if err != nil {
+		return guestSettings{}, err
 	}
-	if v := strings.TrimSpace(getenv(guestRunSecondsEnv)); v != "" {
-		secs, err := strconv.ParseFloat(v, 64)
-		if err != nil || secs <= 0 || secs > 3600 {
-			return s, fmt.Errorf("%s=%q: want seconds, more than 0 and at most 3600", guestRunSecondsEnv, v)
-		}
-		s.RunFor = time.Duration(secs * float64(time.Second))
-	}
-	if v := strings.TrimSpace(getenv(guestRepeatsEnv)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return s, fmt.Errorf("%s=%q: want a number of runs from 1 to 100", guestRepeatsEnv, v)
-		}
-		s.Repeats = n
-	}
-	return s, nil
-}
-
-// parseSizes reads comma-separated service counts, each 1..maxGuestServices,
-// in the order given, without duplicates.
-func parseSizes(v string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > maxGuestServices {
-			return nil, fmt.Errorf("%q is not a number of services from 1 to %d", strings.TrimSpace(f), maxGuestServices)
-		}
-		for _, seen := range out {
-			if seen == n {
-				return nil, fmt.Errorf("%d services given twice", n)
-			}
-		}
-		out = append(out, n)
-	}
-	return out, nil
+	return guestSettings{Sizes: c.GuestSizes, RunFor: c.RunFor(), Repeats: c.Repeats}, nil
 }
 
 // GuestOptions says how RunGuestSection runs the guest half.
@@ -120,7 +67,7 @@ type GuestOptions struct {
 	// GuestExec is bin/guest-exec; TestBinary a test binary of this
 	// package (built on the host); KproxyBinary a kproxy built on the host.
 	GuestExec, TestBinary, KproxyBinary string
-	// Sizes are the service counts (default DefaultGuestSizes).
+	// Sizes are the service counts (default DefaultConfig's GuestSizes).
 	Sizes []int
 	// RunSeconds and Repeats shape each workload's runs (default 2 and 2).
 	RunSeconds float64
@@ -202,32 +149,33 @@ func RunGuestSection(ctx context.Context, opts GuestOptions) (Section, error) {
 // guestEnv is the environment TestGuestModesSection gets for opts, and the
 // test timeout to give it: generous, as a wedged guest must still end.
 func guestEnv(opts GuestOptions) ([]string, time.Duration, error) {
+	defaults := DefaultConfig()
 	sizes := opts.Sizes
 	if len(sizes) == 0 {
-		sizes = DefaultGuestSizes()
+		sizes = defaults.GuestSizes
 	}
 	var list []string
 	for _, n := range sizes {
 		list = append(list, strconv.Itoa(n))
 	}
-	if _, err := parseSizes(strings.Join(list, ",")); err != nil {
+	if _, err := parseSizeList(EnvGuestSizes, strings.Join(list, ",")); err != nil {
 		return nil, 0, fmt.Errorf("guest section sizes %v: %w", sizes, err)
 	}
 	runSeconds, repeats := opts.RunSeconds, opts.Repeats
 	if runSeconds == 0 {
-		runSeconds = defaultGuestRunSeconds
+		runSeconds = defaults.RunSeconds
 	}
 	if repeats == 0 {
-		repeats = defaultGuestRepeats
+		repeats = defaults.Repeats
 	}
 	if runSeconds < 0 || repeats < 0 {
 		return nil, 0, fmt.Errorf("guest section: %v s × %d runs", runSeconds, repeats)
 	}
 	env := []string{
 		lab.KproxyBinaryEnv + "=" + opts.KproxyBinary,
-		guestSizesEnv + "=" + strings.Join(list, ","),
-		guestRunSecondsEnv + "=" + strconv.FormatFloat(runSeconds, 'f', -1, 64),
-		guestRepeatsEnv + "=" + strconv.Itoa(repeats),
+		EnvGuestSizes + "=" + strings.Join(list, ","),
+		EnvRunSeconds + "=" + strconv.FormatFloat(runSeconds, 'f', -1, 64),
+		EnvRepeats + "=" + strconv.Itoa(repeats),
 	}
 	// Three modes of four workloads per size, plus set-up and syncs:
 	// kube-proxy's first IPVS sync took 106 s at 1,000 services in the

@@ -221,14 +221,14 @@ func TestGuestSettingsFrom(t *testing.T) {
 		{name: "defaults", want: guestSettings{Sizes: []int{1, 1000}, RunFor: 2 * time.Second, Repeats: 2}},
 		{
 			name: "all set",
-			env:  map[string]string{guestSizesEnv: "1, 10,5000", guestRunSecondsEnv: "0.5", guestRepeatsEnv: "3"},
+			env:  map[string]string{EnvGuestSizes: "1, 10,5000", EnvRunSeconds: "0.5", EnvRepeats: "3"},
 			want: guestSettings{Sizes: []int{1, 10, 5000}, RunFor: 500 * time.Millisecond, Repeats: 3},
 		},
-		{name: "size zero", env: map[string]string{guestSizesEnv: "0"}, wantErr: `KPROXY_BENCH_GUEST_SIZES="0": "0" is not a number of services`},
-		{name: "size twice", env: map[string]string{guestSizesEnv: "1,1"}, wantErr: "1 services given twice"},
-		{name: "too many services", env: map[string]string{guestSizesEnv: "30001"}, wantErr: "from 1 to 30000"},
-		{name: "bad seconds", env: map[string]string{guestRunSecondsEnv: "-1"}, wantErr: "KPROXY_BENCH_RUN_SECONDS"},
-		{name: "bad repeats", env: map[string]string{guestRepeatsEnv: "x"}, wantErr: "KPROXY_BENCH_REPEATS"},
+		{name: "size zero", env: map[string]string{EnvGuestSizes: "0"}, wantErr: `KPROXY_BENCH_GUEST_SIZES="0": "0" is not a service count`},
+		{name: "size twice", env: map[string]string{EnvGuestSizes: "1,1"}, want: guestSettings{Sizes: []int{1}, RunFor: 2 * time.Second, Repeats: 2}},
+		{name: "too many services", env: map[string]string{EnvGuestSizes: "63001"}, wantErr: "from 1 to 63000"},
+		{name: "bad seconds", env: map[string]string{EnvRunSeconds: "-1"}, wantErr: "KPROXY_BENCH_RUN_SECONDS"},
+		{name: "bad repeats", env: map[string]string{EnvRepeats: "x"}, wantErr: "KPROXY_BENCH_REPEATS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,6 +31,8 @@ func hostModeOf(id string) (hostMode, error) {
 		return hostMode{id, kp, syncscale.NFTables}, nil
 	case ModeKubeProxyIPTables:
 		return hostMode{id, kube, syncscale.IPTablesNFT}, nil
+	case ModeKubeProxyIPTablesLegacy:
+		return hostMode{id, kube, syncscale.IPTablesLegacy}, nil
 	case ModeKubeProxyNFTables:
 		return hostMode{id, kube, syncscale.NFTables}, nil
 	}

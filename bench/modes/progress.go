@@ -3,31 +3,41 @@ package modes
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 )
 
 // Estimates of what each step costs on a 2-core machine, from the first
-// runs (bench/MEASUREMENTS.md); the time left shown is scaled by how the
-// run has kept to them so far.
+// full run (2026-11-27: 25 s a cell at 1 and 1,000 services, most of it the
+// data plane; kernel-bound syncs and clean-ups at 10,000); the time left
+// shown is scaled by how the run has kept to them so far.
 const (
-	estSizeSetUp      = 8 * time.Second      // API server, lab, servers
-	estPerObject      = 4 * time.Millisecond // creating one service and its slice
-	estCellBase       = 12 * time.Second     // start, quiet waits, one change, clean-up
-	estPerService     = 1 * time.Millisecond // a kproxy first sync, per service
-	estPerServiceKube = 2 * time.Millisecond // kube-proxy's
-	estNewService     = 2500 * time.Millisecond
-	estGuestPerSize   = 90 * time.Second
+	estSizeSetUp      = 3 * time.Second         // API server, lab, servers
+	estPerObject      = 4700 * time.Microsecond // creating one service and its slice
+	estCellBase       = 2 * time.Second         // start, quiet waits, one change, clean-up
+	estPerService     = 3 * time.Millisecond    // a kproxy cell's first sync and clean-up, per service
+	estPerServiceKube = 4500 * time.Microsecond // kube-proxy's
+	estNewService     = 500 * time.Millisecond
+	estGuestPerSize   = 2 * time.Minute
 	estRunOverhead    = 700 * time.Millisecond // per data-plane run
 )
 
 // Plan is the run's steps as the estimate sees them.
 type Plan struct {
 	Config Config
+	// NoFile and Loops are what skipReason weighs (zero: skip nothing).
+	NoFile, Loops int
+}
+
+// newPlan is cfg's plan on this machine: the descriptor limit (raised as
+// far as it goes) and the event loops decide which cells are skipped.
+func newPlan(cfg Config) Plan {
+	return Plan{Config: cfg, NoFile: raiseNoFile(), Loops: runtime.GOMAXPROCS(0)}
 }
 
 // SizeCost is the estimate for one size of the host section.
 func (p Plan) SizeCost(size int) time.Duration {
-	d := estSizeSetUp + time.Duration(size)*estPerObject + p.dataCost()
+	d := estSizeSetUp + time.Duration(size)*estPerObject + 2*p.dataCost() // the reference, twice
 	for _, id := range p.Config.Modes {
 		d += p.CellCost(id, size)
 	}
@@ -37,7 +47,7 @@ func (p Plan) SizeCost(size int) time.Duration {
 // CellCost is the estimate for one mode at one size.
 func (p Plan) CellCost(id string, size int) time.Duration {
 	m, err := hostModeOf(id)
-	if err != nil {
+	if err != nil || (p.NoFile > 0 && skipReason(m, size, p.NoFile, p.Loops) != "") {
 		return 0
 	}
 	per := estPerService

@@ -90,8 +90,12 @@ const (
 	ModeKproxyNFTables       = "kproxy-nftables"
 	ModeKproxyIPVS           = "kproxy-ipvs"
 	ModeKubeProxyIPTables    = "kube-proxy-iptables-nft"
-	ModeKubeProxyNFTables    = "kube-proxy-nftables"
-	ModeKubeProxyIPVS        = "kube-proxy-ipvs"
+	// kube-proxy's iptables mode on the legacy backend: on nf_tables its
+	// first full sync exceeds any useful budget from about 5,000
+	// services (bench-syncscale), on legacy it completes.
+	ModeKubeProxyIPTablesLegacy = "kube-proxy-iptables-legacy"
+	ModeKubeProxyNFTables       = "kube-proxy-nftables"
+	ModeKubeProxyIPVS           = "kube-proxy-ipvs"
 )
 
 // Cell is one mode at one service count.
@@ -162,7 +166,7 @@ type Workload struct {
 	// Rate is requests (or flows) per second.
 	Rate float64 `json:"rate"`
 	// P50 and P99 are latencies in milliseconds (zero where the load
-	// generator does not measure them: the UDP workloads).
+	// generator does not measure them: new UDP flows).
 	P50 float64 `json:"p50,omitempty"`
 	P99 float64 `json:"p99,omitempty"`
 	// CPUPerOp is the whole machine's busy CPU time per request, in

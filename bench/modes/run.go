@@ -36,7 +36,7 @@ const (
 func RunAll(tb testing.TB, cfg Config, command string) (run Run, ok bool) {
 	cellsDir := os.Getenv(envCellsDir)
 	inner := cellsDir != ""
-	plan := Plan{cfg}
+	plan := newPlan(cfg)
 	progress := &Progress{Out: os.Stderr, Started: time.Now(), Total: plan.Total()}
 	if inner {
 		if ns, err := strconv.ParseInt(os.Getenv(envStarted), 10, 64); err == nil {
@@ -66,7 +66,11 @@ func RunAll(tb testing.TB, cfg Config, command string) (run Run, ok bool) {
 				tb.Fatal(err)
 			}
 		})
-		progress.Step(plan.SizeCost(size))
+		if !inner {
+			// A size's process counts its own steps; the loop also passes
+			// the sizes that are not its own.
+			progress.Step(plan.SizeCost(size))
+		}
 	}
 	if inner {
 		return Run{}, false

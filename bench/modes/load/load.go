@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -80,7 +81,7 @@ type Target struct {
 // Result is one run of one workload.
 type Result struct {
 	Rate     float64       // requests (flows) per second
-	P50, P99 time.Duration // zero for the UDP workloads
+	P50, P99 time.Duration // zero for new UDP flows
 	Ops      int64         // requests (flows) answered
 	Errors   int64         // lost datagrams, socket errors, non-2xx
 	BusyCPU  time.Duration // the machine's busy CPU time over the run (/proc/stat, all CPUs)
@@ -242,12 +243,16 @@ func runUDPRR(ctx context.Context, t Target, d time.Duration) (Result, error) {
 	var replies, lost atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
-	for _, c := range conns {
+	// Each flow's round-trip times, for p50/p99: one slice per flow, so
+	// recording takes no lock.
+	rtts := make([][]time.Duration, len(conns))
+	for i, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			msg, buf := make([]byte, udpPayload), make([]byte, 2048)
 			for ctx.Err() == nil {
+				sent := time.Now()
 				if _, err := c.Write(msg); err != nil {
 					lost.Add(1)
 					// An ICMP error (nothing listens) fails at once: do
@@ -263,6 +268,7 @@ func runUDPRR(ctx context.Context, t Target, d time.Duration) (Result, error) {
 					}
 					continue
 				}
+				rtts[i] = append(rtts[i], time.Since(sent))
 				replies.Add(1)
 			}
 		}()
@@ -272,7 +278,19 @@ func runUDPRR(ctx context.Context, t Target, d time.Duration) (Result, error) {
 	if res.Elapsed > 0 {
 		res.Rate = float64(res.Ops) / res.Elapsed.Seconds()
 	}
+	res.P50, res.P99 = percentiles(slices.Concat(rtts...))
 	return res, nil
+}
+
+// percentiles returns the 50th and 99th percentiles of ds (zero for none);
+// it sorts ds.
+func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(int(q*float64(len(ds))), len(ds)-1)] }
+	return at(0.50), at(0.99)
 }
 
 func pause(ctx context.Context, d time.Duration) {
