@@ -55,15 +55,15 @@ func (c Change) Label() string {
 
 func figureLabel(f string) string {
 	switch f {
-	case FigureFirstSync:
+	case modes.FigureFirstSync:
 		return "first full sync (s)"
-	case FigureChange:
+	case modes.FigureChange:
 		return "one change (s)"
-	case FigureNewService:
+	case modes.FigureNewService:
 		return "new service answers (s)"
-	case FigureCPU:
+	case modes.FigureCPU:
 		return "proxy CPU (s)"
-	case FigureRSS:
+	case modes.FigureRSS:
 		return "proxy RSS (MiB)"
 	case modes.WorkloadKeepAlive, modes.WorkloadNewConn, modes.WorkloadUDPRR:
 		return shortWorkload(f) + " (req/s)"
@@ -390,9 +390,9 @@ func describeRun(r modes.Run) string {
 // fmtFigure writes a compared figure with enough digits to see a move.
 func fmtFigure(figure string, v float64) string {
 	switch figure {
-	case FigureRSS:
+	case modes.FigureRSS:
 		return fmtNum(v/mib) + " MiB"
-	case FigureFirstSync, FigureChange, FigureNewService, FigureCPU:
+	case modes.FigureFirstSync, modes.FigureChange, modes.FigureNewService, modes.FigureCPU:
 		return fmtNum(v) + " s"
 	}
 	return thousands(int64(math.Round(v)))

@@ -83,7 +83,7 @@ func TestCompare(t *testing.T) {
 			name: "one change doubled, beyond its spread",
 			old:  controlCell(modes.Control{Change: 0.1, ChangeAll: []float64{0.09, 0.1, 0.11}}),
 			new:  controlCell(modes.Control{Change: 0.2, ChangeAll: []float64{0.18, 0.2, 0.22}}),
-			want: []Change{with(FigureChange, 0.1, 0.2, 1, 0.2, true)},
+			want: []Change{with(modes.FigureChange, 0.1, 0.2, 1, 0.2, true)},
 		},
 		{
 			name: "new service faster but within its wide spread",
@@ -99,14 +99,14 @@ func TestCompare(t *testing.T) {
 			old:  controlCell(modes.Control{FirstSync: 1, CPU: 1, RSS: 100 << 20}),
 			new:  controlCell(modes.Control{FirstSync: 1.4, CPU: 0.7, RSS: 110 << 20}),
 			want: []Change{
-				with(FigureFirstSync, 1, 1.4, 0.4, OnceFloor, true),
-				with(FigureCPU, 1, 0.7, -0.3, OnceFloor, false),
+				with(modes.FigureFirstSync, 1, 1.4, 0.4, OnceFloor, true),
+				with(modes.FigureCPU, 1, 0.7, -0.3, OnceFloor, false),
 			},
 		},
 		{
 			name: "a figure missing in one run is not compared",
 			old:  controlCell(modes.Control{FirstSync: 1}),
-			new:  controlCell(modes.Control{FirstSync: 3, Missing: map[string]string{FigureFirstSync: "timed out"}}),
+			new:  controlCell(modes.Control{FirstSync: 3, Missing: map[string]string{modes.FigureFirstSync: "timed out"}}),
 		},
 		{
 			name: "a cell skipped in one run is not compared",
@@ -161,7 +161,7 @@ func TestOnlyInOne(t *testing.T) {
 			name: "a workload and a control figure in one run only",
 			old: cellRun(modes.Cell{Mode: modes.ModeKproxyNFTables, Services: 1000,
 				Data:    map[string]modes.Workload{modes.WorkloadUDPRR: {Rate: 1}},
-				Control: &modes.Control{Missing: map[string]string{FigureRSS: "process gone"}}}),
+				Control: &modes.Control{Missing: map[string]string{modes.FigureRSS: "process gone"}}}),
 			new: cellRun(modes.Cell{Mode: modes.ModeKproxyNFTables, Services: 1000, Control: &modes.Control{}}),
 			want: []string{
 				"host kproxy-nftables at 1,000 services: UDP req/resp (req/s): only in the old run (new: not measured)",

@@ -12,19 +12,9 @@ import (
 	"kproxy.dev/kproxy/bench/modes"
 )
 
-// Control-plane figure names: the keys of modes.Control.Missing (the
-// figures' JSON field names) and the figures Compare reports.
-const (
-	FigureFirstSync  = "firstSync"
-	FigureChange     = "change"
-	FigureNewService = "newService"
-	FigureCPU        = "cpu"
-	FigureRSS        = "rss"
-)
-
 // controlFigures lists the control-plane figures in table order.
 func controlFigures() []string {
-	return []string{FigureFirstSync, FigureChange, FigureNewService, FigureCPU, FigureRSS}
+	return []string{modes.FigureFirstSync, modes.FigureChange, modes.FigureNewService, modes.FigureCPU, modes.FigureRSS}
 }
 
 // workloadName is a workload as the table names it, with its unit.

@@ -188,15 +188,15 @@ func dashes(first string, n int) []string {
 // controlValue is one control-plane figure, RSS in bytes.
 func controlValue(c modes.Control, figure string) float64 {
 	switch figure {
-	case FigureFirstSync:
+	case modes.FigureFirstSync:
 		return c.FirstSync
-	case FigureChange:
+	case modes.FigureChange:
 		return c.Change
-	case FigureNewService:
+	case modes.FigureNewService:
 		return c.NewService
-	case FigureCPU:
+	case modes.FigureCPU:
 		return c.CPU
-	case FigureRSS:
+	case modes.FigureRSS:
 		return float64(c.RSS)
 	}
 	return 0
@@ -205,16 +205,16 @@ func controlValue(c modes.Control, figure string) float64 {
 // controlAll is a figure's every measurement, where the run kept them.
 func controlAll(c modes.Control, figure string) []float64 {
 	switch figure {
-	case FigureChange:
+	case modes.FigureChange:
 		return c.ChangeAll
-	case FigureNewService:
+	case modes.FigureNewService:
 		return c.NewServiceAll
 	}
 	return nil
 }
 
 func fmtControl(figure string, v float64) string {
-	if figure == FigureRSS {
+	if figure == modes.FigureRSS {
 		return strconv.FormatFloat(v/mib, 'f', 1, 64)
 	}
 	return fmtNum(v)

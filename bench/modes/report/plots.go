@@ -203,8 +203,8 @@ func controlPoint(figure string) func(c modes.Cell) (float64, bool) {
 }
 
 func latencyFigure(run modes.Run, host modes.Section) figure {
-	change := modeSeries(run, host, false, controlPoint(FigureChange))
-	newSvc := modeSeries(run, host, false, controlPoint(FigureNewService))
+	change := modeSeries(run, host, false, controlPoint(modes.FigureChange))
+	newSvc := modeSeries(run, host, false, controlPoint(modes.FigureNewService))
 	return figure{
 		name: PlotLatency, w: 11.5 * vg.Inch, h: 5 * vg.Inch,
 		draw: func(dc draw.Canvas) {

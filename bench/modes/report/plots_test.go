@@ -42,7 +42,7 @@ func TestPlots(t *testing.T) {
 						case c.Mode == modes.ModeDNAT && c.Services == 1:
 							c.Skipped = "the reference failed"
 						case c.Control != nil:
-							c.Control.Missing = map[string]string{FigureChange: "timed out", FigureNewService: "timed out"}
+							c.Control.Missing = map[string]string{modes.FigureChange: "timed out", modes.FigureNewService: "timed out"}
 							delete(c.Data, modes.WorkloadNewConn)
 						}
 					}
