@@ -145,19 +145,32 @@ func iptablesCommand() string {
 }
 
 // dnatRules are the reference's rules for vip, as iptables arguments
-// after -A/-D: the service's two ports to the first endpoint.
+// after -A/-D: the service's two ports to every endpoint in turn (the nth
+// rule takes every (n-i)th new flow it sees, the last all that reach it),
+// so the reference spreads flows over the same servers as the modes do
+// and differs from them only in how the proxy picks one. With one
+// endpoint the rate is that of one server socket, which is not what a
+// mode is compared on.
 func (d *DataLab) dnatRules(vip netip.Addr) [][]string {
-	ep := d.Endpoints[0]
-	rule := func(proto string, port, target int) []string {
-		return []string{"PREROUTING", "-d", vip.String() + "/32", "-p", proto, "-m", proto, "--dport", fmt.Sprint(port),
-			"-j", "DNAT", "--to-destination", netip.AddrPortFrom(ep, uint16(target)).String()}
+	var rules [][]string
+	for _, p := range []struct {
+		proto        string
+		port, target int
+	}{{"tcp", BenchHTTPPort, lab.NginxPort}, {"udp", BenchUDPPort, lab.UDPPlainEchoPort}} {
+		for i, ep := range d.Endpoints {
+			rule := []string{"PREROUTING", "-d", vip.String() + "/32", "-p", p.proto, "-m", p.proto, "--dport", fmt.Sprint(p.port)}
+			if left := len(d.Endpoints) - i; left > 1 {
+				rule = append(rule, "-m", "statistic", "--mode", "nth", "--every", fmt.Sprint(left), "--packet", "0")
+			}
+			rules = append(rules, append(rule, "-j", "DNAT", "--to-destination", netip.AddrPortFrom(ep, uint16(p.target)).String()))
+		}
 	}
-	return [][]string{rule("tcp", BenchHTTPPort, lab.NginxPort), rule("udp", BenchUDPPort, lab.UDPPlainEchoPort)}
+	return rules
 }
 
 // InstallDNAT installs the reference path on the node: hand-written nat
-// PREROUTING DNAT rules sending vip's HTTP port to the first endpoint's
-// nginx and its UDP port to that endpoint's echo. remove deletes them.
+// PREROUTING DNAT rules sending vip's HTTP port to the endpoints' nginx
+// and its UDP port to their echo, in turn (dnatRules). remove deletes them.
 func (d *DataLab) InstallDNAT(vip netip.Addr) (remove func() error, err error) {
 	ipt := iptablesCommand()
 	var installed [][]string

@@ -194,10 +194,34 @@ func Build(fam ipfamily.Family, node Node, portals []Portal) (*Ruleset, error) {
 			errs = append(errs, err)
 		}
 	}
+	rs.Filter.Rules = append(established(rs.Filter.Rules), rs.Filter.Rules...)
 	groupByChain(&rs.NAT)
 	groupByChain(&rs.Filter)
 	slices.SortFunc(rs.Claims, compareClaims)
 	return rs, errors.Join(errs...)
+}
+
+// established returns the rules that let packets of established
+// connections leave KUBE-PROXY-PORTS at once, when it has any rules: every
+// packet the node receives passes through it (filter INPUT), and without
+// them each one was checked against the guard of every proxy port, which
+// made the relays' traffic cost grow with the number of service ports
+// (bench-modes: keep-alive requests at 0.14× DNAT's rate with 1,000
+// services, against 0.6× with one). Only new connections need the guards
+// and refusals; of established ones, replies to the node's own connections
+// (the relays' to endpoints) and connections a portal redirected (the
+// clients') may pass, while a client that reached a proxy port directly,
+// before its guard was written, is still refused from then on.
+func established(filter []Rule) []Rule {
+	if !slices.ContainsFunc(filter, func(r Rule) bool { return r.Chain == ChainProxyPorts }) {
+		return nil
+	}
+	return []Rule{
+		{Chain: ChainProxyPorts, Args: []string{"-m", "comment", "--comment", "replies to connections this node opened",
+			"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "--ctdir", "REPLY", "-j", "RETURN"}},
+		{Chain: ChainProxyPorts, Args: []string{"-m", "comment", "--comment", "redirected connections, once established",
+			"-m", "conntrack", "--ctstate", "DNAT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"}},
+	}
 }
 
 // groupByChain orders a table's rules chain by chain, in declaration order,

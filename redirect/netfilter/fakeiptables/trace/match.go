@@ -209,6 +209,9 @@ func conntrack(o rulespec.Option, f flow) (bool, error) {
 		return prefix.Contains(addr), err
 	case "--ctorigdstport":
 		return portIn(o.Arg, f.pkt.DestinationPort)
+	case "--ctdir":
+		// A new connection's first packet goes the original way.
+		return o.Arg == "ORIGINAL", nil
 	case "--ctorigsrcport":
 		if f.pkt.SourcePort == 0 {
 			return false, fmt.Errorf("needs Packet.SourcePort")

@@ -35,6 +35,10 @@ func checkArg(spec optSpec, arg string, fam ipfamily.Family) error {
 		}
 	case ctStatesArg:
 		err = checkList(arg, "ctstate", ctStates())
+	case ctDirArg:
+		if arg != "ORIGINAL" && arg != "REPLY" {
+			err = errorf("conntrack: unknown direction \"%s\" for option \"--ctdir\"", arg)
+		}
 	case statesArg:
 		err = checkList(arg, "state", states())
 	case addrTypesArg:

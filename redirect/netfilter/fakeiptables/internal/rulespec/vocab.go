@@ -16,6 +16,7 @@ const (
 	uintArg              // a count or a number of seconds
 	maskArg              // an address mask of the rule's family (recent --mask)
 	ctStatesArg          // conntrack --ctstate list
+	ctDirArg             // conntrack --ctdir: ORIGINAL or REPLY
 	statesArg            // state --state list
 	addrTypesArg         // addrtype type list
 	modeArg              // statistic --mode
@@ -104,6 +105,7 @@ func matchSpec(name string) (extSpec, bool) {
 			{name: "--ctorigdst", arg: prefixArg, negatable: true},
 			{name: "--ctorigsrcport", arg: portArg, negatable: true},
 			{name: "--ctorigdstport", arg: portArg, negatable: true},
+			{name: "--ctdir", arg: ctDirArg},
 		}}, true
 	case "state":
 		return extSpec{opts: []optSpec{{name: "--state", arg: statesArg, negatable: true}}}, true
