@@ -474,7 +474,7 @@ func guestTitle() string {
 func guestNotes(s guestSettings) []string {
 	return []string{
 		"The guest kernel's system calls are ~60× slower than the host's and it has one CPU: absolute rates and latencies say nothing about a real node; only ratios to the DNAT reference measured in the same guest do.",
-		fmt.Sprintf("Data plane: each workload %d run(s) of %v through the measured service's ClusterIP (%d endpoints on one backend); DNAT is two hand-written iptables-legacy nat PREROUTING rules to one endpoint (the same at every size: no other service has rules), the IPVS modes balance over all endpoints.", s.Repeats, s.RunFor, syncscale.EndpointsPerSlice),
+		fmt.Sprintf("Data plane: each workload %d run(s) of %v through the measured service's ClusterIP (%d endpoints on one backend); DNAT is hand-written iptables-legacy nat PREROUTING rules taking the endpoints in turn (the same at every size: no other service has rules), the IPVS modes balance over the same endpoints.", s.Repeats, s.RunFor, syncscale.EndpointsPerSlice),
 		"kproxy-ipvs reads a services file (--services-file), not an API server: its one-endpoint change (until the real server is in IPVS) and new-service (syncscale's probe: until the client reads the answer server's greeting through it) latencies include re-reading the whole file and the file watch's 100 ms debounce.",
 		"kube-proxy-ipvs is kube-proxy v1.36's IPVS proxier run by bench/tools/ipvsref for one sync on the same services file: its first sync is the whole run (process start to exit), its CPU its own and its children's, its RSS the peak; it has no change or new-service figures (" + ipvsrefMissing + ").",
 	}

@@ -138,7 +138,8 @@ func hostNotes(cfg Config) []string {
 	return []string{
 		fmt.Sprintf("Each size is a fresh network namespace with a real kube-apiserver holding that many services "+
 			"(one TCP port, %d endpoints that exist nowhere, as in bench-syncscale) plus the measured service "+
-			"(HTTP and UDP, %d real endpoints on one backend host).", endpointsPerService, cfg.Endpoints),
+			"(HTTP and UDP, %d real endpoints on one backend host). The reference is hand-written nat PREROUTING DNAT "+
+			"rules taking those endpoints in turn, measured before and after the modes of a size, its runs pooled.", endpointsPerService, cfg.Endpoints),
 		"First full sync: process start until the sync counter reaches 1; CPU (the proxy's and its iptables-restore/nft " +
 			"children's) and RSS then. One change: an endpoint added to a service in the middle, from the API update " +
 			"until the kernel holds it (iptables -S / nf_tables over netlink); in the userspace mode until the sync " +
