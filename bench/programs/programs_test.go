@@ -42,6 +42,7 @@ var opaque = map[string]struct {
 	"bench/dataplane/scale_bench_test.go runScaleChild os.Args[0]":           {nil, "the benchmark binary itself, one child per node of the scale table"},
 	"bench/dataplane/scale_bench_test.go (*bench).udpNewFlows os.Args[0]":    {nil, "the benchmark binary itself, as the new-UDP-flow client"},
 	"bench/modes/load/load.go runUDPFlows self":                              {nil, "the test binary itself (load.ChildMain), as the new-UDP-flow client"},
+	"bench/modes/guest.go RunGuestSection opts.GuestExec":                    {[]string{"guest-exec"}, "KPROXY_GUEST_EXEC, which make bench-modes builds, or one the run builds"},
 	"bench/guest/boot_test.go TestKilledRunnerLeavesNoGuest self":            {nil, "the test binary itself"},
 	"bench/guest/host.go Run kernel":                                         {[]string{"linux.uml"}, "the UML kernel: the configured path or the packaged one"},
 	"bench/guest/program_linux.go runProgram s.Argv[0]":                      {nil, "the guest's init runs the test binary guest-exec passed"},
