@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/bench/syncscale"
 )
 
 // The run's process tree: the benchmark (the parent, in the host's
@@ -99,7 +100,7 @@ func RunAll(tb testing.TB, cfg Config, command string) (run Run, ok bool) {
 		}
 	}
 	run.TookSeconds = time.Since(progress.Started).Seconds()
-	run.Machine.LoadAfter = loadAverage()
+	run.Machine.LoadAfter = syncscale.LoadAverage()
 	return run, true
 }
 
@@ -165,7 +166,7 @@ func commit() string {
 
 // machine describes this machine.
 func machine(kubeProxyBin string) Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadAverage()}
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: syncscale.LoadAverage()}
 	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(data))
 	}
@@ -181,13 +182,4 @@ func machine(kubeProxyBin string) Machine {
 		m.KubeProxy = strings.TrimSpace(string(out))
 	}
 	return m
-}
-
-// loadAverage is /proc/loadavg's first three fields.
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "unknown"
 }

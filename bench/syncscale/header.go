@@ -40,3 +40,13 @@ func firstLineOf(name string, args ...string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
 }
+
+// LoadAverage is /proc/loadavg's first three fields: the machine's load
+// (shared with other work) next to every measurement.
+func LoadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,10 +124,10 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	logf("created %d services and endpoint slices in %v (load average %s)", spec.Services, took, loadAverage())
+	logf("created %d services and endpoint slices in %v (load average %s)", spec.Services, took, LoadAverage())
 
 	rl := &RowLab{Spec: spec, Settings: s, Client: api.Client, ClientHost: topo.Client, Server: server.IPv4, Logf: logf}
-	row := Row{Spec: spec, Populate: took, Proxies: map[Proxy]Measured{}, Load: loadAverage()}
+	row := Row{Spec: spec, Populate: took, Proxies: map[Proxy]Measured{}, Load: LoadAverage()}
 	flags := ProxyFlags(api.KubeconfigPath, spec.Mode, s.MinSyncPeriod)
 
 	if s.Runs(Kproxy) {
@@ -165,18 +164,8 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 		}
 		row.Proxies[KubeProxy] = kpm
 	}
-	row.LoadAfter = loadAverage()
+	row.LoadAfter = LoadAverage()
 	return row
-}
-
-// loadAverage is /proc/loadavg's first three fields: the machine's load
-// (shared with other work) next to every row.
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "unknown"
 }
 
 // reportMetrics reports a row's numbers as benchmark metrics (seconds);
