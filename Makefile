@@ -177,9 +177,16 @@ bench-modes: deps tools build
 	@echo "Written to $(BENCH_MODES_OUT)"
 
 # Two bench-modes runs: the figures that moved by more than the noise
-# measured in the runs. make bench-compare OLD=a/results.json NEW=b/results.json
+# measured in the runs. make bench-compare OLD NEW, or OLD=… NEW=…: the two
+# words after the goal are taken as the files (and not built as goals).
+ifeq (bench-compare,$(firstword $(MAKECMDGOALS)))
+COMPARE_FILES := $(wordlist 2,3,$(MAKECMDGOALS))
+OLD ?= $(word 1,$(COMPARE_FILES))
+NEW ?= $(word 2,$(COMPARE_FILES))
+$(eval $(COMPARE_FILES):;@:)
+endif
 bench-compare:
-	@if [ -z "$(OLD)" ] || [ -z "$(NEW)" ]; then echo "usage: make bench-compare OLD=old/results.json NEW=new/results.json"; exit 2; fi
+	@if [ -z "$(OLD)" ] || [ -z "$(NEW)" ]; then echo "usage: make bench-compare OLD.json NEW.json (or OLD=… NEW=…)"; exit 2; fi
 	@$(GO) run ./bench/modes/cmd/bench-compare $(OLD) $(NEW)
 
 STATICCHECK := $(CURDIR)/bin/staticcheck
