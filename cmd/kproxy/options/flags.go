@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 )
 
 // Options holds what the command line says before it is merged with the
@@ -26,6 +27,9 @@ type Options struct {
 
 	// Hostname returns the OS hostname; tests replace it.
 	Hostname func() (string, error)
+	// Logger receives the warnings Complete gives (also in
+	// Config.Warnings).
+	Logger klog.Logger
 
 	master      string
 	healthzPort int32
@@ -39,6 +43,7 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		Hostname:    os.Hostname,
+		Logger:      klog.Background(),
 		healthzPort: defaultHealthzPort,
 		metricsPort: defaultMetricsPort,
 		fromFlags:   NewDefaultFileConfiguration(),
@@ -52,7 +57,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	c := &f.KubeProxyConfiguration
 
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
-		"Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON). Flags given explicitly on the command line override its values.")
+		"Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON). As in kube-proxy, it replaces the flags that are settings: only --hostname-override, --services-file and the logging flags still apply (the others given are ignored, with a warning).")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo,
 		"If set, write the effective configuration (defaults, then --config, then flags) to this file and exit without touching the kernel.")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup,
@@ -167,6 +172,17 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Idle timeout of ASSURED UDP conntrack entries (0 leaves the kernel's value).")
 }
 
+// honouredWithConfig reports whether a flag that is a file setting still
+// applies next to --config. kube-proxy v1.36 (cmd/kube-proxy/app/options.go
+// Complete) replaces its flag-bound configuration by the file's and then
+// applies only --hostname-override (when not empty) and the logging flags;
+// --master, --cleanup, --init-only and --write-config-to are not settings
+// and apply anyway. --services-file is kproxy's --master: where services
+// come from, so it applies too.
+func honouredWithConfig(flag string) bool {
+	return flag == "hostname-override" || flag == "services-file"
+}
+
 // flagOverrides copies one explicitly set flag's value from the flag-bound
 // configuration (src) over the effective one (dst). Flags absent here
 // (--config, --master, ...) are not part of the file format.
@@ -184,8 +200,13 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		"kube-api-qps":          func(d, s *FileConfiguration) { d.ClientConnection.QPS = s.ClientConnection.QPS },
 		"kube-api-burst":        func(d, s *FileConfiguration) { d.ClientConnection.Burst = s.ClientConnection.Burst },
 		"config-sync-period":    func(d, s *FileConfiguration) { d.ConfigSyncPeriod = s.ConfigSyncPeriod },
-		"hostname-override":     func(d, s *FileConfiguration) { d.HostnameOverride = s.HostnameOverride },
-		"bind-address":          func(d, s *FileConfiguration) { d.BindAddress = s.BindAddress },
+		// As in kube-proxy, an empty --hostname-override keeps the file's.
+		"hostname-override": func(d, s *FileConfiguration) {
+			if s.HostnameOverride != "" {
+				d.HostnameOverride = s.HostnameOverride
+			}
+		},
+		"bind-address": func(d, s *FileConfiguration) { d.BindAddress = s.BindAddress },
 		"bind-address-hard-fail": func(d, s *FileConfiguration) {
 			d.BindAddressHardFail = s.BindAddressHardFail
 		},
