@@ -67,7 +67,9 @@ func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, []string, er
 		warnings = append(warnings, fileWarnings...)
 	}
 	overrides := flagOverrides()
+	syntax := flagSyntax()
 	var ignored []string
+	var syntaxErrs []error
 	fs.Visit(func(f *pflag.Flag) {
 		apply, isSetting := overrides[f.Name]
 		if f.Name == "healthz-port" || f.Name == "metrics-port" {
@@ -78,12 +80,21 @@ func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, []string, er
 		}
 		if o.ConfigFile != "" && !honouredWithConfig(f.Name) {
 			ignored = append(ignored, "--"+f.Name)
+			if check, ok := syntax[f.Name]; ok {
+				if err := check(f.Value.String()); err != nil {
+					syntaxErrs = append(syntaxErrs, fmt.Errorf("invalid value %q for --%s: %w", f.Value.String(), f.Name, err))
+				}
+			}
 			return
 		}
 		if apply != nil {
 			apply(eff, o.fromFlags)
 		}
 	})
+	if len(syntaxErrs) > 0 {
+		// kube-proxy refuses these while parsing flags, --config or not.
+		return nil, nil, errors.Join(syntaxErrs...)
+	}
 	if len(ignored) > 0 {
 		warnings = append(warnings, fmt.Sprintf("ignoring flags given with --config %s, as kube-proxy does (the file sets them): %s",
 			o.ConfigFile, strings.Join(ignored, " ")))

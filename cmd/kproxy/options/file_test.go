@@ -378,3 +378,64 @@ func TestCompleteLogsWarnings(t *testing.T) {
 		t.Errorf("log (-want +got):\n%s", diff)
 	}
 }
+
+// TestFlagsWithConfigOutcome checks, flag by flag, what kube-proxy v1.36
+// does next to --config (observed with the real binary, see
+// cmd/kproxy/config_parity_test.go): malformed values of its typed flags are
+// refused while parsing even though the flag is then ignored, values that
+// are only invalid are ignored with the flag.
+func TestFlagsWithConfigOutcome(t *testing.T) {
+	path := writeTemp(t, "c.yaml", header+"hostnameOverride: from-file\n")
+	tests := []struct {
+		flag string
+		// err is a part of the refusal; "" means accepted.
+		err string
+		// ignored is true when the flag must be in the warning.
+		ignored bool
+	}{
+		{flag: "--bind-address=bogus", err: `invalid value "bogus" for --bind-address: not a valid IP address`},
+		{flag: "--bind-address=198.19.0.1", ignored: true},
+		{flag: "--healthz-bind-address=bogus", err: `invalid value "bogus" for --healthz-bind-address: not in a valid format (ip or ip:port)`},
+		{flag: "--healthz-bind-address=198.19.0.1:99999", err: `"99999" is not a valid port`},
+		{flag: "--healthz-bind-address=bogus:1", err: `"bogus" is not a valid IP address`},
+		{flag: "--metrics-bind-address=198.19.0.1", ignored: true},
+		{flag: "--metrics-bind-address=", ignored: true},
+		{flag: "--iptables-sync-period=often", err: `invalid argument "often" for "--iptables-sync-period"`},
+		{flag: "--feature-gates=bogus", err: `"bogus" is not of the form name=true|false`},
+		{flag: "--feature-gates=Bogus=true", ignored: true},
+		{flag: "--proxy-mode=bogus", ignored: true},
+		{flag: "--iptables-masquerade-bit=99", ignored: true},
+		{flag: "--cluster-cidr=bogus", ignored: true},
+		{flag: "--detect-local-mode=bogus", ignored: true},
+		{flag: "--oom-score-adj=5000", ignored: true},
+		{flag: "--hostname-override= ", err: `invalid value " " for --hostname-override: must not be blank`},
+		{flag: "--hostname-override="},
+		{flag: "--hostname-override=n"},
+		{flag: "--services-file=."},
+		{flag: "--master=https://198.19.0.1:6443"},
+		{flag: "--cleanup"},
+		{flag: "--init-only"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.flag, func(t *testing.T) {
+			cfg, err := complete(t, "--config", path, tc.flag)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			name, _, _ := strings.Cut(tc.flag, "=")
+			var want []string
+			if tc.ignored {
+				want = []string{"ignoring flags given with --config " + path + ", as kube-proxy does (the file sets them): " + name}
+			}
+			if diff := cmp.Diff(want, cfg.Warnings); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,7 +1,9 @@
 package options
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
 )
 
 // Options holds what the command line says before it is merged with the
@@ -183,6 +186,39 @@ func honouredWithConfig(flag string) bool {
 	return flag == "hostname-override" || flag == "services-file"
 }
 
+// flagSyntax checks the flags kproxy keeps as plain strings the way
+// kube-proxy's flag types (IPVar, IPPortVar) check them while parsing, so
+// that a malformed value is refused even when --config makes the flag
+// ignored. Empty values pass, as there.
+func flagSyntax() map[string]func(string) error {
+	ipPort := func(v string) error {
+		if v == "" || netutils.ParseIPSloppy(v) != nil {
+			return nil
+		}
+		host, port, err := net.SplitHostPort(v)
+		if err != nil {
+			return fmt.Errorf("not in a valid format (ip or ip:port): %w", err)
+		}
+		if netutils.ParseIPSloppy(host) == nil {
+			return fmt.Errorf("%q is not a valid IP address", host)
+		}
+		if _, err := netutils.ParsePort(port, true); err != nil {
+			return fmt.Errorf("%q is not a valid port", port)
+		}
+		return nil
+	}
+	return map[string]func(string) error{
+		"bind-address": func(v string) error {
+			if v != "" && netutils.ParseIPSloppy(v) == nil {
+				return errors.New("not a valid IP address")
+			}
+			return nil
+		},
+		"healthz-bind-address": ipPort,
+		"metrics-bind-address": ipPort,
+	}
+}
+
 // flagOverrides copies one explicitly set flag's value from the flag-bound
 // configuration (src) over the effective one (dst). Flags absent here
 // (--config, --master, ...) are not part of the file format.
@@ -202,8 +238,13 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		"config-sync-period":    func(d, s *FileConfiguration) { d.ConfigSyncPeriod = s.ConfigSyncPeriod },
 		// As in kube-proxy, an empty --hostname-override keeps the file's.
 		"hostname-override": func(d, s *FileConfiguration) {
-			if s.HostnameOverride != "" {
-				d.HostnameOverride = s.HostnameOverride
+			switch name := strings.TrimSpace(s.HostnameOverride); {
+			case name != "":
+				// kube-proxy stores it trimmed and lowercased (it shows in
+				// --write-config-to).
+				d.HostnameOverride = strings.ToLower(name)
+			case s.HostnameOverride != "":
+				d.HostnameOverride = s.HostnameOverride // blank: refused later
 			}
 		},
 		"bind-address": func(d, s *FileConfiguration) { d.BindAddress = s.BindAddress },
