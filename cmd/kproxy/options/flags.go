@@ -17,7 +17,8 @@ import (
 // Options holds what the command line says before it is merged with the
 // --config file. Flags are bound to a defaulted FileConfiguration so --help
 // shows kube-proxy's defaults; only flags the user actually set are copied
-// over the file's values.
+// over the defaults, or, with --config, over the file's values for the few
+// flags kube-proxy honours there (honouredWithConfig).
 type Options struct {
 	// ConfigFile is --config.
 	ConfigFile string
