@@ -535,11 +535,14 @@ func TestNFTablesFromConfigFile(t *testing.T) {
 kind: KubeProxyConfiguration
 mode: nftables
 nftables: {syncPeriod: 7s, minSyncPeriod: 0s, masqueradeBit: 15}
+conntrack: {maxPerCore: 0}
 `
 		if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// The mode comes from the file alone.
+		// The mode comes from the file alone; as with kube-proxy, the
+		// setting flags runKproxy adds (--conntrack-max-per-core=0, ...)
+		// are ignored next to --config, so the file says them.
 		l.mode = proxyMode{name: m.name, auto: true, keepsClientAddress: m.keepsClientAddress, nftablesRules: true}
 		l.runKproxy(t, nil, "--config="+config)
 		log := l.kproxy.Log()

@@ -28,8 +28,10 @@ programs the node so that traffic to a Service's cluster IP, external IPs,
 load-balancer IPs and node ports reaches one of its ready endpoints.
 
 It accepts kube-proxy's flags and its --config file (a
-kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration). Flags given
-explicitly on the command line override the file.
+kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration). As in kube-proxy,
+the file replaces the flags that are settings: next to --config only
+--hostname-override, --master, --services-file and the logging flags apply,
+and the others given are ignored with one warning.
 
 Proxy modes (--proxy-mode):
   userspace  iptables "portal" rules redirect Service traffic to kproxy,

@@ -11,16 +11,21 @@ import (
 )
 
 // Complete merges defaults, the --config file and the flags set explicitly
-// on fs (in that order of precedence), validates the result and returns it.
-// fs must be the flag set AddFlags registered on, already parsed. Nothing
-// here touches the kernel.
+// on fs, validates the result and returns it. As in kube-proxy, the file
+// replaces the flags that are settings: with --config only the flags
+// honouredWithConfig lists (and logging, --help, --version) still apply, and
+// the others given are reported in one warning. Warnings are logged through
+// o.Logger and returned in Config.Warnings. fs must be the flag set AddFlags
+// registered on, already parsed. Nothing here touches the kernel.
 func (o *Options) Complete(fs *pflag.FlagSet) (*Config, error) {
-	eff, err := o.Effective(fs)
+	eff, warnings, err := o.Effective(fs)
 	if err != nil {
 		return nil, err
 	}
 	o.effective = eff
-	from := origin{file: o.ConfigFile, changed: fs.Changed}
+	from := origin{file: o.ConfigFile, changed: func(flag string) bool {
+		return fs.Changed(flag) && (o.ConfigFile == "" || honouredWithConfig(flag))
+	}}
 	cfg, errs := resolve(eff, from)
 	cfg.ConfigFile = o.ConfigFile
 	cfg.WriteConfigTo = o.WriteConfigTo
@@ -40,33 +45,67 @@ func (o *Options) Complete(fs *pflag.FlagSet) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	cfg.NodeName = nodeName
+	cfg.Warnings = warnings
+	for _, w := range warnings {
+		o.Logger.Info("Configuration warning", "warning", w)
+	}
 	return cfg, nil
 }
 
 // Effective returns the merged file-format configuration (what
-// --write-config-to writes) without validating it.
-func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, error) {
+// --write-config-to writes) without validating it, and the warnings reading
+// it gave: a lenient decoding of the file, flags ignored next to --config.
+func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, []string, error) {
 	eff := NewDefaultFileConfiguration()
+	var warnings []string
 	if o.ConfigFile != "" {
-		loaded, err := LoadFile(o.ConfigFile)
+		loaded, fileWarnings, err := LoadFile(o.ConfigFile)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		eff = loaded
+		warnings = append(warnings, fileWarnings...)
 	}
 	overrides := flagOverrides()
+	syntax := flagSyntax()
+	var ignored []string
+	var syntaxErrs []error
 	fs.Visit(func(f *pflag.Flag) {
-		if apply, ok := overrides[f.Name]; ok {
+		apply, isSetting := overrides[f.Name]
+		if f.Name == "healthz-port" || f.Name == "metrics-port" {
+			isSetting = true
+		}
+		if !isSetting {
+			return
+		}
+		if o.ConfigFile != "" && !honouredWithConfig(f.Name) {
+			ignored = append(ignored, "--"+f.Name)
+			if check, ok := syntax[f.Name]; ok {
+				if err := check(f.Value.String()); err != nil {
+					syntaxErrs = append(syntaxErrs, fmt.Errorf("invalid value %q for --%s: %w", f.Value.String(), f.Name, err))
+				}
+			}
+			return
+		}
+		if apply != nil {
 			apply(eff, o.fromFlags)
 		}
 	})
+	if len(syntaxErrs) > 0 {
+		// kube-proxy refuses these while parsing flags, --config or not.
+		return nil, nil, errors.Join(syntaxErrs...)
+	}
+	if len(ignored) > 0 {
+		warnings = append(warnings, fmt.Sprintf("ignoring flags given with --config %s, as kube-proxy does (the file sets them): %s",
+			o.ConfigFile, strings.Join(ignored, " ")))
+	}
 	// A bare IP means the default port, whether it came from a flag or file.
 	eff.HealthzBindAddress = appendPortIfNeeded(eff.HealthzBindAddress, defaultHealthzPort)
 	eff.MetricsBindAddress = appendPortIfNeeded(eff.MetricsBindAddress, defaultMetricsPort)
-	if fs.Changed("healthz-port") {
+	if fs.Changed("healthz-port") && o.ConfigFile == "" {
 		eff.HealthzBindAddress = replacePort(eff.HealthzBindAddress, o.healthzPort)
 	}
-	if fs.Changed("metrics-port") {
+	if fs.Changed("metrics-port") && o.ConfigFile == "" {
 		eff.MetricsBindAddress = replacePort(eff.MetricsBindAddress, o.metricsPort)
 	}
 	// Only a flag can leave an address empty (the file's defaulting fills
@@ -81,7 +120,7 @@ func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, error) {
 	if eff.DetectLocalMode == "" {
 		eff.DetectLocalMode = defaultDetectLocalMode
 	}
-	return eff, nil
+	return eff, warnings, nil
 }
 
 // nodeName mirrors kube-proxy: the override, else the OS hostname, trimmed

@@ -1,8 +1,9 @@
 // Package options turns kproxy's command line and its optional
 // KubeProxyConfiguration file into one validated, fully resolved Config.
 //
-// Precedence is: built-in defaults (the same as kube-proxy's), then the
-// --config file, then every flag the user set explicitly on the command line.
+// Precedence is kube-proxy's: built-in defaults, then either the flags the
+// user set explicitly or, with --config, the file (plus the few flags
+// kube-proxy still honours next to it).
 package options
 
 import (
@@ -23,6 +24,9 @@ type Config struct {
 	WriteConfigTo string
 	Cleanup       bool
 	InitOnly      bool
+	// Warnings are what reading the configuration warned about (a leniently
+	// decoded file, flags ignored next to --config); Complete logs them.
+	Warnings []string
 
 	// Where services come from: a cluster (Kubeconfig/Master, both may be
 	// empty for in-cluster config) or a manifest file/dir (ServicesFile).

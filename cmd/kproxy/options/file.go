@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -35,46 +38,106 @@ type FileConfiguration struct {
 	ServicesFile string `json:"servicesFile,omitempty"`
 }
 
-// LoadFile reads a KubeProxyConfiguration (YAML or JSON) strictly: unknown or
-// duplicate fields, a wrong apiVersion or kind are errors naming the file.
-// Unset fields get kube-proxy's defaults.
-func LoadFile(path string) (*FileConfiguration, error) {
+// LoadFile reads a KubeProxyConfiguration (YAML or JSON) as kube-proxy
+// v1.36 does: strictly first, and when only strictness fails (unknown,
+// wrongly capitalised or duplicate fields) leniently, returning the strict
+// errors as a warning (duplicates: the last value wins; unknown fields are
+// dropped). Bad syntax, a missing or wrong apiVersion or kind and a value of
+// the wrong type are errors naming the file and the field. Unset fields get
+// kube-proxy's defaults.
+func LoadFile(path string) (*FileConfiguration, []string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading config file: %w", err)
+		return nil, nil, fmt.Errorf("reading config file: %w", err)
 	}
-	fc, err := decodeFile(data)
+	fc, warning, err := decodeFile(data)
 	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+		return nil, nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	return fc, nil
+	var warnings []string
+	if warning != nil {
+		// kube-proxy's own words, so one grep finds both.
+		warnings = append(warnings, fmt.Sprintf("config file %s: Using lenient decoding as strict decoding failed: %v", path, warning))
+	}
+	return fc, warnings, nil
 }
 
-func decodeFile(data []byte) (*FileConfiguration, error) {
+// decodeFile follows the apimachinery serializer kube-proxy uses: YAML to
+// JSON (the last of duplicate keys wins), apiVersion and kind checked before
+// any field, then a strict decode whose failures of strictness only are
+// returned as lenient, non-nil.
+func decodeFile(data []byte) (fc *FileConfiguration, lenient error, err error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("file is empty")
+		return nil, nil, errors.New("file is empty: want apiVersion " + APIVersion + ", kind " + Kind)
 	}
-	// YAML is a superset of JSON, so one path handles both. The strict
-	// conversion rejects duplicate keys; the case-sensitive strict decode
-	// rejects unknown fields (including wrongly capitalised ones).
-	jsonData, err := yaml.YAMLToJSONStrict(data)
+	jsonData, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return nil, fmt.Errorf("parsing YAML/JSON: %w", err)
+		return nil, nil, fmt.Errorf("parsing YAML/JSON: %w", err)
 	}
-	fc := &FileConfiguration{}
-	strictErrs, err := sigsjson.UnmarshalStrict(jsonData, fc)
+	var tm metav1.TypeMeta
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(jsonData, &tm); err != nil {
+		return nil, nil, fmt.Errorf("reading apiVersion and kind: %w", err)
+	}
+	switch {
+	case tm.Kind == "":
+		return nil, nil, fmt.Errorf("kind is missing: want apiVersion %q, kind %q", APIVersion, Kind)
+	case tm.APIVersion == "":
+		return nil, nil, fmt.Errorf("apiVersion is missing: want apiVersion %q, kind %q", APIVersion, Kind)
+	case tm.APIVersion != APIVersion || tm.Kind != Kind:
+		return nil, nil, fmt.Errorf("unsupported apiVersion %q, kind %q: want apiVersion %q, kind %q",
+			tm.APIVersion, tm.Kind, APIVersion, Kind)
+	}
+
+	var strictErrs []error
+	// Duplicate YAML keys are lost in YAMLToJSON; the strict conversion of
+	// the original finds them. JSON (which apimachinery decodes as JSON, not
+	// YAML) keeps them for the strict decode below to report.
+	if !isJSON(data) {
+		if _, err := yaml.YAMLToJSONStrict(data); err != nil {
+			strictErrs = append(strictErrs, err)
+		}
+	} else {
+		jsonData = data
+	}
+	fc = &FileConfiguration{}
+	jsonErrs, err := sigsjson.UnmarshalStrict(jsonData, fc)
 	if err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", Kind, err)
+		return nil, nil, fieldError(err)
 	}
+	strictErrs = append(strictErrs, jsonErrs...)
 	if len(strictErrs) > 0 {
-		return nil, fmt.Errorf("strict decoding %s: %w", Kind, errors.Join(strictErrs...))
-	}
-	if fc.APIVersion != APIVersion || fc.Kind != Kind {
-		return nil, fmt.Errorf("unsupported apiVersion %q, kind %q: want apiVersion %q, kind %q",
-			fc.APIVersion, fc.Kind, APIVersion, Kind)
+		// Decode again leniently, as kube-proxy does, so nothing depends on
+		// what the strict pass left behind.
+		fc = &FileConfiguration{}
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(jsonData, fc); err != nil {
+			return nil, nil, fieldError(err)
+		}
+		lenient = runtime.NewStrictDecodingError(strictErrs)
 	}
 	SetDefaults(fc)
-	return fc, nil
+	return fc, lenient, nil
+}
+
+// goStructField finds the field path in encoding/json's type errors ("Go
+// struct field <Struct>.<path> of type"), whose type sigs.k8s.io/json keeps
+// internal.
+var goStructField = regexp.MustCompile(`Go struct field [^.\s]+\.(\S+) of type`)
+
+// isJSON reports whether data is a JSON object, as apimachinery's
+// serializer detection does.
+func isJSON(data []byte) bool {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{'
+}
+
+// fieldError makes sure a decoding error names the field by its path in
+// the file (iptables.masqueradeBit) rather than by Go type names.
+func fieldError(err error) error {
+	if m := goStructField.FindStringSubmatch(err.Error()); m != nil {
+		// The inline embedding adds its type name to the path.
+		return fmt.Errorf("field %s: %w", strings.TrimPrefix(m[1], "KubeProxyConfiguration."), err)
+	}
+	return fmt.Errorf("decoding %s: %w", Kind, err)
 }
 
 // WriteFile writes fc as YAML with apiVersion and kind set, in a form

@@ -1,19 +1,24 @@
 package options
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
 )
 
 // Options holds what the command line says before it is merged with the
 // --config file. Flags are bound to a defaulted FileConfiguration so --help
 // shows kube-proxy's defaults; only flags the user actually set are copied
-// over the file's values.
+// over the defaults, or, with --config, over the file's values for the few
+// flags kube-proxy honours there (honouredWithConfig).
 type Options struct {
 	// ConfigFile is --config.
 	ConfigFile string
@@ -26,6 +31,9 @@ type Options struct {
 
 	// Hostname returns the OS hostname; tests replace it.
 	Hostname func() (string, error)
+	// Logger receives the warnings Complete gives (also in
+	// Config.Warnings).
+	Logger klog.Logger
 
 	master      string
 	healthzPort int32
@@ -39,6 +47,7 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		Hostname:    os.Hostname,
+		Logger:      klog.Background(),
 		healthzPort: defaultHealthzPort,
 		metricsPort: defaultMetricsPort,
 		fromFlags:   NewDefaultFileConfiguration(),
@@ -52,7 +61,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	c := &f.KubeProxyConfiguration
 
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile,
-		"Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON). Flags given explicitly on the command line override its values.")
+		"Path to a KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON). As in kube-proxy, it replaces the flags that are settings: only --hostname-override, --services-file and the logging flags still apply (the others given are ignored, with a warning).")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo,
 		"If set, write the effective configuration (defaults, then --config, then flags) to this file and exit without touching the kernel.")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup,
@@ -167,6 +176,50 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Idle timeout of ASSURED UDP conntrack entries (0 leaves the kernel's value).")
 }
 
+// honouredWithConfig reports whether a flag that is a file setting still
+// applies next to --config. kube-proxy v1.36 (cmd/kube-proxy/app/options.go
+// Complete) replaces its flag-bound configuration by the file's and then
+// applies only --hostname-override (when not empty) and the logging flags;
+// --master, --cleanup, --init-only and --write-config-to are not settings
+// and apply anyway. --services-file is kproxy's --master: where services
+// come from, so it applies too.
+func honouredWithConfig(flag string) bool {
+	return flag == "hostname-override" || flag == "services-file"
+}
+
+// flagSyntax checks the flags kproxy keeps as plain strings the way
+// kube-proxy's flag types (IPVar, IPPortVar) check them while parsing, so
+// that a malformed value is refused even when --config makes the flag
+// ignored. Empty values pass, as there.
+func flagSyntax() map[string]func(string) error {
+	ipPort := func(v string) error {
+		if v == "" || netutils.ParseIPSloppy(v) != nil {
+			return nil
+		}
+		host, port, err := net.SplitHostPort(v)
+		if err != nil {
+			return fmt.Errorf("not in a valid format (ip or ip:port): %w", err)
+		}
+		if netutils.ParseIPSloppy(host) == nil {
+			return fmt.Errorf("%q is not a valid IP address", host)
+		}
+		if _, err := netutils.ParsePort(port, true); err != nil {
+			return fmt.Errorf("%q is not a valid port", port)
+		}
+		return nil
+	}
+	return map[string]func(string) error{
+		"bind-address": func(v string) error {
+			if v != "" && netutils.ParseIPSloppy(v) == nil {
+				return errors.New("not a valid IP address")
+			}
+			return nil
+		},
+		"healthz-bind-address": ipPort,
+		"metrics-bind-address": ipPort,
+	}
+}
+
 // flagOverrides copies one explicitly set flag's value from the flag-bound
 // configuration (src) over the effective one (dst). Flags absent here
 // (--config, --master, ...) are not part of the file format.
@@ -184,8 +237,18 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		"kube-api-qps":          func(d, s *FileConfiguration) { d.ClientConnection.QPS = s.ClientConnection.QPS },
 		"kube-api-burst":        func(d, s *FileConfiguration) { d.ClientConnection.Burst = s.ClientConnection.Burst },
 		"config-sync-period":    func(d, s *FileConfiguration) { d.ConfigSyncPeriod = s.ConfigSyncPeriod },
-		"hostname-override":     func(d, s *FileConfiguration) { d.HostnameOverride = s.HostnameOverride },
-		"bind-address":          func(d, s *FileConfiguration) { d.BindAddress = s.BindAddress },
+		// As in kube-proxy, an empty --hostname-override keeps the file's.
+		"hostname-override": func(d, s *FileConfiguration) {
+			switch name := strings.TrimSpace(s.HostnameOverride); {
+			case name != "":
+				// kube-proxy stores it trimmed and lowercased (it shows in
+				// --write-config-to).
+				d.HostnameOverride = strings.ToLower(name)
+			case s.HostnameOverride != "":
+				d.HostnameOverride = s.HostnameOverride // blank: refused later
+			}
+		},
+		"bind-address": func(d, s *FileConfiguration) { d.BindAddress = s.BindAddress },
 		"bind-address-hard-fail": func(d, s *FileConfiguration) {
 			d.BindAddressHardFail = s.BindAddressHardFail
 		},

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
 )
@@ -16,6 +17,7 @@ func parsed(t *testing.T, args ...string) (*Options, *pflag.FlagSet, error) {
 	t.Helper()
 	o := NewOptions()
 	o.Hostname = func() (string, error) { return "Node-A.Example", nil }
+	o.Logger = logr.Discard()
 	fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.AddFlags(fs)
