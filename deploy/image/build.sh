@@ -61,6 +61,7 @@ mmdebstrap --quiet --variant=essential --include="$packages" \
 	--dpkgopt='path-exclude=/usr/share/lintian/*' \
 	--dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*' \
 	--aptopt='Acquire::Languages "none"' \
+	--customize-hook='rm -f "$1/usr/share/info/dir"' \
 	--skip=output/dev \
 	"$suite" "$tmp/rootfs.tar" "$mirror"
 
