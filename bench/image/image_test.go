@@ -14,9 +14,14 @@ import (
 )
 
 // TestImageConfig checks what a container runtime reads from the image: one
-// linux/amd64 manifest tagged latest whose entrypoint is kproxy.
+// named linux/amd64 manifest whose entrypoint is kproxy.
 func TestImageConfig(t *testing.T) {
 	img := unpackImage(t, imageArchive(t))
+	// podman load and ctr images import name the image after it; build.sh's
+	// default unless IMAGE names another.
+	if want := "localhost/kproxy:latest"; img.Name != want && os.Getenv(imageEnv) == "" {
+		t.Errorf("the archive names the image %q, want %q", img.Name, want)
+	}
 	if img.Config.OS != "linux" || img.Config.Architecture != "amd64" {
 		t.Errorf("image platform %s/%s, want linux/amd64", img.Config.OS, img.Config.Architecture)
 	}

@@ -62,15 +62,14 @@ type imageConfig struct {
 
 // unpacked is an image whose layers are extracted into Rootfs.
 type unpacked struct {
+	// Name is the image's name in the archive (the index's ref.name).
+	Name   string
 	Rootfs string
 	Config imageConfig
 	Layers []descriptor
 }
 
-const (
-	refName   = "latest" // the tag build.sh gives by default
-	layerType = "application/vnd.oci.image.layer.v1.tar+gzip"
-)
+const layerType = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 // unpackImage reads the OCI archive as a runtime would (index, manifest,
 // configuration, layers, every digest checked) and extracts its layers in
@@ -95,23 +94,19 @@ func unpack(archive, dir string) (*unpacked, error) {
 	if err := readJSON(filepath.Join(layout, "index.json"), &index); err != nil {
 		return nil, err
 	}
-	var manifestDesc *descriptor
-	for i, m := range index.Manifests {
-		if m.Annotations["org.opencontainers.image.ref.name"] == refName {
-			manifestDesc = &index.Manifests[i]
-		}
+	if len(index.Manifests) != 1 {
+		return nil, fmt.Errorf("index.json has %d manifests, want one: %+v", len(index.Manifests), index.Manifests)
 	}
-	if manifestDesc == nil {
-		return nil, fmt.Errorf("index.json has no manifest tagged %q: %+v", refName, index.Manifests)
-	}
+	manifestDesc := index.Manifests[0]
 	var manifest struct {
 		Config descriptor   `json:"config"`
 		Layers []descriptor `json:"layers"`
 	}
-	if err := readBlobJSON(layout, *manifestDesc, &manifest); err != nil {
+	if err := readBlobJSON(layout, manifestDesc, &manifest); err != nil {
 		return nil, fmt.Errorf("reading the manifest: %w", err)
 	}
-	img := &unpacked{Rootfs: filepath.Join(dir, "rootfs"), Layers: manifest.Layers}
+	img := &unpacked{Rootfs: filepath.Join(dir, "rootfs"), Layers: manifest.Layers,
+		Name: manifestDesc.Annotations["org.opencontainers.image.ref.name"]}
 	if err := readBlobJSON(layout, manifest.Config, &img.Config); err != nil {
 		return nil, fmt.Errorf("reading the image configuration: %w", err)
 	}

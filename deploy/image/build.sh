@@ -11,8 +11,9 @@
 #
 # KPROXY_BINARY must be static (CGO_ENABLED=0): the image has no Go runtime
 # needs beyond it. Environment: MIRROR (a Debian mirror, default
-# http://deb.debian.org/debian), SUITE (default bookworm), TAG (the image's
-# tag in the archive, default latest), SOURCE_DATE_EPOCH (mmdebstrap stamps
+# http://deb.debian.org/debian), SUITE (default bookworm), IMAGE (the name
+# the archive gives the image, default localhost/kproxy:latest: `podman load`
+# and `ctr images import` name it so), SOURCE_DATE_EPOCH (mmdebstrap stamps
 # the filesystem with it, for reproducible layers). Needs root (mmdebstrap's
 # root mode) and the Debian packages mmdebstrap and umoci.
 set -euo pipefail
@@ -25,7 +26,9 @@ binary=$1
 output=$2
 mirror=${MIRROR:-http://deb.debian.org/debian}
 suite=${SUITE:-bookworm}
-tag=${TAG:-latest}
+image=${IMAGE:-localhost/kproxy:latest}
+# umoci's own tag, inside the build only (umoci tags cannot hold a name).
+tag=build
 
 if [ ! -x "$binary" ]; then
 	echo "build.sh: $binary is not an executable kproxy binary" >&2
@@ -88,6 +91,15 @@ umoci config --image "$layout:$tag" --os=linux --architecture=amd64 \
 	--config.label=org.opencontainers.image.title=kproxy \
 	--config.label="org.opencontainers.image.description=kproxy, a drop-in for kube-proxy, on Debian $suite"
 umoci gc --layout "$layout"
+# The tag becomes the image's full name: runtimes that load an archive name
+# the image after this annotation (with only a tag, podman calls it
+# localhost/TAG:TAG).
+sed -i "s|\"org.opencontainers.image.ref.name\":\"$tag\"|\"org.opencontainers.image.ref.name\":\"$image\"|" "$layout/index.json"
+if ! grep -qF "\"org.opencontainers.image.ref.name\":\"$image\"" "$layout/index.json"; then
+	echo "build.sh: could not name the image $image in $layout/index.json:" >&2
+	cat "$layout/index.json" >&2
+	exit 1
+fi
 
 # An oci-archive is the image layout directory as a tar.
 mkdir -p "$(dirname "$output")"
