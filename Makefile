@@ -34,12 +34,14 @@ tools: deps
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes
-# bench/programs check that every program .ci/programs lists is installed.
+# bench/programs check that every program .ci/programs lists is installed;
+# KPROXY_IMAGE makes bench/image test the image `make image` just built
+# (without it, bench/image skips when there is no image).
 RACE_PKGS := ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
-test: deps tools build
+test: deps tools build image
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
-	@KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test ./...: unit, kernel (network namespaces) and end-to-end tests" \
+	@KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test ./...: unit, kernel (network namespaces) and end-to-end tests" \
 		"about 3 minutes, more on a cold Go build cache" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@$(PROGRESS) "go test -race on the sync packages" "about 5 minutes" \
 		$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)

@@ -22,16 +22,20 @@ import (
 const imageEnv = "KPROXY_IMAGE"
 
 // imageArchive returns the archive to test, skipping the test when not root
-// (chroot, namespaces) or when there is no image yet.
+// (chroot, namespaces) or when there is no image yet; an archive named in
+// imageEnv (make test names the one it built) must exist.
 func imageArchive(t *testing.T) string {
 	t.Helper()
 	lab.RequireRoot(t)
-	path := os.Getenv(imageEnv)
-	if path == "" {
-		var err error
-		if path, err = filepath.Abs("../../bin/kproxy-image.oci.tar"); err != nil {
-			t.Fatal(err)
+	if path := os.Getenv(imageEnv); path != "" {
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("the image %s names: %v", imageEnv, err)
 		}
+		return path
+	}
+	path, err := filepath.Abs("../../bin/kproxy-image.oci.tar")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		t.Skipf("no image at %s: run `sudo make image` first (or name an archive in %s)", path, imageEnv)
