@@ -36,10 +36,11 @@ if [ ! -x "$binary" ]; then
 fi
 # A dynamically linked binary would start on the build machine and fail in
 # the image only if its libc differed: refuse it here instead.
-if ! file_head=$(head -c 4 "$binary" | od -An -c | tr -d ' '); [ "$file_head" != '177ELF' ]; then
+if [ "$(head -c 4 "$binary" | od -An -c | tr -d ' ')" != '177ELF' ]; then
 	echo "build.sh: $binary is not an ELF binary" >&2
 	exit 1
 fi
+# A dynamic binary names its loader (PT_INTERP); a static Go binary does not.
 if grep -q -a -m1 'ld-linux-x86-64.so' "$binary"; then
 	echo "build.sh: $binary is dynamically linked; build it with CGO_ENABLED=0" >&2
 	exit 1
