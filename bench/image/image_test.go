@@ -77,17 +77,62 @@ func TestImageTools(t *testing.T) {
 	}
 }
 
-// TestImageDemo is `make demo`'s checks through the image: kproxy from the
-// image's root filesystem, with the image's iptables, runs in userspace mode
-// on the lab's node on deploy/samples/lab.yaml, in its own mount and PID
-// namespaces as a container would, with the node's network (hostNetwork, as
-// the DaemonSet has it); the client reaches the backends through the
-// Services' ClusterIPs and the NodePort.
+// TestImageDemo is `make demo`'s checks through the image, in each proxy
+// mode: kproxy from the image's root filesystem, with the image's iptables
+// and nft, runs on the lab's node on deploy/samples/lab.yaml, in its own
+// mount and PID namespaces as a container would, with the node's network
+// (hostNetwork, as the DaemonSet has it); the client reaches the backends
+// through the Services' ClusterIPs and the NodePort.
 func TestImageDemo(t *testing.T) {
 	archive := imageArchive(t)
-	if lab.InFreshNetns(t, imageEnv+"="+archive) {
-		return
+	for _, tc := range []struct {
+		mode string
+		// dump prints the node's rules, read with the host's tools: the
+		// image's tools must have written what they read.
+		dump []string
+		want string // in dump: demo/web's ClusterIP
+		// requests per check: the kernel modes pick endpoints at random, so
+		// they get enough requests that missing a backend is improbable
+		// (3·(2/3)^30 < 2e-5).
+		requests int
+	}{
+		{"userspace", []string{"iptables", "-t", "nat", "-S", "KUBE-PORTALS-CONTAINER"}, "198.18.0.10/32", 9},
+		{"iptables", []string{"iptables", "-t", "nat", "-S", "KUBE-SERVICES"}, "198.18.0.10/32", 30},
+		{"nftables", []string{"nft", "list", "ruleset"}, "198.18.0.10", 30},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			if lab.InFreshNetns(t, imageEnv+"="+archive) {
+				return
+			}
+			kp, topo := startImageKproxy(t, archive, "--proxy-mode="+tc.mode)
+			if rules := topo.Node.MustExec(tc.dump[0], tc.dump[1:]...); !strings.Contains(rules, tc.want) {
+				t.Errorf("%s shows no rule for demo/web's ClusterIP %s:\n%s", strings.Join(tc.dump, " "), tc.want, rules)
+			}
+			checkDemoTraffic(t, topo, tc.requests)
+			// It is the image's kproxy that answered: the only kproxy running
+			// on the node has the unpacked root filesystem as its root.
+			root, err := kproxyRoot(kp.proc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want, _ := filepath.EvalSymlinks(kp.rootfs); root != want {
+				t.Errorf("kproxy runs with root %s, want the image's %s", root, want)
+			}
+		})
 	}
+}
+
+// imageKproxy is kproxy running from an unpacked image.
+type imageKproxy struct {
+	proc   *lab.Process
+	rootfs string
+}
+
+// startImageKproxy unpacks the image, builds the lab and starts the image's
+// kproxy on its node with deploy/samples/lab.yaml and the given flags; it
+// returns once kproxy has synced.
+func startImageKproxy(t *testing.T, archive string, flags ...string) (imageKproxy, *lab.Topology) {
+	t.Helper()
 	img := unpackImage(t, archive)
 	services, err := os.ReadFile("../../deploy/samples/lab.yaml")
 	if err != nil {
@@ -100,24 +145,22 @@ func TestImageDemo(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(img.Rootfs, "etc/kproxy/services.yaml"), services, 0o644); err != nil {
 		t.Fatal(err)
 	}
-
 	topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 3})
 	lab.StartServers(t, topo, lab.ServerOptions{NoIperf: true})
 	args := append(slices.Clone(img.Config.Config.Entrypoint),
-		"--proxy-mode=userspace", "--services-file=/etc/kproxy/services.yaml", "--hostname-override=node")
-	kp := topo.Node.Start("unshare", img.containerArgs(args...)...)
+		"--services-file=/etc/kproxy/services.yaml", "--hostname-override=node")
+	kp := topo.Node.Start("unshare", img.containerArgs(append(args, flags...)...)...)
 	lab.WaitSynced(t, kp, 1)
+	return imageKproxy{proc: kp, rootfs: img.Rootfs}, topo
+}
 
-	// The portal rules are in the node's kernel, written by the image's iptables.
-	portals := topo.Node.MustExec("iptables", "-t", "nat", "-S", "KUBE-PORTALS-CONTAINER")
-	if !strings.Contains(portals, "198.18.0.10/32") {
-		t.Errorf("no portal rule for demo/web's ClusterIP 198.18.0.10:\n%s", portals)
-	}
-
+// checkDemoTraffic sends the demo's requests from the client, n per check.
+func checkDemoTraffic(t *testing.T, topo *lab.Topology, n int) {
+	t.Helper()
 	for _, tc := range []struct {
 		name     string
 		ask      func() (string, error)
-		backends int // distinct backends that must answer 9 requests
+		backends int // distinct backends that must answer
 	}{
 		{"ClusterIP round-robin", func() (string, error) { return lab.HTTPGet(topo.Client, "http://198.18.0.10/") }, 3},
 		{"NodePort", func() (string, error) { return lab.HTTPGet(topo.Client, "http://198.19.0.1:30080/") }, 3},
@@ -129,21 +172,11 @@ func TestImageDemo(t *testing.T) {
 		}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := lab.Spread(t, 9, tc.ask)
+			got := lab.Spread(t, n, tc.ask)
 			if len(got) != tc.backends {
-				t.Errorf("9 requests reached %d backends (%v), want %d", len(got), got, tc.backends)
+				t.Errorf("%d requests reached %d backends (%v), want %d", n, len(got), got, tc.backends)
 			}
 		})
-	}
-
-	// It is the image's kproxy that answered: the only kproxy running on the
-	// node has the unpacked root filesystem as its root.
-	root, err := kproxyRoot(kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want, _ := filepath.EvalSymlinks(img.Rootfs); root != want {
-		t.Errorf("kproxy runs with root %s, want the image's %s", root, want)
 	}
 }
 
