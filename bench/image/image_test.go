@@ -87,26 +87,27 @@ func TestImageDemo(t *testing.T) {
 	archive := imageArchive(t)
 	for _, tc := range []struct {
 		mode string
-		// dump prints the node's rules, read with the host's tools: the
-		// image's tools must have written what they read.
-		dump []string
-		want string // in dump: demo/web's ClusterIP
+		// dump and dumpArgs print the node's rules, read with the host's
+		// tools: the image's tools must have written what they read.
+		dump     string
+		dumpArgs []string
+		want     string // in the dump: demo/web's ClusterIP
 		// requests per check: the kernel modes pick endpoints at random, so
 		// they get enough requests that missing a backend is improbable
 		// (3·(2/3)^30 < 2e-5).
 		requests int
 	}{
-		{"userspace", []string{"iptables", "-t", "nat", "-S", "KUBE-PORTALS-CONTAINER"}, "198.18.0.10/32", 9},
-		{"iptables", []string{"iptables", "-t", "nat", "-S", "KUBE-SERVICES"}, "198.18.0.10/32", 30},
-		{"nftables", []string{"nft", "list", "ruleset"}, "198.18.0.10", 30},
+		{"userspace", "iptables", []string{"-t", "nat", "-S", "KUBE-PORTALS-CONTAINER"}, "198.18.0.10/32", 9},
+		{"iptables", "iptables", []string{"-t", "nat", "-S", "KUBE-SERVICES"}, "198.18.0.10/32", 30},
+		{"nftables", "nft", []string{"list", "ruleset"}, "198.18.0.10", 30},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			if lab.InFreshNetns(t, imageEnv+"="+archive) {
 				return
 			}
 			kp, topo := startImageKproxy(t, archive, "--proxy-mode="+tc.mode)
-			if rules := topo.Node.MustExec(tc.dump[0], tc.dump[1:]...); !strings.Contains(rules, tc.want) {
-				t.Errorf("%s shows no rule for demo/web's ClusterIP %s:\n%s", strings.Join(tc.dump, " "), tc.want, rules)
+			if rules := topo.Node.MustExec(tc.dump, tc.dumpArgs...); !strings.Contains(rules, tc.want) {
+				t.Errorf("%s %s shows no rule for demo/web's ClusterIP %s:\n%s", tc.dump, strings.Join(tc.dumpArgs, " "), tc.want, rules)
 			}
 			checkDemoTraffic(t, topo, tc.requests)
 			// It is the image's kproxy that answered: the only kproxy running
