@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Builds kproxy's OCI image from Debian packages alone, without pulling a base
+# image from any registry: mmdebstrap makes the root filesystem (Debian 12's
+# essential packages plus the tools kproxy runs: iptables with both backends,
+# nftables, ipset, conntrack, iproute2, kmod), umoci assembles an OCI image
+# layout of two layers (that filesystem, then the kproxy binary) and the
+# layout is written as an OCI archive (`oci-archive` tar), which
+# `podman load`, `skopeo copy oci-archive:…` and `ctr images import` read.
+#
+#   deploy/image/build.sh KPROXY_BINARY OUTPUT.oci.tar
+#
+# KPROXY_BINARY must be static (CGO_ENABLED=0): the image has no Go runtime
+# needs beyond it. Environment: MIRROR (a Debian mirror, default
+# http://deb.debian.org/debian), SUITE (default bookworm), IMAGE (the name
+# the archive gives the image, default localhost/kproxy:latest: `podman load`
+# and `ctr images import` name it so), SOURCE_DATE_EPOCH (mmdebstrap stamps
+# the filesystem with it, for reproducible layers). Needs root (mmdebstrap's
+# root mode) and the Debian packages mmdebstrap and umoci.
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+	echo "usage: $0 KPROXY_BINARY OUTPUT.oci.tar" >&2
+	exit 2
+fi
+binary=$1
+output=$2
+mirror=${MIRROR:-http://deb.debian.org/debian}
+suite=${SUITE:-bookworm}
+image=${IMAGE:-localhost/kproxy:latest}
+# umoci's own tag, inside the build only (umoci tags cannot hold a name).
+tag=build
+
+if [ ! -x "$binary" ]; then
+	echo "build.sh: $binary is not an executable kproxy binary" >&2
+	exit 1
+fi
+# A dynamically linked binary would start on the build machine and fail in
+# the image only if its libc differed: refuse it here instead.
+if [ "$(head -c 4 "$binary" | od -An -c | tr -d ' ')" != '177ELF' ]; then
+	echo "build.sh: $binary is not an ELF binary" >&2
+	exit 1
+fi
+# A dynamic binary names its loader (PT_INTERP); a static Go binary does not.
+if grep -q -a -m1 'ld-linux-x86-64.so' "$binary"; then
+	echo "build.sh: $binary is dynamically linked; build it with CGO_ENABLED=0" >&2
+	exit 1
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# The tools kproxy runs (.ci/programs, "The product") and the ones an operator
+# reaches for on a node (kube-proxy's image carries the same set).
+packages=iptables,nftables,ipset,conntrack,iproute2,kmod
+# Small: no documentation, manual pages or translations (the copyright files
+# stay, as Debian's licences ask); merged /usr as bookworm has it (without the
+# hook apt pulls in usrmerge, and perl with it: 50M more).
+mmdebstrap --quiet --variant=essential --include="$packages" \
+	--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+	--dpkgopt='path-exclude=/usr/share/man/*' \
+	--dpkgopt='path-exclude=/usr/share/doc/*' \
+	--dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	--dpkgopt='path-exclude=/usr/share/locale/*' \
+	--dpkgopt='path-exclude=/usr/share/info/*' \
+	--dpkgopt='path-exclude=/usr/share/lintian/*' \
+	--dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*' \
+	--aptopt='Acquire::Languages "none"' \
+	--customize-hook='rm -f "$1/usr/share/info/dir"' \
+	--skip=output/dev \
+	"$suite" "$tmp/rootfs.tar" "$mirror"
+
+# The second layer: kproxy alone, so a new kproxy changes only this layer.
+mkdir -p "$tmp/kproxy/usr/local/bin"
+install -m 0755 "$binary" "$tmp/kproxy/usr/local/bin/kproxy"
+mtime=()
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+	mtime=(--mtime="@$SOURCE_DATE_EPOCH")
+fi
+tar --create --file="$tmp/kproxy.tar" --directory="$tmp/kproxy" --owner=0 --group=0 --numeric-owner \
+	--sort=name "${mtime[@]}" usr
+
+layout=$tmp/oci
+umoci init --layout "$layout"
+umoci new --image "$layout:$tag"
+umoci raw add-layer --image "$layout:$tag" --history.created_by="mmdebstrap --variant=essential --include=$packages $suite" "$tmp/rootfs.tar"
+umoci raw add-layer --image "$layout:$tag" --history.created_by="kproxy" "$tmp/kproxy.tar"
+# The DaemonSet names the command (kproxy with its flags); the entrypoint
+# makes `podman run IMAGE --version` work too.
+umoci config --image "$layout:$tag" --os=linux --architecture=amd64 \
+	--config.entrypoint=/usr/local/bin/kproxy \
+	--config.env=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	--config.label=org.opencontainers.image.title=kproxy \
+	--config.label="org.opencontainers.image.description=kproxy, a drop-in for kube-proxy, on Debian $suite"
+umoci gc --layout "$layout"
+# The tag becomes the image's full name: runtimes that load an archive name
+# the image after this annotation (with only a tag, podman calls it
+# localhost/TAG:TAG).
+sed -i "s|\"org.opencontainers.image.ref.name\":\"$tag\"|\"org.opencontainers.image.ref.name\":\"$image\"|" "$layout/index.json"
+if ! grep -qF "\"org.opencontainers.image.ref.name\":\"$image\"" "$layout/index.json"; then
+	echo "build.sh: could not name the image $image in $layout/index.json:" >&2
+	cat "$layout/index.json" >&2
+	exit 1
+fi
+
+# An oci-archive is the image layout directory as a tar.
+mkdir -p "$(dirname "$output")"
+tar --create --file="$output.tmp" --directory="$layout" --owner=0 --group=0 --numeric-owner --sort=name "${mtime[@]}" .
+mv "$output.tmp" "$output"
