@@ -18,3 +18,13 @@ func WithDualStackServices() APIServerOption {
 		}
 	}
 }
+
+// WithPrivilegedContainers lets the API server take privileged containers
+// (--allow-privileged, as kubeadm runs it), such as kube-proxy's and
+// kproxy's DaemonSets; without it they are refused as disallowed by cluster
+// policy.
+func WithPrivilegedContainers() APIServerOption {
+	return func(a *APIServer) {
+		a.args = append(a.args, "--allow-privileged=true")
+	}
+}
