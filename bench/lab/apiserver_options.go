@@ -28,3 +28,16 @@ func WithPrivilegedContainers() APIServerOption {
 		a.args = append(a.args, "--allow-privileged=true")
 	}
 }
+
+// WithRBAC authorizes requests by RBAC (with the bootstrap ClusterRoles
+// such as system:node-proxier) instead of allowing every request; the
+// admin client, in system:masters, may still do anything.
+func WithRBAC() APIServerOption {
+	return func(a *APIServer) {
+		for i, arg := range a.args {
+			if strings.HasPrefix(arg, "--authorization-mode=") {
+				a.args[i] = "--authorization-mode=RBAC"
+			}
+		}
+	}
+}
