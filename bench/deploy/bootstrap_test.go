@@ -17,6 +17,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -35,18 +36,20 @@ const (
 )
 
 // TestKproxyBootstrapsFromTheConfigMap runs kproxy as the DaemonSet of
-// deploy/kproxy.yaml would, against a real kube-apiserver: its command and
-// flags, its ConfigMap's config.conf and kubeconfig.conf at their mount
-// paths (moved under a temporary directory), the kubeconfig's server set
-// to the API server as an operator sets it, and a token of the manifest's
-// ServiceAccount. kproxy must answer the readiness probe and program a
-// Service it can only have learnt from the API server.
+// deploy/kproxy.yaml would, against a real kube-apiserver authorizing by
+// RBAC: its command and flags, its ConfigMap's config.conf and
+// kubeconfig.conf at their mount paths (moved under a temporary
+// directory), the kubeconfig's server set to the API server as an operator
+// sets it, a token of the manifest's ServiceAccount and no permission but
+// the manifest's binding to system:node-proxier. kproxy must answer the
+// readiness probe and program a Service it can only have learnt from the
+// API server, without a request refused.
 func TestKproxyBootstrapsFromTheConfigMap(t *testing.T) {
 	bin := lab.KproxyBinary(t)
 	if lab.InFreshNetns(t, lab.KproxyBinaryEnv+"="+bin) {
 		return
 	}
-	api := lab.StartAPIServer(t, lab.WithPrivilegedContainers())
+	api := lab.StartAPIServer(t, lab.WithPrivilegedContainers(), lab.WithRBAC())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	objs := parseFile(t, manifestPath)
@@ -54,14 +57,9 @@ func TestKproxyBootstrapsFromTheConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Everything but the DaemonSet for real (no kubelet would run it).
-	var stored []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() != "DaemonSet" {
-			stored = append(stored, o)
-		}
-	}
-	if err := a.apply(ctx, stored, false); err != nil {
+	// The ServiceAccount and ConfigMap for real (no kubelet would run the
+	// DaemonSet); the binding once the token is shown to need it.
+	if err := a.apply(ctx, []*unstructured.Unstructured{only(t, objs, "ServiceAccount"), only(t, objs, "ConfigMap")}, false); err != nil {
 		t.Fatal(err)
 	}
 	sa := only(t, objs, "ServiceAccount")
@@ -97,6 +95,13 @@ func TestKproxyBootstrapsFromTheConfigMap(t *testing.T) {
 	}
 	if got, want := review.Status.UserInfo.Username, "system:serviceaccount:"+sa.GetNamespace()+":"+sa.GetName(); got != want {
 		t.Errorf("the ConfigMap's kubeconfig authenticates as %q, want %q", got, want)
+	}
+	_, err = client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("listing EndpointSlices before the ClusterRoleBinding: got %v, want forbidden (is RBAC on?)", err)
+	}
+	if err := a.apply(ctx, []*unstructured.Unstructured{only(t, objs, "ClusterRoleBinding")}, false); err != nil {
+		t.Fatal(err)
 	}
 
 	const node, clusterIP = "node-1", "198.18.7.7"
@@ -138,6 +143,14 @@ func TestKproxyBootstrapsFromTheConfigMap(t *testing.T) {
 		}
 		return true, ""
 	})
+	// client-go logs refused requests and retries; none may have been.
+	log, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), "forbidden") {
+		t.Errorf("kproxy was refused a request with system:node-proxier's permissions:\n%s", log)
+	}
 }
 
 // containerArgs returns the DaemonSet's command for bin, with the kubelet's

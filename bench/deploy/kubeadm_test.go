@@ -49,7 +49,7 @@ func intendedDifferences() []intended {
 		{Difference{"DaemonSet spec.template.spec.containers[0].image", `"localhost/kproxy:latest"`, `"registry.k8s.io/kube-proxy:v1.36.3"`}, "kproxy's image, as `make image` names it (loaded on each node, or pushed to a registry and renamed here)"},
 		{Difference{"DaemonSet spec.template.spec.containers[0].command[0]", `"/usr/local/bin/kproxy"`, `"/usr/local/bin/kube-proxy"`}, "kproxy's binary in its image; the flags are kube-proxy's"},
 		{Difference{"DaemonSet spec.template.spec.containers[0].readinessProbe", `{"httpGet":{"path":"/livez","port":10256}}`, Absent},
-			"a pod is ready once kproxy has synced, so a rolling update (the swap, an upgrade) moves on to the next node only then; /livez rather than /healthz, which also fails on nodes being taken out and would stall the rollout there"},
+			"a pod is ready once kproxy serves its health port and is not stuck (/livez fails when a change has waited too long for a sync), so a rolling update (an upgrade of kproxy) stops at a node where it does not work; /livez rather than /healthz, which also fails on nodes being taken out and would stall the rollout there"},
 		{Difference{"DaemonSet spec.template.spec.containers[0].volumeMounts[0].name", `"kproxy"`, `"kube-proxy"`}, ownRef},
 		{Difference{"DaemonSet spec.template.spec.serviceAccountName", `"kproxy"`, `"kube-proxy"`}, ownRef},
 		{Difference{"DaemonSet spec.template.spec.volumes[0].configMap.name", `"kproxy"`, `"kube-proxy"`}, ownRef},
