@@ -136,8 +136,9 @@ func TestKproxyReadsKubeadmsConfiguration(t *testing.T) {
 }
 
 // kubeadmOutput runs kubeadm for the kube-proxy add-on's manifests. It
-// needs no cluster, registry or root: --print-manifest only renders them,
-// and an explicit version keeps kubeadm from looking the latest one up.
+// needs no cluster, registry, network or root: --print-manifest only
+// renders them, and an explicit version keeps kubeadm from looking the
+// latest one up.
 func kubeadmOutput(t *testing.T) []byte {
 	t.Helper()
 	bin := filepath.Join(lab.ToolsBinDir(t), "kubeadm")
@@ -146,6 +147,10 @@ func kubeadmOutput(t *testing.T) []byte {
 	}
 	cmd := exec.Command(bin, "init", "phase", "addon", "kube-proxy", "--print-manifest",
 		"--kubernetes-version=v1.36.3", "--control-plane-endpoint="+controlPlaneEndpoint,
+		// Else kubeadm takes the address of the host's default route, and
+		// fails on a host without one; an IPv4 address gives bindAddress
+		// 0.0.0.0.
+		"--apiserver-advertise-address=198.19.0.1",
 		// Never a real cluster's credentials, should the machine have one.
 		"--kubeconfig="+filepath.Join(t.TempDir(), "absent.conf"))
 	out, err := cmd.Output()
