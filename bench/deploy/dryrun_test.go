@@ -2,12 +2,14 @@ package deploy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"kproxy.dev/kproxy/bench/lab"
 )
@@ -15,7 +17,9 @@ import (
 // TestServerSideDryRun applies deploy/kproxy.yaml to a real kube-apiserver
 // v1.36.3 with server-side apply and dry run (kubectl apply --server-side
 // --dry-run=server), and broken copies of it, each of which the API server
-// must refuse: so a manifest it would not take cannot pass.
+// must refuse: so a manifest it would not take cannot pass. A pod of the
+// DaemonSet goes through the same dry run, for what only pods are checked
+// for (the priority class, for one).
 func TestServerSideDryRun(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
@@ -48,6 +52,8 @@ func TestServerSideDryRun(t *testing.T) {
 			wantErr: "readinessProbe.httpGet.port: Invalid value: 102560: must be between 1 and 65535"},
 		{name: "a role binding without a role", old: "  name: system:node-proxier\n", new: "  name: \"\"\n",
 			wantErr: "roleRef.name: Required value"},
+		{name: "a priority class that does not exist", old: "priorityClassName: system-node-critical", new: "priorityClassName: system-node-critcal",
+			wantErr: `Pod kproxy-dry-run: pods "kproxy-dry-run" is forbidden: no PriorityClass with name system-node-critcal was found`},
 		{name: "a ConfigMap key that cannot be a file name", old: "  config.conf: |-", new: "  config/conf: |-",
 			wantErr: `data[config/conf]: Invalid value: "config/conf": a valid config key must consist of alphanumeric characters`},
 	} {
@@ -63,7 +69,11 @@ func TestServerSideDryRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = a.apply(ctx, objs, true)
+			pod, err := podOf(only(t, objs, "DaemonSet"), "kproxy-dry-run")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = a.apply(ctx, append(objs, pod), true)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("the API server refuses %s: %v", manifestPath, err)
@@ -85,4 +95,22 @@ func TestServerSideDryRun(t *testing.T) {
 			t.Errorf("%s %s after dry runs: got %v, want not found", obj.GetKind(), obj.GetName(), err)
 		}
 	}
+}
+
+// podOf returns a pod of the DaemonSet: its template, named name, in its
+// namespace.
+func podOf(ds *unstructured.Unstructured, name string) (*unstructured.Unstructured, error) {
+	spec, ok, err := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	if err != nil || !ok {
+		return nil, fmt.Errorf("DaemonSet %s has no pod template spec (%v)", ds.GetName(), err)
+	}
+	labels, _, err := unstructured.NestedStringMap(ds.Object, "spec", "template", "metadata", "labels")
+	if err != nil {
+		return nil, fmt.Errorf("DaemonSet %s: template labels: %w", ds.GetName(), err)
+	}
+	pod := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod", "spec": spec}}
+	pod.SetName(name)
+	pod.SetNamespace(ds.GetNamespace())
+	pod.SetLabels(labels)
+	return pod, nil
 }
