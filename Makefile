@@ -5,7 +5,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 TEST_TIMEOUT ?= 30m
-# Reference binaries (kube-apiserver, etcd, kube-proxy) built from the Go
+# Reference binaries (kube-apiserver, etcd, kube-proxy, kubeadm) built from the Go
 # module proxy; see DEVELOPERS.md.
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
@@ -27,10 +27,10 @@ K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36
 PROGRESS := $(CURDIR)/.ci/progress
 tools: deps
-	@cd bench/tools && $(PROGRESS) "make tools: building kube-apiserver, kube-proxy, etcd and ipvsref from the Go module proxy" \
+	@cd bench/tools && $(PROGRESS) "make tools: building kube-apiserver, kube-proxy, kubeadm, etcd and ipvsref from the Go module proxy" \
 		"about 13 minutes on 2 cores the first time, seconds once the Go build cache has them" \
 		$(GO) build -ldflags "$(K8S_LDFLAGS)" -o bin/ \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy ./etcd ./ipvsref
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubeadm ./etcd ./ipvsref
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes

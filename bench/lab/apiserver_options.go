@@ -18,3 +18,26 @@ func WithDualStackServices() APIServerOption {
 		}
 	}
 }
+
+// WithPrivilegedContainers lets the API server take privileged containers
+// (--allow-privileged, as kubeadm runs it), such as kube-proxy's and
+// kproxy's DaemonSets; without it they are refused as disallowed by cluster
+// policy.
+func WithPrivilegedContainers() APIServerOption {
+	return func(a *APIServer) {
+		a.args = append(a.args, "--allow-privileged=true")
+	}
+}
+
+// WithRBAC authorizes requests by RBAC (with the bootstrap ClusterRoles
+// such as system:node-proxier) instead of allowing every request; the
+// admin client, in system:masters, may still do anything.
+func WithRBAC() APIServerOption {
+	return func(a *APIServer) {
+		for i, arg := range a.args {
+			if strings.HasPrefix(arg, "--authorization-mode=") {
+				a.args[i] = "--authorization-mode=RBAC"
+			}
+		}
+	}
+}
