@@ -1,0 +1,147 @@
+package swap
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// steady is how long traffic runs with one proxy everywhere before and
+// after the swaps.
+const steady = 3 * time.Second
+
+// TestLiveSwap runs kube-proxy v1.36.3 (iptables mode) on every node of a
+// three-node lab cluster, starts continuous traffic (ClusterIP from a pod on
+// each node, NodePort from an outside client to every node, a cloud load
+// balancer health-checking a Local service's health-check node port on
+// every node and sending the client's requests to the nodes that pass),
+// then replaces kube-proxy by kproxy node by node and back again, and
+// counts every request. The order on a node is a DaemonSet rolling
+// update's (maxUnavailable 1, no surge): the old pod is terminated
+// (SIGTERM, no --cleanup, so its rules stay in the kernel), then the new
+// one starts and must take the rules over without a gap; the rollout moves
+// to the next node once the new proxy is ready. Requests must not fail in
+// any phase. Cross-node semantics are asserted on every node with each
+// proxy.
+func TestLiveSwap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver, etcd, kube-proxy and kproxy on a three-node lab")
+	}
+	lab.RequireRoot(t)
+	kproxyBin := lab.KproxyBinary(t)
+	if lab.InFreshNetns(t, lab.KproxyBinaryEnv+"="+kproxyBin) {
+		return
+	}
+	kubeProxyBin := lab.KubeProxyBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	c := lab.NewCluster(t, lab.ClusterOptions{Nodes: 3, Pods: []string{"web", "client"}})
+	api := lab.StartAPIServer(t)
+	c.ServeAPI(t, api)
+	c.RegisterNodes(t, api.Client)
+	dataDir := t.TempDir()
+	for _, n := range c.Nodes {
+		if err := lab.StartNginx(t, n.Pod("web"), dataDir).WaitListening("tcp", lab.NginxPort, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createServices(ctx, t, api.Client, c)
+
+	p := &proxies{t: t, kubeconfig: api.KubeconfigPath, bins: map[string]string{kubeProxy: kubeProxyBin, kproxy: kproxyBin}}
+	for _, n := range c.Nodes {
+		p.on = append(p.on, &proxyOn{node: n})
+	}
+	for i := range c.Nodes {
+		p.start(i, kubeProxy)
+	}
+	for i := range c.Nodes {
+		p.waitReady(ctx, c, i)
+	}
+
+	r := newRecorder("kube-proxy")
+	lb := &loadBalancer{healthy: make([]bool, len(c.Nodes))}
+	for i := range c.Nodes {
+		lb.setHealthy(i, hasLocal(c, i))
+	}
+	stop := startTraffic(c, r, lb)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+			t.Logf("requests until the test stopped:\n%s\nevents:\n%s", r.table(), strings.Join(r.events, "\n"))
+		}
+	}()
+
+	time.Sleep(steady)
+	seen := map[string]observed{}
+	seen[kubeProxy] = checkSemantics(t, c, kubeProxy)
+
+	// rollout replaces the proxy on every node, one at a time.
+	rollout := func(phase, to string) {
+		r.setPhase(phase)
+		for i, on := range p.on {
+			from := on.name
+			p.stop(i)
+			r.event("%s: %s stopped (SIGTERM, rules left in place)", on.node.Name, from)
+			left, err := on.node.Exec("iptables-save", "-t", "nat")
+			if err != nil || !strings.Contains(left, webVIP+"/32") {
+				t.Errorf("%s's rules for web are gone once it stopped on %s (%v):\n%s", from, on.node.Name, err, left)
+			}
+			p.start(i, to)
+			took := p.waitReady(ctx, c, i)
+			r.event("%s: %s ready %v after its start", on.node.Name, to, took.Round(time.Millisecond))
+		}
+	}
+	rollout("swap to kproxy", kproxy)
+	r.setPhase("kproxy")
+	time.Sleep(steady)
+	seen[kproxy] = checkSemantics(t, c, kproxy)
+	rollout("swap to kube-proxy", kubeProxy)
+	r.setPhase("kube-proxy again")
+	time.Sleep(steady)
+	stop()
+	stopped = true
+
+	compare(t, seen[kubeProxy], seen[kproxy])
+	t.Logf("requests by phase and stream (slow: over %v; the health checks are the load balancer's, every %v):\n%s",
+		slowRequest, healthInterval, r.table())
+	t.Logf("events:\n%s", strings.Join(r.events, "\n"))
+	isData := func(s string) bool { return !isHealthCheck(s) }
+	for _, phase := range r.phases {
+		data, hc := r.totals(phase, isData), r.totals(phase, isHealthCheck)
+		t.Logf("%-22s requests %6d failed %d (slow %d, slowest %v); health checks %4d failed %d",
+			phase, data.ok+data.failed, data.failed, data.slow, data.max.Round(time.Millisecond), hc.ok+hc.failed, hc.failed)
+		if data.ok == 0 {
+			t.Errorf("%s: no request answered", phase)
+		}
+		if data.failed > 0 {
+			t.Errorf("%s: %d of %d requests failed; first ones:\n%s", phase, data.failed, data.ok+data.failed, strings.Join(data.failures, "\n"))
+		}
+	}
+}
+
+// compare fails on what a client or load balancer would see differ between
+// the proxies, and logs the byte-level differences it would not act on.
+func compare(t *testing.T, ref, got observed) {
+	t.Helper()
+	if got.noLocal != ref.noLocal {
+		t.Errorf("a Local NodePort on a node without a local endpoint: kube-proxy %s, kproxy %s", ref.noLocal, got.noLocal)
+	}
+	for node, want := range ref.health {
+		have := got.health[node]
+		if have.status != want.status || !reflect.DeepEqual(have.fields, want.fields) {
+			t.Errorf("health-check node port on %s: kube-proxy %d %v, kproxy %d %v", node, want.status, want.fields, have.status, have.fields)
+		}
+		if have.body != want.body {
+			t.Logf("difference: health-check body on %s: kube-proxy %q, kproxy %q", node, want.body, have.body)
+		}
+		if have.weight != want.weight {
+			t.Logf("difference: X-Load-Balancing-Endpoint-Weight on %s: kube-proxy %q, kproxy %q", node, want.weight, have.weight)
+		}
+	}
+}
