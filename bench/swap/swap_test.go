@@ -14,6 +14,12 @@ import (
 // after the swaps.
 const steady = 3 * time.Second
 
+// controlPhase removes a node's rules for controlGap between two proxies.
+const (
+	controlPhase = "control: a gap"
+	controlGap   = 500 * time.Millisecond
+)
+
 // TestLiveSwap runs kube-proxy v1.36.3 (iptables mode) on every node of a
 // three-node lab cluster, starts continuous traffic (ClusterIP from a pod on
 // each node, NodePort from an outside client to every node, a cloud load
@@ -104,6 +110,20 @@ func TestLiveSwap(t *testing.T) {
 	rollout("swap to kube-proxy", kubeProxy)
 	r.setPhase("kube-proxy again")
 	time.Sleep(steady)
+	// The control: the same swap with the rules removed in between
+	// (--cleanup, as a rollback that cleans up would do) must cost
+	// requests, or the traffic could not have seen a gap.
+	r.setPhase(controlPhase)
+	p.stop(0)
+	if out, err := c.Nodes[0].Exec(kubeProxyBin, "--cleanup"); err != nil {
+		t.Fatalf("kube-proxy --cleanup on %s: %v\n%s", c.Nodes[0].Name, err, out)
+	}
+	r.event("%s: rules removed (kube-proxy --cleanup)", c.Nodes[0].Name)
+	time.Sleep(controlGap)
+	p.start(0, kubeProxy)
+	p.waitReady(ctx, c, 0)
+	r.event("%s: kube-proxy ready again", c.Nodes[0].Name)
+	time.Sleep(steady / 3)
 	stop()
 	stopped = true
 
@@ -116,6 +136,12 @@ func TestLiveSwap(t *testing.T) {
 		data, hc := r.totals(phase, isData), r.totals(phase, isHealthCheck)
 		t.Logf("%-22s requests %6d failed %d (slow %d, slowest %v); health checks %4d failed %d",
 			phase, data.ok+data.failed, data.failed, data.slow, data.max.Round(time.Millisecond), hc.ok+hc.failed, hc.failed)
+		if phase == controlPhase {
+			if data.failed == 0 {
+				t.Errorf("%s: no request failed while %s had no rules for %v: the traffic cannot see a gap", phase, c.Nodes[0].Name, controlGap)
+			}
+			continue
+		}
 		if data.ok == 0 {
 			t.Errorf("%s: no request answered", phase)
 		}

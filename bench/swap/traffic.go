@@ -73,17 +73,25 @@ func (r *recorder) event(format string, args ...any) {
 	r.events = append(r.events, fmt.Sprintf("%s [%s] %s", time.Now().Format("15:04:05.000"), r.phase, fmt.Sprintf(format, args...)))
 }
 
-// add counts one request of stream that took took; err says why it failed.
-func (r *recorder) add(stream string, took time.Duration, err error) {
+// current is the phase requests are sent in now.
+func (r *recorder) current() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase
+}
+
+// add counts one request of stream sent in phase that took took; err says
+// why it failed.
+func (r *recorder) add(phase, stream string, took time.Duration, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !slices.Contains(r.streams, stream) {
 		r.streams = append(r.streams, stream)
 	}
-	tl := r.counts[r.phase][stream]
+	tl := r.counts[phase][stream]
 	if tl == nil {
 		tl = &tally{}
-		r.counts[r.phase][stream] = tl
+		r.counts[phase][stream] = tl
 	}
 	tl.max = max(tl.max, took)
 	if took > slowRequest {
@@ -149,12 +157,12 @@ func loop(ctx context.Context, wg *sync.WaitGroup, r *recorder, stream string, g
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			start := time.Now()
+			// A request counts in the phase it was sent in, and one still
+			// running when the traffic stops is waited for (ask has its
+			// own timeout): a request hanging in a gap is not lost.
+			phase, start := r.current(), time.Now()
 			err := ask()
-			if ctx.Err() != nil {
-				return // cut short by the end of the traffic, not by a proxy
-			}
-			r.add(stream, time.Since(start), err)
+			r.add(phase, stream, time.Since(start), err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(gap):
