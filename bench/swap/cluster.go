@@ -110,10 +110,11 @@ type proxyOn struct {
 
 // proxies starts and stops the proxies of the nodes.
 type proxies struct {
-	t          *testing.T
-	bins       map[string]string
-	kubeconfig string
-	on         []*proxyOn
+	t *testing.T
+	// kubeProxyBin and kproxyBin are the two proxies' binaries.
+	kubeProxyBin, kproxyBin string
+	kubeconfig              string
+	on                      []*proxyOn
 }
 
 // args are the flags both proxies get: kube-proxy's iptables mode as a
@@ -135,7 +136,11 @@ func (p *proxies) start(i int, name string) {
 	p.t.Helper()
 	n := p.on[i].node
 	p.on[i].name = name
-	p.on[i].proc = n.StartFor(p.t, p.bins[name], p.args(n.Name)...)
+	bin := p.kubeProxyBin
+	if name == kproxy {
+		bin = p.kproxyBin
+	}
+	p.on[i].proc = n.StartFor(p.t, bin, p.args(n.Name)...)
 }
 
 // stop terminates node i's proxy as the kubelet does a pod's (SIGTERM),

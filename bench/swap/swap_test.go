@@ -58,7 +58,7 @@ func TestLiveSwap(t *testing.T) {
 	}
 	createServices(ctx, t, api.Client, c)
 
-	p := &proxies{t: t, kubeconfig: api.KubeconfigPath, bins: map[string]string{kubeProxy: kubeProxyBin, kproxy: kproxyBin}}
+	p := &proxies{t: t, kubeconfig: api.KubeconfigPath, kubeProxyBin: kubeProxyBin, kproxyBin: kproxyBin}
 	for _, n := range c.Nodes {
 		p.on = append(p.on, &proxyOn{node: n})
 	}
