@@ -2,7 +2,10 @@ package swap
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +89,7 @@ func TestLiveSwap(t *testing.T) {
 	time.Sleep(steady)
 	seen := map[string]observed{}
 	seen[kubeProxy] = checkSemantics(t, c, kubeProxy)
+	rules := map[string][]string{kubeProxy: saveRules(t, c)}
 
 	// rollout replaces the proxy on every node, one at a time.
 	rollout := func(phase, to string) {
@@ -107,9 +111,23 @@ func TestLiveSwap(t *testing.T) {
 	r.setPhase("kproxy")
 	time.Sleep(steady)
 	seen[kproxy] = checkSemantics(t, c, kproxy)
+	rules[kproxy] = saveRules(t, c)
 	rollout("swap to kube-proxy", kubeProxy)
 	r.setPhase("kube-proxy again")
 	time.Sleep(steady)
+	rules["again"] = saveRules(t, c)
+	for i, n := range c.Nodes {
+		// The round trip leaves every node as kube-proxy had it.
+		if diff := lineDiff(rules[kubeProxy][i], rules["again"][i]); diff != "" {
+			t.Errorf("%s: kube-proxy's rules after the round trip through kproxy differ from before (-before +after):\n%s", n.Name, diff)
+		}
+		// kproxy writes kube-proxy's rules but for the nfacct counters.
+		if diff := lineDiff(withoutNFAcct(rules[kubeProxy][i]), withoutNFAcct(rules[kproxy][i])); diff != "" {
+			t.Errorf("%s: kproxy's rules differ from kube-proxy's beyond the nfacct counters (-kube-proxy +kproxy):\n%s", n.Name, diff)
+		} else if diff := lineDiff(rules[kubeProxy][i], rules[kproxy][i]); diff != "" && i == 0 {
+			t.Logf("difference: kproxy's rules lack kube-proxy's nfacct counters (-kube-proxy +kproxy, on every node):\n%s", diff)
+		}
+	}
 	// The control: the same swap with the rules removed in between
 	// (--cleanup, as a rollback that cleans up would do) must cost
 	// requests, or the traffic could not have seen a gap.
@@ -170,4 +188,67 @@ func compare(t *testing.T, ref, got observed) {
 			t.Logf("difference: X-Load-Balancing-Endpoint-Weight on %s: kube-proxy %q, kproxy %q", node, want.weight, have.weight)
 		}
 	}
+}
+
+// saveRules returns every node's iptables-save output without comments and
+// counters.
+func saveRules(t *testing.T, c *lab.Cluster) []string {
+	t.Helper()
+	var out []string
+	for _, n := range c.Nodes {
+		save, err := n.Exec("iptables-save")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, line := range strings.Split(lab.WithoutComments(save), "\n") {
+			if strings.HasPrefix(line, ":") {
+				line = strings.Fields(line)[0] + " " + strings.Fields(line)[1]
+			}
+			kept = append(kept, line)
+		}
+		out = append(out, strings.Join(kept, "\n"))
+	}
+	return out
+}
+
+// nfacctMatch is the match kube-proxy 1.36 adds to count packets for two
+// metrics (…_iptables_ct_state_invalid_dropped_packets_total and
+// …_iptables_localhost_nodeports_accepted_packets_total).
+var nfacctMatch = regexp.MustCompile(` -m nfacct --nfacct-name +\S+`)
+
+// withoutNFAcct drops the nfacct matches, and the rules that exist only to
+// count (localhost NodePorts, which the rule without a destination that
+// follows serves too).
+func withoutNFAcct(rules string) string {
+	var kept []string
+	for _, line := range strings.Split(rules, "\n") {
+		if strings.Contains(line, "localhost_nps_accepted_pkts") {
+			continue
+		}
+		kept = append(kept, nfacctMatch.ReplaceAllString(line, ""))
+	}
+	return strings.Join(kept, "\n")
+}
+
+// lineDiff lists the lines only in a (-) and only in b (+).
+func lineDiff(a, b string) string {
+	count := map[string]int{}
+	for _, l := range strings.Split(a, "\n") {
+		count[l]++
+	}
+	for _, l := range strings.Split(b, "\n") {
+		count[l]--
+	}
+	var out []string
+	for l, n := range count {
+		switch {
+		case n > 0:
+			out = append(out, fmt.Sprintf("- %s (x%d)", l, n))
+		case n < 0:
+			out = append(out, fmt.Sprintf("+ %s (x%d)", l, -n))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
 }
