@@ -105,6 +105,14 @@ func TestLiveSwap(t *testing.T) {
 			p.start(i, to)
 			took := p.waitReady(ctx, c, i)
 			r.event("%s: %s ready %v after its start", on.node.Name, to, took.Round(time.Millisecond))
+			// As an operator sets minReadySeconds for a proxy behind load
+			// balancers: the next node goes only once this one is back in
+			// the pool, or both could be out at once.
+			if hasLocal(c, i) {
+				lab.Within(t, 10*time.Second, on.node.Name+" back in the load balancer's pool", func() (bool, string) {
+					return slices.Contains(lb.pool(), i), fmt.Sprint("pool: ", lb.pool())
+				})
+			}
 		}
 	}
 	rollout("swap to kproxy", kproxy)
