@@ -155,7 +155,7 @@ func (p *proxies) stop(i int) {
 // waitReady waits until node i's proxy is what a DaemonSet rollout waits
 // for and a little more: /healthz answers 200, it has synced its rules
 // (the sync counter) and the health-check node port answers as it should.
-func (p *proxies) waitReady(ctx context.Context, c *lab.Cluster, i int) time.Duration {
+func (p *proxies) waitReady(c *lab.Cluster, i int) time.Duration {
 	p.t.Helper()
 	start := time.Now()
 	on := p.on[i]

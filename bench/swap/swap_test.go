@@ -69,7 +69,7 @@ func TestLiveSwap(t *testing.T) {
 		p.start(i, kubeProxy)
 	}
 	for i := range c.Nodes {
-		p.waitReady(ctx, c, i)
+		p.waitReady(c, i)
 	}
 
 	r := newRecorder("kube-proxy")
@@ -103,7 +103,7 @@ func TestLiveSwap(t *testing.T) {
 				t.Errorf("%s's rules for web are gone once it stopped on %s (%v):\n%s", from, on.node.Name, err, left)
 			}
 			p.start(i, to)
-			took := p.waitReady(ctx, c, i)
+			took := p.waitReady(c, i)
 			r.event("%s: %s ready %v after its start", on.node.Name, to, took.Round(time.Millisecond))
 			// As an operator sets minReadySeconds for a proxy behind load
 			// balancers: the next node goes only once this one is back in
@@ -147,7 +147,7 @@ func TestLiveSwap(t *testing.T) {
 	r.event("%s: rules removed (kube-proxy --cleanup)", c.Nodes[0].Name)
 	time.Sleep(controlGap)
 	p.start(0, kubeProxy)
-	p.waitReady(ctx, c, 0)
+	p.waitReady(c, 0)
 	r.event("%s: kube-proxy ready again", c.Nodes[0].Name)
 	time.Sleep(steady / 3)
 	stop()
