@@ -2,10 +2,15 @@ package swap
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
@@ -17,8 +22,11 @@ import (
 // the phase it was sent in.
 
 const (
-	// requestGap is the pause between two requests of a stream.
+	// requestGap is the pause between two requests of a stream; while a
+	// proxy is being replaced (swapGap) the streams go as fast as they can,
+	// so that a gap of a few milliseconds in the rules shows.
 	requestGap = 10 * time.Millisecond
+	swapGap    = time.Millisecond
 	// slowRequest is slower than a request on a working path can be here:
 	// a dropped SYN is retransmitted after 1 s.
 	slowRequest = 900 * time.Millisecond
@@ -151,7 +159,11 @@ func (r *recorder) table() string {
 // isHealthCheck says whether a stream is the load balancer's health checks.
 func isHealthCheck(stream string) bool { return strings.HasPrefix(stream, "health check ") }
 
-// loop runs ask every gap until ctx ends, counting each answer.
+// isSwap says whether requests are sent while proxies are being replaced.
+func isSwap(phase string) bool { return strings.HasPrefix(phase, "swap ") }
+
+// loop runs ask every gap (swapGap during a swap, for the requests) until
+// ctx ends, counting each answer.
 func loop(ctx context.Context, wg *sync.WaitGroup, r *recorder, stream string, gap time.Duration, ask func() error) {
 	wg.Add(1)
 	go func() {
@@ -163,9 +175,13 @@ func loop(ctx context.Context, wg *sync.WaitGroup, r *recorder, stream string, g
 			phase, start := r.current(), time.Now()
 			err := ask()
 			r.add(phase, stream, time.Since(start), err)
+			wait := gap
+			if gap == requestGap && isSwap(r.current()) {
+				wait = swapGap
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(gap):
+			case <-time.After(wait):
 			}
 		}
 	}()
@@ -275,6 +291,33 @@ func startTraffic(c *lab.Cluster, r *recorder, lb *loadBalancer) (stop func()) {
 			return err
 		})
 	}
+	// Connections opened before a swap must outlive it: their conntrack
+	// entries (DNAT, and SNAT for the NodePort) carry them, whichever
+	// proxy runs. One connection each, reused for every request.
+	for _, ka := range []struct {
+		stream string
+		from   *lab.Host
+		url    string
+	}{
+		{"ClusterIP keep-alive", c.Nodes[0].Pod("client"), fmt.Sprintf("http://%s:%d/", webVIP, servicePort)},
+		{"NodePort keep-alive", c.Client, fmt.Sprintf("http://%s:%d/", c.Nodes[0].IPv4, webNodePort)},
+	} {
+		client := keepAliveClient(ka.from)
+		first := ""
+		loop(ctx, &wg, r, ka.stream, requestGap, func() error {
+			pod, err := keepAliveGet(client, ka.url)
+			if err != nil {
+				return err
+			}
+			if first == "" {
+				first = pod
+			}
+			if pod != first {
+				return fmt.Errorf("the connection moved from %s to %s: it was re-established", first, pod)
+			}
+			return nil
+		})
+	}
 	loop(ctx, &wg, r, "LoadBalancer (Local)", requestGap, func() error {
 		i := lb.pick()
 		if i < 0 {
@@ -289,4 +332,40 @@ func startTraffic(c *lab.Cluster, r *recorder, lb *loadBalancer) (stop func()) {
 		})
 	})
 	return func() { cancel(); wg.Wait() }
+}
+
+// keepAliveClient holds one connection from h open across requests and
+// never dials a second: a request after the first connection broke fails.
+func keepAliveClient(h *lab.Host) *http.Client {
+	var dialled atomic.Bool
+	return &http.Client{
+		Timeout: 3 * time.Second,
+		Transport: &http.Transport{
+			MaxConnsPerHost: 1, DisableCompression: true, IdleConnTimeout: time.Hour,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if dialled.Swap(true) {
+					return nil, errors.New("the kept-alive connection was closed; not dialling another")
+				}
+				return h.DialContext(ctx, network, addr)
+			},
+		},
+	}
+}
+
+// keepAliveGet asks url on client's connection and returns the pod that
+// answered.
+func keepAliveGet(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "web-") {
+		return "", fmt.Errorf("GET %s: %d %q", url, resp.StatusCode, body)
+	}
+	return strings.TrimSpace(string(body)), nil
 }
