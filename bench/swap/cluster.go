@@ -208,3 +208,29 @@ func syncCount(h *lab.Host) (int, error) {
 	}
 	return 0, fmt.Errorf("no %s in %s", lab.SyncCountMetric, metricsURL)
 }
+
+// setTerminating marks pod's endpoint of web terminating (still serving, as
+// during a graceful shutdown) or ready again, as the endpoint-slice
+// controller does.
+func setTerminating(ctx context.Context, client kubernetes.Interface, pod *lab.Host, terminating bool) error {
+	slices := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
+	slice, err := slices.Get(ctx, "web-1", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading web's endpoint slice: %w", err)
+	}
+	found := false
+	for i, ep := range slice.Endpoints {
+		if ep.TargetRef != nil && ep.TargetRef.Name == pod.Name {
+			slice.Endpoints[i].Conditions = discoveryv1.EndpointConditions{
+				Ready: ptr.To(!terminating), Serving: ptr.To(true), Terminating: ptr.To(terminating)}
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("no endpoint of %s in web's endpoint slice", pod.Name)
+	}
+	if _, err := slices.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating web's endpoint slice: %w", err)
+	}
+	return nil
+}

@@ -17,6 +17,10 @@ import (
 // after the swaps.
 const steady = 3 * time.Second
 
+// kubeletPause is how long the node is without a proxy when a change is
+// made meanwhile: about what a kubelet takes to start the next pod.
+const kubeletPause = time.Second
+
 // controlPhase removes a node's rules for controlGap between two proxies.
 const (
 	controlPhase = "control: a gap"
@@ -91,7 +95,12 @@ func TestLiveSwap(t *testing.T) {
 	seen[kubeProxy] = checkSemantics(t, c, kubeProxy)
 	rules := map[string][]string{kubeProxy: saveRules(t, c)}
 
-	// rollout replaces the proxy on every node, one at a time.
+	// rollout replaces the proxy on every node, one at a time. On the
+	// second node, web's pod on the last node starts terminating while no
+	// proxy runs there, and the pause between the pods is a kubelet's
+	// (about a second): the new proxy's first sync must apply a change
+	// the rules it takes over do not have.
+	changeOn, gone := 1, c.Nodes[len(c.Nodes)-1].Pod("web")
 	rollout := func(phase, to string) {
 		r.setPhase(phase)
 		for i, on := range p.on {
@@ -102,9 +111,25 @@ func TestLiveSwap(t *testing.T) {
 			if err != nil || !strings.Contains(left, webVIP+"/32") {
 				t.Errorf("%s's rules for web are gone once it stopped on %s (%v):\n%s", from, on.node.Name, err, left)
 			}
+			if i == changeOn {
+				if err := setTerminating(ctx, api.Client, gone, true); err != nil {
+					t.Fatal(err)
+				}
+				r.event("%s: %s terminating while no proxy runs there", on.node.Name, gone.Name)
+				time.Sleep(kubeletPause)
+			}
 			p.start(i, to)
 			took := p.waitReady(c, i)
 			r.event("%s: %s ready %v after its start", on.node.Name, to, took.Round(time.Millisecond))
+			if i == changeOn {
+				t.Run(to+" applies a change made before it started", func(t *testing.T) {
+					wantAvoided(t, c, on.node, gone)
+				})
+				if err := setTerminating(ctx, api.Client, gone, false); err != nil {
+					t.Fatal(err)
+				}
+				r.event("%s ready again", gone.Name)
+			}
 			// As an operator sets minReadySeconds for a proxy behind load
 			// balancers: the next node goes only once this one is back in
 			// the pool, or both could be out at once.
@@ -117,11 +142,13 @@ func TestLiveSwap(t *testing.T) {
 	}
 	rollout("swap to kproxy", kproxy)
 	r.setPhase("kproxy")
+	waitReached(t, c, gone)
 	time.Sleep(steady)
 	seen[kproxy] = checkSemantics(t, c, kproxy)
 	rules[kproxy] = saveRules(t, c)
 	rollout("swap to kube-proxy", kubeProxy)
 	r.setPhase("kube-proxy again")
+	waitReached(t, c, gone)
 	time.Sleep(steady)
 	rules["again"] = saveRules(t, c)
 	for i, n := range c.Nodes {
@@ -259,4 +286,47 @@ func lineDiff(a, b string) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "\n")
+}
+
+// wantAvoided checks that neither the node's pods nor the outside client
+// through the node reach the terminating pod gone any more.
+func wantAvoided(t *testing.T, c *lab.Cluster, n *lab.ClusterNode, gone *lab.Host) {
+	t.Helper()
+	for _, ask := range []struct {
+		from *lab.Host
+		url  string
+	}{
+		{n.Pod("client"), fmt.Sprintf("http://%s:%d/", webVIP, servicePort)},
+		{c.Client, fmt.Sprintf("http://%s:%d/", n.IPv4, webNodePort)},
+	} {
+		for range tries {
+			pod, err := lab.HTTPGet(ask.from, ask.url)
+			if err != nil {
+				t.Fatalf("%s from %s: %v", ask.url, ask.from.Name, err)
+			}
+			if pod == gone.Name {
+				t.Fatalf("%s from %s reached %s, whose endpoint is terminating", ask.url, ask.from.Name, gone.Name)
+			}
+		}
+	}
+}
+
+// waitReached waits until every node's proxy sends NodePort traffic to pod
+// again.
+func waitReached(t *testing.T, c *lab.Cluster, pod *lab.Host) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		url := fmt.Sprintf("http://%s:%d/", n.IPv4, webNodePort)
+		lab.Eventually(t, pod.Name+" reached through "+n.Name, func() (bool, string) {
+			seen := map[string]int{}
+			for range tries {
+				got, err := lab.HTTPGet(c.Client, url)
+				if err != nil {
+					return false, err.Error()
+				}
+				seen[got]++
+			}
+			return seen[pod.Name] > 0, fmt.Sprint(seen)
+		})
+	}
 }
