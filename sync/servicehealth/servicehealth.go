@@ -173,12 +173,18 @@ func (s *Server) handler(svc *service) http.Handler {
 		resp.ServiceProxyHealthy = s.cfg.ProxyHealthy()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		// Load balancers that weigh nodes by local endpoints read this
+		// header (kube-proxy sets it).
+		w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(resp.LocalEndpoints))
 		if resp.LocalEndpoints > 0 && resp.ServiceProxyHealthy {
 			w.WriteHeader(http.StatusOK)
 		} else {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_ = json.NewEncoder(w).Encode(resp)
+		// Indented with tabs and without a final newline, byte for byte
+		// kube-proxy's body.
+		body, _ := json.MarshalIndent(resp, "", "\t")
+		_, _ = w.Write(body)
 	})
 }
 

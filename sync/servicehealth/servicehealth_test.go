@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -48,12 +50,25 @@ func probe(t *testing.T, p uint16) (int, response) {
 		t.Fatalf("probing health-check port %d: %v", p, err)
 	}
 	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
 	var body response
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+	if err := json.Unmarshal(raw, &body); err != nil {
 		t.Fatalf("decoding the body: %v", err)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type = %q", ct)
+	}
+	// kube-proxy v1.36's body, byte for byte, and its weight header.
+	want := fmt.Sprintf("{\n\t\"service\": {\n\t\t\"namespace\": %q,\n\t\t\"name\": %q\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": %v\n}",
+		body.Service.Namespace, body.Service.Name, body.LocalEndpoints, body.ServiceProxyHealthy)
+	if string(raw) != want {
+		t.Errorf("body\n%s\nwant kube-proxy's\n%s", raw, want)
+	}
+	if w := resp.Header.Get("X-Load-Balancing-Endpoint-Weight"); w != strconv.Itoa(body.LocalEndpoints) {
+		t.Errorf("X-Load-Balancing-Endpoint-Weight = %q, want %d", w, body.LocalEndpoints)
 	}
 	return resp.StatusCode, body
 }
