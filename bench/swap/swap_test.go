@@ -204,8 +204,8 @@ func TestLiveSwap(t *testing.T) {
 	}
 }
 
-// compare fails on what a client or load balancer would see differ between
-// the proxies, and logs the byte-level differences it would not act on.
+// compare fails on anything a client or load balancer would see differ
+// between the proxies, down to the health-check body's bytes.
 func compare(t *testing.T, ref, got observed) {
 	t.Helper()
 	if got.noLocal != ref.noLocal {
@@ -217,10 +217,10 @@ func compare(t *testing.T, ref, got observed) {
 			t.Errorf("health-check node port on %s: kube-proxy %d %v, kproxy %d %v", node, want.status, want.fields, have.status, have.fields)
 		}
 		if have.body != want.body {
-			t.Logf("difference: health-check body on %s: kube-proxy %q, kproxy %q", node, want.body, have.body)
+			t.Errorf("health-check body on %s: kube-proxy %q, kproxy %q", node, want.body, have.body)
 		}
 		if have.weight != want.weight {
-			t.Logf("difference: X-Load-Balancing-Endpoint-Weight on %s: kube-proxy %q, kproxy %q", node, want.weight, have.weight)
+			t.Errorf("X-Load-Balancing-Endpoint-Weight on %s: kube-proxy %q, kproxy %q", node, want.weight, have.weight)
 		}
 	}
 }
