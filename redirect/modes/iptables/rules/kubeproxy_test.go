@@ -118,7 +118,9 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 
 	for _, fam := range ipfamily.All() {
 		var got map[Table]savedTable
-		deadline := time.Now().Add(60 * time.Second)
+		// Generous: on a loaded machine kube-proxy has taken over a minute
+		// to apply the topology hints.
+		deadline := time.Now().Add(2 * time.Minute)
 		for {
 			got = kubeProxyDump(t, fam)
 			if tablesMatch(got, want[fam]) || time.Now().After(deadline) {
