@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -156,11 +155,9 @@ func TestLiveSwap(t *testing.T) {
 		if diff := lineDiff(rules[kubeProxy][i], rules["again"][i]); diff != "" {
 			t.Errorf("%s: kube-proxy's rules after the round trip through kproxy differ from before (-before +after):\n%s", n.Name, diff)
 		}
-		// kproxy writes kube-proxy's rules but for the nfacct counters.
-		if diff := lineDiff(withoutNFAcct(rules[kubeProxy][i]), withoutNFAcct(rules[kproxy][i])); diff != "" {
-			t.Errorf("%s: kproxy's rules differ from kube-proxy's beyond the nfacct counters (-kube-proxy +kproxy):\n%s", n.Name, diff)
-		} else if diff := lineDiff(rules[kubeProxy][i], rules[kproxy][i]); diff != "" && i == 0 {
-			t.Logf("difference: kproxy's rules lack kube-proxy's nfacct counters (-kube-proxy +kproxy, on every node):\n%s", diff)
+		// kproxy writes kube-proxy's rules, nfacct counters included.
+		if diff := lineDiff(rules[kubeProxy][i], rules[kproxy][i]); diff != "" {
+			t.Errorf("%s: kproxy's rules differ from kube-proxy's (-kube-proxy +kproxy):\n%s", n.Name, diff)
 		}
 	}
 	// The control: the same swap with the rules removed in between
@@ -245,25 +242,6 @@ func saveRules(t *testing.T, c *lab.Cluster) []string {
 		out = append(out, strings.Join(kept, "\n"))
 	}
 	return out
-}
-
-// nfacctMatch is the match kube-proxy 1.36 adds to count packets for two
-// metrics (…_iptables_ct_state_invalid_dropped_packets_total and
-// …_iptables_localhost_nodeports_accepted_packets_total).
-var nfacctMatch = regexp.MustCompile(` -m nfacct --nfacct-name +\S+`)
-
-// withoutNFAcct drops the nfacct matches, and the rules that exist only to
-// count (localhost NodePorts, which the rule without a destination that
-// follows serves too).
-func withoutNFAcct(rules string) string {
-	var kept []string
-	for _, line := range strings.Split(rules, "\n") {
-		if strings.Contains(line, "localhost_nps_accepted_pkts") {
-			continue
-		}
-		kept = append(kept, nfacctMatch.ReplaceAllString(line, ""))
-	}
-	return strings.Join(kept, "\n")
 }
 
 // lineDiff lists the lines only in a (-) and only in b (+).

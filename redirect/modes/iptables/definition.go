@@ -8,6 +8,7 @@ import (
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
+	"kproxy.dev/kproxy/redirect/netfilter/nfacct"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
@@ -50,6 +51,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 		logger.Info("Warning: this --detect-local-mode is not supported by kproxy's iptables mode; "+
 			"traffic is treated as with no local-traffic detector (only --cluster-cidr is)", "detectLocalMode", s.DetectLocalMode)
 	}
+	counters := ensureNFAcct(logger, nfacct.Netlink{})
 	var fams []FamilyConfig
 	for _, fam := range ipfamily.All() {
 		ipt := d.Features.Chosen(fam)
@@ -68,6 +70,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 
 			LocalhostNodePorts:    s.LocalhostNodePorts && fam == ipfamily.IPv4,
 			ConntrackTCPBeLiberal: beLiberal == "1",
+			NFAcct:                counters,
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			rc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync
@@ -87,6 +90,11 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 		if err := d.Sysctls.Write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			logger.Error(err, "Could not set net.ipv4.conf.all.route_localnet=1: NodePorts will not answer on 127.0.0.1 "+
 				"(pass --iptables-localhost-nodeports=false to silence this)")
+		}
+	}
+	if d.Registry != nil {
+		if err := d.Registry.Register(newNFAcctCollector(logger, nfacct.Netlink{}, counters)); err != nil {
+			return nil, fmt.Errorf("iptables mode: registering the nfacct metrics: %w", err)
 		}
 	}
 	m, err := New(Config{

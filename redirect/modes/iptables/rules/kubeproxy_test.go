@@ -30,9 +30,9 @@ import (
 // rules the model builds from the same objects: an operator can swap one
 // for the other and every chain keeps its name and content.
 //
-// Two things kube-proxy adds are set aside, as the model leaves them out
-// on purpose: nfacct counter matches (metrics only), and the empty
-// KUBE-FIREWALL chain and its jumps where kube-proxy puts no rule in it.
+// One thing kube-proxy adds is set aside, as the model leaves it out on
+// purpose: the empty KUBE-FIREWALL chain and its jumps where kube-proxy
+// puts no rule in it.
 func TestSameRulesAsKubeProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver, etcd and kube-proxy")
@@ -83,6 +83,9 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 		// kube-proxy's defaults: localhost NodePorts on, --random-fully
 		// where iptables has it (1.8.9 does).
 		cfg.LocalhostNodePorts, cfg.RandomFully = true, true
+		// kube-proxy counts in both nfacct objects where the kernel has
+		// them, as this one does.
+		cfg.NFAcct = NFAcct{CTStateInvalidDropped: true, LocalhostNodePortsAccepted: true}
 		cfg.Topology = servicemap.TopologyOf(testkit.NodeName, snap)
 		b := mustBuilder(t, cfg)
 		var ports []PortRules
@@ -154,26 +157,13 @@ func kubeProxyDump(t *testing.T, fam ipfamily.Family) map[Table]savedTable {
 	return nil
 }
 
-// withoutDeliberateDifferences drops nfacct matches (and the rules that
-// exist only to count with them) and an empty KUBE-FIREWALL with the jumps
+// withoutDeliberateDifferences drops an empty KUBE-FIREWALL with the jumps
 // to it.
 func withoutDeliberateDifferences(tables map[Table]savedTable) map[Table]savedTable {
 	for tbl, chains := range tables {
 		emptyKubeletFirewall := false
-		for i, c := range chains {
-			var rules []string
-			for _, r := range c.Rules {
-				if c.Name == NodePorts && strings.Contains(r, "-m nfacct") {
-					continue
-				}
-				if f := strings.Fields(r); slices.Contains(f, "nfacct") {
-					i := slices.Index(f, "nfacct") - 1 // "-m nfacct --nfacct-name <name>"
-					r = strings.Join(slices.Delete(f, i, i+4), " ")
-				}
-				rules = append(rules, r)
-			}
-			chains[i].Rules = rules
-			if c.Name == KubeletFirewall && len(rules) == 0 {
+		for _, c := range chains {
+			if c.Name == KubeletFirewall && len(c.Rules) == 0 {
 				emptyKubeletFirewall = true
 			}
 		}

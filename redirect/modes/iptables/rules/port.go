@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"kproxy.dev/kproxy/redirect/netfilter/nfacct"
+
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -108,6 +110,16 @@ func (w *portWriter) sharedRules() {
 	}
 
 	if p.nodePort != 0 {
+		if p.hasEndpoints && w.b.localhostNodePorts && w.b.cfg.NFAcct.LocalhostNodePortsAccepted {
+			// Only counts: the same jump for loopback destinations,
+			// first, so kube-proxy's metric sees them. Two spaces
+			// before the name, as iptables-save prints it.
+			w.t.s("-d 127.0.0.0/8 ").word("-p").word(p.proto).comment(p.name).
+				word("-m").word(p.proto).word("--dport").uint(uint64(p.nodePort)).
+				s("-m nfacct --nfacct-name  " + nfacct.LocalhostNodePortAccept + " ").
+				word("-j").chain(chainRef{ExternalPrefix, &p.hash})
+			w.shared(NAT, NodePorts)
+		}
 		if p.hasEndpoints {
 			w.t.word("-p").word(p.proto).comment(p.name).
 				word("-m").word(p.proto).word("--dport").uint(uint64(p.nodePort)).

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"kproxy.dev/kproxy/redirect/netfilter/nfacct"
+
 	"kproxy.dev/kproxy/sync/nodeaddr"
 
 	"kproxy.dev/kproxy/redirect/netfilter/restore"
@@ -42,7 +44,12 @@ func (b *Builder) buildSharedChains() []SharedChain {
 	if !b.cfg.ConntrackTCPBeLiberal {
 		// Packets conntrack calls INVALID would otherwise reach a pod
 		// un-NATed and be answered with a reset (kubernetes issue 74839).
-		forward = slices.Insert(forward, 0, `-m conntrack --ctstate INVALID -j DROP`)
+		invalid := `-m conntrack --ctstate INVALID -j DROP`
+		if b.cfg.NFAcct.CTStateInvalidDropped {
+			// Two spaces before the name, as iptables-save prints it.
+			invalid = `-m conntrack --ctstate INVALID -m nfacct --nfacct-name  ` + nfacct.CTStateInvalidDropped + ` -j DROP`
+		}
+		forward = slices.Insert(forward, 0, invalid)
 	}
 	masquerade := restore.CommentMatch("kubernetes service traffic requiring SNAT") + ` -j MASQUERADE`
 	if b.cfg.RandomFully {

@@ -109,6 +109,9 @@ type Config struct {
 	// net.ipv4.conf.all.route_localnet=1, and the model adds kubelet's
 	// KUBE-FIREWALL guard, as kube-proxy does.
 	LocalhostNodePorts bool
+	// NFAcct says which of kube-proxy's nfacct objects exist to count in;
+	// rules count in those that do, as kube-proxy's do.
+	NFAcct NFAcct
 	// ConntrackTCPBeLiberal reports net.netfilter.nf_conntrack_tcp_be_liberal
 	// set on the node: kube-proxy then leaves out the KUBE-FORWARD rule
 	// dropping ctstate INVALID packets.
@@ -123,4 +126,15 @@ type Config struct {
 	LargeCluster bool
 	// Topology is this node's name and zone for topology hints.
 	Topology servicemap.Topology
+}
+
+// NFAcct names the extended-accounting objects the rules count packets in
+// (kube-proxy's metrics read them back).
+type NFAcct struct {
+	// CTStateInvalidDropped counts the packets KUBE-FORWARD drops as
+	// conntrack INVALID (nfacct.CTStateInvalidDropped).
+	CTStateInvalidDropped bool
+	// LocalhostNodePortsAccepted counts the packets accepted on IPv4
+	// loopback NodePorts (nfacct.LocalhostNodePortAccept).
+	LocalhostNodePortsAccepted bool
 }

@@ -121,7 +121,7 @@ func protocolIs(rule, pkt string) bool {
 // module evaluates a deterministic -m extension.
 func (w *walker) module(m rulespec.Match, f flow) (bool, error) {
 	switch m.Name {
-	case "comment":
+	case "comment", "nfacct": // nfacct only counts
 		return true, nil
 	case "tcp", "udp", "sctp":
 		return allOptions(m, func(o rulespec.Option) (bool, error) {

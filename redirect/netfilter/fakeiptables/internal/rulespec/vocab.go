@@ -53,7 +53,7 @@ func (s extSpec) option(name string) (optSpec, bool) {
 
 // Matches lists the match extensions Parse knows, for messages.
 func Matches() []string {
-	return []string{"addrtype", "comment", "conntrack", "ipvs", "mark", "physdev", "recent", "sctp", "set", "state", "statistic", "tcp", "udp"}
+	return []string{"addrtype", "comment", "conntrack", "ipvs", "mark", "nfacct", "physdev", "recent", "sctp", "set", "state", "statistic", "tcp", "udp"}
 }
 
 // matchSpec describes the match extensions kproxy's modes emit.
@@ -65,6 +65,9 @@ func matchSpec(name string) (extSpec, bool) {
 	switch name {
 	case "comment":
 		return extSpec{opts: []optSpec{{name: "--comment", arg: textArg}}}, true
+	case "nfacct":
+		// Counts in an accounting object; it never decides a match.
+		return extSpec{opts: []optSpec{{name: "--nfacct-name", arg: textArg}}}, true
 	case "tcp", "udp", "sctp":
 		return extSpec{opts: ports, proto: true}, true
 	case "addrtype":
