@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb/balancer"
+	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/lb/sctprelay"
@@ -82,7 +83,9 @@ type Mode struct {
 	alloc    *ports.Allocator
 	claimer  *portal.Claimer
 	unserved *sctprelay.UnservedReporter
-	families []ipfamily.Family
+	// descriptors bounds the sockets UDP flows hold, for all relays.
+	descriptors *fdbudget.Budget
+	families    []ipfamily.Family
 	// kinds is the portal kind of each family in families.
 	kinds map[ipfamily.Family]mode.Portals
 	// portalKinds is kproxy_userspace_portals.
@@ -112,6 +115,11 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		return nil, fmt.Errorf("userspace mode balancer: %w", err)
 	}
 	m.alloc = ports.NewAllocator(cfg.PortRange)
+	if m.descriptors, err = fdbudget.FromRLimit(); err != nil {
+		return nil, fmt.Errorf("userspace mode: %w", err)
+	}
+	total, perClient := m.descriptors.Limits()
+	logger.V(2).Info("UDP flows' descriptor budget", "total", total, "perClientAddress", perClient)
 	opener := cfg.Opener
 	if opener == nil {
 		opener = portal.SocketOpener{}
