@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,4 +124,81 @@ func metricSum(t *testing.T, name string) float64 {
 func lastLines(text string, n int) string {
 	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// idleUDPPorts is how many UDP service ports TestIdleUDPServicePortsMemory
+// configures, and idleUDPHeapTarget the memory issue 18 allows them.
+const (
+	idleUDPPorts      = 1000
+	idleUDPHeapTarget = 20 << 20
+)
+
+// TestIdleUDPServicePortsMemory measures what 1,000 idle UDP service ports
+// cost kproxy against one port in the same run: its live heap after a
+// collection (each relay used to allocate 2 MiB of buffers up front: 200
+// ports took 431 MB) and its resident memory. The heap growth must stay
+// within the target; both figures are logged for the benchmark table.
+func TestIdleUDPServicePortsMemory(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
+		render := func(n int) func(backends []string) string {
+			return func(backends []string) string {
+				parts := []string{nodeDoc}
+				for i := range n {
+					name := fmt.Sprintf("udp-%d", i)
+					vip := fmt.Sprintf("198.18.%d.%d", 100+i/250, 1+i%250)
+					parts = append(parts,
+						serviceDoc(name, "clusterIP: "+vip+", ports: [{name: dns, port: 53, protocol: UDP, targetPort: 9000}]", ""),
+						sliceDoc(name+"-1", name, "{name: dns, port: 9000, protocol: UDP}", remoteEndpoints(backends[:1], "")...))
+				}
+				return docs(parts...)
+			}
+		}
+		// --profiling serves /debug/pprof/heap, whose gc=1 collects first:
+		// the live heap, not the garbage of the last sync.
+		l := startLab(t, m, render(1), "--profiling")
+		if l == nil {
+			return
+		}
+		oneHeap, oneRSS := l.memoryAfterGC(t)
+		syncs := lab.SyncCount(t)
+		l.write(t, render(idleUDPPorts)(l.backends))
+		lab.WaitSynced(t, l.kproxy, syncs+1)
+		lab.Eventually(t, fmt.Sprintf("the last of %d UDP services to answer", idleUDPPorts), func() (bool, string) {
+			_, err := askUDP(l.topo.Client, "198.18.103.250:53")()
+			return err == nil, fmt.Sprint(err)
+		})
+		manyHeap, manyRSS := l.memoryAfterGC(t)
+		mib := func(b float64) float64 { return b / (1 << 20) }
+		t.Logf("kproxy with 1 → %d idle UDP service ports (%s): live heap %.1f → %.1f MiB (%.1f KiB per port), RSS %.1f → %.1f MiB",
+			idleUDPPorts, m.name, mib(oneHeap), mib(manyHeap), (manyHeap-oneHeap)/1024/idleUDPPorts, mib(oneRSS), mib(manyRSS))
+		if grew := manyHeap - oneHeap; grew > idleUDPHeapTarget {
+			t.Errorf("%d idle UDP service ports take %.1f MiB of live heap, want at most %d MiB", idleUDPPorts, mib(grew), idleUDPHeapTarget>>20)
+		}
+	})
+}
+
+// memoryAfterGC makes kproxy collect garbage (through pprof's gc=1) and
+// returns its live heap and resident memory, in bytes.
+func (l *e2eLab) memoryAfterGC(t *testing.T) (heap, rss float64) {
+	t.Helper()
+	status, body, err := lab.HTTPGetStatus(l.topo.Node, "http://127.0.0.1:10249/debug/pprof/heap?gc=1&debug=1")
+	if err != nil || status != 200 {
+		t.Fatalf("asking kproxy to collect garbage: status %d, %v (%.200q)", status, err, body)
+	}
+	heap = metricSum(t, "go_memstats_heap_alloc_bytes")
+	proc, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", l.kproxy.Pid()))
+	if err != nil {
+		t.Fatalf("reading kproxy's memory use: %v", err)
+	}
+	for _, line := range strings.Split(string(proc), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			if err != nil {
+				t.Fatalf("kproxy's VmRSS %q: %v", v, err)
+			}
+			return heap, kib * 1024
+		}
+	}
+	t.Fatalf("no VmRSS in kproxy's /proc status")
+	return 0, 0
 }

@@ -139,10 +139,11 @@ type Relay struct {
 type pickerBox struct{ lb.Picker }
 
 // batch is a set of mmsghdrs with their buffers and addresses, reused for
-// every recvmmsg or sendmmsg. The buffers (BufferSize each, a megabyte per
-// batch) exist only while the relay has traffic: memory follows traffic,
-// not the number of configured ports.
+// every recvmmsg or sendmmsg. It exists only while the relay has traffic
+// (the buffers alone are BufferSize each, a megabyte per batch): memory
+// follows traffic, not the number of configured ports.
 type batch struct {
+	size  int
 	hdrs  []eventloop.Mmsghdr
 	iovs  []unix.Iovec
 	names []eventloop.Sockaddr
@@ -151,41 +152,31 @@ type batch struct {
 	n     int
 }
 
-func newBatch(size int) batch {
-	b := batch{
-		hdrs:  make([]eventloop.Mmsghdr, size),
-		iovs:  make([]unix.Iovec, size),
-		names: make([]eventloop.Sockaddr, size),
-		bufs:  make([][]byte, size),
-		flows: make([]*flow, size),
+func newBatch(size int) batch { return batch{size: size} }
+
+// allocate builds the batch if it is not built.
+func (b *batch) allocate() {
+	if b.allocated() {
+		return
 	}
-	for i := range size {
+	b.hdrs = make([]eventloop.Mmsghdr, b.size)
+	b.iovs = make([]unix.Iovec, b.size)
+	b.names = make([]eventloop.Sockaddr, b.size)
+	b.bufs = make([][]byte, b.size)
+	b.flows = make([]*flow, b.size)
+	for i := range b.size {
+		b.bufs[i] = make([]byte, BufferSize)
+		b.iovs[i].Base = &b.bufs[i][0]
 		b.hdrs[i].Hdr.Iov = &b.iovs[i]
 		b.hdrs[i].Hdr.Iovlen = 1
 	}
-	return b
 }
 
-// allocate gives the batch its buffers if it has none.
-func (b *batch) allocate() {
-	if b.bufs[0] != nil {
-		return
-	}
-	for i := range b.bufs {
-		b.bufs[i] = make([]byte, BufferSize)
-		b.iovs[i].Base = &b.bufs[i][0]
-	}
-}
+// release drops the batch, which must hold no queued reply; the next
+// allocate builds a new one.
+func (b *batch) release() { *b = newBatch(b.size) }
 
-// release drops the buffers; the next allocate makes new ones.
-func (b *batch) release() {
-	for i := range b.bufs {
-		b.bufs[i] = nil
-		b.iovs[i].Base = nil
-	}
-}
-
-func (b *batch) allocated() bool { return b.bufs[0] != nil }
+func (b *batch) allocated() bool { return b.hdrs != nil }
 
 // New prepares a relay on cfg.Conn; Serve runs it.
 func New(cfg Config) (*Relay, error) {
@@ -315,15 +306,10 @@ func (r *Relay) Serve(ctx context.Context) error {
 	r.mu.Unlock()
 	defer close(r.loopDone)
 
-	stopWatch := make(chan struct{})
-	defer close(stopWatch)
-	go func() {
-		select {
-		case <-ctx.Done():
-			r.requestStop()
-		case <-stopWatch:
-		}
-	}()
+	// AfterFunc rather than a watching goroutine: an idle relay then costs
+	// one goroutine's stack, not two.
+	stopWatch := context.AfterFunc(ctx, r.requestStop)
+	defer stopWatch()
 	err := r.loop()
 	r.closeAllFlows()
 	return err
