@@ -192,8 +192,9 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	// Routes before sockets, so a local portal answers as soon as it listens.
 	routesErr := m.syncRoutes(snap, node)
 	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
-	claims, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
+	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
 	portErrs = append(portErrs, buildErrs...)
+	portErrs = append(portErrs, m.armGuardedRelays(applied)...)
 	m.reportUnservedSCTP(snap)
 	if err := m.claimer.Sync(claims); err != nil {
 		portErrs = append(portErrs, err)
@@ -244,10 +245,34 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 	return errs
 }
 
+// armGuardedRelays lets the UDP relays of the families whose portal rules
+// (and so their guards) are now in the kernel receive datagrams.
+func (m *Mode) armGuardedRelays(applied []ipfamily.Family) []error {
+	var errs []error
+	for key, r := range m.relays {
+		if !slices.Contains(applied, key.Family) {
+			continue
+		}
+		for _, s := range r.servers {
+			if !s.awaitingGuard {
+				continue
+			}
+			if err := setDropAll(s.raw, false); err != nil {
+				errs = append(errs, fmt.Errorf("%s: serving the proxy socket once its guard rule is in: %w", key, err))
+				continue
+			}
+			s.awaitingGuard = false
+		}
+	}
+	return errs
+}
+
 // syncPortals writes each family's portal rules and returns the NodePort
-// claims they need, the per-port problems, and a failure to write.
-func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full bool) ([]portal.Claim, []error, error) {
+// claims they need, the families written, the per-port problems, and a
+// failure to write.
+func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full bool) ([]portal.Claim, []ipfamily.Family, []error, error) {
 	var claims []portal.Claim
+	var applied []ipfamily.Family
 	var portErrs, applyErrs []error
 	for _, fam := range m.families {
 		if _, ok := hostIPOf(node.HostIPs, fam); !ok || m.kinds[fam] != mode.PortalsRedirect {
@@ -268,10 +293,12 @@ func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node 
 		}
 		if err := m.appliers[fam].Apply(ctx, rs, full); err != nil {
 			applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
+		} else {
+			applied = append(applied, fam)
 		}
 		claims = append(claims, rs.Claims...)
 	}
-	return claims, portErrs, errors.Join(applyErrs...)
+	return claims, applied, portErrs, errors.Join(applyErrs...)
 }
 
 // reportUnservedSCTP counts and logs (once each) the SCTP service ports a
