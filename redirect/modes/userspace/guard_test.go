@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
@@ -105,5 +106,58 @@ func TestUDPRelayWaitsForItsGuard(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the relay relays nothing once its guard rule is in")
+	}
+}
+
+// TestPeriodicSyncRepairsPortals: a periodic sync asks each family's
+// applier whether its rules are intact and rewrites them all when not; other
+// syncs do not ask.
+func TestPeriodicSyncRepairsPortals(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	v4 := &recordingApplier{}
+	m, err := New(context.Background(), Config{
+		Features: features(), NodeName: "node-a", Registerer: prometheus.NewRegistry(), Opener: &fakeOpener{held: map[string]bool{}},
+		LocalAddresses: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("198.19.0.1")}, nil },
+		Applier:        func(ipfamily.Family) (Applier, error) { return v4, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tr := servicemap.NewTracker("node-a", nil)
+	tr.OnServiceUpdate(service("web", "198.18.0.10", v1.ProtocolTCP, 0))
+	tr.OnSynced()
+	steps := []struct {
+		name      string
+		broken    string
+		periodic  bool
+		wantFulls int
+	}{
+		{"first sync is full", "", false, 1},
+		{"periodic, intact", "", true, 1},
+		{"a change while broken: not checked", "chain KUBE-PORTALS-CONTAINER of the nat table is gone", false, 1},
+		{"periodic, broken: rewritten", "chain KUBE-PORTALS-CONTAINER of the nat table is gone", true, 2},
+		{"periodic, intact again", "", true, 2},
+	}
+	for _, s := range steps {
+		v4.mu.Lock()
+		v4.broken = s.broken
+		v4.mu.Unlock()
+		snap, changes := tr.Snapshot()
+		changes.Periodic = s.periodic
+		if err := m.Sync(context.Background(), snap, changes); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		v4.mu.Lock()
+		fulls := v4.fulls
+		v4.mu.Unlock()
+		if fulls != s.wantFulls {
+			t.Errorf("%s: %d full applies, want %d", s.name, fulls, s.wantFulls)
+		}
+	}
+	if got := testutil.ToFloat64(m.portalRepairs); got != 1 {
+		t.Errorf("kproxy_userspace_portal_repairs_total = %v, want 1", got)
 	}
 }

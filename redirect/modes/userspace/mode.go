@@ -72,6 +72,9 @@ type Config struct {
 // Applier writes one family's portal rules.
 type Applier interface {
 	Apply(ctx context.Context, rs *portal.Ruleset, full bool) error
+	// Intact says what of the last Apply is no longer in the kernel ("":
+	// nothing).
+	Intact(ctx context.Context) (string, error)
 }
 
 // Mode is the userspace proxy mode.
@@ -90,7 +93,9 @@ type Mode struct {
 	kinds map[ipfamily.Family]mode.Portals
 	// portalKinds is kproxy_userspace_portals.
 	portalKinds *prometheus.GaugeVec
-	appliers    map[ipfamily.Family]Applier
+	// portalRepairs is kproxy_userspace_portal_repairs_total.
+	portalRepairs prometheus.Counter
+	appliers      map[ipfamily.Family]Applier
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
 	ctx    context.Context
@@ -192,7 +197,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	// Routes before sockets, so a local portal answers as soon as it listens.
 	routesErr := m.syncRoutes(snap, node)
 	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
-	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
+	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full, changes.Periodic)
 	portErrs = append(portErrs, buildErrs...)
 	portErrs = append(portErrs, m.armGuardedRelays(applied)...)
 	m.reportUnservedSCTP(snap)
@@ -270,7 +275,12 @@ func (m *Mode) armGuardedRelays(applied []ipfamily.Family) []error {
 // syncPortals writes each family's portal rules and returns the NodePort
 // claims they need, the families written, the per-port problems, and a
 // failure to write.
-func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full bool) ([]portal.Claim, []ipfamily.Family, []error, error) {
+//
+// A periodic sync first checks each family's rules are still as written,
+// and rewrites them all if not: a firewall reload (iptables -F, -X) must
+// not leave services unreachable, and the guards unhooked, until the
+// hourly full sync.
+func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full, periodic bool) ([]portal.Claim, []ipfamily.Family, []error, error) {
 	var claims []portal.Claim
 	var applied []ipfamily.Family
 	var portErrs, applyErrs []error
@@ -291,7 +301,19 @@ func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node 
 		if err != nil {
 			portErrs = append(portErrs, err)
 		}
-		if err := m.appliers[fam].Apply(ctx, rs, full); err != nil {
+		famFull := full
+		if periodic && !full {
+			problem, err := m.appliers[fam].Intact(ctx)
+			if err != nil {
+				applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
+			}
+			if problem != "" || err != nil {
+				m.logger.Info("Portal rules changed behind kproxy's back; rewriting them all", "family", fam, "problem", problem)
+				m.portalRepairs.Inc()
+				famFull = true
+			}
+		}
+		if err := m.appliers[fam].Apply(ctx, rs, famFull); err != nil {
 			applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
 		} else {
 			applied = append(applied, fam)
