@@ -93,6 +93,8 @@ type Mode struct {
 	kinds map[ipfamily.Family]mode.Portals
 	// portalKinds is kproxy_userspace_portals.
 	portalKinds *prometheus.GaugeVec
+	// applied: the family's portal rules were written at least once.
+	applied map[ipfamily.Family]bool
 	// portalRepairs is kproxy_userspace_portal_repairs_total.
 	portalRepairs prometheus.Counter
 	appliers      map[ipfamily.Family]Applier
@@ -111,7 +113,7 @@ type Mode struct {
 func New(ctx context.Context, cfg Config) (*Mode, error) {
 	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
 	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{},
-		kinds: map[ipfamily.Family]mode.Portals{}}
+		kinds: map[ipfamily.Family]mode.Portals{}, applied: map[ipfamily.Family]bool{}}
 	var err error
 	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("userspace mode metrics: %w", err)
@@ -173,6 +175,12 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if !cfg.Features.SCTP.Present {
 		logger.Info("SCTP sockets are absent from this kernel: SCTP service ports will not be served; TCP and UDP are",
 			"detail", cfg.Features.SCTP.Detail)
+	}
+	// A predecessor that crashed left portals pointing at ports (or
+	// service addresses) nobody holds now: take them away before waiting
+	// for the first sync, which puts back the ones still wanted.
+	if err := m.withdrawPortals(false); err != nil {
+		logger.Error(err, "Could not withdraw the portals a previous run left; the first sync rewrites them")
 	}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go m.balancer.RunSweeper(m.ctx, time.Minute)
@@ -317,6 +325,7 @@ func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node 
 			applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
 		} else {
 			applied = append(applied, fam)
+			m.applied[fam] = true
 		}
 		claims = append(claims, rs.Claims...)
 	}
@@ -338,8 +347,11 @@ func (m *Mode) reportUnservedSCTP(snap *servicemap.Snapshot) {
 	m.unserved.Update(unserved)
 }
 
-// Close stops the relays. The portal rules and routes stay (a restarted
-// kproxy takes them over); --cleanup or another mode removes them.
+// Close stops the relays and takes the portals with them: rules and local
+// routes pointing at ports no relay holds would hand service traffic to
+// whoever binds those ports next, any local user included. The chains and
+// jump rules stay, empty, for the next start to fill; --cleanup or another
+// mode removes them.
 func (m *Mode) Close() error {
 	m.cancel()
 	for key, r := range m.relays {
@@ -347,7 +359,40 @@ func (m *Mode) Close() error {
 		delete(m.relays, key)
 	}
 	m.wg.Wait()
-	return m.claimer.Close()
+	return errors.Join(m.withdrawPortals(true), m.claimer.Close())
+}
+
+// withdrawTimeout bounds how long Close may spend taking the portals away.
+const withdrawTimeout = 10 * time.Second
+
+// withdrawPortals empties the portal chains of every family that has them
+// (onlyWritten: that this run wrote) and removes the local portals' routes.
+func (m *Mode) withdrawPortals(onlyWritten bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
+	defer cancel()
+	var errs []error
+	for _, fam := range m.families {
+		if m.kinds[fam] != mode.PortalsRedirect || (onlyWritten && !m.applied[fam]) {
+			continue
+		}
+		rs, err := portal.Build(fam, portal.Node{}, nil)
+		if err == nil {
+			err = m.appliers[fam].Apply(ctx, rs, false)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("withdrawing the %s portals: %w", fam, err))
+		}
+	}
+	if slices.ContainsFunc(m.families, func(f ipfamily.Family) bool { return m.kinds[f] == mode.PortalsLocal }) {
+		local, err := m.cfg.LocalAddresses()
+		if err == nil {
+			err = localroute.Sync(m.cfg.Routes, nil, local)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("withdrawing the local portals' routes: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // proxyPorts is the portal lookup: the listener ports of a service port's
