@@ -119,10 +119,20 @@ func (l *e2eLab) runKproxy(t *testing.T, env []string, extraArgs ...string) {
 // runKproxyOn is runKproxy with another source flag (such as --kubeconfig).
 func (l *e2eLab) runKproxyOn(t *testing.T, source string, env []string, extraArgs ...string) {
 	t.Helper()
-	args := append(kproxyArgs(l.mode, source), extraArgs...)
+	var wrapper []string
 	if len(env) > 0 {
-		// env(1) execs kproxy, so the process (and its pid) is kproxy's.
-		l.kproxy = l.topo.Node.Start("env", append(append(env, l.bin), args...)...)
+		wrapper = append([]string{"env"}, env...)
+	}
+	l.startKproxy(t, wrapper, append(kproxyArgs(l.mode, source), extraArgs...))
+}
+
+// startKproxy runs kproxy with args on the node, under wrapper (a command
+// that execs its arguments, such as env or prlimit, so the process and its
+// pid are kproxy's) when it is not empty, and waits for its first sync.
+func (l *e2eLab) startKproxy(t *testing.T, wrapper, args []string) {
+	t.Helper()
+	if len(wrapper) > 0 {
+		l.kproxy = l.topo.Node.Start(wrapper[0], append(append(wrapper[1:], l.bin), args...)...)
 	} else {
 		l.kproxy = l.topo.Node.Start(l.bin, args...)
 	}

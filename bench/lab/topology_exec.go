@@ -339,6 +339,25 @@ func (p *Process) WaitListening(network string, port int, timeout time.Duration)
 	return nil
 }
 
+// Kill sends SIGKILL to the process group, as a crash or an OOM kill ends
+// a process with no chance to clean up, and waits for it to exit.
+func (p *Process) Kill() error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-p.Pid(), syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("killing process group %d: %w", p.Pid(), err)
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("%s did not exit within %v of SIGKILL", p, stopTimeout)
+	}
+}
+
 // Stop sends SIGTERM to the process group, waits up to 5 s, then SIGKILLs
 // it. Stopping an exited process is a no-op; Stop is safe to call twice.
 func (p *Process) Stop() error {

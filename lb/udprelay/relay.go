@@ -39,6 +39,7 @@ import (
 
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 )
 
@@ -87,6 +88,12 @@ type Config struct {
 	// may start (loadBalancerSourceRanges); a refused client's datagrams
 	// are dropped and counted. Nil admits every client.
 	Admit func(client netip.Addr) bool
+	// Descriptors, shared by every relay of the process, bounds the sockets
+	// flows hold, in all and per client address. When a client holds its
+	// share its new flows are refused; when all flows hold theirs the
+	// relay's least recently active flow makes room. Nil bounds nothing
+	// but MaxFlows.
+	Descriptors *fdbudget.Budget
 }
 
 // Relay is a running UDP relay for one proxy socket. Its methods are safe to
@@ -104,6 +111,7 @@ type Relay struct {
 	epoch    time.Time
 	picker   atomic.Pointer[pickerBox]
 	admit    func(netip.Addr) bool
+	budget   *fdbudget.Budget
 
 	metrics   *lbmetrics.Protocol
 	flowGauge prometheus.Gauge
@@ -111,6 +119,7 @@ type Relay struct {
 	evictions prometheus.Counter
 
 	flowsNow atomic.Int64 // mirrors flows.len() for FlowCount
+	buffered atomic.Bool  // mirrors in.allocated() for HoldsBuffers
 
 	mu       sync.Mutex
 	serving  bool
@@ -122,13 +131,19 @@ type Relay struct {
 	// Owned by the event loop.
 	flows   *flowTable
 	in, out batch
+	// lastRead is when client datagrams last arrived (relay clock); an
+	// idle relay gives its buffers back after IdleTimeout without any.
+	lastRead int64
 }
 
 type pickerBox struct{ lb.Picker }
 
 // batch is a set of mmsghdrs with their buffers and addresses, reused for
-// every recvmmsg or sendmmsg.
+// every recvmmsg or sendmmsg. It exists only while the relay has traffic
+// (the buffers alone are BufferSize each, a megabyte per batch): memory
+// follows traffic, not the number of configured ports.
 type batch struct {
+	size  int
 	hdrs  []eventloop.Mmsghdr
 	iovs  []unix.Iovec
 	names []eventloop.Sockaddr
@@ -137,22 +152,31 @@ type batch struct {
 	n     int
 }
 
-func newBatch(size int) batch {
-	b := batch{
-		hdrs:  make([]eventloop.Mmsghdr, size),
-		iovs:  make([]unix.Iovec, size),
-		names: make([]eventloop.Sockaddr, size),
-		bufs:  make([][]byte, size),
-		flows: make([]*flow, size),
+func newBatch(size int) batch { return batch{size: size} }
+
+// allocate builds the batch if it is not built.
+func (b *batch) allocate() {
+	if b.allocated() {
+		return
 	}
-	for i := range size {
+	b.hdrs = make([]eventloop.Mmsghdr, b.size)
+	b.iovs = make([]unix.Iovec, b.size)
+	b.names = make([]eventloop.Sockaddr, b.size)
+	b.bufs = make([][]byte, b.size)
+	b.flows = make([]*flow, b.size)
+	for i := range b.size {
 		b.bufs[i] = make([]byte, BufferSize)
 		b.iovs[i].Base = &b.bufs[i][0]
 		b.hdrs[i].Hdr.Iov = &b.iovs[i]
 		b.hdrs[i].Hdr.Iovlen = 1
 	}
-	return b
 }
+
+// release drops the batch, which must hold no queued reply; the next
+// allocate builds a new one.
+func (b *batch) release() { *b = newBatch(b.size) }
+
+func (b *batch) allocated() bool { return b.hdrs != nil }
 
 // New prepares a relay on cfg.Conn; Serve runs it.
 func New(cfg Config) (*Relay, error) {
@@ -191,6 +215,7 @@ func New(cfg Config) (*Relay, error) {
 		maxFlows:  cfg.MaxFlows,
 		epoch:     time.Now(),
 		admit:     cfg.Admit,
+		budget:    cfg.Descriptors,
 		metrics:   m.For(lbmetrics.ProtocolUDP),
 		flowGauge: m.UDPFlowsActive,
 		flowCount: m.UDPFlowsTotal,
@@ -254,6 +279,11 @@ func (r *Relay) CloseFlowsTo(endpoint netip.AddrPort) {
 	r.poll.Wake()
 }
 
+// HoldsBuffers reports whether the relay holds its datagram buffers, as it
+// does from the first client datagram until it has been idle for
+// IdleTimeout with no flow.
+func (r *Relay) HoldsBuffers() bool { return r.buffered.Load() }
+
 // FlowCount returns the number of flows in the table.
 func (r *Relay) FlowCount() int { return int(r.flowsNow.Load()) }
 
@@ -276,15 +306,10 @@ func (r *Relay) Serve(ctx context.Context) error {
 	r.mu.Unlock()
 	defer close(r.loopDone)
 
-	stopWatch := make(chan struct{})
-	defer close(stopWatch)
-	go func() {
-		select {
-		case <-ctx.Done():
-			r.requestStop()
-		case <-stopWatch:
-		}
-	}()
+	// AfterFunc rather than a watching goroutine: an idle relay then costs
+	// one goroutine's stack, not two.
+	stopWatch := context.AfterFunc(ctx, r.requestStop)
+	defer stopWatch()
 	err := r.loop()
 	r.closeAllFlows()
 	return err
@@ -328,6 +353,8 @@ func (r *Relay) loop() error {
 		var deadline time.Time
 		if f := r.flows.oldest(); f != nil {
 			deadline = r.epoch.Add(time.Duration(f.lastActive + r.idle))
+		} else if r.in.allocated() {
+			deadline = r.epoch.Add(time.Duration(r.lastRead + r.idle))
 		}
 		events, err := r.poll.Wait(deadline, false)
 		if err != nil {
@@ -346,6 +373,17 @@ func (r *Relay) loop() error {
 		}
 		r.flushReplies()
 		r.expire(now)
+		r.releaseIdleBuffers(now)
+	}
+}
+
+// releaseIdleBuffers gives the batches' buffers back once the relay has
+// had no flow and no client datagram for IdleTimeout.
+func (r *Relay) releaseIdleBuffers(now int64) {
+	if r.flows.len() == 0 && r.in.allocated() && now-r.lastRead >= r.idle {
+		r.in.release()
+		r.out.release()
+		r.buffered.Store(false)
 	}
 }
 
@@ -374,6 +412,12 @@ func (r *Relay) handleWake() bool {
 // readClients moves one batch of client datagrams to their endpoints.
 func (r *Relay) readClients(now int64) {
 	b := &r.in
+	if !b.allocated() {
+		b.allocate()
+		r.out.allocate()
+		r.buffered.Store(true)
+	}
+	r.lastRead = now
 	for i := range b.hdrs {
 		b.iovs[i].Len = BufferSize
 		b.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.names[i].Raw))
@@ -458,10 +502,10 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int
 		return nil
 	}
 	if r.flows.len() >= r.maxFlows {
-		if oldest := r.flows.oldest(); oldest != nil {
-			r.closeFlow(oldest)
-			r.evictions.Inc()
-		}
+		r.evictOldest()
+	}
+	if !r.acquireDescriptor(client) {
+		return nil
 	}
 	for _, ep := range candidates {
 		fd, err := dialUDP(ep)
@@ -484,8 +528,34 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int
 		picker.Connected(clientIP, ep)
 		return f
 	}
+	r.budget.Release(clientIP)
 	r.metrics.RejectedDialFailed.Inc()
 	return nil
+}
+
+func (r *Relay) evictOldest() {
+	if oldest := r.flows.oldest(); oldest != nil {
+		r.closeFlow(oldest)
+		r.evictions.Inc()
+	}
+}
+
+// acquireDescriptor takes the new flow's socket out of the shared budget:
+// a client over its share is refused; when the flows' share is used up the
+// relay's least recently active flow makes room, if it has one.
+func (r *Relay) acquireDescriptor(client netip.AddrPort) bool {
+	addr := client.Addr().Unmap()
+	verdict := r.budget.Acquire(addr)
+	if verdict == fdbudget.Full && r.flows.len() > 0 {
+		r.evictOldest()
+		verdict = r.budget.Acquire(addr)
+	}
+	if verdict != fdbudget.Granted {
+		r.log.V(4).Info("UDP flow refused", "client", client, "reason", verdict)
+		r.metrics.RejectedFDExhausted.Inc()
+		return false
+	}
+	return true
 }
 
 // readEndpoint queues the replies waiting on f's upstream socket, reading
@@ -493,6 +563,7 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int
 // the extra read that would return EAGAIN.
 func (r *Relay) readEndpoint(f *flow, now int64) {
 	b := &r.out
+	b.allocate() // a flow exists, so it has them: cheap insurance
 	for read := 0; read < maxReadsPerEvent; {
 		if b.n == len(b.hdrs) {
 			r.flushReplies()
@@ -575,6 +646,7 @@ func (r *Relay) closeFlow(f *flow) {
 	r.flows.remove(f)
 	_ = r.poll.Del(f.fd)
 	eventloop.Close(f.fd)
+	r.budget.Release(f.client.Addr().Unmap())
 	r.flowsNow.Add(-1)
 	r.flowGauge.Dec()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 )
 
@@ -585,5 +587,146 @@ func TestAdmitDropsClientsOutsideTheRanges(t *testing.T) {
 				t.Errorf("FlowCount = %d, want %d", got, tc.wantFlows)
 			}
 		})
+	}
+}
+
+// dialClientFrom is dialClient from a chosen loopback address, so tests can
+// play several client hosts.
+func dialClientFrom(t testing.TB, from string, to netip.AddrPort) *net.UDPConn {
+	t.Helper()
+	c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(from)}, net.UDPAddrFromAddrPort(to))
+	if err != nil {
+		t.Fatalf("client from %s: %v", from, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// expectNoReply sends payload and checks nothing comes back within a short
+// wait (a dropped datagram has no other symptom).
+func expectNoReply(t testing.TB, c *net.UDPConn, payload []byte) {
+	t.Helper()
+	if _, err := c.Write(payload); err != nil {
+		t.Fatalf("client write: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 64)); err == nil {
+		t.Fatalf("got a reply %q, want the datagram dropped", payload[:min(n, len(payload))])
+	}
+}
+
+func TestDescriptorBudget(t *testing.T) {
+	type send struct {
+		from   string // loopback client address
+		port   int    // which of that address's client sockets
+		answer bool
+	}
+	tests := []struct {
+		name             string
+		total, perClient int
+		sends            []send
+		wantRefused      float64
+		wantEvicted      float64
+		wantFlows        int
+	}{
+		{"a client over its share is refused, others are served", 10, 2,
+			[]send{{"127.0.0.1", 0, true}, {"127.0.0.1", 1, true}, {"127.0.0.1", 2, false}, {"127.0.0.2", 0, true}, {"127.0.0.1", 0, true}},
+			1, 0, 3},
+		{"flows' share used up: the least recently active flow makes room", 2, 2,
+			[]send{{"127.0.0.1", 0, true}, {"127.0.0.2", 0, true}, {"127.0.0.3", 0, true}},
+			0, 1, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			budget, err := fdbudget.New(tc.total, tc.perClient)
+			if err != nil {
+				t.Fatal(err)
+			}
+			echo := startEcho(t, "udp", "127.0.0.1:0")
+			r := startRelay(t, Config{Picker: &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}, IdleTimeout: time.Hour, Descriptors: budget})
+			clients := map[send]*net.UDPConn{}
+			for i, s := range tc.sends {
+				key := send{from: s.from, port: s.port}
+				if clients[key] == nil {
+					clients[key] = dialClientFrom(t, s.from, r.Addr())
+				}
+				payload := []byte{byte('a' + i)}
+				if s.answer {
+					if got := roundTrip(t, clients[key], payload); !bytes.Equal(got, payload) {
+						t.Errorf("send %d: echo %q, want %q", i, got, payload)
+					}
+				} else {
+					expectNoReply(t, clients[key], payload)
+				}
+			}
+			refused := r.metrics.For(lbmetrics.ProtocolUDP).Rejected(lbmetrics.ReasonFDExhausted)
+			if got := testutil.ToFloat64(refused); got != tc.wantRefused {
+				t.Errorf("refused for descriptors = %v, want %v", got, tc.wantRefused)
+			}
+			if got := testutil.ToFloat64(r.metrics.UDPFlowEvictionsTotal); got != tc.wantEvicted {
+				t.Errorf("evictions = %v, want %v", got, tc.wantEvicted)
+			}
+			if got := r.FlowCount(); got != tc.wantFlows {
+				t.Errorf("FlowCount = %d, want %d", got, tc.wantFlows)
+			}
+			if held, _ := budget.Held(netip.Addr{}); held != tc.wantFlows {
+				t.Errorf("budget holds %d descriptors, want one per flow (%d)", held, tc.wantFlows)
+			}
+		})
+	}
+}
+
+func TestDescriptorBudgetSharedAndReleased(t *testing.T) {
+	budget, err := fdbudget.New(100, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := startEcho(t, "udp", "127.0.0.1:0")
+	picker := &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}
+	r1 := startRelay(t, Config{Picker: picker, IdleTimeout: 100 * time.Millisecond, Descriptors: budget})
+	r2 := startRelay(t, Config{Picker: picker, IdleTimeout: 100 * time.Millisecond, Descriptors: budget})
+	roundTrip(t, dialClientFrom(t, "127.0.0.1", r1.Addr()), []byte("first"))
+	// The client's one descriptor is held through r1: r2 must refuse it.
+	c2 := dialClientFrom(t, "127.0.0.1", r2.Addr())
+	expectNoReply(t, c2, []byte("second"))
+	eventually(t, "the flow to expire and give its descriptor back", func() bool {
+		held, _ := budget.Held(netip.Addr{})
+		return r1.FlowCount() == 0 && held == 0
+	})
+	roundTrip(t, c2, []byte("after expiry"))
+}
+
+func TestIdleRelayHoldsNoBuffers(t *testing.T) {
+	echo := startEcho(t, "udp", "127.0.0.1:0")
+	r := startRelay(t, Config{Picker: &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}, IdleTimeout: 100 * time.Millisecond})
+	if r.HoldsBuffers() {
+		t.Fatal("a relay that has seen no datagram holds buffers")
+	}
+	roundTrip(t, dialClient(t, r.Addr()), []byte("x"))
+	if !r.HoldsBuffers() {
+		t.Fatal("a relay with a flow holds no buffers")
+	}
+	eventually(t, "the idle relay to give its buffers back", func() bool { return !r.HoldsBuffers() })
+	roundTrip(t, dialClient(t, r.Addr()), []byte("again"))
+}
+
+// TestIdleRelaysCostLittleMemory starts many relays and checks the heap
+// grows by far less than the two megabytes of buffers each used to
+// allocate up front.
+func TestIdleRelaysCostLittleMemory(t *testing.T) {
+	const relays = 200
+	picker := &fakePicker{endpoints: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9")}}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range relays {
+		startRelay(t, Config{Picker: picker})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perRelay := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / relays
+	t.Logf("heap per idle relay: %d bytes", perRelay)
+	if perRelay > 64<<10 {
+		t.Errorf("an idle relay costs %d bytes of heap, want under 64 KiB", perRelay)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"kproxy.dev/kproxy/sync/httplimit"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 )
@@ -34,16 +35,20 @@ type Server struct {
 }
 
 // listen binds addr at once, so a port in use is reported to the caller
-// before anything is started.
-func listen(name, addr string, handler http.Handler) (*Server, error) {
+// before anything is started. The server is hardened (httplimit): it
+// listens on every address by default. boundedWrites is false where an
+// answer may take long (pprof's profiles).
+func listen(name, addr string, handler http.Handler, boundedWrites bool) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s server: listening on %s: %w", name, addr, err)
 	}
+	srv := &http.Server{Handler: handler}
+	httplimit.Harden(srv, boundedWrites)
 	return &Server{
 		name:     name,
-		listener: ln,
-		srv:      &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
+		listener: httplimit.Limit(ln, 0, 0),
+		srv:      srv,
 	}, nil
 }
 
@@ -59,7 +64,7 @@ func NewHealthServer(addr string, h *Health) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", h.HealthzHandler())
 	mux.Handle("/livez", h.LivezHandler())
-	return listen("healthz", addr, mux)
+	return listen("healthz", addr, mux, true)
 }
 
 // MetricsServerConfig says what the metrics server exposes.
@@ -112,7 +117,7 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return listen("metrics", cfg.Address, mux)
+	return listen("metrics", cfg.Address, mux, !cfg.Profiling)
 }
 
 // Addr is the address actually bound (useful with port 0).

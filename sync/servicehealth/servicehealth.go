@@ -16,11 +16,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"kproxy.dev/kproxy/sync/httplimit"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -135,10 +135,14 @@ func (s *Server) open(name types.NamespacedName, port uint16) (*service, error) 
 			svc.close()
 			return nil, fmt.Errorf("health-check node port %d of service %s on %s: %w", port, name, addr, err)
 		}
-		srv := &http.Server{Handler: s.handler(svc), ReadHeaderTimeout: 5 * time.Second}
+		// Load balancers probe from outside: no one host may hold the
+		// port's connections (httplimit).
+		srv := &http.Server{Handler: s.handler(svc)}
+		httplimit.Harden(srv, true)
 		svc.servers = append(svc.servers, srv)
+		limited := httplimit.Limit(ln, 0, 0)
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.cfg.Logger.Error(err, "Health-check node port stopped serving", "service", name, "address", addr)
 			}
 		}()

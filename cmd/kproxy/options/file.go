@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,9 +48,9 @@ type FileConfiguration struct {
 // the wrong type are errors naming the file and the field. Unset fields get
 // kube-proxy's defaults.
 func LoadFile(path string) (*FileConfiguration, []string, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading config file: %w", err)
+		return nil, nil, err
 	}
 	fc, warning, err := decodeFile(data)
 	if err != nil {
@@ -154,4 +156,36 @@ func WriteFile(path string, fc *FileConfiguration) error {
 		return fmt.Errorf("writing configuration: %w", err)
 	}
 	return nil
+}
+
+// maxConfigFileSize bounds what --config reads: a KubeProxyConfiguration is
+// a few kilobytes, and --config /dev/zero must not grow the process without
+// end.
+const maxConfigFileSize = 1 << 20
+
+// readConfigFile reads a regular file of at most maxConfigFileSize bytes.
+// It opens without blocking (a FIFO would otherwise wait for a writer) and
+// checks the opened file, not the path, so nothing can be swapped between
+// the check and the read.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading config file: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading config file: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("config file %s: not a regular file (%s)", path, info.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading config file %s: %w", path, err)
+	}
+	if len(data) > maxConfigFileSize {
+		return nil, fmt.Errorf("config file %s: larger than %d bytes", path, maxConfigFileSize)
+	}
+	return data, nil
 }

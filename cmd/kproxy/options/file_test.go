@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -437,5 +438,40 @@ func TestFlagsWithConfigOutcome(t *testing.T) {
 				t.Errorf("warnings (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestConfigFileThatIsNotAFile: --config must name a regular file of sane
+// size; anything else is refused at once, naming it, without reading on.
+func TestConfigFileThatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.yaml")
+	if err := os.WriteFile(huge, []byte(header+"#"+strings.Repeat("x", maxConfigFileSize)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ path, want string }{
+		{"/dev/zero", "not a regular file"},
+		{fifo, "not a regular file"},
+		{dir, "not a regular file"},
+		{huge, "larger than 1048576 bytes"},
+	}
+	for _, tc := range tests {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := LoadFile(tc.path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.path) {
+				t.Errorf("LoadFile(%s) = %v, want an error naming it and %q", tc.path, err, tc.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("LoadFile(%s) still reading after 5 s", tc.path)
+		}
 	}
 }

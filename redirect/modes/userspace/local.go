@@ -39,7 +39,7 @@ func portalsFor(asked mode.Portals, ipt kernel.IPTables) (mode.Portals, string) 
 }
 
 // registerPortalKinds exports which portal kind each family runs, as
-// kproxy_userspace_portals{family,portals} 1.
+// kproxy_userspace_portals{family,portals} 1, and counts portal repairs.
 func (m *Mode) registerPortalKinds(reg prometheus.Registerer) error {
 	m.portalKinds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "kproxy", Subsystem: "userspace", Name: "portals",
@@ -48,11 +48,17 @@ func (m *Mode) registerPortalKinds(reg prometheus.Registerer) error {
 	for fam, kind := range m.kinds {
 		m.portalKinds.WithLabelValues(string(fam), string(kind)).Set(1)
 	}
+	m.portalRepairs = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "kproxy", Subsystem: "userspace", Name: "portal_repairs_total",
+		Help: "Periodic checks that found the portal rules no longer as written (a firewall reload) and rewrote them.",
+	})
 	if reg == nil {
 		return nil
 	}
-	if err := reg.Register(m.portalKinds); err != nil {
-		return fmt.Errorf("registering the userspace portals metric: %w", err)
+	for _, c := range []prometheus.Collector{m.portalKinds, m.portalRepairs} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("registering the userspace portals metrics: %w", err)
+		}
 	}
 	return nil
 }

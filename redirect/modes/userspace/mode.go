@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb/balancer"
+	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/lb/sctprelay"
@@ -71,6 +72,9 @@ type Config struct {
 // Applier writes one family's portal rules.
 type Applier interface {
 	Apply(ctx context.Context, rs *portal.Ruleset, full bool) error
+	// Intact says what of the last Apply is no longer in the kernel ("":
+	// nothing).
+	Intact(ctx context.Context) (string, error)
 }
 
 // Mode is the userspace proxy mode.
@@ -82,12 +86,18 @@ type Mode struct {
 	alloc    *ports.Allocator
 	claimer  *portal.Claimer
 	unserved *sctprelay.UnservedReporter
-	families []ipfamily.Family
+	// descriptors bounds the sockets UDP flows hold, for all relays.
+	descriptors *fdbudget.Budget
+	families    []ipfamily.Family
 	// kinds is the portal kind of each family in families.
 	kinds map[ipfamily.Family]mode.Portals
 	// portalKinds is kproxy_userspace_portals.
 	portalKinds *prometheus.GaugeVec
-	appliers    map[ipfamily.Family]Applier
+	// applied: the family's portal rules were written at least once.
+	applied map[ipfamily.Family]bool
+	// portalRepairs is kproxy_userspace_portal_repairs_total.
+	portalRepairs prometheus.Counter
+	appliers      map[ipfamily.Family]Applier
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
 	ctx    context.Context
@@ -103,7 +113,7 @@ type Mode struct {
 func New(ctx context.Context, cfg Config) (*Mode, error) {
 	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
 	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{},
-		kinds: map[ipfamily.Family]mode.Portals{}}
+		kinds: map[ipfamily.Family]mode.Portals{}, applied: map[ipfamily.Family]bool{}}
 	var err error
 	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("userspace mode metrics: %w", err)
@@ -112,6 +122,11 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		return nil, fmt.Errorf("userspace mode balancer: %w", err)
 	}
 	m.alloc = ports.NewAllocator(cfg.PortRange)
+	if m.descriptors, err = fdbudget.FromRLimit(); err != nil {
+		return nil, fmt.Errorf("userspace mode: %w", err)
+	}
+	total, perClient := m.descriptors.Limits()
+	logger.V(2).Info("UDP flows' descriptor budget", "total", total, "perClientAddress", perClient)
 	opener := cfg.Opener
 	if opener == nil {
 		opener = portal.SocketOpener{}
@@ -161,6 +176,12 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		logger.Info("SCTP sockets are absent from this kernel: SCTP service ports will not be served; TCP and UDP are",
 			"detail", cfg.Features.SCTP.Detail)
 	}
+	// A predecessor that crashed left portals pointing at ports (or
+	// service addresses) nobody holds now: take them away before waiting
+	// for the first sync, which puts back the ones still wanted.
+	if err := m.withdrawPortals(false); err != nil {
+		logger.Error(err, "Could not withdraw the portals a previous run left; the first sync rewrites them")
+	}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go m.balancer.RunSweeper(m.ctx, time.Minute)
 	return m, nil
@@ -184,8 +205,9 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	// Routes before sockets, so a local portal answers as soon as it listens.
 	routesErr := m.syncRoutes(snap, node)
 	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
-	claims, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full)
+	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full, changes.Periodic)
 	portErrs = append(portErrs, buildErrs...)
+	portErrs = append(portErrs, m.armGuardedRelays(applied)...)
 	m.reportUnservedSCTP(snap)
 	if err := m.claimer.Sync(claims); err != nil {
 		portErrs = append(portErrs, err)
@@ -236,10 +258,39 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 	return errs
 }
 
+// armGuardedRelays lets the UDP relays of the families whose portal rules
+// (and so their guards) are now in the kernel receive datagrams.
+func (m *Mode) armGuardedRelays(applied []ipfamily.Family) []error {
+	var errs []error
+	for key, r := range m.relays {
+		if !slices.Contains(applied, key.Family) {
+			continue
+		}
+		for _, s := range r.servers {
+			if !s.awaitingGuard {
+				continue
+			}
+			if err := setDropAll(s.raw, false); err != nil {
+				errs = append(errs, fmt.Errorf("%s: serving the proxy socket once its guard rule is in: %w", key, err))
+				continue
+			}
+			s.awaitingGuard = false
+		}
+	}
+	return errs
+}
+
 // syncPortals writes each family's portal rules and returns the NodePort
-// claims they need, the per-port problems, and a failure to write.
-func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full bool) ([]portal.Claim, []error, error) {
+// claims they need, the families written, the per-port problems, and a
+// failure to write.
+//
+// A periodic sync first checks each family's rules are still as written,
+// and rewrites them all if not: a firewall reload (iptables -F, -X) must
+// not leave services unreachable, and the guards unhooked, until the
+// hourly full sync.
+func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node portal.Node, full, periodic bool) ([]portal.Claim, []ipfamily.Family, []error, error) {
 	var claims []portal.Claim
+	var applied []ipfamily.Family
 	var portErrs, applyErrs []error
 	for _, fam := range m.families {
 		if _, ok := hostIPOf(node.HostIPs, fam); !ok || m.kinds[fam] != mode.PortalsRedirect {
@@ -258,12 +309,27 @@ func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node 
 		if err != nil {
 			portErrs = append(portErrs, err)
 		}
-		if err := m.appliers[fam].Apply(ctx, rs, full); err != nil {
+		famFull := full
+		if periodic && !full {
+			problem, err := m.appliers[fam].Intact(ctx)
+			if err != nil {
+				applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
+			}
+			if problem != "" || err != nil {
+				m.logger.Info("Portal rules changed behind kproxy's back; rewriting them all", "family", fam, "problem", problem)
+				m.portalRepairs.Inc()
+				famFull = true
+			}
+		}
+		if err := m.appliers[fam].Apply(ctx, rs, famFull); err != nil {
 			applyErrs = append(applyErrs, fmt.Errorf("%s portals: %w", fam, err))
+		} else {
+			applied = append(applied, fam)
+			m.applied[fam] = true
 		}
 		claims = append(claims, rs.Claims...)
 	}
-	return claims, portErrs, errors.Join(applyErrs...)
+	return claims, applied, portErrs, errors.Join(applyErrs...)
 }
 
 // reportUnservedSCTP counts and logs (once each) the SCTP service ports a
@@ -281,8 +347,11 @@ func (m *Mode) reportUnservedSCTP(snap *servicemap.Snapshot) {
 	m.unserved.Update(unserved)
 }
 
-// Close stops the relays. The portal rules and routes stay (a restarted
-// kproxy takes them over); --cleanup or another mode removes them.
+// Close stops the relays and takes the portals with them: rules and local
+// routes pointing at ports no relay holds would hand service traffic to
+// whoever binds those ports next, any local user included. The chains and
+// jump rules stay, empty, for the next start to fill; --cleanup or another
+// mode removes them.
 func (m *Mode) Close() error {
 	m.cancel()
 	for key, r := range m.relays {
@@ -290,7 +359,40 @@ func (m *Mode) Close() error {
 		delete(m.relays, key)
 	}
 	m.wg.Wait()
-	return m.claimer.Close()
+	return errors.Join(m.withdrawPortals(true), m.claimer.Close())
+}
+
+// withdrawTimeout bounds how long Close may spend taking the portals away.
+const withdrawTimeout = 10 * time.Second
+
+// withdrawPortals empties the portal chains of every family that has them
+// (onlyWritten: that this run wrote) and removes the local portals' routes.
+func (m *Mode) withdrawPortals(onlyWritten bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
+	defer cancel()
+	var errs []error
+	for _, fam := range m.families {
+		if m.kinds[fam] != mode.PortalsRedirect || (onlyWritten && !m.applied[fam]) {
+			continue
+		}
+		rs, err := portal.Build(fam, portal.Node{}, nil)
+		if err == nil {
+			err = m.appliers[fam].Apply(ctx, rs, false)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("withdrawing the %s portals: %w", fam, err))
+		}
+	}
+	if slices.ContainsFunc(m.families, func(f ipfamily.Family) bool { return m.kinds[f] == mode.PortalsLocal }) {
+		local, err := m.cfg.LocalAddresses()
+		if err == nil {
+			err = localroute.Sync(m.cfg.Routes, nil, local)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("withdrawing the local portals' routes: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // proxyPorts is the portal lookup: the listener ports of a service port's

@@ -31,19 +31,32 @@ import (
 // recordingApplier keeps the last ruleset of its family and can fail like
 // iptables-restore does.
 type recordingApplier struct {
-	mu   sync.Mutex
-	last *portal.Ruleset
-	fail error
+	mu     sync.Mutex
+	last   *portal.Ruleset
+	fail   error
+	broken string // what Intact reports
+	fulls  int    // full applies
 }
 
-func (a *recordingApplier) Apply(_ context.Context, rs *portal.Ruleset, _ bool) error {
+func (a *recordingApplier) Apply(_ context.Context, rs *portal.Ruleset, full bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.fail != nil {
 		return a.fail
 	}
 	a.last = rs
+	if full {
+		a.fulls++
+		a.broken = ""
+	}
 	return nil
+}
+
+// Intact reports the problem the test set, as the kernel check would.
+func (a *recordingApplier) Intact(context.Context) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.broken, nil
 }
 
 func (a *recordingApplier) rules() string {

@@ -154,6 +154,11 @@ type server struct {
 	udp      *udprelay.Relay
 	sctp     *sctprelay.Relay
 	dropping bool
+	// awaitingGuard: a REDIRECT portal's UDP socket drops every datagram
+	// until the portal rules, with the guard refusing datagrams that were
+	// not DNATed to it, are in the kernel. (UDP cannot tell a redirected
+	// datagram from a direct one; TCP checks the original destination.)
+	awaitingGuard bool
 }
 
 // hasEndpoints says whether the relay's picker has an endpoint for a new
@@ -272,11 +277,17 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		}
 		port = addrPort(conn.LocalAddr())
 		cfg := udprelay.Config{Conn: conn, Picker: r.picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
-			Metrics: m.metrics, Name: name}
+			Metrics: m.metrics, Name: name, Descriptors: m.descriptors}
 		if r.local {
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
 		}
-		if s.raw, err = conn.SyscallConn(); err == nil {
+		if s.raw, err = conn.SyscallConn(); err == nil && !r.local {
+			// No datagram may be relayed before the rule refusing direct
+			// ones is in the kernel (armGuardedRelays lifts this).
+			err = awaitGuard(s.raw)
+			s.awaitingGuard = err == nil
+		}
+		if err == nil {
 			s.udp, err = udprelay.New(cfg)
 		}
 		if err != nil {

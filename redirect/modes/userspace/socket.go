@@ -1,6 +1,7 @@
 package userspace
 
 import (
+	"fmt"
 	"net"
 	"syscall"
 
@@ -54,4 +55,35 @@ func setDropAll(raw syscall.RawConn, drop bool) error {
 		return err
 	}
 	return sockErr
+}
+
+// awaitGuard makes a new proxy socket drop what it receives and discards
+// what it queued between bind and now: nothing a client sends it before
+// its guard rule exists may reach an endpoint. armGuardedRelays detaches
+// the filter once the rules are in.
+func awaitGuard(raw syscall.RawConn) error {
+	if err := setDropAll(raw, true); err != nil {
+		return fmt.Errorf("holding the proxy socket until its guard rule is in: %w", err)
+	}
+	var sockErr error
+	err := raw.Control(func(fd uintptr) {
+		buf := make([]byte, 1)
+		for {
+			_, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+			if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
+				return
+			}
+			if err != nil && err != unix.EINTR {
+				sockErr = err
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = sockErr
+	}
+	if err != nil {
+		return fmt.Errorf("discarding datagrams queued before the guard rule: %w", err)
+	}
+	return nil
 }

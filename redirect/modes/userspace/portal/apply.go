@@ -59,6 +59,8 @@ type Applier struct {
 	mu sync.Mutex
 	// jumpsOK: the jump rules were found or made since the last full sync.
 	jumpsOK bool
+	// written counts the rules of the last successful restore, for Intact.
+	written ruleCounts
 }
 
 // NewApplier checks cfg and, without cfg.Jumps, opens go-iptables on the
@@ -104,6 +106,7 @@ func (a *Applier) Apply(ctx context.Context, rs *Ruleset, full bool) error {
 	if err := a.restore.Restore(ctx, Payload(rs, stale)); err != nil {
 		return err
 	}
+	a.written = countRules(rs)
 	for _, s := range stale {
 		klog.InfoS("Removed a stale userspace-proxy chain", "family", a.fam, "table", s.Table, "chain", s.Name)
 	}

@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// hijackPortEnv tells TestHijackerHelper, run as an unprivileged user, which
+// port to bind; hijackAnswer is what it says to anyone who connects.
+const (
+	hijackPortEnv = "KPROXY_E2E_HIJACK_PORT"
+	hijackAddrEnv = "KPROXY_E2E_HIJACK_ADDR"
+	hijackAnswer  = "hijacked"
+	nobody        = 65534
+)
+
+// TestHijackerHelper is not a test: run with hijackPortEnv set (by
+// startHijacker, as uid 65534), it plays a local user who binds a port the
+// userspace mode's portals may still point at and answers every connection.
+func TestHijackerHelper(t *testing.T) {
+	port := os.Getenv(hijackPortEnv)
+	if port == "" {
+		t.Skip("a helper process of TestStoppedProxyCannotBeHijacked")
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		// An unprivileged process may bind an address that is not local.
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_FREEBIND, 1) })
+	}}
+	ln, err := lc.Listen(t.Context(), "tcp4", net.JoinHostPort(os.Getenv(hijackAddrEnv), port))
+	if err != nil {
+		fmt.Printf("bind failed: %v\n", err)
+		return
+	}
+	fmt.Printf("listening as uid %d\n", os.Getuid())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = c.Write([]byte(hijackAnswer + "\n"))
+		c.Close()
+	}
+}
+
+// startHijacker runs TestHijackerHelper on the node as uid 65534, bound to
+// addr:port (addr empty: every address), and returns once it has bound or
+// failed to.
+func (l *e2eLab) startHijacker(t *testing.T, addr string, port int) *lab.Process {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := l.topo.Node.Start("env", hijackPortEnv+"="+strconv.Itoa(port), hijackAddrEnv+"="+addr,
+		"setpriv", "--reuid="+strconv.Itoa(nobody), "--regid="+strconv.Itoa(nobody), "--clear-groups",
+		self, "-test.run=^TestHijackerHelper$", "-test.v")
+	lab.Eventually(t, "the unprivileged hijacker to bind or fail", func() (bool, string) {
+		log := p.Log()
+		return regexp.MustCompile(`listening as uid|bind failed`).MatchString(log), log
+	})
+	t.Logf("hijacker on %s:%d: %s", addr, port, regexp.MustCompile(`(listening as uid \d+|bind failed.*)`).FindString(p.Log()))
+	return p
+}
+
+// TestStoppedProxyCannotBeHijacked: once the userspace mode stops, its
+// portals must not keep sending service traffic to ports (or, for local
+// portals, service addresses) nobody holds: a local user who binds them
+// would receive it. A later start puts the portals back.
+func TestStoppedProxyCannotBeHijacked(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m)
+		if l == nil {
+			return
+		}
+		url := "http://" + digestVIP + ":9002/"
+		// The port a local user would bind: the proxy port the portal
+		// points at, or (local portals) the service address itself.
+		hijackAddr, hijackPort := digestVIP, 9002
+		if !m.localPortals {
+			match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
+			if match == nil {
+				t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
+			}
+			hijackAddr, hijackPort = "", mustAtoi(t, match[1])
+		}
+		if err := l.kproxy.Stop(); err != nil {
+			t.Fatalf("stopping kproxy: %v", err)
+		}
+		hijacker := l.startHijacker(t, hijackAddr, hijackPort)
+		defer hijacker.Stop()
+		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
+			if got, err := tcpFirstLine(from, digestVIP+":9002"); got == hijackAnswer {
+				t.Errorf("after kproxy stopped, a connection from %s to %s reached an unprivileged process on port %d", from.Name, url, hijackPort)
+			} else {
+				t.Logf("from %s after the stop: %q, %v", from.Name, got, err)
+			}
+		}
+		hijacker.Stop()
+
+		// The next start serves the service again.
+		l.startKproxy(t, nil, kproxyArgs(m, "--services-file="+l.manifest))
+		lab.Eventually(t, "the service to answer after the restart", func() (bool, string) {
+			got, err := tcpFirstLine(l.topo.Client, digestVIP+":9002")
+			return err == nil && got != hijackAnswer, fmt.Sprintf("%q, %v", got, err)
+		})
+	})
+}
+
+// tcpFirstLine connects from h to addr and returns the first line it says
+// within a second (the digest server says nothing first: "").
+func tcpFirstLine(h *lab.Host, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := h.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 64)
+	n, _ := c.Read(buf)
+	line := string(buf[:n])
+	if i := len(line); i > 0 && line[i-1] == '\n' {
+		line = line[:i-1]
+	}
+	return line, nil
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
