@@ -22,6 +22,10 @@ type DocumentError struct {
 	// when the document could not be decoded far enough to tell.
 	Object string
 	Err    error
+	// Unparsed says the document could not be parsed: its boundaries are
+	// unknown, so the file keeps every object of its last good version
+	// that no valid document defines.
+	Unparsed bool
 }
 
 func (e *DocumentError) Error() string {
