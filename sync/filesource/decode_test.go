@@ -34,7 +34,9 @@ func TestDecodeRejectsWhatTheAPIServerRejects(t *testing.T) {
 		return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, labels: {kubernetes.io/service-name: web}}\n" +
 			"addressType: " + family + "\nendpoints: [{addresses: [\"" + addr + "\"]}]\n"
 	}
-	nodePortSvc := func(ports string) string { return svc("type: NodePort, clusterIP: 198.18.0.10, ports: [" + ports + "]") }
+	nodePortSvc := func(ports string) string {
+		return svc("type: NodePort, clusterIP: 198.18.0.10, ports: [" + ports + "]")
+	}
 	cases := []struct {
 		name, data, want string
 	}{

@@ -376,19 +376,25 @@ func (s *Source) readFile(path, name string, limit int64) (r fileRead, gone bool
 	case err != nil:
 		r.err = err
 		return r, false
-	case len(bytes.TrimSpace(data)) == 0:
-		// What a truncating save leaves until it writes: never applied.
-		// A file holding a comment empties it on purpose.
-		r.err = errEmpty
-		return r, false
 	}
 	if prev, ok := s.decoded[name]; ok && bytes.Equal(prev.data, data) {
-		r.docs = slices.Clone(prev.docs) // reconcile marks late rejections in place
+		r.err, r.docs = prev.err, slices.Clone(prev.docs) // reconcile marks late rejections in place
 	} else {
-		r.docs = s.decoder.decodeFile(name, data, strings.EqualFold(filepath.Ext(name), ".json"))
+		d := s.decoder.decodeContent(name, data)
+		r.err, r.docs = d.err, d.docs
 	}
-	s.nextDecoded[name] = decodedFile{data: data, docs: slices.Clone(r.docs)}
+	s.nextDecoded[name] = decodedFile{data: data, err: r.err, docs: slices.Clone(r.docs)}
 	return r, false
+}
+
+// decodeContent decodes the content of the file name. An empty file (what a
+// truncating save leaves until it writes) is an error, never applied; a file
+// holding a comment empties it on purpose.
+func (d *decoder) decodeContent(name string, data []byte) fileRead {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fileRead{name: name, err: errEmpty, size: int64(len(data))}
+	}
+	return fileRead{name: name, docs: d.decodeFile(name, data, strings.EqualFold(filepath.Ext(name), ".json")), size: int64(len(data))}
 }
 
 var errEmpty = errors.New("is empty, as a save in progress leaves it; its last good version stays in force (a file holding only a comment removes every object on purpose)")
@@ -396,6 +402,7 @@ var errEmpty = errors.New("is empty, as a save in progress leaves it; its last g
 // decodedFile is a file's content and what it decoded to.
 type decodedFile struct {
 	data []byte
+	err  error
 	docs []document
 }
 
@@ -418,9 +425,24 @@ func openRegular(path string) (*os.File, os.FileInfo, error) {
 	}
 	if !info.Mode().IsRegular() {
 		f.Close()
-		return nil, nil, fmt.Errorf("cannot read: not a regular file (%s)", info.Mode().Type())
+		return nil, nil, fmt.Errorf("cannot read: not a regular file but %s", typeName(info.Mode()))
 	}
 	return f, info, nil
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	default:
+		return "of mode " + m.Type().String()
+	}
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {

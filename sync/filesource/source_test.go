@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -412,4 +415,118 @@ func TestPeriodicResync(t *testing.T) {
 	if ev := h.sink.Take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
 		t.Errorf("calls %q: periodic re-reads of unchanged files must not reach the sink", ev)
 	}
+}
+
+// TestLoggedRejectionsAreCapped writes documents carrying 1 MiB of name,
+// kind, field name, label value or garbage: every log line a reload writes
+// about them stays short, and still names the file and document (issue 18,
+// item 8).
+func TestLoggedRejectionsAreCapped(t *testing.T) {
+	huge := strings.Repeat("a", 1<<20)
+	cases := []struct{ name, data string }{
+		{"object name", "apiVersion: v1\nkind: Service\nmetadata: {name: " + huge + "}\nspec: {clusterIP: 198.18.0.10, ports: [{port: 80}]}\n"},
+		{"kind", "apiVersion: v1\nkind: " + huge + "\nmetadata: {name: web}\n"},
+		{"unknown field", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 198.18.0.10, ports: [{port: 80}], " + huge + ": 1}\n"},
+		{"label value", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, labels: {kubernetes.io/service-name: " + huge + "}}\naddressType: IPv4\n"},
+		{"cluster IP", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: " + huge + ", ports: [{port: 80}]}\n"},
+		{"garbage", "apiVersion: v1\nkind: Service\nmetadata: {name: \"" + huge + "\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "s.yaml", tc.data)
+			src, err := New(dir, "n", sinktest.New(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			logger := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{})
+			src.reload(logger)
+			if len(src.Errors()) == 0 {
+				t.Fatal("the document was not rejected")
+			}
+			for _, line := range lines {
+				if len(line) > 2*maxLoggedMessage {
+					t.Errorf("a log line of %d bytes: %.300s...", len(line), line)
+				}
+			}
+			for _, err := range src.Errors() {
+				if msg := err.Error(); !strings.HasPrefix(msg, "s.yaml: document 1") || len(msg) > 2*maxLoggedMessage {
+					t.Errorf("error of %d bytes: %.300s...", len(msg), msg)
+				}
+			}
+		})
+	}
+}
+
+// TestFIFOSwappedInDoesNotBlock replaces the services file, over and over,
+// with a FIFO and a regular file while reloads run: checking the type of the
+// path before opening it left a window in which open(2) of the FIFO blocked
+// the source for good (issue 18, item 8). Every reload must finish.
+func TestFIFOSwappedInDoesNotBlock(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	writeFile(t, dir, "services.yaml", validService)
+	src, err := New(path, "n", sinktest.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	swapped := make(chan error, 1)
+	go func() {
+		fifo, reg := filepath.Join(dir, ".fifo"), filepath.Join(dir, ".reg")
+		for {
+			select {
+			case <-stop:
+				swapped <- nil
+				return
+			default:
+			}
+			if err := unix.Mkfifo(fifo, 0o644); err != nil {
+				swapped <- err
+				return
+			}
+			if err := os.Rename(fifo, path); err != nil {
+				swapped <- err
+				return
+			}
+			if err := os.WriteFile(reg, []byte(validService), 0o644); err != nil {
+				swapped <- err
+				return
+			}
+			if err := os.Rename(reg, path); err != nil {
+				swapped <- err
+				return
+			}
+		}
+	}()
+
+	const reloads = 100000
+	done := make(chan int, 1)
+	go func() {
+		for i := range reloads {
+			src.reload(logr.Discard())
+			if i == reloads-1 {
+				done <- i + 1
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		close(stop)
+		// Unblock the stuck open(2) by opening the FIFO's other end.
+		for range 100 {
+			if f, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("a reload blocked: %d reloads finished of %d", src.Generation(), reloads)
+	}
+	close(stop)
+	if err := <-swapped; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d reloads while the file was swapped with a FIFO; errors of the last: %v", src.Generation(), src.Errors())
 }

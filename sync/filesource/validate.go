@@ -7,7 +7,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -40,6 +42,10 @@ func validateMeta(meta *metav1.ObjectMeta, namespaced bool, nameCheck func(strin
 	} else if msgs := nameCheck(meta.Name); len(msgs) > 0 {
 		errs = append(errs, fieldErr(field.NewPath("metadata", "name"), "%q is not a valid name: %s", meta.Name, strings.Join(msgs, "; ")))
 	}
+	// Label values and annotations are bounded as in the API: kproxy
+	// reads and logs some of them (the service-name label).
+	errs = append(errs, apiFieldErrs(metav1validation.ValidateLabels(meta.Labels, field.NewPath("metadata", "labels")))...)
+	errs = append(errs, apiFieldErrs(apivalidation.ValidateAnnotations(meta.Annotations, field.NewPath("metadata", "annotations")))...)
 	if !namespaced {
 		meta.Namespace = "" // as kubectl does for cluster-scoped objects
 		return errs
