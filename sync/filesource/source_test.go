@@ -530,3 +530,45 @@ func TestFIFOSwappedInDoesNotBlock(t *testing.T) {
 	}
 	t.Logf("%d reloads while the file was swapped with a FIFO; errors of the last: %v", src.Generation(), src.Errors())
 }
+
+// TestSaveInProgressIsWaitedFor saves the file as an editor that does not
+// save atomically, pausing far longer than the debounce between the
+// truncation, the first half and the rest: no reload may apply the empty or
+// the half-written file, which would delete what the missing half defines.
+func TestSaveInProgressIsWaitedFor(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	a, b := service("default", "a", "198.18.0.10", 80), service("default", "b", "198.18.0.11", 80)
+	content := yamlDocs(t, a, b)
+	writeFile(t, dir, "services.yaml", content)
+	h := startWatching(t, path)
+	h.waitFor("initial load", []string{"Service default/a 198.18.0.10:80", "Service default/b 198.18.0.11:80"})
+	h.sink.Take()
+
+	const pause = 200 * time.Millisecond // ten debounce periods
+	for i := range 3 {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		// The first half holds a whole, valid document: only the wait
+		// keeps it from being applied.
+		half := strings.Index(content, "---\n") + len("---\n")
+		if _, err := f.WriteString(content[:half]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if _, err := f.WriteString(content[half:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if ev := h.sink.Take(); len(ev) > 0 {
+			t.Fatalf("save %d: the sink was told %q while the file was being written", i+1, ev)
+		}
+	}
+	h.waitFor("after the saves", []string{"Service default/a 198.18.0.10:80", "Service default/b 198.18.0.11:80"})
+}
