@@ -572,3 +572,78 @@ func TestSaveInProgressIsWaitedFor(t *testing.T) {
 	}
 	h.waitFor("after the saves", []string{"Service default/a 198.18.0.10:80", "Service default/b 198.18.0.11:80"})
 }
+
+// TestReadLimits checks what is refused before it is read whole: a file
+// over 32 MiB, a directory whose manifests exceed 64 MiB in all, a FIFO, a
+// device (issue 18, item 8). Each keeps its last good version.
+func TestReadLimits(t *testing.T) {
+	sparse := func(t *testing.T, path string, size int64) {
+		t.Helper()
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  []string
+	}{{
+		name:  "a file over 32 MiB",
+		setup: func(t *testing.T, dir string) { sparse(t, filepath.Join(dir, "big.yaml"), maxFileSize+1) },
+		want:  []string{"big.yaml: cannot read: larger than 32 MiB"},
+	}, {
+		name: "manifests over 64 MiB in all",
+		setup: func(t *testing.T, dir string) {
+			sparse(t, filepath.Join(dir, "1.yaml"), maxFileSize)
+			sparse(t, filepath.Join(dir, "2.yaml"), maxFileSize)
+		},
+		want: []string{"3.yaml: not read: the directory's manifests exceed 64 MiB in all"},
+	}, {
+		name: "a FIFO",
+		setup: func(t *testing.T, dir string) {
+			if err := unix.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: []string{"fifo.yaml: cannot read: not a regular file but a FIFO"},
+	}, {
+		name: "a device",
+		setup: func(t *testing.T, dir string) {
+			if err := os.Symlink("/dev/zero", filepath.Join(dir, "zero.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: []string{"zero.yaml: cannot read: not a regular file but a device"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "3.yaml", validService)
+			sink := sinktest.New()
+			src, err := New(dir, "n", sink, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.reload(logr.Discard())
+			tc.setup(t, dir)
+			src.reload(logr.Discard())
+			var got []string
+			for _, err := range src.Errors() {
+				if !strings.Contains(err.Error(), "document") { // the sparse files hold NULs: not YAML
+					got = append(got, err.Error())
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"Service default/web 198.18.0.10:80"}, contents(sink)); diff != "" {
+				t.Errorf("sink contents (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
