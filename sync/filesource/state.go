@@ -69,11 +69,17 @@ type reconcileResult struct {
 // across objects (see claimConflicts): a document losing one is rejected, and
 // the state built again, until no conflict is left.
 func reconcile(prev state, reads []fileRead) reconcileResult {
+	docs := map[position]*document{}
+	for _, r := range reads {
+		for i := range r.docs {
+			docs[r.docs[i].pos] = &r.docs[i]
+		}
+	}
 	for {
 		res := build(prev, reads)
 		marked := false
 		for pos, err := range claimConflicts(prev, res.next) {
-			marked = markRejected(reads, pos, err) || marked
+			marked = markRejected(docs[pos], err) || marked
 		}
 		// Each round rejects at least one more document, or is the last.
 		if !marked {
@@ -112,7 +118,12 @@ func build(prev state, reads []fileRead) reconcileResult {
 		}
 	}
 
-	// Then what invalid documents and held files leave in force.
+	// Then what invalid documents and held files leave in force. What is
+	// kept does not depend on the order it is kept in.
+	byFile := map[string][]objectKey{}
+	for key, e := range prev {
+		byFile[e.pos.File] = append(byFile[e.pos.File], key)
+	}
 	keep := func(key objectKey, e entry) {
 		if _, taken := res.next[key]; !taken {
 			res.next[key] = e
@@ -139,18 +150,16 @@ func build(prev state, reads []fileRead) reconcileResult {
 			if held {
 				continue // the whole file is kept below
 			}
-			for _, key := range sortedKeys(prev) {
+			for _, key := range byFile[d.pos.File] {
 				e := prev[key]
-				if e.pos.File == d.pos.File && e.pos.Doc == d.pos.Doc && (d.pos.Item == 0 || e.pos.Item == d.pos.Item) {
+				if e.pos.Doc == d.pos.Doc && (d.pos.Item == 0 || e.pos.Item == d.pos.Item) {
 					keep(key, e)
 				}
 			}
 		}
 		if held {
-			for _, key := range sortedKeys(prev) {
-				if e := prev[key]; e.pos.File == r.name {
-					keep(key, e)
-				}
+			for _, key := range byFile[r.name] {
+				keep(key, prev[key])
 			}
 		}
 	}
@@ -175,23 +184,17 @@ func collectErrors(res *reconcileResult, reads []fileRead) {
 	}
 }
 
-// markRejected records a late rejection (a lost claim) on the valid document
-// at pos, and says whether there was one.
-func markRejected(reads []fileRead, pos position, err error) bool {
-	marked := false
-	for _, r := range reads {
-		for i := range r.docs {
-			d := &r.docs[i]
-			if d.pos == pos && d.err == nil {
-				d.err = &DocumentError{
-					File: pos.File, Document: pos.Doc, Item: pos.Item, Line: pos.Line, Object: d.key.String(), Err: err,
-				}
-				d.obj = nil
-				marked = true
-			}
-		}
+// markRejected records a late rejection (a lost claim) on d, and says
+// whether d was valid until then.
+func markRejected(d *document, err error) bool {
+	if d == nil || d.err != nil {
+		return false
 	}
-	return marked
+	d.err = &DocumentError{
+		File: d.pos.File, Document: d.pos.Doc, Item: d.pos.Item, Line: d.pos.Line, Object: d.key.String(), Err: err,
+	}
+	d.obj = nil
+	return true
 }
 
 // String names the position as errors do: "a.yaml document 2 item 1".
