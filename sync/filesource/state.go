@@ -218,14 +218,33 @@ func duplicateError(earlier position) error {
 // claim is something only one object may hold, as the API server's
 // allocators see to: a cluster IP, or a node port (of any protocol).
 type claim struct {
-	kind  string // "cluster IP" or "node port"
-	value string
+	ip       netip.Addr // a cluster IP, or
+	nodePort int32      // a node port
 }
 
-// claimAt is a claim and the field making it.
+func (c claim) String() string {
+	if c.ip.IsValid() {
+		return "cluster IP " + c.ip.String()
+	}
+	return "node port " + strconv.Itoa(int(c.nodePort))
+}
+
+// claimAt is a claim and the field making it: spec.clusterIPs[index],
+// spec.ports[index].nodePort, or spec.healthCheckNodePort (index -1).
 type claimAt struct {
 	claim
-	path string
+	index int
+}
+
+func (c claimAt) path() string {
+	switch {
+	case c.ip.IsValid():
+		return "spec.clusterIPs[" + strconv.Itoa(c.index) + "]"
+	case c.index < 0:
+		return "spec.healthCheckNodePort"
+	default:
+		return "spec.ports[" + strconv.Itoa(c.index) + "].nodePort"
+	}
 }
 
 // claims lists what obj holds, one entry per claim (a node port one service
@@ -236,25 +255,28 @@ func claims(obj runtime.Object) []claimAt {
 		return nil
 	}
 	var out []claimAt
-	add := func(c claim, path string) {
-		if !slices.ContainsFunc(out, func(o claimAt) bool { return o.claim == c }) {
-			out = append(out, claimAt{c, path})
+	add := func(c claim, index int) {
+		for _, o := range out {
+			if o.claim == c {
+				return
+			}
 		}
+		out = append(out, claimAt{c, index})
 	}
 	if svc.Spec.ClusterIP != v1.ClusterIPNone {
 		for i, ip := range svc.Spec.ClusterIPs {
 			if addr, err := netip.ParseAddr(ip); err == nil {
-				add(claim{"cluster IP", addr.Unmap().String()}, "spec.clusterIPs["+strconv.Itoa(i)+"]")
+				add(claim{ip: addr.Unmap()}, i)
 			}
 		}
 	}
 	for i, p := range svc.Spec.Ports {
 		if p.NodePort != 0 {
-			add(claim{"node port", strconv.Itoa(int(p.NodePort))}, "spec.ports["+strconv.Itoa(i)+"].nodePort")
+			add(claim{nodePort: p.NodePort}, i)
 		}
 	}
-	if svc.Spec.HealthCheckNodePort != 0 {
-		add(claim{"node port", strconv.Itoa(int(svc.Spec.HealthCheckNodePort))}, "spec.healthCheckNodePort")
+	if hc := svc.Spec.HealthCheckNodePort; hc != 0 {
+		add(claim{nodePort: hc}, -1)
 	}
 	return out
 }
@@ -272,32 +294,39 @@ func claimConflicts(prev, next state) map[position]error {
 			owners[c.claim] = key
 		}
 	}
-	keys := sortedKeys(next)
-	slices.SortStableFunc(keys, func(a, b objectKey) int { return next[a].pos.compare(next[b].pos) })
-
+	// Only Services claim anything; file and document order decides.
+	var keys []objectKey
+	for key := range next {
+		if key.Kind == kindService {
+			keys = append(keys, key)
+		}
+	}
+	slices.SortFunc(keys, func(a, b objectKey) int {
+		return cmp.Or(next[a].pos.compare(next[b].pos), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	all := make([][]claimAt, len(keys))
 	holder := map[claim]objectKey{}
-	for _, key := range keys {
-		for _, c := range claims(next[key].obj) {
+	for i, key := range keys {
+		all[i] = claims(next[key].obj)
+		for _, c := range all[i] {
 			if owners[c.claim] == key {
 				holder[c.claim] = key
 			}
 		}
 	}
 	losers := map[position]error{}
-	for _, key := range keys {
-		cs := claims(next[key].obj)
+	for i, key := range keys {
 		var errs errorList
-		for _, c := range cs {
+		for _, c := range all[i] {
 			if h, held := holder[c.claim]; held && h != key {
-				errs = append(errs, &fieldError{path: c.path, msg: fmt.Sprintf("%s %s is already allocated to %s (%s)",
-					c.kind, c.value, h, next[h].pos)})
+				errs = append(errs, &fieldError{path: c.path(), msg: fmt.Sprintf("%s is already allocated to %s (%s)", c.claim, h, next[h].pos)})
 			}
 		}
 		if len(errs) > 0 {
 			losers[next[key].pos] = errs.asError()
 			continue
 		}
-		for _, c := range cs {
+		for _, c := range all[i] {
 			holder[c.claim] = key
 		}
 	}
