@@ -65,6 +65,10 @@ type document struct {
 	err *DocumentError
 }
 
+// unparsed says the document could not be parsed (err.Unparsed): what it
+// holds, and where it ends, are unknown.
+func (d document) unparsed() bool { return d.err != nil && d.err.Unparsed }
+
 // decoder turns manifest bytes into validated, defaulted objects. It holds
 // no mutable state and is safe for concurrent use.
 type decoder struct {
@@ -191,6 +195,14 @@ func (d *decoder) decodeDocument(pos position, raw rawDocument, isYAML, allowLis
 			File: pos.File, Document: pos.Doc, Item: pos.Item, Line: pos.Line, Object: key.String(), Err: err,
 		}}}
 	}
+	// failUnparsed rejects a document whose boundaries cannot be trusted: a
+	// syntax error or a duplicate key may come from a lost separator that
+	// merged several documents, or from a save cut short.
+	failUnparsed := func(key objectKey, err error) []document {
+		docs := fail(key, err)
+		docs[0].err.Unparsed = true
+		return docs
+	}
 
 	jsonData := raw.data
 	// A YAML error that only strict parsing finds (a duplicate key) is
@@ -201,7 +213,7 @@ func (d *decoder) decodeDocument(pos position, raw rawDocument, isYAML, allowLis
 		if err != nil {
 			lenient, lerr := yaml.YAMLToJSON(raw.data)
 			if lerr != nil {
-				return fail(objectKey{}, fmt.Errorf("invalid YAML: %s", yamlMessage(lerr, raw.firstLine)))
+				return failUnparsed(objectKey{}, fmt.Errorf("invalid YAML: %s", yamlMessage(lerr, raw.firstLine)))
 			}
 			strictYAMLErr, converted = err, lenient
 		}
@@ -209,12 +221,12 @@ func (d *decoder) decodeDocument(pos position, raw rawDocument, isYAML, allowLis
 	} else if !json.Valid(raw.data) {
 		var v any
 		err := json.Unmarshal(raw.data, &v)
-		return fail(objectKey{}, fmt.Errorf("invalid JSON: %v", err))
+		return failUnparsed(objectKey{}, fmt.Errorf("invalid JSON: %v", err))
 	}
 
 	h, err := readHeader(jsonData)
 	if err != nil {
-		return fail(objectKey{}, err)
+		return failUnparsed(objectKey{}, err)
 	}
 	key := objectKey{Kind: h.kind, Namespace: h.namespace, Name: h.name}
 	if h.kind == kindNode {
@@ -228,7 +240,7 @@ func (d *decoder) decodeDocument(pos position, raw rawDocument, isYAML, allowLis
 	}
 
 	if strictYAMLErr != nil {
-		return fail(key, fmt.Errorf("%s", yamlMessage(strictYAMLErr, raw.firstLine)))
+		return failUnparsed(key, fmt.Errorf("%s", yamlMessage(strictYAMLErr, raw.firstLine)))
 	}
 	// The YAML was converted above, once: decoding the JSON is much cheaper
 	// than handing the YAML to the serializer, which would parse it twice more.

@@ -21,6 +21,81 @@ spec:
   - port: 80
 `
 
+// TestDecodeRejectsWhatTheAPIServerRejects covers addresses no service may
+// use and node ports the API server would not allocate (issue 18, item 7):
+// each is rejected with a message naming the field.
+func TestDecodeRejectsWhatTheAPIServerRejects(t *testing.T) {
+	const obj = "f.yaml: document 1 at line 1 (Service default/web): "
+	const sliceObj = "f.yaml: document 1 at line 1 (EndpointSlice default/web-1): "
+	svc := func(spec string) string {
+		return "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {" + spec + "}\n"
+	}
+	slice := func(family, addr string) string {
+		return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, labels: {kubernetes.io/service-name: web}}\n" +
+			"addressType: " + family + "\nendpoints: [{addresses: [\"" + addr + "\"]}]\n"
+	}
+	nodePortSvc := func(ports string) string {
+		return svc("type: NodePort, clusterIP: 198.18.0.10, ports: [" + ports + "]")
+	}
+	cases := []struct {
+		name, data, want string
+	}{
+		{"loopback endpoint", slice("IPv4", "127.0.0.1"), sliceObj + `endpoints[0].addresses[0]: "127.0.0.1" may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"loopback endpoint anywhere in 127/8", slice("IPv4", "127.1.2.3"), sliceObj + `endpoints[0].addresses[0]: "127.1.2.3" may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"IPv6 loopback endpoint", slice("IPv6", "::1"), sliceObj + `endpoints[0].addresses[0]: "::1" may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"unspecified endpoint", slice("IPv4", "0.0.0.0"), sliceObj + `endpoints[0].addresses[0]: "0.0.0.0" may not be unspecified (0.0.0.0, ::)`},
+		{"link-local endpoint", slice("IPv4", "169.254.169.254"), sliceObj + `endpoints[0].addresses[0]: "169.254.169.254" may not be in the link-local range (169.254.0.0/16, fe80::/10)`},
+		{"IPv6 link-local endpoint", slice("IPv6", "fe80::1"), sliceObj + `endpoints[0].addresses[0]: "fe80::1" may not be in the link-local range (169.254.0.0/16, fe80::/10)`},
+		{"multicast endpoint", slice("IPv4", "239.1.1.1"), sliceObj + `endpoints[0].addresses[0]: "239.1.1.1" may not be a multicast address (224.0.0.0/4, ff00::/8)`},
+		{"IPv6 multicast endpoint", slice("IPv6", "ff02::1"), sliceObj + `endpoints[0].addresses[0]: "ff02::1" may not be a multicast address (224.0.0.0/4, ff00::/8)`},
+		{"loopback cluster IP", svc("clusterIP: 127.0.0.1, ports: [{port: 10249}]"), obj + `spec.clusterIP: "127.0.0.1" may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"unspecified cluster IP", svc("clusterIP: 0.0.0.0, ports: [{port: 80}]"), obj + `spec.clusterIP: "0.0.0.0" may not be unspecified (0.0.0.0, ::)`},
+		{"second cluster IP loopback", svc("clusterIP: 198.18.0.10, clusterIPs: [198.18.0.10, \"::1\"], ipFamilyPolicy: RequireDualStack, ports: [{port: 80}]"),
+			obj + `spec.clusterIPs[1]: "::1" may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"IPv4-mapped loopback cluster IP", svc("clusterIP: \"::ffff:127.0.0.1\", ports: [{port: 80}]"), obj + `spec.clusterIP: "::ffff:127.0.0.1" may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"multicast cluster IP", svc("clusterIP: 224.0.0.1, ports: [{port: 80}]"), obj + `spec.clusterIP: "224.0.0.1" may not be a multicast address (224.0.0.0/4, ff00::/8)`},
+		{"loopback external IP", svc("clusterIP: 198.18.0.10, externalIPs: [127.0.0.1], ports: [{port: 80}]"), obj + `spec.externalIPs[0]: "127.0.0.1" may not be in the loopback range (127.0.0.0/8, ::1/128)`},
+		{"link-local ingress IP", svc("clusterIP: 198.18.0.10, type: LoadBalancer, ports: [{port: 80, nodePort: 30080}]") + "status: {loadBalancer: {ingress: [{ip: 169.254.0.1}]}}\n",
+			obj + `status.loadBalancer.ingress[0].ip: "169.254.0.1" may not be in the link-local range (169.254.0.0/16, fe80::/10)`},
+		{"node port 22", nodePortSvc("{port: 80, nodePort: 22}"), obj + "spec.ports[0].nodePort: 22 is not in the node port range 30000-32767 (the API server's default; kproxy has no setting for it)"},
+		{"node port just above the range", nodePortSvc("{port: 80, nodePort: 32768}"), obj + "spec.ports[0].nodePort: 32768 is not in the node port range 30000-32767 (the API server's default; kproxy has no setting for it)"},
+		{"node port twice with one protocol", nodePortSvc("{name: a, port: 80, nodePort: 30080}, {name: b, port: 81, nodePort: 30080}"),
+			obj + "spec.ports[1].nodePort: 30080/TCP is already used by spec.ports[0].nodePort"},
+		{"health check node port out of range", svc("type: LoadBalancer, externalTrafficPolicy: Local, healthCheckNodePort: 10256, clusterIP: 198.18.0.10, ports: [{port: 80, nodePort: 30080}]"),
+			obj + "spec.healthCheckNodePort: 10256 is not in the node port range 30000-32767 (the API server's default; kproxy has no setting for it)"},
+		{"health check node port on a service port", svc("type: LoadBalancer, externalTrafficPolicy: Local, healthCheckNodePort: 30080, clusterIP: 198.18.0.10, ports: [{port: 80, nodePort: 30080}]"),
+			obj + "spec.healthCheckNodePort: 30080 is already used by spec.ports[0].nodePort"},
+	}
+	dec := newDecoder()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, d := range dec.decodeFile("f.yaml", []byte(tc.data), false) {
+				if d.err != nil {
+					got = append(got, d.err.Error())
+				}
+			}
+			if diff := cmp.Diff([]string{tc.want}, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	// What stays allowed: the bounds of the range, one node port for TCP
+	// and UDP, global unicast addresses of both families.
+	for _, data := range []string{
+		nodePortSvc("{name: a, port: 80, nodePort: 30000}, {name: b, port: 81, nodePort: 32767}"),
+		nodePortSvc("{name: a, port: 53, nodePort: 30053}, {name: b, port: 53, protocol: UDP, nodePort: 30053}"),
+		slice("IPv4", "198.19.1.1"), slice("IPv6", "fd00::1"),
+	} {
+		for _, d := range dec.decodeFile("f.yaml", []byte(data), false) {
+			if d.err != nil {
+				t.Errorf("rejected %q: %v", data, d.err)
+			}
+		}
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -95,7 +170,7 @@ func TestDecodeRejects(t *testing.T) {
 	}, {
 		name: "node port out of range",
 		data: strings.Replace(validService, "  ports:\n  - port: 80\n", "  type: NodePort\n  ports:\n  - port: 80\n    nodePort: 65536\n", 1),
-		want: "f.yaml: document 1 at line 1 (Service default/web): spec.ports[0].nodePort: 65536 is not a valid port (0-65535)",
+		want: "f.yaml: document 1 at line 1 (Service default/web): spec.ports[0].nodePort: 65536 is not in the node port range 30000-32767 (the API server's default; kproxy has no setting for it)",
 	}, {
 		name: "bad protocol",
 		data: validService + "    protocol: ICMP\n",

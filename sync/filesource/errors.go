@@ -2,10 +2,35 @@ package filesource
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
+
+// What a rejection may carry into a log line: a hostile file names objects
+// and fields of any length (a 1 MiB name made 1 MiB log lines).
+const (
+	// maxLoggedValue bounds one value quoted from the file: an object's
+	// name, a field's value.
+	maxLoggedValue = 256
+	// maxLoggedMessage bounds the message of one document or file.
+	maxLoggedMessage = 4096
+)
+
+// clip shortens s to at most n bytes (on a rune boundary) and says how much
+// was left out.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s...(%d more bytes)", s[:cut], len(s)-cut)
+}
 
 // DocumentError says why one document of a services file was rejected. It
 // names everything a user needs to find the problem: the file, the
@@ -22,6 +47,10 @@ type DocumentError struct {
 	// when the document could not be decoded far enough to tell.
 	Object string
 	Err    error
+	// Unparsed says the document could not be parsed: its boundaries are
+	// unknown, so the file keeps every object of its last good version
+	// that no valid document defines.
+	Unparsed bool
 }
 
 func (e *DocumentError) Error() string {
@@ -34,9 +63,9 @@ func (e *DocumentError) Error() string {
 		fmt.Fprintf(&b, " at line %d", e.Line)
 	}
 	if e.Object != "" {
-		fmt.Fprintf(&b, " (%s)", e.Object)
+		fmt.Fprintf(&b, " (%s)", clip(e.Object, maxLoggedValue))
 	}
-	fmt.Fprintf(&b, ": %v", e.Err)
+	fmt.Fprintf(&b, ": %s", clip(e.Err.Error(), maxLoggedMessage))
 	return b.String()
 }
 
@@ -49,7 +78,9 @@ type FileError struct {
 	Err  error
 }
 
-func (e *FileError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
+func (e *FileError) Error() string {
+	return clip(e.File, maxLoggedValue) + ": " + clip(e.Err.Error(), maxLoggedMessage)
+}
 func (e *FileError) Unwrap() error { return e.Err }
 
 // fieldError is one problem with one field of an object.
@@ -65,12 +96,28 @@ func (e *fieldError) Error() string {
 	return e.path + ": " + e.msg
 }
 
+// fieldErr formats a problem with the field at path. String arguments (the
+// file's values, of any string type) are clipped to maxLoggedValue.
 func fieldErr(path *field.Path, format string, args ...any) error {
 	p := ""
 	if path != nil {
 		p = path.String()
 	}
+	for i, a := range args {
+		if v := reflect.ValueOf(a); v.Kind() == reflect.String {
+			args[i] = clip(v.String(), maxLoggedValue)
+		}
+	}
 	return &fieldError{path: p, msg: fmt.Sprintf(format, args...)}
+}
+
+// apiFieldErrs converts the API machinery's field errors, clipped.
+func apiFieldErrs(list field.ErrorList) errorList {
+	var errs errorList
+	for _, e := range list {
+		errs = append(errs, &fieldError{path: e.Field, msg: clip(e.ErrorBody(), maxLoggedValue*2)})
+	}
+	return errs
 }
 
 // errorList joins several problems of one document with "; " so a rejected

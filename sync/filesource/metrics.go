@@ -10,6 +10,10 @@ type metrics struct {
 	rejected prometheus.Counter
 	invalid  prometheus.Gauge
 	reloads  *prometheus.CounterVec
+	// rejectedFiles and heldFiles count files not applied as a whole
+	// (empty, unreadable, or holding a document that cannot be parsed).
+	rejectedFiles prometheus.Counter
+	heldFiles     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,6 +30,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "kproxy_services_file_reloads_total",
 			Help: "Reads of the services file, by result: error when any file or document was rejected.",
 		}, []string{"result"}),
+		rejectedFiles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kproxy_services_file_rejected_files_total",
+			Help: "Services files (or the services path itself) not applied as a whole, counted on every (re)load: empty, unreadable, or holding a document that cannot be parsed. Every object of their last good version that no valid document defines stays in force.",
+		}),
+		heldFiles: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kproxy_services_file_held_files",
+			Help: "Services files whose last good version is currently held in force because the latest read was empty, unreadable, or held a document that cannot be parsed.",
+		}),
 	}
 	// Both results exist from the start so rate() works before the first error.
 	m.reloads.WithLabelValues("success")
@@ -33,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.rejected, m.invalid, m.reloads} {
+	for _, c := range []prometheus.Collector{m.rejected, m.invalid, m.reloads, m.rejectedFiles, m.heldFiles} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering services-file metrics: %w", err)
 		}

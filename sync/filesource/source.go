@@ -3,6 +3,15 @@
 // directory of them holding Service, EndpointSlice and Node objects. The
 // source validates them as the API server would, keeps the last good version
 // of anything that turns invalid, and hands the sink only what changed.
+//
+// "Last good" is decided per document when the document can be parsed and
+// per file when it cannot: an empty file (nothing but whitespace, what a
+// truncating save leaves), an unreadable one, or one holding a document that
+// cannot be parsed (its boundaries with its neighbours may be lost) keeps
+// every object of the file's last good version that no valid document now
+// defines. A file holding only comments empties it on purpose. A save in
+// progress (the file still open for writing, or modified within the
+// debounce) is waited for before it is read.
 package filesource
 
 import (
@@ -18,10 +27,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -34,8 +45,16 @@ const (
 	// DefaultResyncPeriod re-reads everything even without events, in case
 	// a change was missed (network filesystems, a lost watch).
 	DefaultResyncPeriod = 30 * time.Second
-	// maxFileSize bounds what one manifest may make kproxy hold in memory.
-	maxFileSize = 32 << 20
+	// maxFileSize bounds what one manifest may make kproxy hold in memory,
+	// and maxTotalSize what all the files of a directory may.
+	maxFileSize  = 32 << 20
+	maxTotalSize = 64 << 20
+	// maxDirEntries bounds the entries of a services directory read at all.
+	maxDirEntries = 10000
+	// settleRounds bounds, in debounce periods, how long a reload waits for
+	// a save in progress: a writer holding the file open for good must not
+	// stop every update (and an empty read is never applied anyway).
+	settleRounds = 50
 )
 
 // ReloadResult describes one completed (re)load.
@@ -148,6 +167,14 @@ func (s *Source) Run(ctx context.Context) error {
 	w := newWatch(s.root, s.rootDir, logger)
 	defer w.close()
 
+	// Even the first read waits for a save in progress: applying half a
+	// file at start-up would drop the services of the other half.
+	for range settleRounds {
+		if s.settled() || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(s.debounce)
+	}
 	first := s.reload(logger)
 	s.sink.OnSynced()
 	s.reloaded(first)
@@ -161,6 +188,21 @@ func (s *Source) Run(ctx context.Context) error {
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
+	// unsettled counts the debounce periods a save in progress has delayed
+	// the pending reload.
+	unsettled := 0
+	reloadSettled := func() {
+		if unsettled < settleRounds && !s.settled() {
+			if unsettled == 0 {
+				logger.V(2).Info("Services file is being written; waiting for the save to finish")
+			}
+			unsettled++
+			debounce.Reset(s.debounce)
+			return
+		}
+		unsettled = 0
+		s.reloaded(s.reload(logger))
+	}
 
 	for {
 		select {
@@ -184,12 +226,12 @@ func (s *Source) Run(ctx context.Context) error {
 				debounce.Reset(s.debounce) // events were lost: read everything
 			}
 		case <-debounce.C:
-			s.reloaded(s.reload(logger))
+			reloadSettled()
 		case <-tick:
 			if w.ensure() {
 				logger.Info("Watching the services file again")
 			}
-			s.reloaded(s.reload(logger))
+			reloadSettled()
 		}
 	}
 }
@@ -202,8 +244,8 @@ func (s *Source) reload(logger klog.Logger) ReloadResult {
 	if rootErr != nil {
 		// The path itself is gone or unreadable: keep everything, since
 		// that is more often a save in progress than a wish to drop all
-		// services. An empty file or directory drops them.
-		res = reconcileResult{next: s.current, errs: []error{&FileError{File: s.root, Err: rootErr}}}
+		// services. An empty directory drops them.
+		res = reconcileResult{next: s.current, errs: []error{&FileError{File: s.root, Err: rootErr}}, heldFiles: 1, kept: len(s.current)}
 	} else {
 		res = reconcile(s.current, reads)
 	}
@@ -212,6 +254,8 @@ func (s *Source) reload(logger klog.Logger) ReloadResult {
 
 	s.metrics.rejected.Add(float64(res.rejected))
 	s.metrics.invalid.Set(float64(res.rejected))
+	s.metrics.rejectedFiles.Add(float64(res.heldFiles))
+	s.metrics.heldFiles.Set(float64(res.heldFiles))
 	result := "success"
 	if len(res.errs) > 0 {
 		result = "error"
@@ -226,16 +270,31 @@ func (s *Source) reload(logger klog.Logger) ReloadResult {
 	s.mu.Unlock()
 
 	if !sameErrs || counts.updated > 0 || counts.deleted > 0 {
+		// kept counts the objects in force only as a last good version:
+		// what the rejections below left in place.
 		logger.Info("Services file read", "generation", gen, "objects", len(res.next),
-			"updated", counts.updated, "deleted", counts.deleted, "errors", len(res.errs))
+			"updated", counts.updated, "deleted", counts.deleted, "errors", len(res.errs), "keptFromLastGood", res.kept)
 	}
 	// Periodic re-reads find the same problems again: log them when they change.
 	if !sameErrs {
 		for _, err := range res.errs {
-			logger.Error(err, "Services file content rejected; its last good version stays in force")
+			logger.Error(err, rejectionMessage(err))
 		}
 	}
 	return ReloadResult{Generation: gen, Updated: counts.updated, Deleted: counts.deleted, Errors: slices.Clone(res.errs)}
+}
+
+// rejectionMessage says what a rejection leaves in force, as reconcile does.
+func rejectionMessage(err error) string {
+	var docErr *DocumentError
+	switch {
+	case errors.As(err, &docErr) && docErr.Unparsed:
+		return "Services file document cannot be parsed, so its boundaries are unknown: every object of the file's last good version that no valid document defines stays in force"
+	case errors.As(err, &docErr):
+		return "Services file document rejected; the last good version of its object, if any, stays in force"
+	default:
+		return "Services file rejected as a whole; its last good version stays in force"
+	}
 }
 
 func (s *Source) reloaded(r ReloadResult) {
@@ -251,33 +310,66 @@ func (s *Source) readAll() ([]fileRead, error) {
 	s.nextDecoded = map[string]decodedFile{}
 	defer func() { s.decoded, s.nextDecoded = s.nextDecoded, nil }()
 	if !s.rootDir {
-		r, gone := s.readFile(s.root, s.root)
+		r, gone := s.readFile(s.root, s.root, maxFileSize)
 		if gone {
 			return nil, fmt.Errorf("no longer exists")
 		}
 		return []fileRead{r}, nil
 	}
-	entries, err := os.ReadDir(s.root)
+	names, err := manifestNames(s.root)
 	if err != nil {
-		return nil, fmt.Errorf("reading directory: %w", err)
+		return nil, err
 	}
 	var reads []fileRead
-	for _, e := range entries {
-		if !isManifestName(e.Name()) || e.IsDir() {
+	budget := int64(maxTotalSize)
+	for _, name := range names {
+		if budget <= 0 {
+			// Past the budget the files are not read: they keep their
+			// last good version.
+			reads = append(reads, fileRead{name: name, err: fmt.Errorf("not read: the directory's manifests exceed %d MiB in all", maxTotalSize>>20)})
 			continue
 		}
-		r, gone := s.readFile(filepath.Join(s.root, e.Name()), e.Name())
+		r, gone := s.readFile(filepath.Join(s.root, name), name, min(budget, maxFileSize))
 		if !gone {
+			budget -= r.size
 			reads = append(reads, r)
 		}
 	}
 	return reads, nil
 }
 
-// readFile reads one manifest; gone says it vanished (a deletion, not an error).
-func (s *Source) readFile(path, name string) (r fileRead, gone bool) {
+// manifestNames lists the manifests of directory dir, sorted. The directory
+// is opened without blocking (it may have been replaced by a FIFO) and at
+// most maxDirEntries entries are read.
+func manifestNames(dir string) ([]string, error) {
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading directory: %w", err)
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(maxDirEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading directory: %w", err)
+	}
+	if len(entries) > maxDirEntries {
+		return nil, fmt.Errorf("reading directory: more than %d entries", maxDirEntries)
+	}
+	var names []string
+	for _, e := range entries {
+		if isManifestName(e.Name()) && !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// readFile reads one manifest of at most limit bytes; gone says it vanished
+// (a deletion, not an error).
+func (s *Source) readFile(path, name string, limit int64) (r fileRead, gone bool) {
 	r.name = name
-	data, err := readLimited(path)
+	data, err := readLimited(path, limit)
+	r.size = int64(len(data))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return r, true
@@ -286,47 +378,140 @@ func (s *Source) readFile(path, name string) (r fileRead, gone bool) {
 		return r, false
 	}
 	if prev, ok := s.decoded[name]; ok && bytes.Equal(prev.data, data) {
-		r.docs = slices.Clone(prev.docs) // reconcile marks duplicates in place
+		r.err, r.docs = prev.err, slices.Clone(prev.docs) // reconcile marks late rejections in place
 	} else {
-		r.docs = s.decoder.decodeFile(name, data, strings.EqualFold(filepath.Ext(name), ".json"))
+		d := s.decoder.decodeContent(name, data)
+		r.err, r.docs = d.err, d.docs
 	}
-	s.nextDecoded[name] = decodedFile{data: data, docs: slices.Clone(r.docs)}
+	s.nextDecoded[name] = decodedFile{data: data, err: r.err, docs: slices.Clone(r.docs)}
 	return r, false
 }
+
+// decodeContent decodes the content of the file name. An empty file (what a
+// truncating save leaves until it writes) is an error, never applied; a file
+// holding a comment empties it on purpose.
+func (d *decoder) decodeContent(name string, data []byte) fileRead {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fileRead{name: name, err: errEmpty, size: int64(len(data))}
+	}
+	return fileRead{name: name, docs: d.decodeFile(name, data, strings.EqualFold(filepath.Ext(name), ".json")), size: int64(len(data))}
+}
+
+var errEmpty = errors.New("is empty, as a save in progress leaves it; its last good version stays in force (a file holding only a comment removes every object on purpose)")
 
 // decodedFile is a file's content and what it decoded to.
 type decodedFile struct {
 	data []byte
+	err  error
 	docs []document
 }
 
-func readLimited(path string) ([]byte, error) {
-	// Stat before opening: opening a FIFO would block the source.
-	info, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, err
-	case err != nil:
-		return nil, fmt.Errorf("cannot read: %w", err)
-	case !info.Mode().IsRegular():
-		return nil, fmt.Errorf("cannot read: not a regular file")
-	}
-	f, err := os.Open(path)
+// openRegular opens path for reading without blocking and refuses anything
+// but a regular file. The type is checked on the open descriptor: checking
+// the path first and opening it then leaves a window in which a FIFO put in
+// its place would block the source in open(2).
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("cannot read: %w", err)
+		return nil, nil, fmt.Errorf("cannot read: %w", err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("cannot read: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("cannot read: not a regular file but %s", typeName(info.Mode()))
+	}
+	return f, info, nil
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	default:
+		return "of mode " + m.Type().String()
+	}
+}
+
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, _, err := openRegular(path)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read: %w", err)
 	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("cannot read: larger than %d MiB", maxFileSize>>20)
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("cannot read: larger than %d MiB", max(limit>>20, 1))
 	}
 	return data, nil
+}
+
+// settled says no save is in progress: no manifest is open for writing or
+// was modified within the debounce. Anything it cannot tell counts as
+// settled; the reload reports it.
+func (s *Source) settled() bool {
+	if !s.rootDir {
+		return fileSettled(s.root, s.debounce, time.Now())
+	}
+	names, err := manifestNames(s.root)
+	if err != nil {
+		return true
+	}
+	now := time.Now()
+	for _, name := range names {
+		if !fileSettled(filepath.Join(s.root, name), s.debounce, now) {
+			return false
+		}
+	}
+	return true
+}
+
+func fileSettled(path string, debounce time.Duration, now time.Time) bool {
+	f, info, err := openRegular(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	if age := now.Sub(info.ModTime()); age >= 0 && age < debounce {
+		return false
+	}
+	return !openForWriting(f)
+}
+
+// openForWriting says some process holds the file open for writing (an
+// editor between its truncation and its last write): the kernel refuses a
+// read lease on such a file. The lease, when granted, is released at once.
+// Without the right to take leases (CAP_LEASE, or leases disabled) it says
+// false, and the modification time alone tells a save in progress.
+func openForWriting(f *os.File) bool {
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	busy := false
+	_ = raw.Control(func(fd uintptr) {
+		if _, err := unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_RDLCK); err != nil {
+			busy = errors.Is(err, unix.EAGAIN)
+			return
+		}
+		_, _ = unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_UNLCK)
+	})
+	return busy
 }
 
 // isManifestName says a directory entry is a manifest: a YAML or JSON file

@@ -2,15 +2,19 @@ package filesource
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -166,7 +170,7 @@ addressType: IPv4
 				t.Fatal(err)
 			}
 		},
-		wantErrs: []string{"d.yaml: cannot read: stat " + "DIR/d.yaml: too many levels of symbolic links"},
+		wantErrs: []string{"d.yaml: cannot read: open " + "DIR/d.yaml: too many levels of symbolic links"},
 	}, {
 		name: "other nodes are ignored; this node's removal is seen",
 		change: func(t *testing.T, dir string) {
@@ -383,8 +387,15 @@ func TestWatchSingleFile(t *testing.T) {
 	replaceFile(t, dir, "services.yaml", yamlDocs(t, service("default", "web", "198.18.0.10", 8080)))
 	h.waitFor("editor save", []string{"Service default/web 198.18.0.10:8080"})
 
+	// A truncating save leaves the file empty for a while: never applied.
 	writeFile(t, dir, "services.yaml", "")
-	h.waitFor("emptied file", nil)
+	for r := h.waitReload(); len(r.Errors) != 1 || !errors.Is(r.Errors[0], errEmpty); r = h.waitReload() {
+		t.Logf("waiting for the emptied file's reload: %+v", r)
+	}
+	h.waitFor("emptied file", []string{"Service default/web 198.18.0.10:8080"})
+
+	writeFile(t, dir, "services.yaml", "# no services\n")
+	h.waitFor("file holding only a comment", nil)
 }
 
 // TestPeriodicResync checks the safety net re-reads with no file event.
@@ -403,5 +414,236 @@ func TestPeriodicResync(t *testing.T) {
 	}
 	if ev := h.sink.Take(); !cmp.Equal(ev, []string{"update Service default/web", "synced"}) {
 		t.Errorf("calls %q: periodic re-reads of unchanged files must not reach the sink", ev)
+	}
+}
+
+// TestLoggedRejectionsAreCapped writes documents carrying 1 MiB of name,
+// kind, field name, label value or garbage: every log line a reload writes
+// about them stays short, and still names the file and document (issue 18,
+// item 8).
+func TestLoggedRejectionsAreCapped(t *testing.T) {
+	huge := strings.Repeat("a", 1<<20)
+	cases := []struct{ name, data string }{
+		{"object name", "apiVersion: v1\nkind: Service\nmetadata: {name: " + huge + "}\nspec: {clusterIP: 198.18.0.10, ports: [{port: 80}]}\n"},
+		{"kind", "apiVersion: v1\nkind: " + huge + "\nmetadata: {name: web}\n"},
+		{"unknown field", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 198.18.0.10, ports: [{port: 80}], " + huge + ": 1}\n"},
+		{"label value", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, labels: {kubernetes.io/service-name: " + huge + "}}\naddressType: IPv4\n"},
+		{"cluster IP", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: " + huge + ", ports: [{port: 80}]}\n"},
+		{"garbage", "apiVersion: v1\nkind: Service\nmetadata: {name: \"" + huge + "\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "s.yaml", tc.data)
+			src, err := New(dir, "n", sinktest.New(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			logger := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{})
+			src.reload(logger)
+			if len(src.Errors()) == 0 {
+				t.Fatal("the document was not rejected")
+			}
+			for _, line := range lines {
+				if len(line) > 2*maxLoggedMessage {
+					t.Errorf("a log line of %d bytes: %.300s...", len(line), line)
+				}
+			}
+			for _, err := range src.Errors() {
+				if msg := err.Error(); !strings.HasPrefix(msg, "s.yaml: document 1") || len(msg) > 2*maxLoggedMessage {
+					t.Errorf("error of %d bytes: %.300s...", len(msg), msg)
+				}
+			}
+		})
+	}
+}
+
+// TestFIFOSwappedInDoesNotBlock replaces the services file, over and over,
+// with a FIFO and a regular file while reloads run: checking the type of the
+// path before opening it left a window in which open(2) of the FIFO blocked
+// the source for good (issue 18, item 8). Every reload must finish.
+func TestFIFOSwappedInDoesNotBlock(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	writeFile(t, dir, "services.yaml", validService)
+	src, err := New(path, "n", sinktest.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	swapped := make(chan error, 1)
+	go func() {
+		fifo, reg := filepath.Join(dir, ".fifo"), filepath.Join(dir, ".reg")
+		for {
+			select {
+			case <-stop:
+				swapped <- nil
+				return
+			default:
+			}
+			if err := unix.Mkfifo(fifo, 0o644); err != nil {
+				swapped <- err
+				return
+			}
+			if err := os.Rename(fifo, path); err != nil {
+				swapped <- err
+				return
+			}
+			if err := os.WriteFile(reg, []byte(validService), 0o644); err != nil {
+				swapped <- err
+				return
+			}
+			if err := os.Rename(reg, path); err != nil {
+				swapped <- err
+				return
+			}
+		}
+	}()
+
+	const reloads = 100000
+	done := make(chan int, 1)
+	go func() {
+		for i := range reloads {
+			src.reload(logr.Discard())
+			if i == reloads-1 {
+				done <- i + 1
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		close(stop)
+		// Unblock the stuck open(2) by opening the FIFO's other end.
+		for range 100 {
+			if f, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("a reload blocked: %d reloads finished of %d", src.Generation(), reloads)
+	}
+	close(stop)
+	if err := <-swapped; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d reloads while the file was swapped with a FIFO; errors of the last: %v", src.Generation(), src.Errors())
+}
+
+// TestSaveInProgressIsWaitedFor saves the file as an editor that does not
+// save atomically, pausing far longer than the debounce between the
+// truncation, the first half and the rest: no reload may apply the empty or
+// the half-written file, which would delete what the missing half defines.
+func TestSaveInProgressIsWaitedFor(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	a, b := service("default", "a", "198.18.0.10", 80), service("default", "b", "198.18.0.11", 80)
+	content := yamlDocs(t, a, b)
+	writeFile(t, dir, "services.yaml", content)
+	h := startWatching(t, path)
+	h.waitFor("initial load", []string{"Service default/a 198.18.0.10:80", "Service default/b 198.18.0.11:80"})
+	h.sink.Take()
+
+	const pause = 200 * time.Millisecond // ten debounce periods
+	for i := range 3 {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		// The first half holds a whole, valid document: only the wait
+		// keeps it from being applied.
+		half := strings.Index(content, "---\n") + len("---\n")
+		if _, err := f.WriteString(content[:half]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if _, err := f.WriteString(content[half:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if ev := h.sink.Take(); len(ev) > 0 {
+			t.Fatalf("save %d: the sink was told %q while the file was being written", i+1, ev)
+		}
+	}
+	h.waitFor("after the saves", []string{"Service default/a 198.18.0.10:80", "Service default/b 198.18.0.11:80"})
+}
+
+// TestReadLimits checks what is refused before it is read whole: a file
+// over 32 MiB, a directory whose manifests exceed 64 MiB in all, a FIFO, a
+// device (issue 18, item 8). Each keeps its last good version.
+func TestReadLimits(t *testing.T) {
+	sparse := func(t *testing.T, path string, size int64) {
+		t.Helper()
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  []string
+	}{{
+		name:  "a file over 32 MiB",
+		setup: func(t *testing.T, dir string) { sparse(t, filepath.Join(dir, "big.yaml"), maxFileSize+1) },
+		want:  []string{"big.yaml: cannot read: larger than 32 MiB"},
+	}, {
+		name: "manifests over 64 MiB in all",
+		setup: func(t *testing.T, dir string) {
+			sparse(t, filepath.Join(dir, "1.yaml"), maxFileSize)
+			sparse(t, filepath.Join(dir, "2.yaml"), maxFileSize)
+		},
+		want: []string{"3.yaml: not read: the directory's manifests exceed 64 MiB in all"},
+	}, {
+		name: "a FIFO",
+		setup: func(t *testing.T, dir string) {
+			if err := unix.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: []string{"fifo.yaml: cannot read: not a regular file but a FIFO"},
+	}, {
+		name: "a device",
+		setup: func(t *testing.T, dir string) {
+			if err := os.Symlink("/dev/zero", filepath.Join(dir, "zero.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: []string{"zero.yaml: cannot read: not a regular file but a device"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "3.yaml", validService)
+			sink := sinktest.New()
+			src, err := New(dir, "n", sink, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.reload(logr.Discard())
+			tc.setup(t, dir)
+			src.reload(logr.Discard())
+			var got []string
+			for _, err := range src.Errors() {
+				if !strings.Contains(err.Error(), "document") { // the sparse files hold NULs: not YAML
+					got = append(got, err.Error())
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"Service default/web 198.18.0.10:80"}, contents(sink)); diff != "" {
+				t.Errorf("sink contents (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

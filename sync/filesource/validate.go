@@ -7,7 +7,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -25,6 +27,10 @@ const (
 	maxSlicePorts         = 100
 	minPort, maxPort      = 1, 65535
 	defaultAffinitySecond = 10800
+	// The API server's default --service-node-port-range. kube-proxy has
+	// no setting for it, and neither has kproxy: node ports outside it
+	// could hide the node's own services (sshd on 22).
+	minNodePort, maxNodePort = 30000, 32767
 )
 
 // validateName checks metadata.name with one of the apimachinery name
@@ -36,6 +42,10 @@ func validateMeta(meta *metav1.ObjectMeta, namespaced bool, nameCheck func(strin
 	} else if msgs := nameCheck(meta.Name); len(msgs) > 0 {
 		errs = append(errs, fieldErr(field.NewPath("metadata", "name"), "%q is not a valid name: %s", meta.Name, strings.Join(msgs, "; ")))
 	}
+	// Label values and annotations are bounded as in the API: kproxy
+	// reads and logs some of them (the service-name label).
+	errs = append(errs, apiFieldErrs(metav1validation.ValidateLabels(meta.Labels, field.NewPath("metadata", "labels")))...)
+	errs = append(errs, apiFieldErrs(apivalidation.ValidateAnnotations(meta.Annotations, field.NewPath("metadata", "annotations")))...)
 	if !namespaced {
 		meta.Namespace = "" // as kubectl does for cluster-scoped objects
 		return errs
@@ -62,6 +72,40 @@ func parseIP(s string) (netip.Addr, error) {
 
 func ipErr(path *field.Path, value string) error {
 	return fieldErr(path, "%q is not a valid IP address", value)
+}
+
+// specialIP rejects an address no service may send traffic to or take over,
+// as the API server's ValidateEndpointIP does for endpoints and external
+// IPs: unspecified, loopback, link-local. It rejects every multicast address
+// where the API server rejects only link-local multicast (its own comment
+// calls allowing the rest probably a bug): nothing proxies to a group.
+// kproxy applies it to cluster IPs and load-balancer addresses too, which
+// the API server bounds by its service CIDRs and the cloud provider.
+func specialIP(path *field.Path, value string, addr netip.Addr) error {
+	addr = addr.Unmap()
+	var why string
+	switch {
+	case addr.IsUnspecified():
+		why = "may not be unspecified (0.0.0.0, ::)"
+	case addr.IsLoopback():
+		why = "may not be in the loopback range (127.0.0.0/8, ::1/128)"
+	case addr.IsLinkLocalUnicast():
+		why = "may not be in the link-local range (169.254.0.0/16, fe80::/10)"
+	case addr.IsMulticast():
+		why = "may not be a multicast address (224.0.0.0/4, ff00::/8)"
+	default:
+		return nil
+	}
+	return fieldErr(path, "%q %s", value, why)
+}
+
+// validIP parses an address field and rejects special addresses.
+func validIP(path *field.Path, value string) error {
+	addr, err := parseIP(value)
+	if err != nil {
+		return ipErr(path, value)
+	}
+	return specialIP(path, value, addr)
 }
 
 func family(addr netip.Addr) v1.IPFamily {
@@ -114,13 +158,13 @@ func defaultAndValidateService(svc *v1.Service) errorList {
 	headless := spec.ClusterIP == v1.ClusterIPNone
 
 	for i, ip := range spec.ExternalIPs {
-		if _, err := parseIP(ip); err != nil {
-			errs = append(errs, ipErr(field.NewPath("spec", "externalIPs").Index(i), ip))
+		if err := validIP(field.NewPath("spec", "externalIPs").Index(i), ip); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if spec.LoadBalancerIP != "" {
-		if _, err := parseIP(spec.LoadBalancerIP); err != nil {
-			errs = append(errs, ipErr(field.NewPath("spec", "loadBalancerIP"), spec.LoadBalancerIP))
+		if err := validIP(field.NewPath("spec", "loadBalancerIP"), spec.LoadBalancerIP); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for i, r := range spec.LoadBalancerSourceRanges {
@@ -146,8 +190,18 @@ func defaultAndValidateService(svc *v1.Service) errorList {
 		spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyCluster
 	}
 	errs = append(errs, checkTrafficPolicy(field.NewPath("spec", "externalTrafficPolicy"), string(spec.ExternalTrafficPolicy))...)
-	if spec.HealthCheckNodePort < 0 || spec.HealthCheckNodePort > maxPort {
-		errs = append(errs, fieldErr(field.NewPath("spec", "healthCheckNodePort"), "%d is not a valid port (0-65535)", spec.HealthCheckNodePort))
+	if hc := spec.HealthCheckNodePort; hc != 0 {
+		hcPath := field.NewPath("spec", "healthCheckNodePort")
+		if hc < minNodePort || hc > maxNodePort {
+			errs = append(errs, nodePortRangeErr(hcPath, hc))
+		}
+		// The API server allocates it from the node ports, after the ports'.
+		for i, p := range spec.Ports {
+			if p.NodePort == hc {
+				errs = append(errs, fieldErr(hcPath, "%d is already used by spec.ports[%d].nodePort", hc, i))
+				break
+			}
+		}
 	}
 	if spec.Type == v1.ServiceTypeLoadBalancer && spec.AllocateLoadBalancerNodePorts == nil {
 		allocate := true
@@ -158,8 +212,8 @@ func defaultAndValidateService(svc *v1.Service) errorList {
 	for i := range svc.Status.LoadBalancer.Ingress {
 		ing := &svc.Status.LoadBalancer.Ingress[i]
 		if ing.IP != "" {
-			if _, err := parseIP(ing.IP); err != nil {
-				errs = append(errs, ipErr(ingressPath.Index(i).Child("ip"), ing.IP))
+			if err := validIP(ingressPath.Index(i).Child("ip"), ing.IP); err != nil {
+				errs = append(errs, err)
 			}
 			if ing.IPMode == nil {
 				vip := v1.LoadBalancerIPModeVIP
@@ -216,14 +270,17 @@ func defaultAndValidateClusterIPs(spec *v1.ServiceSpec) errorList {
 			errs = append(errs, fieldErr(ipsPath, "may hold at most two addresses, one per IP family"))
 		}
 		for i, s := range spec.ClusterIPs {
+			path := ipsPath.Index(i)
+			if derived {
+				path = field.NewPath("spec", "clusterIP")
+			}
 			addr, err := parseIP(s)
 			if err != nil {
-				path := ipsPath.Index(i)
-				if derived {
-					path = field.NewPath("spec", "clusterIP")
-				}
 				errs = append(errs, ipErr(path, s))
 				continue
+			}
+			if err := specialIP(path, s, addr); err != nil {
+				errs = append(errs, err)
 			}
 			families = append(families, family(addr))
 		}
@@ -283,6 +340,7 @@ func defaultAndValidateServicePorts(ports []v1.ServicePort, externallyAccessible
 	}
 	names := map[nameProto]int{}
 	numbers := map[portProto]int{}
+	nodePorts := map[portProto]int{}
 	for i := range ports {
 		p := &ports[i]
 		path := field.NewPath("spec", "ports").Index(i)
@@ -310,14 +368,26 @@ func defaultAndValidateServicePorts(ports []v1.ServicePort, externallyAccessible
 			numbers[portProto{p.Port, p.Protocol}] = i
 		}
 		switch {
-		case p.NodePort < 0 || p.NodePort > maxPort:
-			errs = append(errs, fieldErr(path.Child("nodePort"), "%d is not a valid port (0-65535)", p.NodePort))
-		case p.NodePort != 0 && !externallyAccessible:
+		case p.NodePort == 0:
+		case !externallyAccessible:
 			errs = append(errs, fieldErr(path.Child("nodePort"), "may only be set on NodePort and LoadBalancer services"))
+		case p.NodePort < minNodePort || p.NodePort > maxNodePort:
+			errs = append(errs, nodePortRangeErr(path.Child("nodePort"), p.NodePort))
+		default:
+			if j, dup := nodePorts[portProto{p.NodePort, p.Protocol}]; dup {
+				errs = append(errs, fieldErr(path.Child("nodePort"), "%d/%s is already used by spec.ports[%d].nodePort", p.NodePort, p.Protocol, j))
+			} else {
+				nodePorts[portProto{p.NodePort, p.Protocol}] = i
+			}
 		}
 		errs = append(errs, defaultTargetPort(path.Child("targetPort"), p)...)
 	}
 	return errs
+}
+
+func nodePortRangeErr(path *field.Path, port int32) error {
+	return fieldErr(path, "%d is not in the node port range %d-%d (the API server's default; kproxy has no setting for it)",
+		port, minNodePort, maxNodePort)
 }
 
 // defaultTargetPort sets an unset targetPort to the service port, as the API does.
@@ -480,6 +550,7 @@ func validateEndpointAddress(path *field.Path, addrType discovery.AddressType, a
 		case addrType == discovery.AddressTypeIPv6 && (!addr.Is6() || addr.Is4In6()):
 			return fieldErr(path, "%q is not an IPv6 address (addressType is IPv6)", a)
 		}
+		return specialIP(path, a, addr)
 	}
 	return nil
 }
