@@ -10,8 +10,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -19,6 +17,7 @@ import (
 
 	"kproxy.dev/kproxy/cmd/kproxy/app"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
+	"kproxy.dev/kproxy/sync/buildinfo"
 )
 
 const longHelp = `kproxy runs on every node and makes Kubernetes Services work there: it
@@ -93,7 +92,7 @@ func newRootCommand(d deps) *cobra.Command {
 		// only hides the message.
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Version:       version(),
+		Version:       buildinfo.String(buildinfo.Get()),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("%q takes no arguments, got %q", cmd.CommandPath(), args)
@@ -137,13 +136,4 @@ func newRootCommand(d deps) *cobra.Command {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	return cmd
-}
-
-// version reports the module version kproxy was built from.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok || info.Main.Version == "" {
-		return "unknown"
-	}
-	return strings.TrimPrefix(info.Main.Version, "v")
 }
