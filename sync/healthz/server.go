@@ -78,7 +78,7 @@ type MetricsServerConfig struct {
 }
 
 // NewMetricsServer listens on the configured address and will serve
-// /metrics, /healthz, /livez, /proxyMode and, if given, /configz and
+// /metrics, /metrics/slis, /healthz, /livez, /proxyMode and, if given, /configz and
 // /debug/pprof/.
 func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 	if cfg.Health == nil || cfg.Metrics == nil {
@@ -89,6 +89,7 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", cfg.Metrics.Handler())
+	mux.Handle("/metrics/slis", cfg.Metrics.SLIHandler())
 	mux.Handle("/healthz", cfg.Health.HealthzHandler())
 	mux.Handle("/livez", cfg.Health.LivezHandler())
 	proxyMode := string(cfg.ProxyMode)

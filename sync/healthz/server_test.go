@@ -74,6 +74,7 @@ func TestMetricsServer(t *testing.T) {
 		{"/livez", 200, "application/json", `"healthy":true`},
 		// After the two probes above, /metrics shows them counted.
 		{"/metrics", 200, "", `kubeproxy_proxy_healthz_total{code="200"} 1`},
+		{"/metrics/slis", 200, "", "process_start_time_seconds "},
 		{"/nothing", 404, "", ""},
 	}
 	for _, tt := range tests {
