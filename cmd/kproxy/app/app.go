@@ -21,6 +21,7 @@ import (
 	"kproxy.dev/kproxy/redirect/modes"
 	"kproxy.dev/kproxy/sync/engine"
 	"kproxy.dev/kproxy/sync/healthz"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicehealth"
@@ -44,7 +45,8 @@ func Run(ctx context.Context, cfg *options.Config) error {
 
 	periods := def.SyncPeriods(settings)
 	minSync, syncPeriod := periods.Min, periods.Max
-	m := metrics.New()
+	metricFams := metricFamilies(features)
+	m := metrics.New(metricFams...)
 	health := healthz.New(2*syncPeriod, m, nil)
 
 	servers, err := listen(cfg, name, health, m)
@@ -101,6 +103,8 @@ func Run(ctx context.Context, cfg *options.Config) error {
 		observers, closeObservers = conntrackObservers(logger, def.Conntrack, m, syncPeriod)
 		defer closeObservers()
 	}
+
+	observers = append(observers, metrics.NoLocalEndpointsObserver{Metrics: m, NodeName: cfg.NodeName, Families: metricFams})
 
 	eng, err = engine.New(engine.Config{
 		Map: tracker, Mode: proxyMode, Metrics: m, Health: health,
@@ -165,6 +169,22 @@ func Cleanup(ctx context.Context, cfg *options.Config) error {
 	}
 	klog.FromContext(ctx).Info("Removed everything kproxy and kube-proxy modes install")
 	return nil
+}
+
+// metricFamilies are the ip_family label values of the metrics a sync
+// reports for every family: the families the node's iptables can program,
+// as kube-proxy runs one proxier per such family; IPv4 when none can.
+func metricFamilies(f kernel.Features) []ipfamily.Family {
+	var fams []ipfamily.Family
+	for _, fam := range ipfamily.All() {
+		if f.Chosen(fam).Usable {
+			fams = append(fams, fam)
+		}
+	}
+	if len(fams) == 0 {
+		fams = []ipfamily.Family{ipfamily.IPv4}
+	}
+	return fams
 }
 
 // listenAddresses is where health-check node ports listen: like NodePorts,
