@@ -33,6 +33,7 @@ type Metrics struct {
 	// start time; so does kproxy.
 	slis    k8smetrics.KubeRegistry
 	started time.Time
+	rest    *restClient
 
 	// SyncDuration is how long each call into the mode took.
 	SyncDuration FamilyHistogram
@@ -178,6 +179,8 @@ func New(families ...ipfamily.Family) *Metrics {
 		m.NoLocalEndpoints, m.SyncFailuresTotal, m.EventToSyncDuration, m.ServicePorts, m.Endpoints,
 	)
 	setBuildInfo(build)
+	m.rest = newRestClient()
+	m.rest.register(m.registry)
 	// Registered, the vectors are real: hand out the Prometheus ones where
 	// callers need their type.
 	m.HealthzTotal, m.LivezTotal = healthz.CounterVec, livez.CounterVec
@@ -189,6 +192,11 @@ func New(families ...ipfamily.Family) *Metrics {
 	slis.Register(m.slis)
 	return m
 }
+
+// InstallClientGo makes client-go report its rest_client_* metrics here.
+// client-go keeps one set of metric hooks per process and takes only the
+// first it is given: call this once, before creating clients.
+func (m *Metrics) InstallClientGo() { m.rest.install() }
 
 // Registry is where other packages register their own collectors.
 func (m *Metrics) Registry() prometheus.Registerer { return m.registry.Registerer() }
