@@ -47,6 +47,7 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	minSync, syncPeriod := periods.Min, periods.Max
 	metricFams := metricFamilies(features)
 	m := metrics.New(metricFams...)
+	m.InstallClientGo() // before any client exists
 	health := healthz.New(2*syncPeriod, m, nil)
 
 	servers, err := listen(cfg, name, health, m)
