@@ -27,7 +27,7 @@ func TestRestClientMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Nodes().List(context.Background(), metav1ListOptions()); err != nil {
+	if _, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
@@ -47,4 +47,3 @@ func TestRestClientMetrics(t *testing.T) {
 	}
 }
 
-func metav1ListOptions() metav1.ListOptions { return metav1.ListOptions{} }
