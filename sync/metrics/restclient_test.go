@@ -46,4 +46,3 @@ func TestRestClientMetrics(t *testing.T) {
 		}
 	}
 }
-
