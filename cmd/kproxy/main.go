@@ -5,7 +5,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +13,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as kube-proxy
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/cmd/kproxy/app"
@@ -42,11 +48,20 @@ Proxy modes (--proxy-mode):
 When --proxy-mode is empty kproxy uses iptables if usable, else userspace.`
 
 // deps are the parts of a run that tests replace: starting kproxy,
-// cleaning up, and reading the OS hostname.
+// cleaning up, reading the OS hostname and applying the logging
+// configuration (process-wide, so once per process).
 type deps struct {
 	run      func(ctx context.Context, cfg *options.Config) error
 	cleanup  func(ctx context.Context, cfg *options.Config) error
 	hostname func() (string, error)
+	logging  func(lc *logsapi.LoggingConfiguration, gates featuregate.FeatureGate) error
+}
+
+// applyLogging switches klog to the configuration, as kube-proxy does
+// after reading its flags and --config.
+func applyLogging(lc *logsapi.LoggingConfiguration, gates featuregate.FeatureGate) error {
+	logs.InitLogs()
+	return logsapi.ValidateAndApplyAsField(lc, gates, field.NewPath("logging"))
 }
 
 func main() {
@@ -58,9 +73,10 @@ func main() {
 		run:      func(ctx context.Context, cfg *options.Config) error { return app.Run(ctx, cfg) },
 		cleanup:  func(ctx context.Context, cfg *options.Config) error { return app.Cleanup(ctx, cfg) },
 		hostname: os.Hostname,
+		logging:  applyLogging,
 	})
 	stop()
-	klog.Flush()
+	logs.FlushLogs()
 	os.Exit(code)
 }
 
@@ -81,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 // newRootCommand builds the kproxy command with all flags registered.
 func newRootCommand(d deps) *cobra.Command {
 	opts := options.NewOptions()
+	logFlags := logsapi.NewLoggingConfiguration()
 	if d.hostname != nil {
 		opts.Hostname = d.hostname
 	}
@@ -103,6 +120,15 @@ func newRootCommand(d deps) *cobra.Command {
 			cfg, err := opts.Complete(cmd.Flags())
 			if err != nil {
 				return err
+			}
+			lc, gates, err := loggingConfiguration(opts, cmd.Flags(), logFlags, cfg.FeatureGates)
+			if err != nil {
+				return err
+			}
+			if d.logging != nil {
+				if err := d.logging(lc, gates); err != nil {
+					return fmt.Errorf("initialize logging: %w", err)
+				}
 			}
 			ctx := cmd.Context()
 			logger := klog.FromContext(ctx)
@@ -130,10 +156,65 @@ func newRootCommand(d deps) *cobra.Command {
 
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
-	// klog registers -v, --vmodule and friends on a Go flag set; pflag
-	// exposes a one-letter Go flag as both -v and --v.
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	// kube-proxy's logging flags: --logging-format, -v, --vmodule,
+	// --log-flush-frequency and the --log-{text,json}-* options.
+	logsapi.AddFlags(logFlags, fs)
 	return cmd
+}
+
+// loggingConfiguration is the logging configuration kproxy runs with, as
+// kube-proxy v1.36 builds it: the logging flags; with --config, the file's
+// logging section with the logging flags given on the command line copied
+// over it (their vmodule entries first). The feature gates the logging
+// options need (LoggingAlphaOptions, LoggingBetaOptions, ContextualLogging)
+// come from --feature-gates or the file's featureGates; other gates are not
+// logging's business.
+func loggingConfiguration(opts *options.Options, fs *pflag.FlagSet, fromFlags *logsapi.LoggingConfiguration, featureGates map[string]bool) (*logsapi.LoggingConfiguration, featuregate.FeatureGate, error) {
+	gates := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(gates); err != nil {
+		return nil, nil, fmt.Errorf("logging feature gates: %w", err)
+	}
+	known := gates.GetAll()
+	logging := map[string]bool{}
+	for name, on := range featureGates {
+		if _, ok := known[featuregate.Feature(name)]; ok {
+			logging[name] = on
+		}
+	}
+	if err := gates.SetFromMap(logging); err != nil {
+		return nil, nil, fmt.Errorf("--feature-gates: %w", err)
+	}
+	if opts.ConfigFile == "" {
+		return fromFlags, gates, nil
+	}
+	eff, _, err := opts.Effective(fs)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc := eff.Logging.DeepCopy()
+	if err := copyLogsFromFlags(fs, lc); err != nil {
+		return nil, nil, err
+	}
+	return lc, gates, nil
+}
+
+// copyLogsFromFlags sets in to the logging flags given on fs; vmodule
+// entries of the flags come before the file's, so they win.
+func copyLogsFromFlags(fs *pflag.FlagSet, to *logsapi.LoggingConfiguration) error {
+	var clone pflag.FlagSet
+	logsapi.AddFlags(to, &clone)
+	fileVModule := to.VModule
+	to.VModule = nil
+	var errs []error
+	clone.VisitAll(func(f *pflag.Flag) {
+		given := fs.Lookup(f.Name)
+		if given == nil || !given.Changed {
+			return
+		}
+		if err := f.Value.Set(given.Value.String()); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.Name, err))
+		}
+	})
+	to.VModule = append(to.VModule, fileVModule...)
+	return errors.Join(errs...)
 }
