@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -19,6 +21,8 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/modes"
+	"kproxy.dev/kproxy/sync/buildinfo"
+	"kproxy.dev/kproxy/sync/debugz"
 	"kproxy.dev/kproxy/sync/engine"
 	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/ipfamily"
@@ -28,9 +32,24 @@ import (
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// Run starts kproxy and returns when ctx is cancelled or a part fails.
-// Everything that can be checked is checked before the kernel is touched.
-func Run(ctx context.Context, cfg *options.Config) error {
+// Debug is what the metrics server's debugging pages show; the command
+// builds it from its flags and effective configuration.
+type Debug struct {
+	// Configz is /configz (debugz.Configz); nil serves the resolved Config.
+	Configz []byte
+	// Flagz is /flagz; nil serves none.
+	Flagz map[string]string
+	// Statusz serves /statusz.
+	Statusz bool
+}
+
+// Run starts kproxy without Debug pages beyond the resolved Config.
+func Run(ctx context.Context, cfg *options.Config) error { return RunWithDebug(ctx, cfg, Debug{}) }
+
+// RunWithDebug starts kproxy and returns when ctx is cancelled or a part
+// fails. Everything that can be checked is checked before the kernel is
+// touched.
+func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
 	settings := cfg.ModeSettings()
@@ -50,7 +69,7 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	m.InstallClientGo() // before any client exists
 	health := healthz.New(2*syncPeriod, m, nil)
 
-	servers, err := listen(cfg, name, health, m)
+	servers, err := listen(cfg, name, health, m, dbg)
 	if err != nil {
 		return err
 	}
@@ -224,7 +243,7 @@ func (s *serverSet) close() {
 
 // listen binds the health and metrics ports up front so that a port in use
 // fails the start instead of a background goroutine.
-func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics) (*serverSet, error) {
+func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics, dbg Debug) (*serverSet, error) {
 	set := &serverSet{}
 	if cfg.HealthzBindAddress != "" {
 		s, err := healthz.NewHealthServer(cfg.HealthzBindAddress, health)
@@ -234,14 +253,21 @@ func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metr
 		set.list = append(set.list, namedServer{"healthz on " + s.Addr().String(), s})
 	}
 	if cfg.MetricsBindAddress != "" {
-		configz, err := json.Marshal(cfg)
-		if err != nil {
-			set.close()
-			return nil, fmt.Errorf("encoding the configuration for /configz: %w", err)
+		configz := dbg.Configz
+		if configz == nil {
+			var err error
+			if configz, err = json.Marshal(cfg); err != nil {
+				set.close()
+				return nil, fmt.Errorf("encoding the configuration for /configz: %w", err)
+			}
+		}
+		var status *debugz.Status
+		if dbg.Statusz {
+			status = &debugz.Status{Started: time.Now(), BinaryVersion: strings.TrimPrefix(buildinfo.Get().GitVersion, "v")}
 		}
 		s, err := healthz.NewMetricsServer(healthz.MetricsServerConfig{
 			Address: cfg.MetricsBindAddress, Health: health, Metrics: m, ProxyMode: name, Configz: configz,
-			Profiling: cfg.EnableProfiling,
+			Component: "kproxy", Flagz: dbg.Flagz, Statusz: status, Profiling: cfg.EnableProfiling,
 		})
 		if err != nil {
 			set.close()
