@@ -24,6 +24,7 @@ import (
 	"kproxy.dev/kproxy/cmd/kproxy/app"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/sync/buildinfo"
+	"kproxy.dev/kproxy/sync/debugz"
 )
 
 const longHelp = `kproxy runs on every node and makes Kubernetes Services work there: it
@@ -51,7 +52,7 @@ When --proxy-mode is empty kproxy uses iptables if usable, else userspace.`
 // cleaning up, reading the OS hostname and applying the logging
 // configuration (process-wide, so once per process).
 type deps struct {
-	run      func(ctx context.Context, cfg *options.Config) error
+	run      func(ctx context.Context, cfg *options.Config, dbg app.Debug) error
 	cleanup  func(ctx context.Context, cfg *options.Config) error
 	hostname func() (string, error)
 	logging  func(lc *logsapi.LoggingConfiguration, gates featuregate.FeatureGate) error
@@ -70,7 +71,7 @@ func main() {
 	// kills a shutdown that hangs.
 	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, deps{
-		run:      func(ctx context.Context, cfg *options.Config) error { return app.Run(ctx, cfg) },
+		run:      app.RunWithDebug,
 		cleanup:  func(ctx context.Context, cfg *options.Config) error { return app.Cleanup(ctx, cfg) },
 		hostname: os.Hostname,
 		logging:  applyLogging,
@@ -121,7 +122,13 @@ func newRootCommand(d deps) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lc, gates, err := loggingConfiguration(opts, cmd.Flags(), logFlags, cfg.FeatureGates)
+			// What Complete validated, in file form: the logging section
+			// and /configz come from it.
+			eff, _, err := opts.Effective(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			lc, gates, err := loggingConfiguration(opts.ConfigFile != "", eff, cmd.Flags(), logFlags, cfg.FeatureGates)
 			if err != nil {
 				return err
 			}
@@ -146,7 +153,12 @@ func newRootCommand(d deps) *cobra.Command {
 				return nil
 			default:
 				logger.Info("Starting kproxy", "version", cmd.Version, "mode", cfg.Mode, "node", cfg.NodeName)
-				return d.run(ctx, cfg)
+				eff.Logging = *lc
+				dbg, err := debugPages(eff, cmd.Flags(), cfg.FeatureGates)
+				if err != nil {
+					return err
+				}
+				return d.run(ctx, cfg, dbg)
 			}
 		},
 	}
@@ -169,7 +181,7 @@ func newRootCommand(d deps) *cobra.Command {
 // options need (LoggingAlphaOptions, LoggingBetaOptions, ContextualLogging)
 // come from --feature-gates or the file's featureGates; other gates are not
 // logging's business.
-func loggingConfiguration(opts *options.Options, fs *pflag.FlagSet, fromFlags *logsapi.LoggingConfiguration, featureGates map[string]bool) (*logsapi.LoggingConfiguration, featuregate.FeatureGate, error) {
+func loggingConfiguration(withConfig bool, eff *options.FileConfiguration, fs *pflag.FlagSet, fromFlags *logsapi.LoggingConfiguration, featureGates map[string]bool) (*logsapi.LoggingConfiguration, featuregate.FeatureGate, error) {
 	gates := featuregate.NewFeatureGate()
 	if err := logsapi.AddFeatureGates(gates); err != nil {
 		return nil, nil, fmt.Errorf("logging feature gates: %w", err)
@@ -184,12 +196,8 @@ func loggingConfiguration(opts *options.Options, fs *pflag.FlagSet, fromFlags *l
 	if err := gates.SetFromMap(logging); err != nil {
 		return nil, nil, fmt.Errorf("--feature-gates: %w", err)
 	}
-	if opts.ConfigFile == "" {
+	if !withConfig {
 		return fromFlags, gates, nil
-	}
-	eff, _, err := opts.Effective(fs)
-	if err != nil {
-		return nil, nil, err
 	}
 	lc := eff.Logging.DeepCopy()
 	if err := copyLogsFromFlags(fs, lc); err != nil {
@@ -217,4 +225,25 @@ func copyLogsFromFlags(fs *pflag.FlagSet, to *logsapi.LoggingConfiguration) erro
 	})
 	to.VModule = append(to.VModule, fileVModule...)
 	return errors.Join(errs...)
+}
+
+// debugPages builds what /configz, /flagz and /statusz show. As in
+// kube-proxy v1.36, /flagz and /statusz are on unless --feature-gates (or
+// the file's featureGates) turns ComponentFlagz or ComponentStatusz off.
+func debugPages(eff *options.FileConfiguration, fs *pflag.FlagSet, featureGates map[string]bool) (app.Debug, error) {
+	configz, err := debugz.Configz(eff.KubeProxyConfiguration)
+	if err != nil {
+		return app.Debug{}, err
+	}
+	dbg := app.Debug{Configz: configz, Statusz: gateOn(featureGates, "ComponentStatusz")}
+	if gateOn(featureGates, "ComponentFlagz") {
+		dbg.Flagz = debugz.Flags(fs)
+	}
+	return dbg, nil
+}
+
+// gateOn reads a gate that is on by default.
+func gateOn(gates map[string]bool, name string) bool {
+	on, set := gates[name]
+	return on || !set
 }
