@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/cmd/kproxy/options"
 )
 
 // The tests here run kube-proxy v1.36.3 and kproxy one after the other in
@@ -63,8 +67,15 @@ func runAndScrape(t *testing.T, name, bin string, args ...string) scrape {
 	})
 	defer stop()
 	client := http.Client{Timeout: 5 * time.Second}
-	get := func(path string) (int, string, error) {
-		resp, err := client.Get("http://" + parityMetricsAddr + path)
+	get := func(path, accept string) (int, string, error) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+parityMetricsAddr+path, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return 0, "", err
 		}
@@ -74,7 +85,7 @@ func runAndScrape(t *testing.T, name, bin string, args ...string) scrape {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, body, err := get("/metrics")
+		_, body, err := get("/metrics", "")
 		if err == nil && synced(body) {
 			break
 		}
@@ -85,11 +96,19 @@ func runAndScrape(t *testing.T, name, bin string, args ...string) scrape {
 	}
 	s := scrape{bodies: map[string]string{}, codes: map[string]int{}}
 	for _, p := range observedPaths {
-		code, body, err := get(p)
+		code, body, err := get(p, "")
 		if err != nil {
 			t.Fatalf("%s: GET %s: %v", name, p, err)
 		}
 		s.codes[p], s.bodies[p] = code, body
+	}
+	// The structured forms of the zpages, under "<path>?json".
+	for _, z := range []struct{ path, kind string }{{"/flagz", "Flagz"}, {"/statusz", "Statusz"}} {
+		code, body, err := get(z.path, "application/json;as="+z.kind+";v=v1beta1;g=config.k8s.io")
+		if err != nil {
+			t.Fatalf("%s: GET %s as JSON: %v", name, z.path, err)
+		}
+		s.codes[z.path+"?json"], s.bodies[z.path+"?json"] = code, body
 	}
 	stop()
 	s.log = out.String()
@@ -296,5 +315,193 @@ kubeproxy_sync_proxy_rules_service_changes_total 2
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("labelKeys = %v, want %v", got, want)
+	}
+}
+
+// configzValueDifferences are /configz values in which kproxy differs from
+// kube-proxy on the same flags, by JSON path, with why. Key sets must match.
+var configzValueDifferences = map[string]string{
+	"ipvs.syncPeriod":        "kproxy's defaulting fills the IPVS and nftables periods from iptables' (cmd/kproxy/options); kube-proxy leaves them 0s and uses iptables' at run time",
+	"nftables.syncPeriod":    "as ipvs.syncPeriod",
+	"nftables.minSyncPeriod": "as ipvs.syncPeriod",
+}
+
+// flagzDifferences are kube-proxy flags that kproxy lacks or shows with
+// another value, with why.
+var flagzDifferences = map[string]string{
+	"boot-id-file":         "kube-proxy reads it for the node's boot ID in its Node conditions updates; kproxy has no such flag",
+	"machine-id-file":      "as boot-id-file",
+	"detect-local-mode":    "kproxy's flag default is empty (meaning ClusterCIDR, resolved later); kube-proxy's shows ClusterCIDR",
+	"ipvs-min-sync-period": "kproxy's flag default is 0s (the IPVS mode then uses 1s); kube-proxy's is 1s",
+}
+
+// TestDebugPagesMatchKubeProxy compares /configz, /flagz, /statusz and
+// /metrics/slis of kube-proxy v1.36.3 and kproxy run with the same flags.
+func TestDebugPagesMatchKubeProxy(t *testing.T) {
+	lab.RequireRoot(t)
+	bin := inNetnsWithBinary(t)
+	if bin == "" {
+		return
+	}
+	runs := runParity(t, bin, []string{"iptables"})
+	kp, kx := runs.kubeProxy["iptables"], runs.kproxy["iptables"]
+	for _, p := range append(observedPaths, "/flagz?json", "/statusz?json") {
+		if kp.codes[p] != 200 || kx.codes[p] != 200 {
+			t.Errorf("GET %s: kube-proxy %d, kproxy %d; want 200 from both", p, kp.codes[p], kx.codes[p])
+		}
+	}
+
+	t.Run("configz", func(t *testing.T) {
+		want, got := flatJSON(t, kp.bodies["/configz"]), flatJSON(t, kx.bodies["/configz"])
+		for path, v := range want {
+			gv, ok := got[path]
+			short := strings.TrimPrefix(path, debugzGroupPrefix)
+			switch {
+			case !ok:
+				t.Errorf("kproxy's /configz lacks %s (kube-proxy: %s)", path, v)
+			case gv != v && configzValueDifferences[short] == "":
+				t.Errorf("/configz %s: kproxy %s, kube-proxy %s", path, gv, v)
+			}
+		}
+		for path, v := range got {
+			if _, ok := want[path]; !ok {
+				t.Errorf("kproxy's /configz has %s = %s, which kube-proxy's lacks", path, v)
+			}
+		}
+	})
+
+	t.Run("flagz", func(t *testing.T) {
+		var want, got struct {
+			Kind, APIVersion string
+			Flags            map[string]string
+		}
+		if err := json.Unmarshal([]byte(kp.bodies["/flagz?json"]), &want); err != nil {
+			t.Fatalf("kube-proxy's /flagz JSON: %v", err)
+		}
+		if err := json.Unmarshal([]byte(kx.bodies["/flagz?json"]), &got); err != nil {
+			t.Fatalf("kproxy's /flagz JSON: %v", err)
+		}
+		if got.Kind != want.Kind || got.APIVersion != want.APIVersion {
+			t.Errorf("/flagz JSON is %s %s, kube-proxy's %s %s", got.Kind, got.APIVersion, want.Kind, want.APIVersion)
+		}
+		if len(want.Flags) < 40 {
+			t.Fatalf("kube-proxy's /flagz lists only %d flags", len(want.Flags))
+		}
+		for name, v := range want.Flags {
+			if gv, ok := got.Flags[name]; (!ok || gv != v) && flagzDifferences[name] == "" {
+				t.Errorf("/flagz %s: kproxy %q (listed: %v), kube-proxy %q", name, gv, ok, v)
+			}
+		}
+		// The text form: the same header, then one line per flag.
+		wantLines, gotLines := strings.Split(kp.bodies["/flagz"], "\n"), strings.Split(kx.bodies["/flagz"], "\n")
+		if len(wantLines) < 3 || len(gotLines) < 3 || strings.Replace(wantLines[1], "kube-proxy", "kproxy", 1) != gotLines[1] || wantLines[2] != gotLines[2] {
+			t.Errorf("/flagz text header: kproxy %q, kube-proxy %q", gotLines[:min(3, len(gotLines))], wantLines[:min(3, len(wantLines))])
+		}
+		if len(gotLines) != len(got.Flags)+4 {
+			t.Errorf("kproxy's /flagz text has %d lines for %d flags", len(gotLines), len(got.Flags))
+		}
+	})
+
+	t.Run("statusz", func(t *testing.T) {
+		keys := func(body string) []string {
+			var out []string
+			lines := strings.Split(body, "\n")
+			for _, line := range lines[min(3, len(lines)):] {
+				if line != "" {
+					out = append(out, statuszKey(line))
+				}
+			}
+			return out
+		}
+		want, got := keys(kp.bodies["/statusz"]), keys(kx.bodies["/statusz"])
+		wantWithoutEmulation := slices.DeleteFunc(slices.Clone(want), func(k string) bool { return k == "Emulation version" })
+		if strings.Join(got, "|") != strings.Join(wantWithoutEmulation, "|") {
+			t.Errorf("/statusz lines: kproxy %q, kube-proxy %q (kproxy emulates no Kubernetes version)", got, want)
+		}
+		var wantJ, gotJ struct {
+			Kind, APIVersion, GoVersion string
+			Paths                       []string
+		}
+		if err := json.Unmarshal([]byte(kp.bodies["/statusz?json"]), &wantJ); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(kx.bodies["/statusz?json"]), &gotJ); err != nil {
+			t.Fatal(err)
+		}
+		if gotJ.Kind != wantJ.Kind || gotJ.APIVersion != wantJ.APIVersion || gotJ.GoVersion == "" {
+			t.Errorf("/statusz JSON: kproxy %+v, kube-proxy %+v", gotJ, wantJ)
+		}
+		for _, p := range wantJ.Paths {
+			if !slices.Contains(gotJ.Paths, p) {
+				t.Errorf("kproxy's /statusz does not list %s (kube-proxy's lists %q, kproxy's %q)", p, wantJ.Paths, gotJ.Paths)
+			}
+		}
+	})
+
+	t.Run("metrics/slis", func(t *testing.T) {
+		if w, g := metricNames(kp.bodies["/metrics/slis"]), metricNames(kx.bodies["/metrics/slis"]); strings.Join(w, " ") != strings.Join(g, " ") {
+			t.Errorf("/metrics/slis families: kproxy %q, kube-proxy %q", g, w)
+		}
+	})
+}
+
+const debugzGroupPrefix = "kubeproxy.config.k8s.io."
+
+// statuszKey is the key of a /statusz text line: what precedes its
+// delimiter (":", ": ", "=" or " ", one per response).
+func statuszKey(line string) string {
+	for _, key := range []string{"Started", "Up", "Go version", "Binary version", "Emulation version", "Paths"} {
+		if strings.HasPrefix(line, key) {
+			return key
+		}
+	}
+	return line
+}
+
+// flatJSON flattens a JSON document into path -> JSON-encoded value.
+func flatJSON(t *testing.T, body string) map[string]string {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, body)
+	}
+	out := map[string]string{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if m, ok := v.(map[string]any); ok && len(m) > 0 {
+			for k, c := range m {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), c)
+			}
+			return
+		}
+		b, _ := json.Marshal(v)
+		out[prefix] = string(b)
+	}
+	walk("", doc)
+	return out
+}
+
+// TestDebugPagesGates: /flagz and /statusz follow kube-proxy's
+// ComponentFlagz and ComponentStatusz gates, on by default.
+func TestDebugPagesGates(t *testing.T) {
+	eff := options.NewDefaultFileConfiguration()
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	fs.String("proxy-mode", "", "")
+	tests := []struct {
+		gates               map[string]bool
+		wantFlagz, wantStat bool
+	}{
+		{nil, true, true},
+		{map[string]bool{"ComponentFlagz": false}, false, true},
+		{map[string]bool{"ComponentStatusz": false, "ComponentFlagz": true}, true, false},
+	}
+	for _, tt := range tests {
+		dbg, err := debugPages(eff, fs, tt.gates)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (dbg.Flagz != nil) != tt.wantFlagz || dbg.Statusz != tt.wantStat || len(dbg.Configz) == 0 {
+			t.Errorf("gates %v: flagz %v statusz %v configz %d bytes; want flagz %v statusz %v", tt.gates, dbg.Flagz != nil, dbg.Statusz, len(dbg.Configz), tt.wantFlagz, tt.wantStat)
+		}
 	}
 }
