@@ -4,13 +4,22 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	k8smetrics "k8s.io/component-base/metrics"
+
+	"kproxy.dev/kproxy/sync/metrics"
 )
 
-// cleanupMetrics are the Cleaner's counters.
+// cleanupMetrics are the Cleaner's counters: kproxy's own, over every
+// pass, and kube-proxy's conntrack reconciler metrics, by ip_family, over
+// the passes that reconcile (kproxy's reconciliation shares a pass with the
+// sync's cleanup, whose deletions count there too).
 type cleanupMetrics struct {
 	deleted  prometheus.Counter
 	failures prometheus.Counter
 	duration prometheus.Histogram
+
+	reconcileDuration *prometheus.HistogramVec
+	reconcileDeleted  *prometheus.CounterVec
 }
 
 func newCleanupMetrics(reg prometheus.Registerer) (*cleanupMetrics, error) {
@@ -29,6 +38,19 @@ func newCleanupMetrics(reg prometheus.Registerer) (*cleanupMetrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms to about 16 s
 		}),
 	}
+	reconcileDuration := k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
+		Subsystem: "kubeproxy", Name: "conntrack_reconciler_sync_duration_seconds",
+		Help:    "ReconcileConntrackFlowsLatency latency in seconds",
+		Buckets: k8smetrics.ExponentialBuckets(0.001, 2, 15), StabilityLevel: k8smetrics.ALPHA,
+	}, []string{"ip_family"})
+	reconcileDeleted := k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
+		Subsystem: "kubeproxy", Name: "conntrack_reconciler_deleted_entries_total",
+		Help: "Cumulative conntrack flows deleted by conntrack reconciler", StabilityLevel: k8smetrics.ALPHA,
+	}, []string{"ip_family"})
+	if err := metrics.Register(reg, reconcileDuration, reconcileDeleted); err != nil {
+		return nil, fmt.Errorf("registering conntrack metrics: %w", err)
+	}
+	m.reconcileDuration, m.reconcileDeleted = reconcileDuration.HistogramVec, reconcileDeleted.CounterVec
 	if reg == nil {
 		return m, nil
 	}
