@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"io"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/logs"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 )
 
@@ -234,4 +236,33 @@ func writeJSON(w http.ResponseWriter, obj any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write(body)
+}
+
+// VerbosityHandler is kube-proxy's /debug/flags/v (with --profiling): a
+// PUT of a number sets the log verbosity; other methods get 406.
+func VerbosityHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut {
+			plain(w, http.StatusNotAcceptable, "unsupported http method")
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 64))
+		if err != nil {
+			plain(w, http.StatusBadRequest, "error reading request body: "+err.Error())
+			return
+		}
+		msg, err := logs.GlogSetter(string(body))
+		if err != nil {
+			plain(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		plain(w, http.StatusOK, msg)
+	})
+}
+
+func plain(w http.ResponseWriter, code int, text string) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintln(w, text)
 }

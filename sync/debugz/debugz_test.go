@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 )
 
@@ -104,5 +105,24 @@ func TestStatusz(t *testing.T) {
 	}
 	if got.Emulation != nil {
 		t.Error("JSON /statusz has an emulationVersion though none was given")
+	}
+}
+
+func TestVerbosityHandler(t *testing.T) {
+	h := VerbosityHandler()
+	put := func(body string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/debug/flags/v", strings.NewReader(body)))
+		return rec
+	}
+	defer put("0")
+	if rec := put("3"); rec.Code != http.StatusOK || !klog.V(3).Enabled() || klog.V(4).Enabled() {
+		t.Errorf("PUT 3: %d %q, V(3) %v V(4) %v", rec.Code, rec.Body.String(), klog.V(3).Enabled(), klog.V(4).Enabled())
+	}
+	if rec := put("three"); rec.Code != http.StatusBadRequest {
+		t.Errorf("PUT three: %d, want 400", rec.Code)
+	}
+	if rec := serve(h, ""); rec.Code != http.StatusNotAcceptable {
+		t.Errorf("GET: %d, want 406", rec.Code)
 	}
 }

@@ -121,7 +121,9 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		paths = append(paths, "/debug/pprof/")
+		// kube-proxy's runtime verbosity switch; like pprof, unlisted
+		// on /statusz there.
+		mux.Handle("/debug/flags/v", debugz.VerbosityHandler())
 	}
 	// Last, as kube-proxy: it lists the other pages, not itself.
 	if cfg.Statusz != nil {
