@@ -291,6 +291,16 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 			}
 		}
 	}
+	// kubernetes_build_info says what `kproxy --version` says.
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("kproxy --version: %v", err)
+	}
+	version := strings.TrimPrefix(strings.TrimSpace(string(out)), "kproxy version ")
+	version, _, _ = strings.Cut(version, " (") // an explicit version names the revision after it
+	if body := runs.kproxy[modes[0]].bodies["/metrics"]; !strings.Contains(body, `git_version="`+version+`"`) {
+		t.Errorf("kproxy's kubernetes_build_info lacks git_version=%q (kproxy --version: %q)", version, out)
+	}
 	for k := range intendedMetricOmissions {
 		if !usedOmissions[k] {
 			t.Errorf("intendedMetricOmissions lists %s, which kube-proxy does not serve in %v", k, modes)
