@@ -50,7 +50,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		"conntrack-tcp-timeout-established", "conntrack-tcp-timeout-close-wait", "conntrack-tcp-be-liberal",
 		"conntrack-udp-timeout", "conntrack-udp-timeout-stream", "config-sync-period", "kube-api-qps",
 		"kube-api-burst", "kube-api-content-type", "oom-score-adj", "profiling", "detect-local-mode",
-		"feature-gates", "services-file", "vmodule", "version",
+		"feature-gates", "services-file", "vmodule", "version", "logging-format", "log-flush-frequency",
 	} {
 		if !strings.Contains(out, "--"+flag+" ") {
 			t.Errorf("--help does not list --%s", flag)
