@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"kproxy.dev/kproxy/bench/lab"
 )
 
@@ -82,5 +84,52 @@ func checkLogFormat(t *testing.T, who, out string, wantJSON bool) {
 	}
 	if !wrote {
 		t.Errorf("%s did not log \"Wrote configuration\":\n%s", who, out)
+	}
+}
+
+// TestLoggingSectionWritten: --write-config-to writes the logging section
+// in force, the logging flags over the file's, as kube-proxy does.
+func TestLoggingSectionWritten(t *testing.T) {
+	kubeProxy := lab.KubeProxyBinary(t)
+	kproxy := lab.KproxyBinary(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"+
+		"hostnameOverride: node1\nlogging:\n  format: text\n  verbosity: 2\n  vmodule:\n  - filePattern: file*\n    verbosity: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"flags only", []string{"--hostname-override=node1", "-v=3", "--vmodule=a=2", "--log-flush-frequency=7s"}},
+		{"file only", []string{"--config=" + file}},
+		{"flags over the file", []string{"--config=" + file, "--v=5", "--vmodule=b=4", "--log-flush-frequency=9s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logging := map[string]string{}
+			for _, proxy := range []struct{ name, bin string }{{"kube-proxy", kubeProxy}, {"kproxy", kproxy}} {
+				out := filepath.Join(dir, proxy.name+".yaml")
+				if b, err := exec.Command(proxy.bin, append(tt.args, "--write-config-to="+out)...).CombinedOutput(); err != nil {
+					t.Fatalf("%s: %v\n%s", proxy.name, err, b)
+				}
+				written, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var doc struct {
+					Logging any `json:"logging"`
+				}
+				if err := yaml.Unmarshal(written, &doc); err != nil {
+					t.Fatalf("%s wrote %v:\n%s", proxy.name, err, written)
+				}
+				b, _ := json.Marshal(doc.Logging)
+				logging[proxy.name] = string(b)
+			}
+			if logging["kproxy"] != logging["kube-proxy"] {
+				t.Errorf("logging section written:\n kproxy     %s\n kube-proxy %s", logging["kproxy"], logging["kube-proxy"])
+			}
+		})
 	}
 }

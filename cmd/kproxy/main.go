@@ -137,11 +137,14 @@ func newRootCommand(d deps) *cobra.Command {
 					return fmt.Errorf("initialize logging: %w", err)
 				}
 			}
+			// The logging section in force, as kube-proxy writes and
+			// serves it: the flags', or the file's with the flags over it.
+			eff.Logging = *lc
 			ctx := cmd.Context()
 			logger := klog.FromContext(ctx)
 			switch {
 			case cfg.WriteConfigTo != "":
-				if err := opts.WriteEffective(cfg.WriteConfigTo); err != nil {
+				if err := options.WriteFile(cfg.WriteConfigTo, eff); err != nil {
 					return fmt.Errorf("--write-config-to %s: %w", cfg.WriteConfigTo, err)
 				}
 				logger.Info("Wrote configuration", "file", cfg.WriteConfigTo)
@@ -153,7 +156,6 @@ func newRootCommand(d deps) *cobra.Command {
 				return nil
 			default:
 				logger.Info("Starting kproxy", "version", cmd.Version, "mode", cfg.Mode, "node", cfg.NodeName)
-				eff.Logging = *lc
 				dbg, err := debugPages(eff, cmd.Flags(), cfg.FeatureGates)
 				if err != nil {
 					return err
