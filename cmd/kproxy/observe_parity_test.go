@@ -140,6 +140,19 @@ func metricNames(body string) []string {
 	return slices.Compact(names)
 }
 
+// familiesOf lists the ip_family values of the sync duration histogram.
+func familiesOf(body string) string {
+	var fams []string
+	for line := range strings.SplitSeq(body, "\n") {
+		rest, ok := strings.CutPrefix(line, `kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="`)
+		if fam, _, ok2 := strings.Cut(rest, `"`); ok && ok2 {
+			fams = append(fams, fam)
+		}
+	}
+	sort.Strings(fams)
+	return strings.Join(fams, ",")
+}
+
 // labelKeys maps each metric family of a Prometheus text body to the
 // sorted label names of its samples (without a histogram's le).
 func labelKeys(body string) map[string]string {
@@ -279,7 +292,11 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 		if len(missing) > 0 {
 			t.Errorf("%s mode: kproxy lacks %d of kube-proxy's metrics:\n  %s", mode, len(missing), strings.Join(missing, "\n  "))
 		}
-		t.Logf("%s mode: kube-proxy serves %d metric names, kproxy %d", mode, len(kp), len(kx))
+		t.Logf("%s mode: kube-proxy serves %d metric names, kproxy %d; families %s", mode, len(kp), len(kx), familiesOf(runs.kproxy[mode].bodies["/metrics"]))
+		// Both proxy the same families.
+		if w, g := familiesOf(runs.kubeProxy[mode].bodies["/metrics"]), familiesOf(runs.kproxy[mode].bodies["/metrics"]); w != g || w == "" {
+			t.Errorf("%s mode: kubeproxy_sync_proxy_rules_duration_seconds by ip_family: kproxy %q, kube-proxy %q", mode, g, w)
+		}
 		// kube-proxy's own metrics carry the same labels in both.
 		kpLabels, kxLabels := labelKeys(runs.kubeProxy[mode].bodies["/metrics"]), labelKeys(runs.kproxy[mode].bodies["/metrics"])
 		for name, keys := range kpLabels {
