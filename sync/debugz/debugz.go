@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/logs"
+	"k8s.io/component-base/metrics/prometheus/slis"
 	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
 )
 
@@ -265,4 +266,49 @@ func plain(w http.ResponseWriter, code int, text string) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = fmt.Fprintln(w, text)
+}
+
+// PingHealthz is what kube-proxy serves at /healthz on its metrics port:
+// k8s.io/apiserver's generic health endpoint with its one ping check
+// ("ok"; the check list with ?verbose; ?exclude=ping), recorded in the
+// /metrics/slis health-check SLIs. The proxy's own health is on the healthz
+// port.
+func PingHealthz() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var out strings.Builder
+		excluded := false
+		var unknown []string
+		for _, names := range r.URL.Query()["exclude"] {
+			for name := range strings.SplitSeq(names, ",") {
+				switch name = strings.TrimSpace(name); name {
+				case "":
+				case "ping":
+					excluded = true
+				default:
+					unknown = append(unknown, fmt.Sprintf("%q", name))
+				}
+			}
+		}
+		if excluded {
+			out.WriteString("[+]ping excluded: ok\n")
+		} else {
+			slis.ObserveHealthcheck(r.Context(), "ping", "healthz", slis.Success)
+			out.WriteString("[+]ping ok\n")
+		}
+		if len(unknown) > 0 {
+			fmt.Fprintf(&out, "warn: some health checks cannot be excluded: no matches for %s\n", strings.Join(unknown, ","))
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if _, verbose := r.URL.Query()["verbose"]; !verbose {
+			_, _ = fmt.Fprint(w, "ok")
+			return
+		}
+		_, _ = fmt.Fprint(w, out.String()+"healthz check passed\n")
+	})
+}
+
+// Ping is /healthz/ping: always "ok".
+func Ping() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprint(w, "ok") })
 }

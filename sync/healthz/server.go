@@ -67,7 +67,6 @@ func NewHealthServer(addr string, h *Health) (*Server, error) {
 type MetricsServerConfig struct {
 	// Address defaults to DefaultMetricsAddress.
 	Address string
-	Health  *Health
 	Metrics *metrics.Metrics
 	// ProxyMode is served as plain text at /proxyMode.
 	ProxyMode mode.Name
@@ -86,11 +85,11 @@ type MetricsServerConfig struct {
 }
 
 // NewMetricsServer listens on the configured address and will serve
-// /metrics, /metrics/slis, /healthz, /livez, /proxyMode and, if given,
+// /metrics, /metrics/slis, /healthz (a ping, as kube-proxy's), /proxyMode and, if given,
 // /configz, /flagz, /statusz and /debug/pprof/.
 func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
-	if cfg.Health == nil || cfg.Metrics == nil {
-		return nil, errors.New("metrics server: Health and Metrics are required")
+	if cfg.Metrics == nil {
+		return nil, errors.New("metrics server: Metrics is required")
 	}
 	if cfg.Address == "" {
 		cfg.Address = DefaultMetricsAddress
@@ -98,15 +97,17 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", cfg.Metrics.Handler())
 	mux.Handle("/metrics/slis", cfg.Metrics.SLIHandler())
-	mux.Handle("/healthz", cfg.Health.HealthzHandler())
-	mux.Handle("/livez", cfg.Health.LivezHandler())
+	// As kube-proxy: the generic ping here; the proxy's health and
+	// liveness are on the healthz port.
+	mux.Handle("/healthz", debugz.PingHealthz())
+	mux.Handle("/healthz/ping", debugz.Ping())
 	proxyMode := string(cfg.ProxyMode)
 	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_, _ = fmt.Fprint(w, proxyMode)
 	})
-	paths := []string{"/metrics", "/metrics/slis", "/healthz", "/livez", "/proxyMode"}
+	paths := []string{"/metrics", "/metrics/slis", "/healthz", "/proxyMode"}
 	if cfg.Configz != nil {
 		mux.Handle("/configz", debugz.ConfigzHandler(cfg.Configz))
 		paths = append(paths, "/configz")

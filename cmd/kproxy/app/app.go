@@ -266,7 +266,7 @@ func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metr
 			status = &debugz.Status{Started: time.Now(), BinaryVersion: strings.TrimPrefix(buildinfo.Get().GitVersion, "v")}
 		}
 		s, err := healthz.NewMetricsServer(healthz.MetricsServerConfig{
-			Address: cfg.MetricsBindAddress, Health: health, Metrics: m, ProxyMode: name, Configz: configz,
+			Address: cfg.MetricsBindAddress, Metrics: m, ProxyMode: name, Configz: configz,
 			Component: "kproxy", Flagz: dbg.Flagz, Statusz: status, Profiling: cfg.EnableProfiling,
 		})
 		if err != nil {
