@@ -42,7 +42,7 @@ type scrape struct {
 }
 
 // observedPaths are fetched from the metrics address of each proxy.
-var observedPaths = []string{"/metrics", "/metrics/slis", "/configz", "/flagz", "/statusz"}
+var observedPaths = []string{"/metrics", "/metrics/slis", "/configz", "/flagz", "/statusz", "/healthz", "/livez", "/proxyMode"}
 
 // runAndScrape starts bin with args, waits for its first sync, fetches
 // observedPaths and stops it with SIGTERM.
@@ -372,7 +372,7 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 	}
 	runs := runParity(t, bin, []string{"iptables"})
 	kp, kx := runs.kubeProxy["iptables"], runs.kproxy["iptables"]
-	for _, p := range append(observedPaths, "/flagz?json", "/statusz?json") {
+	for _, p := range []string{"/metrics", "/metrics/slis", "/configz", "/flagz", "/statusz", "/flagz?json", "/statusz?json"} {
 		if kp.codes[p] != 200 || kx.codes[p] != 200 {
 			t.Errorf("GET %s: kube-proxy %d, kproxy %d; want 200 from both", p, kp.codes[p], kx.codes[p])
 		}
@@ -458,9 +458,17 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 		if gotJ.Kind != wantJ.Kind || gotJ.APIVersion != wantJ.APIVersion || gotJ.GoVersion == "" {
 			t.Errorf("/statusz JSON: kproxy %+v, kube-proxy %+v", gotJ, wantJ)
 		}
-		for _, p := range wantJ.Paths {
-			if !slices.Contains(gotJ.Paths, p) {
-				t.Errorf("kproxy's /statusz does not list %s (kube-proxy's lists %q, kproxy's %q)", p, wantJ.Paths, gotJ.Paths)
+		if strings.Join(gotJ.Paths, " ") != strings.Join(wantJ.Paths, " ") {
+			t.Errorf("/statusz paths: kproxy %q, kube-proxy %q", gotJ.Paths, wantJ.Paths)
+		}
+	})
+
+	// The metrics port's other pages: kube-proxy's /healthz there is the
+	// generic ping ("ok"), not the proxy's health, and it has no /livez.
+	t.Run("healthz, livez, proxyMode", func(t *testing.T) {
+		for _, p := range []string{"/healthz", "/livez", "/proxyMode"} {
+			if kp.codes[p] != kx.codes[p] || kp.bodies[p] != kx.bodies[p] {
+				t.Errorf("%s on the metrics port: kproxy %d %q, kube-proxy %d %q", p, kx.codes[p], kx.bodies[p], kp.codes[p], kp.bodies[p])
 			}
 		}
 	})
