@@ -208,7 +208,7 @@ func loggingConfiguration(withConfig bool, eff *options.FileConfiguration, fs *p
 	return lc, gates, nil
 }
 
-// copyLogsFromFlags sets in to the logging flags given on fs; vmodule
+// copyLogsFromFlags copies the logging flags given on fs over to; vmodule
 // entries of the flags come before the file's, so they win.
 func copyLogsFromFlags(fs *pflag.FlagSet, to *logsapi.LoggingConfiguration) error {
 	var clone pflag.FlagSet
