@@ -370,8 +370,30 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 	if bin == "" {
 		return
 	}
-	runs := runParity(t, bin, []string{"iptables"})
+	// In JSON: the pages show it, and a whole run logs in it.
+	runs := runParity(t, bin, []string{"iptables"}, "--logging-format=json")
 	kp, kx := runs.kubeProxy["iptables"], runs.kproxy["iptables"]
+	t.Run("JSON log of a run", func(t *testing.T) {
+		for _, r := range []struct {
+			who, log, started string
+		}{{"kube-proxy", kp.log, "Starting endpoint slice config controller"}, {"kproxy", kx.log, "kproxy started"}} {
+			sawJSON, sawStarted := false, false
+			for line := range strings.SplitSeq(strings.TrimSpace(r.log), "\n") {
+				var entry map[string]any
+				if json.Unmarshal([]byte(line), &entry) != nil {
+					if sawJSON {
+						t.Errorf("%s: text line %q after the switch to JSON", r.who, line)
+					}
+					continue
+				}
+				sawJSON = true
+				sawStarted = sawStarted || entry["msg"] == r.started
+			}
+			if !sawStarted {
+				t.Errorf("%s did not log %q in JSON:\n%s", r.who, r.started, r.log)
+			}
+		}
+	})
 	for _, p := range []string{"/metrics", "/metrics/slis", "/configz", "/flagz", "/statusz", "/flagz?json", "/statusz?json"} {
 		if kp.codes[p] != 200 || kx.codes[p] != 200 {
 			t.Errorf("GET %s: kube-proxy %d, kproxy %d; want 200 from both", p, kp.codes[p], kx.codes[p])
