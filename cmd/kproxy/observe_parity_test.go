@@ -94,6 +94,14 @@ func runAndScrape(t *testing.T, name, bin string, args ...string) scrape {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// kube-proxy runs one proxier per family, and the second one's first
+	// sync may come later: wait a little for both families (the lab's node
+	// proxies both) before comparing.
+	for both := time.Now().Add(15 * time.Second); time.Now().Before(both); time.Sleep(200 * time.Millisecond) {
+		if _, body, err := get("/metrics", ""); err == nil && familiesOf(body) == "IPv4,IPv6" {
+			break
+		}
+	}
 	s := scrape{bodies: map[string]string{}, codes: map[string]int{}}
 	for _, p := range observedPaths {
 		code, body, err := get(p, "")
