@@ -141,17 +141,3 @@ func Register(reg prometheus.Registerer, ms ...k8smetrics.Registerable) error {
 	}
 	return nil
 }
-
-// RegisterRaw registers plain Prometheus collectors (kproxy's own metrics
-// that predate component-base) on reg; nil registers nowhere.
-func RegisterRaw(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	if reg == nil {
-		return nil
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("registering metrics: %w", err)
-		}
-	}
-	return nil
-}
