@@ -10,12 +10,29 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image lint clean
+.PHONY: all build print-version-ldflags deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image lint clean
 
 all: build
 
+# The revision kproxy is built from, for `kproxy --version` and
+# kubernetes_build_info (sync/buildinfo): stamped here because the Go
+# toolchain stamps nothing with -buildvcs=false or in a git worktree.
+# VERSION=v1.2.3 sets the version itself.
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TREE_STATE := $(shell if [ -z "$(GIT_COMMIT)" ]; then :; elif git diff --quiet HEAD 2>/dev/null; then echo clean; else echo dirty; fi)
+GIT_COMMIT_TIME := $(shell TZ=UTC git show -s --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd HEAD 2>/dev/null)
+BUILD_DATE := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO := kproxy.dev/kproxy/sync/buildinfo
+VERSION_LDFLAGS := -X $(BUILDINFO).gitCommit=$(GIT_COMMIT) -X $(BUILDINFO).gitTreeState=$(GIT_TREE_STATE) \
+	-X $(BUILDINFO).commitTime=$(GIT_COMMIT_TIME) -X $(BUILDINFO).buildDate=$(BUILD_DATE) \
+	$(if $(VERSION),-X $(BUILDINFO).gitVersion=$(VERSION))
+
 build:
-	$(GO) build -o bin/kproxy ./cmd/kproxy
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o bin/kproxy ./cmd/kproxy
+
+# The linker flags above, for tests that build kproxy as `make build` does.
+print-version-ldflags:
+	@echo '$(VERSION_LDFLAGS)'
 
 deps:
 	./.ci/install-deps
@@ -199,7 +216,7 @@ bench-compare:
 IMAGE := $(CURDIR)/bin/kproxy-image.oci.tar
 image: deps
 	@if [ "$$(id -u)" != 0 ]; then echo "make image needs root (mmdebstrap's root mode): run sudo make image"; exit 1; fi
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/image/kproxy ./cmd/kproxy
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o bin/image/kproxy ./cmd/kproxy
 	./deploy/image/build.sh bin/image/kproxy $(IMAGE)
 	@echo "Written $(IMAGE) ($$(du -h $(IMAGE) | cut -f1))"
 

@@ -97,8 +97,14 @@ func (c *Cleaner) AfterSync(ctx context.Context, snap *servicemap.Snapshot, chan
 	}
 	deleted, failed := 0, false
 	for _, req := range reqs {
+		reqStart := c.cfg.Clock.Now()
 		n, err := c.cfg.Table.Delete(req)
 		deleted += n
+		if req.Reconcile != nil {
+			fam := string(req.Family)
+			c.metrics.reconcileDuration.WithLabelValues(fam).Observe(c.cfg.Clock.Since(reqStart).Seconds())
+			c.metrics.reconcileDeleted.WithLabelValues(fam).Add(float64(n))
+		}
 		if err != nil {
 			failed = true
 			c.pending[req.Family] = req.Filters

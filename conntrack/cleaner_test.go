@@ -95,10 +95,10 @@ func (f *fixture) wantFlows(step string, want ...conntrack.Flow) {
 func (f *fixture) wantMetrics(step string, deleted, failures int) {
 	f.t.Helper()
 	want := strings.NewReader(strings.ReplaceAll(strings.ReplaceAll(`
-# HELP kproxy_conntrack_cleanup_failures_total Conntrack cleanup passes that failed (retried after the next sync)
+# HELP kproxy_conntrack_cleanup_failures_total [ALPHA] Conntrack cleanup passes that failed (retried after the next sync)
 # TYPE kproxy_conntrack_cleanup_failures_total counter
 kproxy_conntrack_cleanup_failures_total FAILURES
-# HELP kproxy_conntrack_flows_deleted_total Stale UDP and SCTP conntrack flows deleted after syncs and by reconciliation
+# HELP kproxy_conntrack_flows_deleted_total [ALPHA] Stale UDP and SCTP conntrack flows deleted after syncs and by reconciliation
 # TYPE kproxy_conntrack_flows_deleted_total counter
 kproxy_conntrack_flows_deleted_total DELETED
 `, "FAILURES", strconv.Itoa(failures)), "DELETED", strconv.Itoa(deleted)))

@@ -255,19 +255,38 @@ func MetricSamples(families ...string) ([]string, error) {
 	return out, nil
 }
 
-// Metric returns the value of kproxy's unlabelled sample name, and false if
-// /metrics cannot be read or lacks it (as before kproxy listens).
+// Metric returns the value of kproxy's unlabelled sample name or, for a
+// metric with kube-proxy's ip_family label and no other (a kproxy sync
+// covers every family, so all carry the same value), the largest of its
+// families; false if /metrics cannot be read or lacks it (as before kproxy
+// listens).
 func Metric(name string) (string, bool) {
 	samples, err := MetricSamples(name)
 	if err != nil {
 		return "", false
 	}
+	best, bestV, found := "", 0.0, false
 	for _, s := range samples {
 		if v, ok := strings.CutPrefix(s, name+" "); ok {
 			return v, true
 		}
+		rest, ok := strings.CutPrefix(s, name+`{ip_family="`)
+		if !ok {
+			continue
+		}
+		fam, v, ok := strings.Cut(rest, `"} `)
+		if !ok || strings.ContainsAny(fam, `",`) {
+			continue
+		}
+		var f float64
+		if _, err := fmt.Sscan(v, &f); err != nil {
+			continue
+		}
+		if !found || f > bestV {
+			best, bestV, found = v, f, true
+		}
 	}
-	return "", false
+	return best, found
 }
 
 // SyncCount returns how many syncs kproxy has finished, failing tb if its

@@ -137,6 +137,9 @@ func TestMetricProbes(t *testing.T) {
 		`kproxy_bytes_total{direction="in"} 10`,
 		`kproxy_bytes_total{direction="out"} 0`,
 		"kproxy_service_ports 2",
+		`kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 7`,
+		`kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv6"} 8`,
+		`kubeproxy_sync_proxy_rules_iptables_total{table="nat",ip_family="IPv4"} 5`,
 	}, "\n") + "\n"
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
@@ -155,6 +158,12 @@ func TestMetricProbes(t *testing.T) {
 	want := []string{SyncCountMetric + " 4", `kproxy_bytes_total{direction="in"} 10`, `kproxy_bytes_total{direction="out"} 0`}
 	if strings.Join(samples, "\n") != strings.Join(want, "\n") {
 		t.Errorf("MetricSamples = %q, want %q", samples, want)
+	}
+	if v, ok := Metric("kubeproxy_sync_proxy_rules_last_timestamp_seconds"); !ok || v != "8" {
+		t.Errorf("Metric of a per-family metric = %q, %v; want the largest family's, 8", v, ok)
+	}
+	if v, ok := Metric("kubeproxy_sync_proxy_rules_iptables_total"); ok {
+		t.Errorf("Metric of a metric with other labels = %q, want none", v)
 	}
 	if v, ok := Metric("kproxy_service_ports"); !ok || v != "2" {
 		t.Errorf("Metric(kproxy_service_ports) = %q, %v; want 2", v, ok)

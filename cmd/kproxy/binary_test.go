@@ -80,7 +80,7 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 			var body bytes.Buffer
 			_, _ = body.ReadFrom(resp.Body)
 			resp.Body.Close()
-			if strings.Contains(body.String(), "\nkubeproxy_sync_proxy_rules_duration_seconds_count 1\n") {
+			if strings.Contains(body.String(), "\nkubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1\n") {
 				break
 			}
 		}

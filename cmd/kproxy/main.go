@@ -5,20 +5,26 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as kube-proxy
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/cmd/kproxy/app"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
+	"kproxy.dev/kproxy/sync/buildinfo"
+	"kproxy.dev/kproxy/sync/debugz"
 )
 
 const longHelp = `kproxy runs on every node and makes Kubernetes Services work there: it
@@ -43,11 +49,20 @@ Proxy modes (--proxy-mode):
 When --proxy-mode is empty kproxy uses iptables if usable, else userspace.`
 
 // deps are the parts of a run that tests replace: starting kproxy,
-// cleaning up, and reading the OS hostname.
+// cleaning up, reading the OS hostname and applying the logging
+// configuration (process-wide, so once per process).
 type deps struct {
-	run      func(ctx context.Context, cfg *options.Config) error
+	run      func(ctx context.Context, cfg *options.Config, dbg app.Debug) error
 	cleanup  func(ctx context.Context, cfg *options.Config) error
 	hostname func() (string, error)
+	logging  func(lc *logsapi.LoggingConfiguration, gates featuregate.FeatureGate) error
+}
+
+// applyLogging switches klog to the configuration, as kube-proxy does
+// after reading its flags and --config.
+func applyLogging(lc *logsapi.LoggingConfiguration, gates featuregate.FeatureGate) error {
+	logs.InitLogs()
+	return logsapi.ValidateAndApplyAsField(lc, gates, field.NewPath("logging"))
 }
 
 func main() {
@@ -56,12 +71,13 @@ func main() {
 	// kills a shutdown that hangs.
 	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, deps{
-		run:      func(ctx context.Context, cfg *options.Config) error { return app.Run(ctx, cfg) },
+		run:      app.RunWithDebug,
 		cleanup:  func(ctx context.Context, cfg *options.Config) error { return app.Cleanup(ctx, cfg) },
 		hostname: os.Hostname,
+		logging:  applyLogging,
 	})
 	stop()
-	klog.Flush()
+	logs.FlushLogs()
 	os.Exit(code)
 }
 
@@ -82,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 // newRootCommand builds the kproxy command with all flags registered.
 func newRootCommand(d deps) *cobra.Command {
 	opts := options.NewOptions()
+	logFlags := logsapi.NewLoggingConfiguration()
 	if d.hostname != nil {
 		opts.Hostname = d.hostname
 	}
@@ -93,7 +110,7 @@ func newRootCommand(d deps) *cobra.Command {
 		// only hides the message.
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Version:       version(),
+		Version:       buildinfo.String(buildinfo.Get()),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("%q takes no arguments, got %q", cmd.CommandPath(), args)
@@ -105,11 +122,29 @@ func newRootCommand(d deps) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// What Complete validated, in file form: the logging section
+			// and /configz come from it.
+			eff, _, err := opts.Effective(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			lc, gates, err := loggingConfiguration(opts.ConfigFile != "", eff, cmd.Flags(), logFlags, cfg.FeatureGates)
+			if err != nil {
+				return err
+			}
+			if d.logging != nil {
+				if err := d.logging(lc, gates); err != nil {
+					return fmt.Errorf("initialize logging: %w", err)
+				}
+			}
+			// The logging section in force, as kube-proxy writes and
+			// serves it: the flags', or the file's with the flags over it.
+			eff.Logging = *lc
 			ctx := cmd.Context()
 			logger := klog.FromContext(ctx)
 			switch {
 			case cfg.WriteConfigTo != "":
-				if err := opts.WriteEffective(cfg.WriteConfigTo); err != nil {
+				if err := options.WriteFile(cfg.WriteConfigTo, eff); err != nil {
 					return fmt.Errorf("--write-config-to %s: %w", cfg.WriteConfigTo, err)
 				}
 				logger.Info("Wrote configuration", "file", cfg.WriteConfigTo)
@@ -121,7 +156,11 @@ func newRootCommand(d deps) *cobra.Command {
 				return nil
 			default:
 				logger.Info("Starting kproxy", "version", cmd.Version, "mode", cfg.Mode, "node", cfg.NodeName)
-				return d.run(ctx, cfg)
+				dbg, err := debugPages(eff, cmd.Flags(), cfg.FeatureGates)
+				if err != nil {
+					return err
+				}
+				return d.run(ctx, cfg, dbg)
 			}
 		},
 	}
@@ -131,19 +170,82 @@ func newRootCommand(d deps) *cobra.Command {
 
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
-	// klog registers -v, --vmodule and friends on a Go flag set; pflag
-	// exposes a one-letter Go flag as both -v and --v.
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	// kube-proxy's logging flags: --logging-format, -v, --vmodule,
+	// --log-flush-frequency and the --log-{text,json}-* options.
+	logsapi.AddFlags(logFlags, fs)
 	return cmd
 }
 
-// version reports the module version kproxy was built from.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok || info.Main.Version == "" {
-		return "unknown"
+// loggingConfiguration is the logging configuration kproxy runs with, as
+// kube-proxy v1.36 builds it: the logging flags; with --config, the file's
+// logging section with the logging flags given on the command line copied
+// over it (their vmodule entries first). The feature gates the logging
+// options need (LoggingAlphaOptions, LoggingBetaOptions, ContextualLogging)
+// come from --feature-gates or the file's featureGates; other gates are not
+// logging's business.
+func loggingConfiguration(withConfig bool, eff *options.FileConfiguration, fs *pflag.FlagSet, fromFlags *logsapi.LoggingConfiguration, featureGates map[string]bool) (*logsapi.LoggingConfiguration, featuregate.FeatureGate, error) {
+	gates := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(gates); err != nil {
+		return nil, nil, fmt.Errorf("logging feature gates: %w", err)
 	}
-	return strings.TrimPrefix(info.Main.Version, "v")
+	known := gates.GetAll()
+	logging := map[string]bool{}
+	for name, on := range featureGates {
+		if _, ok := known[featuregate.Feature(name)]; ok {
+			logging[name] = on
+		}
+	}
+	if err := gates.SetFromMap(logging); err != nil {
+		return nil, nil, fmt.Errorf("--feature-gates: %w", err)
+	}
+	if !withConfig {
+		return fromFlags, gates, nil
+	}
+	lc := eff.Logging.DeepCopy()
+	if err := copyLogsFromFlags(fs, lc); err != nil {
+		return nil, nil, err
+	}
+	return lc, gates, nil
+}
+
+// copyLogsFromFlags copies the logging flags given on fs over to; vmodule
+// entries of the flags come before the file's, so they win.
+func copyLogsFromFlags(fs *pflag.FlagSet, to *logsapi.LoggingConfiguration) error {
+	var clone pflag.FlagSet
+	logsapi.AddFlags(to, &clone)
+	fileVModule := to.VModule
+	to.VModule = nil
+	var errs []error
+	clone.VisitAll(func(f *pflag.Flag) {
+		given := fs.Lookup(f.Name)
+		if given == nil || !given.Changed {
+			return
+		}
+		if err := f.Value.Set(given.Value.String()); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.Name, err))
+		}
+	})
+	to.VModule = append(to.VModule, fileVModule...)
+	return errors.Join(errs...)
+}
+
+// debugPages builds what /configz, /flagz and /statusz show. As in
+// kube-proxy v1.36, /flagz and /statusz are on unless --feature-gates (or
+// the file's featureGates) turns ComponentFlagz or ComponentStatusz off.
+func debugPages(eff *options.FileConfiguration, fs *pflag.FlagSet, featureGates map[string]bool) (app.Debug, error) {
+	configz, err := debugz.Configz(eff.KubeProxyConfiguration)
+	if err != nil {
+		return app.Debug{}, err
+	}
+	dbg := app.Debug{Configz: configz, Statusz: gateOn(featureGates, "ComponentStatusz")}
+	if gateOn(featureGates, "ComponentFlagz") {
+		dbg.Flagz = debugz.Flags(fs)
+	}
+	return dbg, nil
+}
+
+// gateOn reads a gate that is on by default.
+func gateOn(gates map[string]bool, name string) bool {
+	on, set := gates[name]
+	return on || !set
 }

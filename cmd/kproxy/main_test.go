@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"kproxy.dev/kproxy/cmd/kproxy/app"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/sync/mode"
 )
@@ -22,7 +23,7 @@ type recorder struct {
 
 func (r *recorder) deps() deps {
 	return deps{
-		run:      func(_ context.Context, cfg *options.Config) error { r.ran = cfg; return r.runErr },
+		run:      func(_ context.Context, cfg *options.Config, _ app.Debug) error { r.ran = cfg; return r.runErr },
 		cleanup:  func(_ context.Context, cfg *options.Config) error { r.cleaned = cfg; return nil },
 		hostname: func() (string, error) { return "Test-Node", nil },
 	}
@@ -49,7 +50,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		"conntrack-tcp-timeout-established", "conntrack-tcp-timeout-close-wait", "conntrack-tcp-be-liberal",
 		"conntrack-udp-timeout", "conntrack-udp-timeout-stream", "config-sync-period", "kube-api-qps",
 		"kube-api-burst", "kube-api-content-type", "oom-score-adj", "profiling", "detect-local-mode",
-		"feature-gates", "services-file", "vmodule", "version",
+		"feature-gates", "services-file", "vmodule", "version", "logging-format", "log-flush-frequency",
 	} {
 		if !strings.Contains(out, "--"+flag+" ") {
 			t.Errorf("--help does not list --%s", flag)
@@ -161,7 +162,7 @@ func TestCancelledContextReachesRun(t *testing.T) {
 	cancel()
 	var sawCancel bool
 	d := deps{
-		run: func(ctx context.Context, _ *options.Config) error {
+		run: func(ctx context.Context, _ *options.Config, _ app.Debug) error {
 			<-ctx.Done() // a real run loop returns once the signal cancels ctx
 			sawCancel = true
 			return nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	k8smetrics "k8s.io/component-base/metrics"
 )
 
 const namespace = "kproxy"
@@ -96,57 +97,17 @@ type Protocol struct {
 // unregistered (tests, benchmarks).
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		ConnectionsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "connections_active",
-			Help: "Proxied connections currently open, by protocol.",
-		}, []string{LabelProtocol}),
-		ConnectionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "connections_total",
-			Help: "Connections proxied to an endpoint, by protocol.",
-		}, []string{LabelProtocol}),
-		BytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "bytes_total",
-			Help: "Payload bytes relayed, by protocol and direction (to_endpoint, to_client).",
-		}, []string{LabelProtocol, LabelDirection}),
-		DialFailuresTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "dial_failures_total",
-			Help: "Failed attempts to connect to an endpoint, by protocol (one per endpoint tried).",
-		}, []string{LabelProtocol}),
-		RejectedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "rejected_total",
-			Help: "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range).",
-		}, []string{LabelProtocol, LabelReason}),
-		AcceptErrorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "accept_errors_total",
-			Help: "Errors accepting client connections, by protocol.",
-		}, []string{LabelProtocol}),
-		UDPFlowsActive: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "udp_flows_active",
-			Help: "UDP flows currently in the flow tables.",
-		}),
-		UDPFlowsTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "udp_flows_total",
-			Help: "UDP flows created.",
-		}),
-		UDPFlowEvictionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "udp_flow_evictions_total",
-			Help: "UDP flows evicted because a flow table was full (idle expiry is not counted).",
-		}),
-		SCTPUnservedServicePorts: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: subsystem,
-			Name: "sctp_unserved_service_ports",
-			Help: "SCTP service ports that cannot be served because the kernel has no SCTP sockets.",
-		}),
-		perProtocol: make(map[string]*Protocol, 3),
+		ConnectionsActive:        gaugeVec("connections_active", "Proxied connections currently open, by protocol.", LabelProtocol),
+		ConnectionsTotal:         counterVec("connections_total", "Connections proxied to an endpoint, by protocol.", LabelProtocol),
+		BytesTotal:               counterVec("bytes_total", "Payload bytes relayed, by protocol and direction (to_endpoint, to_client).", LabelProtocol, LabelDirection),
+		DialFailuresTotal:        counterVec("dial_failures_total", "Failed attempts to connect to an endpoint, by protocol (one per endpoint tried).", LabelProtocol),
+		RejectedTotal:            counterVec("rejected_total", "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range).", LabelProtocol, LabelReason),
+		AcceptErrorsTotal:        counterVec("accept_errors_total", "Errors accepting client connections, by protocol.", LabelProtocol),
+		UDPFlowsActive:           gaugeVec("udp_flows_active", "UDP flows currently in the flow tables.").WithLabelValues(),
+		UDPFlowsTotal:            counterVec("udp_flows_total", "UDP flows created.").WithLabelValues(),
+		UDPFlowEvictionsTotal:    counterVec("udp_flow_evictions_total", "UDP flows evicted because a flow table was full (idle expiry is not counted).").WithLabelValues(),
+		SCTPUnservedServicePorts: gaugeVec("sctp_unserved_service_ports", "SCTP service ports that cannot be served because the kernel has no SCTP sockets.").WithLabelValues(),
+		perProtocol:              make(map[string]*Protocol, 3),
 	}
 	// Curry the known protocols up front: their series exist (at 0) from the
 	// start and the map is read-only afterwards, so For needs no lock.
@@ -166,6 +127,23 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, fmt.Errorf("registering userspace data-plane metrics: %w", err)
 	}
 	return m, nil
+}
+
+// gaugeVec and counterVec declare a metric through component-base (ALPHA,
+// as every kproxy metric) and return the Prometheus vector it creates, whose
+// handles the relays use directly.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	v := k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{Namespace: namespace, Subsystem: subsystem, Name: name, Help: help,
+		StabilityLevel: k8smetrics.ALPHA}, labels)
+	v.Create(nil)
+	return v.GaugeVec
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	v := k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: name, Help: help,
+		StabilityLevel: k8smetrics.ALPHA}, labels)
+	v.Create(nil)
+	return v.CounterVec
 }
 
 // Discard returns metrics registered nowhere, for callers that pass none.

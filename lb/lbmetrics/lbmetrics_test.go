@@ -26,7 +26,7 @@ func TestNewRegistersEverySeriesAtZero(t *testing.T) {
 	m.For(ProtocolUDP).Rejected(ReasonNoEndpoints).Add(2)
 
 	want := `
-# HELP kproxy_userspace_rejected_total Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range).
+# HELP kproxy_userspace_rejected_total [ALPHA] Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range).
 # TYPE kproxy_userspace_rejected_total counter
 kproxy_userspace_rejected_total{protocol="sctp",reason="dial_failed"} 0
 kproxy_userspace_rejected_total{protocol="sctp",reason="direct"} 0

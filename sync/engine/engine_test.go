@@ -289,10 +289,17 @@ func TestSyncSequence(t *testing.T) {
 func near(got, want float64) bool { return got > want-1e-6 && got < want+1e-6 }
 
 // histogram returns a histogram's sample count and sum.
-func histogram(t *testing.T, h prometheus.Histogram) (uint64, float64) {
+// histogram reads the one histogram h collects (one IP family).
+func histogram(t *testing.T, h prometheus.Collector) (uint64, float64) {
 	t.Helper()
+	ch := make(chan prometheus.Metric, 2)
+	h.Collect(ch)
+	close(ch)
+	if len(ch) != 1 {
+		t.Fatalf("%d histograms collected, want 1", len(ch))
+	}
 	var m dto.Metric
-	if err := h.Write(&m); err != nil {
+	if err := (<-ch).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
@@ -366,7 +373,7 @@ func TestSyncMetrics(t *testing.T) {
 	}
 	histograms := []struct {
 		name      string
-		h         prometheus.Histogram
+		h         prometheus.Collector
 		wantCount uint64
 		wantSum   float64
 	}{

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"kproxy.dev/kproxy/sync/debugz"
 	"kproxy.dev/kproxy/sync/httplimit"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
@@ -71,44 +72,54 @@ func NewHealthServer(addr string, h *Health) (*Server, error) {
 type MetricsServerConfig struct {
 	// Address defaults to DefaultMetricsAddress.
 	Address string
-	Health  *Health
 	Metrics *metrics.Metrics
 	// ProxyMode is served as plain text at /proxyMode.
 	ProxyMode mode.Name
 	// Configz, when not nil, is served as JSON at /configz: the effective
-	// configuration, already encoded.
+	// configuration, already encoded (debugz.Configz).
 	Configz []byte
+	// Component names the program on /flagz and /statusz.
+	Component string
+	// Flagz, when not nil, is served at /flagz (debugz.FlagzHandler).
+	Flagz map[string]string
+	// Statusz, when not nil, is served at /statusz, listing the server's
+	// other pages.
+	Statusz *debugz.Status
 	// Profiling serves net/http/pprof under /debug/pprof/ (--profiling).
 	Profiling bool
 }
 
 // NewMetricsServer listens on the configured address and will serve
-// /metrics, /healthz, /livez, /proxyMode and, if given, /configz and
-// /debug/pprof/.
+// /metrics, /metrics/slis, /healthz (a ping, as kube-proxy's), /proxyMode and, if given,
+// /configz, /flagz, /statusz and /debug/pprof/.
 func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
-	if cfg.Health == nil || cfg.Metrics == nil {
-		return nil, errors.New("metrics server: Health and Metrics are required")
+	if cfg.Metrics == nil {
+		return nil, errors.New("metrics server: Metrics is required")
 	}
 	if cfg.Address == "" {
 		cfg.Address = DefaultMetricsAddress
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", cfg.Metrics.Handler())
-	mux.Handle("/healthz", cfg.Health.HealthzHandler())
-	mux.Handle("/livez", cfg.Health.LivezHandler())
+	mux.Handle("/metrics/slis", cfg.Metrics.SLIHandler())
+	// As kube-proxy: the generic ping here; the proxy's health and
+	// liveness are on the healthz port.
+	mux.Handle("/healthz", debugz.PingHealthz())
+	mux.Handle("/healthz/ping", debugz.Ping())
 	proxyMode := string(cfg.ProxyMode)
 	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_, _ = fmt.Fprint(w, proxyMode)
 	})
+	paths := []string{"/metrics", "/metrics/slis", "/healthz", "/proxyMode"}
 	if cfg.Configz != nil {
-		configz := append([]byte(nil), cfg.Configz...)
-		mux.HandleFunc("/configz", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			_, _ = w.Write(configz)
-		})
+		mux.Handle("/configz", debugz.ConfigzHandler(cfg.Configz))
+		paths = append(paths, "/configz")
+	}
+	if cfg.Flagz != nil {
+		mux.Handle("/flagz", debugz.FlagzHandler(cfg.Component, cfg.Flagz))
+		paths = append(paths, "/flagz")
 	}
 	if cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -116,6 +127,15 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		// kube-proxy's runtime verbosity switch; like pprof, unlisted
+		// on /statusz there.
+		mux.Handle("/debug/flags/v", debugz.VerbosityHandler())
+	}
+	// Last, as kube-proxy: it lists the other pages, not itself.
+	if cfg.Statusz != nil {
+		st := *cfg.Statusz
+		st.Paths = paths
+		mux.Handle("/statusz", debugz.StatuszHandler(cfg.Component, st))
 	}
 	return listen("metrics", cfg.Address, mux, !cfg.Profiling)
 }

@@ -51,9 +51,8 @@ func TestMetricsServer(t *testing.T) {
 		return
 	}
 	m := metrics.New()
-	h := New(time.Minute, m, nil)
 	s, err := NewMetricsServer(MetricsServerConfig{
-		Address: "127.0.0.1:0", Health: h, Metrics: m,
+		Address: "127.0.0.1:0", Metrics: m,
 		ProxyMode: mode.IPTables, Configz: []byte(`{"mode":"iptables"}`),
 	})
 	if err != nil {
@@ -70,10 +69,16 @@ func TestMetricsServer(t *testing.T) {
 	}{
 		{"/proxyMode", 200, "text/plain; charset=utf-8", "iptables"},
 		{"/configz", 200, "application/json", `{"mode":"iptables"}`},
-		{"/healthz", 200, "application/json", `"nodeEligible":true`},
-		{"/livez", 200, "application/json", `"healthy":true`},
-		// After the two probes above, /metrics shows them counted.
-		{"/metrics", 200, "", `kubeproxy_proxy_healthz_total{code="200"} 1`},
+		// kube-proxy's metrics port: the generic ping, no /livez; the
+		// proxy's health is on the healthz port.
+		{"/healthz", 200, "text/plain; charset=utf-8", "ok"},
+		{"/healthz?verbose", 200, "text/plain; charset=utf-8", "[+]ping ok\nhealthz check passed\n"},
+		{"/healthz?verbose&exclude=ping", 200, "text/plain; charset=utf-8", "[+]ping excluded: ok\nhealthz check passed\n"},
+		{"/healthz/ping", 200, "", "ok"},
+		{"/livez", 404, "", ""},
+		{"/metrics", 200, "", "# TYPE go_goroutines gauge"},
+		// The pings above are health-check SLIs.
+		{"/metrics/slis", 200, "", `kubernetes_healthchecks_total{name="ping",status="success",type="healthz"} 2`},
 		{"/nothing", 404, "", ""},
 	}
 	for _, tt := range tests {
@@ -88,8 +93,8 @@ func TestMetricsServer(t *testing.T) {
 			t.Errorf("%s: body %q lacks %q", tt.path, b, tt.wantContains)
 		}
 	}
-	if _, _, b := fetch(t, base+"/metrics"); !strings.Contains(b, `kubeproxy_proxy_livez_total{code="200"} 1`) {
-		t.Error("/metrics does not count the /livez probe")
+	if _, _, b := fetch(t, base+"/metrics"); strings.Contains(b, "kubeproxy_proxy_healthz_total{") {
+		t.Error("/metrics counts the metrics port's /healthz pings as proxy health probes")
 	}
 	if code, _, _ := fetch(t, base+"/debug/pprof/"); code != 404 {
 		t.Errorf("/debug/pprof/ answered %d without --profiling, want 404", code)
@@ -102,7 +107,7 @@ func TestMetricsServerProfiling(t *testing.T) {
 	}
 	m := metrics.New()
 	s, err := NewMetricsServer(MetricsServerConfig{
-		Address: "127.0.0.1:0", Health: New(time.Minute, m, nil), Metrics: m, ProxyMode: mode.IPTables, Profiling: true,
+		Address: "127.0.0.1:0", Metrics: m, ProxyMode: mode.IPTables, Profiling: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +160,7 @@ func TestListenErrorNamesAddress(t *testing.T) {
 	}{
 		{"health server", func() (*Server, error) { return NewHealthServer(addr, h) }},
 		{"metrics server", func() (*Server, error) {
-			return NewMetricsServer(MetricsServerConfig{Address: addr, Health: h, Metrics: metrics.New()})
+			return NewMetricsServer(MetricsServerConfig{Address: addr, Metrics: metrics.New()})
 		}},
 	}
 	for _, tt := range tests {
@@ -176,6 +181,6 @@ func TestConstructorsRejectMissingParts(t *testing.T) {
 		t.Error("NewHealthServer accepted a nil Health")
 	}
 	if _, err := NewMetricsServer(MetricsServerConfig{Address: "127.0.0.1:0"}); err == nil {
-		t.Error("NewMetricsServer accepted no Health and Metrics")
+		t.Error("NewMetricsServer accepted no Metrics")
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"kproxy.dev/kproxy/sync/buildinfo"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 func TestNamesTypesAndHelp(t *testing.T) {
@@ -17,7 +20,12 @@ func TestNamesTypesAndHelp(t *testing.T) {
 	// Touch the labelled vectors so they are exported.
 	m.HealthzTotal.WithLabelValues("200")
 	m.LivezTotal.WithLabelValues("503")
-	families, err := m.Registry().Gather()
+	m.SyncDuration.Observe(1)
+	m.SyncLastTimestamp.Set(1)
+	m.LastQueuedTimestamp.Set(1)
+	m.NetworkProgrammingDuration.Observe(1)
+	m.NoLocalEndpoints.WithLabelValues("internal", "IPv4").Set(0)
+	families, err := m.Gatherer().Gather()
 	if err != nil {
 		t.Fatalf("Gather: %v", err)
 	}
@@ -40,6 +48,10 @@ func TestNamesTypesAndHelp(t *testing.T) {
 		{"kubeproxy_sync_proxy_rules_endpoint_changes_pending", dto.MetricType_GAUGE, "Pending proxy rules Endpoint changes"},
 		{"kubeproxy_proxy_healthz_total", dto.MetricType_COUNTER, "Cumulative proxy healthz HTTP status"},
 		{"kubeproxy_proxy_livez_total", dto.MetricType_COUNTER, "Cumulative proxy livez HTTP status"},
+		{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", dto.MetricType_GAUGE, "Number of services with a Local traffic policy and no endpoints"},
+		{"kubernetes_build_info", dto.MetricType_GAUGE, ""},
+		{"registered_metrics_total", dto.MetricType_COUNTER, ""},
+		{"go_sched_goroutines_goroutines", dto.MetricType_GAUGE, ""},
 		{"kproxy_sync_failures_total", dto.MetricType_COUNTER, ""},
 		{"kproxy_event_to_sync_duration_seconds", dto.MetricType_HISTOGRAM, ""},
 		{"kproxy_service_ports", dto.MetricType_GAUGE, ""},
@@ -56,7 +68,7 @@ func TestNamesTypesAndHelp(t *testing.T) {
 		if f.GetType() != tt.typ {
 			t.Errorf("%s has type %v, want %v", tt.name, f.GetType(), tt.typ)
 		}
-		if tt.help != "" && f.GetHelp() != tt.help {
+		if tt.help != "" && f.GetHelp() != "[ALPHA] "+tt.help {
 			t.Errorf("%s has help %q, want %q", tt.name, f.GetHelp(), tt.help)
 		}
 	}
@@ -66,18 +78,23 @@ func TestBuckets(t *testing.T) {
 	m := New()
 	tests := []struct {
 		name       string
-		h          prometheus.Histogram
+		h          prometheus.Collector
 		wantCount  int
 		wantBounds map[int]float64 // index -> upper bound
 	}{
 		{"sync duration", m.SyncDuration, 15, map[int]float64{0: 0.001, 1: 0.002, 14: 16.384}},
-		{"network programming", m.NetworkProgrammingDuration, 2 + 59 + 12 + 7,
-			map[int]float64{0: 0.25, 1: 0.5, 2: 1, 60: 59, 61: 60, 72: 115, 73: 120, 79: 300}},
+		// component-base's MergeBuckets, which kube-proxy uses, adds a 0 bucket.
+		{"network programming", m.NetworkProgrammingDuration, 1 + 2 + 59 + 12 + 7,
+			map[int]float64{0: 0, 1: 0.25, 2: 0.5, 3: 1, 61: 59, 62: 60, 73: 115, 74: 120, 80: 300}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			tt.h.(interface{ Observe(float64) }).Observe(1)
+			ch := make(chan prometheus.Metric, 2)
+			tt.h.Collect(ch)
+			close(ch)
 			var out dto.Metric
-			if err := tt.h.Write(&out); err != nil {
+			if err := (<-ch).Write(&out); err != nil {
 				t.Fatal(err)
 			}
 			buckets := out.GetHistogram().GetBucket()
@@ -85,7 +102,7 @@ func TestBuckets(t *testing.T) {
 				t.Fatalf("%d buckets, want %d", len(buckets), tt.wantCount)
 			}
 			for i, want := range tt.wantBounds {
-				if got := buckets[i].GetUpperBound(); got < want*0.999999 || got > want*1.000001 {
+				if got := buckets[i].GetUpperBound(); got < want*0.999999 || got > want*1.000001 || (want == 0 && got != 0) {
 					t.Errorf("bucket %d upper bound %v, want %v", i, got, want)
 				}
 			}
@@ -110,8 +127,9 @@ func TestRegistriesAreIndependent(t *testing.T) {
 }
 
 func TestHandlerServesExpositionFormat(t *testing.T) {
-	m := New()
+	m := New(ipfamily.IPv4, ipfamily.IPv6)
 	m.ServiceChangesTotal.Add(3)
+	m.SyncDuration.Observe(0.5)
 	m.HealthzTotal.WithLabelValues("503").Inc()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -122,11 +140,49 @@ func TestHandlerServesExpositionFormat(t *testing.T) {
 	for _, want := range []string{
 		"kubeproxy_sync_proxy_rules_service_changes_total 3",
 		`kubeproxy_proxy_healthz_total{code="503"} 1`,
-		"# TYPE kubeproxy_network_programming_duration_seconds histogram",
 		"go_goroutines ",
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"} 1`,
+		"# HELP kubeproxy_sync_proxy_rules_service_changes_total [ALPHA] Cumulative proxy rules Service changes",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestBuildInfoMatchesVersion: kubernetes_build_info carries the version
+// and revision `kproxy --version` prints.
+func TestBuildInfoMatchesVersion(t *testing.T) {
+	m := New()
+	families, err := m.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := buildinfo.Get()
+	for _, f := range families {
+		if f.GetName() != "kubernetes_build_info" {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["git_version"] != info.GitVersion || labels["git_commit"] != info.GitCommit || labels["go_version"] != info.GoVersion {
+			t.Errorf("kubernetes_build_info labels %v, want git_version %q git_commit %q", labels, info.GitVersion, info.GitCommit)
+		}
+		return
+	}
+	t.Fatal("kubernetes_build_info is not registered")
+}
+
+// TestSLIs: /metrics/slis serves, as kube-proxy's does, the process start
+// time and component-base's health-check SLI families (with no samples).
+func TestSLIs(t *testing.T) {
+	m := New()
+	rec := httptest.NewRecorder()
+	m.SLIHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics/slis", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "process_start_time_seconds ") {
+		t.Errorf("/metrics/slis = %d %q, want 200 with process_start_time_seconds", rec.Code, rec.Body.String())
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -19,17 +21,35 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/modes"
+	"kproxy.dev/kproxy/sync/buildinfo"
+	"kproxy.dev/kproxy/sync/debugz"
 	"kproxy.dev/kproxy/sync/engine"
 	"kproxy.dev/kproxy/sync/healthz"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicehealth"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// Run starts kproxy and returns when ctx is cancelled or a part fails.
-// Everything that can be checked is checked before the kernel is touched.
-func Run(ctx context.Context, cfg *options.Config) error {
+// Debug is what the metrics server's debugging pages show; the command
+// builds it from its flags and effective configuration.
+type Debug struct {
+	// Configz is /configz (debugz.Configz); nil serves the resolved Config.
+	Configz []byte
+	// Flagz is /flagz; nil serves none.
+	Flagz map[string]string
+	// Statusz serves /statusz.
+	Statusz bool
+}
+
+// Run starts kproxy without Debug pages beyond the resolved Config.
+func Run(ctx context.Context, cfg *options.Config) error { return RunWithDebug(ctx, cfg, Debug{}) }
+
+// RunWithDebug starts kproxy and returns when ctx is cancelled or a part
+// fails. Everything that can be checked is checked before the kernel is
+// touched.
+func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
 	settings := cfg.ModeSettings()
@@ -44,10 +64,12 @@ func Run(ctx context.Context, cfg *options.Config) error {
 
 	periods := def.SyncPeriods(settings)
 	minSync, syncPeriod := periods.Min, periods.Max
-	m := metrics.New()
+	metricFams := metricFamilies(features)
+	m := metrics.New(metricFams...)
+	m.InstallClientGo() // before any client exists
 	health := healthz.New(2*syncPeriod, m, nil)
 
-	servers, err := listen(cfg, name, health, m)
+	servers, err := listen(cfg, name, health, m, dbg)
 	if err != nil {
 		return err
 	}
@@ -101,6 +123,8 @@ func Run(ctx context.Context, cfg *options.Config) error {
 		observers, closeObservers = conntrackObservers(logger, def.Conntrack, m, syncPeriod)
 		defer closeObservers()
 	}
+
+	observers = append(observers, metrics.NoLocalEndpointsObserver{Metrics: m, NodeName: cfg.NodeName, Families: metricFams})
 
 	eng, err = engine.New(engine.Config{
 		Map: tracker, Mode: proxyMode, Metrics: m, Health: health,
@@ -167,6 +191,22 @@ func Cleanup(ctx context.Context, cfg *options.Config) error {
 	return nil
 }
 
+// metricFamilies are the ip_family label values of the metrics a sync
+// reports for every family: the families the node's iptables can program,
+// as kube-proxy runs one proxier per such family; IPv4 when none can.
+func metricFamilies(f kernel.Features) []ipfamily.Family {
+	var fams []ipfamily.Family
+	for _, fam := range ipfamily.All() {
+		if f.Chosen(fam).Usable {
+			fams = append(fams, fam)
+		}
+	}
+	if len(fams) == 0 {
+		fams = []ipfamily.Family{ipfamily.IPv4}
+	}
+	return fams
+}
+
 // listenAddresses is where health-check node ports listen: like NodePorts,
 // on the addresses --nodeport-addresses admits, or everywhere. It is
 // decided at start, before the Node object is known ("primary" then means
@@ -203,7 +243,7 @@ func (s *serverSet) close() {
 
 // listen binds the health and metrics ports up front so that a port in use
 // fails the start instead of a background goroutine.
-func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics) (*serverSet, error) {
+func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics, dbg Debug) (*serverSet, error) {
 	set := &serverSet{}
 	if cfg.HealthzBindAddress != "" {
 		s, err := healthz.NewHealthServer(cfg.HealthzBindAddress, health)
@@ -213,14 +253,21 @@ func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metr
 		set.list = append(set.list, namedServer{"healthz on " + s.Addr().String(), s})
 	}
 	if cfg.MetricsBindAddress != "" {
-		configz, err := json.Marshal(cfg)
-		if err != nil {
-			set.close()
-			return nil, fmt.Errorf("encoding the configuration for /configz: %w", err)
+		configz := dbg.Configz
+		if configz == nil {
+			var err error
+			if configz, err = json.Marshal(cfg); err != nil {
+				set.close()
+				return nil, fmt.Errorf("encoding the configuration for /configz: %w", err)
+			}
+		}
+		var status *debugz.Status
+		if dbg.Statusz {
+			status = &debugz.Status{Started: time.Now(), BinaryVersion: strings.TrimPrefix(buildinfo.Get().GitVersion, "v")}
 		}
 		s, err := healthz.NewMetricsServer(healthz.MetricsServerConfig{
-			Address: cfg.MetricsBindAddress, Health: health, Metrics: m, ProxyMode: name, Configz: configz,
-			Profiling: cfg.EnableProfiling,
+			Address: cfg.MetricsBindAddress, Metrics: m, ProxyMode: name, Configz: configz,
+			Component: "kproxy", Flagz: dbg.Flagz, Statusz: status, Profiling: cfg.EnableProfiling,
 		})
 		if err != nil {
 			set.close()

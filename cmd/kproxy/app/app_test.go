@@ -173,7 +173,7 @@ func TestRunFromServicesFile(t *testing.T) {
 	_, metricsBody := get(t, metricsURL+"/metrics")
 	for _, want := range []string{
 		"kproxy_endpoints 2",
-		"kubeproxy_sync_proxy_rules_duration_seconds_count 1",
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
 		"kubeproxy_sync_proxy_rules_service_changes_total 2",
 	} {
 		if !strings.Contains(metricsBody, want+"\n") {

@@ -102,6 +102,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		return f.failed(err)
 	}
 	full := changes.Full || f.needFull || f.model == nil || !configEqual(cfg, f.modelCfg)
+	f.metrics.SyncStarted()
 	if !full {
 		tables := canaryTables[:1]
 		if changes.Periodic {
@@ -143,6 +144,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		}
 	}
 	f.reportRuleCounts()
+	f.metrics.SyncSucceeded(string(rules.NAT), string(rules.Filter))
 	return nil
 }
 

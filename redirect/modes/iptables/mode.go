@@ -106,16 +106,17 @@ func New(cfg Config) (*Mode, error) {
 		if _, err := newModel(fc.Rules); err != nil {
 			return nil, fmt.Errorf("iptables mode: %s: %w", fc.Rules.Family, err)
 		}
+		fm := met.forFamily(fc.Rules.Family)
 		m.families = append(m.families, &family{
 			fam:        fc.Rules.Family,
-			tables:     fc.Tables,
+			tables:     countingTables{Tables: fc.Tables, met: fm},
 			newModel:   newModel,
 			base:       fc.Rules,
 			nodeName:   cfg.NodeName,
 			nodePorts:  cfg.NodePorts,
 			localAddrs: cfg.LocalAddresses,
 			maxChains:  fc.MaxChainsPerRestore,
-			metrics:    met,
+			metrics:    fm,
 			logger:     cfg.Logger,
 			applied:    map[servicemap.ServicePortName]*rules.PortRules{},
 		})

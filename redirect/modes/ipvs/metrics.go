@@ -2,51 +2,72 @@ package ipvs
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	k8smetrics "k8s.io/component-base/metrics"
 
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/metrics"
 )
 
 // modeMetrics are the IPVS mode's metrics: kube-proxy's names where
 // kube-proxy has one, kproxy_ipvs_* for the rest.
-type modeMetrics struct {
-	*metrics.IPTablesRestore
-	virtualServers     *prometheus.GaugeVec
-	realServers        *prometheus.GaugeVec
-	draining           *prometheus.GaugeVec
-	reconcileFailures  *prometheus.CounterVec
-	conflictingServers *prometheus.GaugeVec
+type modeVecs struct {
+	restore            *metrics.IPTablesRestore
+	virtualServers     *k8smetrics.GaugeVec
+	realServers        *k8smetrics.GaugeVec
+	draining           *k8smetrics.GaugeVec
+	reconcileFailures  *k8smetrics.CounterVec
+	conflictingServers *k8smetrics.GaugeVec
 }
 
-func newModeMetrics(reg prometheus.Registerer) (*modeMetrics, error) {
+func newModeMetrics(reg prometheus.Registerer) (*modeVecs, error) {
 	fam := []string{"ip_family"}
-	m := &modeMetrics{
-		virtualServers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m := &modeVecs{
+		virtualServers: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 			Namespace: "kproxy", Name: "ipvs_virtual_servers",
-			Help: "IPVS virtual servers the last sync wanted",
+			Help: "IPVS virtual servers the last sync wanted", StabilityLevel: k8smetrics.ALPHA,
 		}, fam),
-		realServers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		realServers: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 			Namespace: "kproxy", Name: "ipvs_real_servers",
-			Help: "IPVS real servers (weight > 0) the last sync wanted, over all virtual servers",
+			Help: "IPVS real servers (weight > 0) the last sync wanted, over all virtual servers", StabilityLevel: k8smetrics.ALPHA,
 		}, fam),
-		draining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		draining: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 			Namespace: "kproxy", Name: "ipvs_real_servers_draining",
-			Help: "Removed TCP real servers kept at weight 0 until their connections end",
+			Help: "Removed TCP real servers kept at weight 0 until their connections end", StabilityLevel: k8smetrics.ALPHA,
 		}, fam),
-		reconcileFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		reconcileFailures: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 			Namespace: "kproxy", Name: "ipvs_reconcile_failures_total",
-			Help: "Syncs or drain passes in which some IPVS, address or ipset operation failed",
+			Help: "Syncs or drain passes in which some IPVS, address or ipset operation failed", StabilityLevel: k8smetrics.ALPHA,
 		}, fam),
-		conflictingServers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		conflictingServers: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
 			Namespace: "kproxy", Name: "ipvs_conflicting_virtual_servers",
-			Help: "Virtual servers wanted by more than one service port (the first keeps it)",
+			Help: "Virtual servers wanted by more than one service port (the first keeps it)", StabilityLevel: k8smetrics.ALPHA,
 		}, fam),
 	}
 	var err error
-	if m.IPTablesRestore, err = metrics.NewIPTablesRestore(reg); err != nil {
+	if m.restore, err = metrics.NewIPTablesRestore(reg, false); err != nil {
 		return nil, err
 	}
 	if err := metrics.Register(reg, m.virtualServers, m.realServers, m.draining, m.reconcileFailures, m.conflictingServers); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// modeMetrics is one family's view: kube-proxy's restore failures carry
+// the family; the kproxy_ipvs_* vectors are labelled at each use.
+type modeMetrics struct {
+	*metrics.IPTablesRestoreFamily
+	virtualServers     *k8smetrics.GaugeVec
+	realServers        *k8smetrics.GaugeVec
+	draining           *k8smetrics.GaugeVec
+	reconcileFailures  *k8smetrics.CounterVec
+	conflictingServers *k8smetrics.GaugeVec
+}
+
+func (m *modeVecs) forFamily(fam ipfamily.Family) *modeMetrics {
+	return &modeMetrics{
+		IPTablesRestoreFamily: m.restore.For(fam),
+		virtualServers:        m.virtualServers, realServers: m.realServers, draining: m.draining,
+		reconcileFailures: m.reconcileFailures, conflictingServers: m.conflictingServers,
+	}
 }

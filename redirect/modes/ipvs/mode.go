@@ -115,7 +115,7 @@ func New(cfg Config) (*Mode, error) {
 		}
 		m.families = append(m.families, &family{
 			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, nodePorts: cfg.NodePorts, localAddrs: cfg.LocalAddresses,
-			rec: rec, tables: fc.Tables, metrics: met, logger: cfg.Logger,
+			rec: rec, tables: fc.Tables, metrics: met.forFamily(fam), logger: cfg.Logger,
 		})
 	}
 	interval := cfg.DrainInterval

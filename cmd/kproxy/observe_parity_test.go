@@ -1,0 +1,574 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/cmd/kproxy/options"
+)
+
+// The tests here run kube-proxy v1.36.3 and kproxy one after the other in
+// one network namespace, against one real kube-apiserver, and compare what
+// an operator's tooling sees of them: metric names, /metrics/slis, /configz,
+// /flagz and /statusz.
+
+const (
+	parityNode        = "parity-node"
+	parityMetricsAddr = "127.0.0.1:10249"
+	parityHealthzAddr = "127.0.0.1:10256"
+)
+
+// scrape is what one proxy served once it had synced.
+type scrape struct {
+	// bodies by path; status codes by path.
+	bodies map[string]string
+	codes  map[string]int
+	log    string
+}
+
+// observedPaths are fetched from the metrics address of each proxy.
+var observedPaths = []string{"/metrics", "/metrics/slis", "/configz", "/flagz", "/statusz", "/healthz", "/livez", "/proxyMode"}
+
+// runAndScrape starts bin with args, waits for its first sync, fetches
+// observedPaths and stops it with SIGTERM.
+func runAndScrape(t *testing.T, name, bin string, args ...string) scrape {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := sync.OnceFunc(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	defer stop()
+	client := http.Client{Timeout: 5 * time.Second}
+	get := func(path, accept string) (int, string, error) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+parityMetricsAddr+path, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, body, err := get("/metrics", "")
+		if err == nil && synced(body) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not sync within 60s (last error %v); output:\n%s", name, err, out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// kube-proxy runs one proxier per family, and the second one's first
+	// sync may come later: wait a little for both families (the lab's node
+	// proxies both) before comparing.
+	for both := time.Now().Add(15 * time.Second); time.Now().Before(both); time.Sleep(200 * time.Millisecond) {
+		if _, body, err := get("/metrics", ""); err == nil && familiesOf(body) == "IPv4,IPv6" {
+			break
+		}
+	}
+	s := scrape{bodies: map[string]string{}, codes: map[string]int{}}
+	for _, p := range observedPaths {
+		code, body, err := get(p, "")
+		if err != nil {
+			t.Fatalf("%s: GET %s: %v", name, p, err)
+		}
+		s.codes[p], s.bodies[p] = code, body
+	}
+	// The structured forms of the zpages, under "<path>?json".
+	for _, z := range []struct{ path, kind string }{{"/flagz", "Flagz"}, {"/statusz", "Statusz"}} {
+		code, body, err := get(z.path, "application/json;as="+z.kind+";v=v1beta1;g=config.k8s.io")
+		if err != nil {
+			t.Fatalf("%s: GET %s as JSON: %v", name, z.path, err)
+		}
+		s.codes[z.path+"?json"], s.bodies[z.path+"?json"] = code, body
+	}
+	stop()
+	s.log = out.String()
+	return s
+}
+
+// synced says whether a /metrics body shows a finished sync.
+func synced(body string) bool {
+	for line := range strings.SplitSeq(body, "\n") {
+		if strings.HasPrefix(line, "kubeproxy_sync_proxy_rules_duration_seconds_count") &&
+			!strings.HasSuffix(line, " 0") {
+			return true
+		}
+	}
+	return false
+}
+
+// metricNames lists the metric families a Prometheus text body declares.
+func metricNames(body string) []string {
+	var names []string
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+			names = append(names, f[2])
+		}
+	}
+	sort.Strings(names)
+	return slices.Compact(names)
+}
+
+// familiesOf lists the ip_family values of the sync duration histogram.
+func familiesOf(body string) string {
+	var fams []string
+	for line := range strings.SplitSeq(body, "\n") {
+		rest, ok := strings.CutPrefix(line, `kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="`)
+		if fam, _, ok2 := strings.Cut(rest, `"`); ok && ok2 {
+			fams = append(fams, fam)
+		}
+	}
+	sort.Strings(fams)
+	return strings.Join(fams, ",")
+}
+
+// labelKeys maps each metric family of a Prometheus text body to the
+// sorted label names of its samples (without a histogram's le).
+func labelKeys(body string) map[string]string {
+	families := map[string]bool{}
+	for _, n := range metricNames(body) {
+		families[n] = true
+	}
+	out := map[string]string{}
+	for line := range strings.SplitSeq(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, labels, _ := strings.Cut(line, "{")
+		if !strings.Contains(line, "{") {
+			name, _, _ = strings.Cut(line, " ")
+			labels = ""
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && families[base] {
+				name = base
+			}
+		}
+		labels, _, _ = strings.Cut(labels, "}")
+		var keys []string
+		for kv := range strings.SplitSeq(labels, ",") {
+			if k, _, ok := strings.Cut(kv, "="); ok && k != "le" {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		out[name] = strings.Join(keys, ",")
+	}
+	return out
+}
+
+// parityRuns starts the lab API server and a Node, runs kube-proxy and
+// kproxy in mode with the same flags, and returns both scrapes.
+type parityRuns struct {
+	kubeProxy, kproxy map[string]scrape // by proxy mode
+}
+
+func runParity(t *testing.T, kproxyBin string, modes []string, extra ...string) parityRuns {
+	t.Helper()
+	api := lab.StartAPIServer(t)
+	lab.CreateNode(t, api.Client, parityNode, "198.19.0.1")
+	kubeProxyBin := lab.KubeProxyBinary(t)
+	runs := parityRuns{kubeProxy: map[string]scrape{}, kproxy: map[string]scrape{}}
+	for _, mode := range modes {
+		args := append([]string{
+			"--kubeconfig=" + api.KubeconfigPath, "--hostname-override=" + parityNode, "--proxy-mode=" + mode,
+			"--metrics-bind-address=" + parityMetricsAddr, "--healthz-bind-address=" + parityHealthzAddr,
+			// Conntrack settings are global or absent in a namespace: leave them.
+			"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+		}, extra...)
+		runs.kubeProxy[mode] = runAndScrape(t, "kube-proxy "+mode, kubeProxyBin, args...)
+		runs.kproxy[mode] = runAndScrape(t, "kproxy "+mode, kproxyBin, args...)
+	}
+	return runs
+}
+
+// intendedMetricOmissions are kube-proxy metrics kproxy does not export,
+// each with why. A prefix ends in "_" and covers every name it starts.
+var intendedMetricOmissions = map[string]string{
+	"apiserver_":  "registered by k8s.io/apiserver packages kube-proxy links (audit, envelope encryption, webhooks, validation); they describe an API server, and stay zero in kube-proxy",
+	"aggregator_": "registered by the kube-aggregator discovery code kube-proxy links; zero in kube-proxy",
+	"kubeproxy_iptables_ct_state_invalid_dropped_packets_total":     "read from the nfacct counter kube-proxy's iptables rules update; kproxy's rules use no nfacct object",
+	"kubeproxy_iptables_localhost_nodeports_accepted_packets_total": "read from the nfacct counter kube-proxy's iptables rules update; kproxy's rules use no nfacct object",
+	"kubernetes_feature_enabled":                                    "kproxy does not build a component-base feature gate whose state it could export (--feature-gates is validated by cmd/kproxy/options)",
+}
+
+// sampledLater are kube-proxy metrics kproxy registers (TestRestClientMetrics
+// in sync/metrics checks them) that have no sample yet when the test
+// scrapes, and a metric family without samples is not printed: client-go
+// observes them only for plain requests, and kube-proxy makes one (it GETs
+// its Node) before its first sync while kproxy's informers have only
+// listed and watched. Unlike intendedMetricOmissions, kproxy may serve
+// them.
+var sampledLater = map[string]bool{
+	"rest_client_rate_limiter_duration_seconds": true,
+	"rest_client_request_duration_seconds":      true,
+	"rest_client_request_size_bytes":            true,
+	"rest_client_response_size_bytes":           true,
+}
+
+func omitted(name string) (string, bool) {
+	for k, why := range intendedMetricOmissions {
+		if name == k || (strings.HasSuffix(k, "_") && strings.HasPrefix(name, k)) {
+			return why, true
+		}
+	}
+	return "", false
+}
+
+// TestMetricNamesCoverKubeProxy fails on any metric kube-proxy v1.36.3
+// serves, in its iptables and nftables modes, that kproxy in the same mode
+// lacks, unless intendedMetricOmissions says why; and on an omission that
+// kube-proxy no longer has or kproxy now serves (a stale entry).
+func TestMetricNamesCoverKubeProxy(t *testing.T) {
+	lab.RequireRoot(t)
+	bin := inNetnsWithBinary(t)
+	if bin == "" {
+		return
+	}
+	modes := []string{"iptables", "nftables"}
+	runs := runParity(t, bin, modes)
+	usedOmissions := map[string]bool{}
+	for _, mode := range modes {
+		kp, kx := metricNames(runs.kubeProxy[mode].bodies["/metrics"]), metricNames(runs.kproxy[mode].bodies["/metrics"])
+		if len(kp) < 50 {
+			t.Fatalf("kube-proxy %s served only %d metric names:\n%s", mode, len(kp), runs.kubeProxy[mode].bodies["/metrics"])
+		}
+		have := map[string]bool{}
+		for _, n := range kx {
+			have[n] = true
+		}
+		var missing []string
+		for _, n := range kp {
+			if have[n] {
+				if _, ok := omitted(n); ok {
+					t.Errorf("%s mode: kproxy serves %s, which intendedMetricOmissions still lists", mode, n)
+				}
+				continue
+			}
+			if sampledLater[n] {
+				continue
+			}
+			if _, ok := omitted(n); ok {
+				for k := range intendedMetricOmissions {
+					if n == k || (strings.HasSuffix(k, "_") && strings.HasPrefix(n, k)) {
+						usedOmissions[k] = true
+					}
+				}
+				continue
+			}
+			missing = append(missing, n)
+		}
+		if len(missing) > 0 {
+			t.Errorf("%s mode: kproxy lacks %d of kube-proxy's metrics:\n  %s", mode, len(missing), strings.Join(missing, "\n  "))
+		}
+		t.Logf("%s mode: kube-proxy serves %d metric names, kproxy %d; families %s", mode, len(kp), len(kx), familiesOf(runs.kproxy[mode].bodies["/metrics"]))
+		// Both proxy the same families.
+		if w, g := familiesOf(runs.kubeProxy[mode].bodies["/metrics"]), familiesOf(runs.kproxy[mode].bodies["/metrics"]); w != g || w == "" {
+			t.Errorf("%s mode: kubeproxy_sync_proxy_rules_duration_seconds by ip_family: kproxy %q, kube-proxy %q", mode, g, w)
+		}
+		// kube-proxy's own metrics carry the same labels in both.
+		kpLabels, kxLabels := labelKeys(runs.kubeProxy[mode].bodies["/metrics"]), labelKeys(runs.kproxy[mode].bodies["/metrics"])
+		for name, keys := range kpLabels {
+			if !strings.HasPrefix(name, "kubeproxy_") || !have[name] {
+				continue
+			}
+			if got := kxLabels[name]; got != keys {
+				t.Errorf("%s mode: %s has labels {%s} in kproxy, {%s} in kube-proxy", mode, name, got, keys)
+			}
+		}
+	}
+	// kubernetes_build_info says what `kproxy --version` says.
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("kproxy --version: %v", err)
+	}
+	version := strings.TrimPrefix(strings.TrimSpace(string(out)), "kproxy version ")
+	version, _, _ = strings.Cut(version, " (") // an explicit version names the revision after it
+	if body := runs.kproxy[modes[0]].bodies["/metrics"]; !strings.Contains(body, `git_version="`+version+`"`) {
+		t.Errorf("kproxy's kubernetes_build_info lacks git_version=%q (kproxy --version: %q)", version, out)
+	}
+	for k := range intendedMetricOmissions {
+		// kube-proxy registers its nfacct counters only when the kernel
+		// has nfacct (nfnetlink_acct).
+		if !usedOmissions[k] && !strings.HasPrefix(k, "kubeproxy_iptables_") {
+			t.Errorf("intendedMetricOmissions lists %s, which kube-proxy does not serve in %v", k, modes)
+		}
+	}
+}
+
+func TestLabelKeys(t *testing.T) {
+	body := `# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.001"} 0
+kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1
+# TYPE kubeproxy_sync_proxy_rules_iptables_last gauge
+kubeproxy_sync_proxy_rules_iptables_last{table="nat",ip_family="IPv4"} 3
+# TYPE kubeproxy_sync_proxy_rules_service_changes_total counter
+kubeproxy_sync_proxy_rules_service_changes_total 2
+`
+	got := labelKeys(body)
+	want := map[string]string{
+		"kubeproxy_sync_proxy_rules_duration_seconds":      "ip_family",
+		"kubeproxy_sync_proxy_rules_iptables_last":         "ip_family,table",
+		"kubeproxy_sync_proxy_rules_service_changes_total": "",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("labelKeys = %v, want %v", got, want)
+	}
+}
+
+// configzValueDifferences are /configz values in which kproxy differs from
+// kube-proxy on the same flags, by JSON path, with why. Key sets must match.
+var configzValueDifferences = map[string]string{
+	"ipvs.syncPeriod":        "kproxy's defaulting fills the IPVS and nftables periods from iptables' (cmd/kproxy/options); kube-proxy leaves them 0s and uses iptables' at run time",
+	"nftables.syncPeriod":    "as ipvs.syncPeriod",
+	"nftables.minSyncPeriod": "as ipvs.syncPeriod",
+}
+
+// flagzDifferences are kube-proxy flags that kproxy lacks or shows with
+// another value, with why.
+var flagzDifferences = map[string]string{
+	"boot-id-file":         "kube-proxy reads it for the node's boot ID in its Node conditions updates; kproxy has no such flag",
+	"machine-id-file":      "as boot-id-file",
+	"detect-local-mode":    "kproxy's flag default is empty (meaning ClusterCIDR, resolved later); kube-proxy's shows ClusterCIDR",
+	"ipvs-min-sync-period": "kproxy's flag default is 0s (the IPVS mode then uses 1s); kube-proxy's is 1s",
+}
+
+// TestDebugPagesMatchKubeProxy compares /configz, /flagz, /statusz and
+// /metrics/slis of kube-proxy v1.36.3 and kproxy run with the same flags.
+func TestDebugPagesMatchKubeProxy(t *testing.T) {
+	lab.RequireRoot(t)
+	bin := inNetnsWithBinary(t)
+	if bin == "" {
+		return
+	}
+	// In JSON: the pages show it, and a whole run logs in it.
+	runs := runParity(t, bin, []string{"iptables"}, "--logging-format=json")
+	kp, kx := runs.kubeProxy["iptables"], runs.kproxy["iptables"]
+	t.Run("JSON log of a run", func(t *testing.T) {
+		for _, r := range []struct {
+			who, log, started string
+		}{{"kube-proxy", kp.log, "Starting endpoint slice config controller"}, {"kproxy", kx.log, "kproxy started"}} {
+			sawJSON, sawStarted := false, false
+			for line := range strings.SplitSeq(strings.TrimSpace(r.log), "\n") {
+				var entry map[string]any
+				if json.Unmarshal([]byte(line), &entry) != nil {
+					if sawJSON {
+						t.Errorf("%s: text line %q after the switch to JSON", r.who, line)
+					}
+					continue
+				}
+				sawJSON = true
+				sawStarted = sawStarted || entry["msg"] == r.started
+			}
+			if !sawStarted {
+				t.Errorf("%s did not log %q in JSON:\n%s", r.who, r.started, r.log)
+			}
+		}
+	})
+	for _, p := range []string{"/metrics", "/metrics/slis", "/configz", "/flagz", "/statusz", "/flagz?json", "/statusz?json"} {
+		if kp.codes[p] != 200 || kx.codes[p] != 200 {
+			t.Errorf("GET %s: kube-proxy %d, kproxy %d; want 200 from both", p, kp.codes[p], kx.codes[p])
+		}
+	}
+
+	t.Run("configz", func(t *testing.T) {
+		want, got := flatJSON(t, kp.bodies["/configz"]), flatJSON(t, kx.bodies["/configz"])
+		for path, v := range want {
+			gv, ok := got[path]
+			short := strings.TrimPrefix(path, debugzGroupPrefix)
+			switch {
+			case !ok:
+				t.Errorf("kproxy's /configz lacks %s (kube-proxy: %s)", path, v)
+			case gv != v && configzValueDifferences[short] == "":
+				t.Errorf("/configz %s: kproxy %s, kube-proxy %s", path, gv, v)
+			}
+		}
+		for path, v := range got {
+			if _, ok := want[path]; !ok {
+				t.Errorf("kproxy's /configz has %s = %s, which kube-proxy's lacks", path, v)
+			}
+		}
+	})
+
+	t.Run("flagz", func(t *testing.T) {
+		var want, got struct {
+			Kind, APIVersion string
+			Flags            map[string]string
+		}
+		if err := json.Unmarshal([]byte(kp.bodies["/flagz?json"]), &want); err != nil {
+			t.Fatalf("kube-proxy's /flagz JSON: %v", err)
+		}
+		if err := json.Unmarshal([]byte(kx.bodies["/flagz?json"]), &got); err != nil {
+			t.Fatalf("kproxy's /flagz JSON: %v", err)
+		}
+		if got.Kind != want.Kind || got.APIVersion != want.APIVersion {
+			t.Errorf("/flagz JSON is %s %s, kube-proxy's %s %s", got.Kind, got.APIVersion, want.Kind, want.APIVersion)
+		}
+		if len(want.Flags) < 40 {
+			t.Fatalf("kube-proxy's /flagz lists only %d flags", len(want.Flags))
+		}
+		for name, v := range want.Flags {
+			if gv, ok := got.Flags[name]; (!ok || gv != v) && flagzDifferences[name] == "" {
+				t.Errorf("/flagz %s: kproxy %q (listed: %v), kube-proxy %q", name, gv, ok, v)
+			}
+		}
+		// The text form: the same header, then one line per flag.
+		wantLines, gotLines := strings.Split(kp.bodies["/flagz"], "\n"), strings.Split(kx.bodies["/flagz"], "\n")
+		if len(wantLines) < 3 || len(gotLines) < 3 || strings.Replace(wantLines[1], "kube-proxy", "kproxy", 1) != gotLines[1] || wantLines[2] != gotLines[2] {
+			t.Errorf("/flagz text header: kproxy %q, kube-proxy %q", gotLines[:min(3, len(gotLines))], wantLines[:min(3, len(wantLines))])
+		}
+		if len(gotLines) != len(got.Flags)+4 {
+			t.Errorf("kproxy's /flagz text has %d lines for %d flags", len(gotLines), len(got.Flags))
+		}
+	})
+
+	t.Run("statusz", func(t *testing.T) {
+		keys := func(body string) []string {
+			var out []string
+			lines := strings.Split(body, "\n")
+			for _, line := range lines[min(3, len(lines)):] {
+				if line != "" {
+					out = append(out, statuszKey(line))
+				}
+			}
+			return out
+		}
+		want, got := keys(kp.bodies["/statusz"]), keys(kx.bodies["/statusz"])
+		wantWithoutEmulation := slices.DeleteFunc(slices.Clone(want), func(k string) bool { return k == "Emulation version" })
+		if strings.Join(got, "|") != strings.Join(wantWithoutEmulation, "|") {
+			t.Errorf("/statusz lines: kproxy %q, kube-proxy %q (kproxy emulates no Kubernetes version)", got, want)
+		}
+		var wantJ, gotJ struct {
+			Kind, APIVersion, GoVersion string
+			Paths                       []string
+		}
+		if err := json.Unmarshal([]byte(kp.bodies["/statusz?json"]), &wantJ); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(kx.bodies["/statusz?json"]), &gotJ); err != nil {
+			t.Fatal(err)
+		}
+		if gotJ.Kind != wantJ.Kind || gotJ.APIVersion != wantJ.APIVersion || gotJ.GoVersion == "" {
+			t.Errorf("/statusz JSON: kproxy %+v, kube-proxy %+v", gotJ, wantJ)
+		}
+		if strings.Join(gotJ.Paths, " ") != strings.Join(wantJ.Paths, " ") {
+			t.Errorf("/statusz paths: kproxy %q, kube-proxy %q", gotJ.Paths, wantJ.Paths)
+		}
+	})
+
+	// The metrics port's other pages: kube-proxy's /healthz there is the
+	// generic ping ("ok"), not the proxy's health, and it has no /livez.
+	t.Run("healthz, livez, proxyMode", func(t *testing.T) {
+		for _, p := range []string{"/healthz", "/livez", "/proxyMode"} {
+			if kp.codes[p] != kx.codes[p] || kp.bodies[p] != kx.bodies[p] {
+				t.Errorf("%s on the metrics port: kproxy %d %q, kube-proxy %d %q", p, kx.codes[p], kx.bodies[p], kp.codes[p], kp.bodies[p])
+			}
+		}
+	})
+
+	t.Run("metrics/slis", func(t *testing.T) {
+		if w, g := metricNames(kp.bodies["/metrics/slis"]), metricNames(kx.bodies["/metrics/slis"]); strings.Join(w, " ") != strings.Join(g, " ") {
+			t.Errorf("/metrics/slis families: kproxy %q, kube-proxy %q", g, w)
+		}
+	})
+}
+
+const debugzGroupPrefix = "kubeproxy.config.k8s.io."
+
+// statuszKey is the key of a /statusz text line: what precedes its
+// delimiter (":", ": ", "=" or " ", one per response).
+func statuszKey(line string) string {
+	for _, key := range []string{"Started", "Up", "Go version", "Binary version", "Emulation version", "Paths"} {
+		if strings.HasPrefix(line, key) {
+			return key
+		}
+	}
+	return line
+}
+
+// flatJSON flattens a JSON document into path -> JSON-encoded value.
+func flatJSON(t *testing.T, body string) map[string]string {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, body)
+	}
+	out := map[string]string{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if m, ok := v.(map[string]any); ok && len(m) > 0 {
+			for k, c := range m {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), c)
+			}
+			return
+		}
+		b, _ := json.Marshal(v)
+		out[prefix] = string(b)
+	}
+	walk("", doc)
+	return out
+}
+
+// TestDebugPagesGates: /flagz and /statusz follow kube-proxy's
+// ComponentFlagz and ComponentStatusz gates, on by default.
+func TestDebugPagesGates(t *testing.T) {
+	eff := options.NewDefaultFileConfiguration()
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	fs.String("proxy-mode", "", "")
+	tests := []struct {
+		gates               map[string]bool
+		wantFlagz, wantStat bool
+	}{
+		{nil, true, true},
+		{map[string]bool{"ComponentFlagz": false}, false, true},
+		{map[string]bool{"ComponentStatusz": false, "ComponentFlagz": true}, true, false},
+	}
+	for _, tt := range tests {
+		dbg, err := debugPages(eff, fs, tt.gates)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (dbg.Flagz != nil) != tt.wantFlagz || dbg.Statusz != tt.wantStat || len(dbg.Configz) == 0 {
+			t.Errorf("gates %v: flagz %v statusz %v configz %d bytes; want flagz %v statusz %v", tt.gates, dbg.Flagz != nil, dbg.Statusz, len(dbg.Configz), tt.wantFlagz, tt.wantStat)
+		}
+	}
+}
