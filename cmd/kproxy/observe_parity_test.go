@@ -224,11 +224,9 @@ func runParity(t *testing.T, kproxyBin string, modes []string, extra ...string) 
 // intendedMetricOmissions are kube-proxy metrics kproxy does not export,
 // each with why. A prefix ends in "_" and covers every name it starts.
 var intendedMetricOmissions = map[string]string{
-	"apiserver_":  "registered by k8s.io/apiserver packages kube-proxy links (audit, envelope encryption, webhooks, validation); they describe an API server, and stay zero in kube-proxy",
-	"aggregator_": "registered by the kube-aggregator discovery code kube-proxy links; zero in kube-proxy",
-	"kubeproxy_iptables_ct_state_invalid_dropped_packets_total":     "read from the nfacct counter kube-proxy's iptables rules update; kproxy's rules use no nfacct object",
-	"kubeproxy_iptables_localhost_nodeports_accepted_packets_total": "read from the nfacct counter kube-proxy's iptables rules update; kproxy's rules use no nfacct object",
-	"kubernetes_feature_enabled":                                    "kproxy does not build a component-base feature gate whose state it could export (--feature-gates is validated by cmd/kproxy/options)",
+	"apiserver_":                 "registered by k8s.io/apiserver packages kube-proxy links (audit, envelope encryption, webhooks, validation); they describe an API server, and stay zero in kube-proxy",
+	"aggregator_":                "registered by the kube-aggregator discovery code kube-proxy links; zero in kube-proxy",
+	"kubernetes_feature_enabled": "kproxy does not build a component-base feature gate whose state it could export (--feature-gates is validated by cmd/kproxy/options)",
 }
 
 // sampledLater are kube-proxy metrics kproxy registers (TestRestClientMetrics
@@ -327,9 +325,7 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 		t.Errorf("kproxy's kubernetes_build_info lacks git_version=%q (kproxy --version: %q)", version, out)
 	}
 	for k := range intendedMetricOmissions {
-		// kube-proxy registers its nfacct counters only when the kernel
-		// has nfacct (nfnetlink_acct).
-		if !usedOmissions[k] && !strings.HasPrefix(k, "kubeproxy_iptables_") {
+		if !usedOmissions[k] {
 			t.Errorf("intendedMetricOmissions lists %s, which kube-proxy does not serve in %v", k, modes)
 		}
 	}
