@@ -561,5 +561,21 @@ conntrack: {maxPerCore: 0}
 		if !strings.Contains(table, "0x00008000") || strings.Contains(table, "0x00004000") {
 			t.Errorf("masqueradeBit: 15 wants mark 0x00008000 (and not the default bit 14's 0x00004000) in the table:\n%s", table)
 		}
+
+		// As kube-proxy, kproxy exits once the file changes, for whatever
+		// restarts it to apply the new configuration whole; its rules
+		// stay meanwhile.
+		if err := os.WriteFile(config, []byte(strings.Replace(content, "7s", "8s", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.kproxy.Exited():
+		case <-time.After(10 * time.Second):
+			t.Fatal("kproxy still runs 10 s after its --config file changed")
+		}
+		if err := l.kproxy.Err(); err == nil || !strings.Contains(l.kproxy.Log(), "configuration file was updated") {
+			t.Errorf("kproxy exited (%v) without saying its configuration file was updated:\n%s", err, lastLines(l.kproxy.Log(), 10))
+		}
+		l.wantBalanced(t, "TCP ClusterIP after kproxy exited", askHTTP(l.topo.Client, "http://"+webVIP+"/"))
 	})
 }

@@ -134,9 +134,18 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 		return fmt.Errorf("setting up the sync engine: %w", err)
 	}
 
+	// kube-proxy exits when its --config file changes, so the DaemonSet
+	// restarts it on the new configuration; so does kproxy.
+	var watch *configWatch
+	if cfg.ConfigFile != "" {
+		if watch, err = watchConfigFile(cfg.ConfigFile); err != nil {
+			return err
+		}
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(servers.list)+2)
+	errs := make(chan error, len(servers.list)+3)
 	// Every part runs until ctx ends; one that stops before is a failure
 	// that stops kproxy, even if it stopped without an error.
 	goFn := func(what string, fn func(context.Context) error) {
@@ -160,6 +169,10 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	goFn("service source", src.Run)
 	goFn("sync engine", func(ctx context.Context) error { eng.Run(ctx); return nil })
 	running += 2
+	if watch != nil {
+		goFn("config file watch", watch.run)
+		running++
+	}
 
 	logger.Info("kproxy started", "mode", name, "source", src.describe, "minSyncPeriod", minSync, "syncPeriod", syncPeriod)
 	var firstErr error
