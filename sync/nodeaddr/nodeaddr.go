@@ -47,10 +47,13 @@ func (p Policy) PrimaryIP(fam ipfamily.Family, node *servicemap.NodeInfo) (netip
 // in, empty meaning every address of fam (see MatchAll). "primary" becomes
 // the primary IP's host prefix. A family with no primary IP known (no
 // --bind-address of it and no address of it on the Node object) gets every
-// address, as kube-proxy does for a family it found no node IP in.
+// address, as kube-proxy does for a family it found no node IP in; so does
+// a loopback primary IP.
 func (p Policy) For(fam ipfamily.Family, node *servicemap.NodeInfo) []netip.Prefix {
 	if p.Primary {
-		if ip, ok := p.PrimaryIP(fam, node); ok {
+		// A loopback primary IP (--bind-address=127.0.0.1) restricts
+		// nothing: kube-proxy leaves it out of the resolved list.
+		if ip, ok := p.PrimaryIP(fam, node); ok && !ip.IsLoopback() {
 			return []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}
 		}
 		return nil

@@ -43,6 +43,7 @@ func TestFor(t *testing.T) {
 		{"primary from a specific bind address", Policy{Primary: true, BindAddress: netip.MustParseAddr("198.19.0.9")}, node, ipfamily.IPv4, prefixes("198.19.0.9/32")},
 		{"primary, bind address of the other family", Policy{Primary: true, BindAddress: netip.MustParseAddr("198.19.0.9")}, node, ipfamily.IPv6, prefixes("fd00::1/128")},
 		{"primary, unspecified bind address", Policy{Primary: true, BindAddress: netip.MustParseAddr("0.0.0.0")}, node, ipfamily.IPv4, prefixes("198.19.0.1/32")},
+		{"primary, loopback bind address: every address", Policy{Primary: true, BindAddress: netip.MustParseAddr("127.0.0.1")}, node, ipfamily.IPv4, nil},
 		{"primary, no Node yet", Policy{Primary: true}, nil, ipfamily.IPv4, nil},
 		{"primary, Node without that family", Policy{Primary: true}, v4only, ipfamily.IPv6, nil},
 	} {

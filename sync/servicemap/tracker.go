@@ -211,16 +211,21 @@ func nodeInfoOf(node *v1.Node) *NodeInfo {
 		Labels:   maps.Clone(node.Labels),
 		Deleting: node.DeletionTimestamp != nil,
 	}
-	for _, a := range node.Status.Addresses {
-		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
-			continue
+	// InternalIPs first, then ExternalIPs, as kube-proxy orders them
+	// (utilnode.GetNodeHostIPs): the first of a family is the node's
+	// primary IP of that family.
+	for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+		for _, a := range node.Status.Addresses {
+			if a.Type != typ {
+				continue
+			}
+			ip, ok := parseIPSloppy(strings.TrimSpace(a.Address))
+			if !ok {
+				klog.InfoS("Warning: ignoring unparseable node address", "node", node.Name, "address", a.Address)
+				continue
+			}
+			info.Addresses = append(info.Addresses, ip)
 		}
-		ip, ok := parseIPSloppy(strings.TrimSpace(a.Address))
-		if !ok {
-			klog.InfoS("Warning: ignoring unparseable node address", "node", node.Name, "address", a.Address)
-			continue
-		}
-		info.Addresses = append(info.Addresses, ip)
 	}
 	cidrs := node.Spec.PodCIDRs
 	if len(cidrs) == 0 && node.Spec.PodCIDR != "" {
