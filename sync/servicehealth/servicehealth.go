@@ -26,9 +26,11 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Addresses are the addresses to listen on (--nodeport-addresses,
-	// resolved); empty means every address.
-	Addresses []netip.Addr
+	// Addresses returns the addresses to listen on (--nodeport-addresses
+	// resolved against this node's Node object, which "primary" needs);
+	// empty means every address. It is asked at every Sync, and the
+	// listeners move when its answer changes. nil means every address.
+	Addresses func(node *servicemap.NodeInfo) []netip.Addr
 	// ProxyHealthy reports whether the proxy itself is healthy (in sync and
 	// the node not being deleted); nil means always.
 	ProxyHealthy func() bool
@@ -43,6 +45,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	services map[types.NamespacedName]*service
+	// addrs is what Addresses answered at the last Sync: the listeners'.
+	addrs []netip.Addr
 }
 
 // service is one health-checked service and its listeners.
@@ -58,6 +62,9 @@ type service struct {
 func New(cfg Config) *Server {
 	if cfg.Listen == nil {
 		cfg.Listen = net.Listen
+	}
+	if cfg.Addresses == nil {
+		cfg.Addresses = func(*servicemap.NodeInfo) []netip.Addr { return nil }
 	}
 	if cfg.ProxyHealthy == nil {
 		cfg.ProxyHealthy = func() bool { return true }
@@ -93,11 +100,20 @@ func (s *Server) Sync(snap *servicemap.Snapshot) error {
 		}
 	}
 
+	addrs := s.cfg.Addresses(snap.Node)
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
+	// New addresses (the Node object arrived, or its primary IP changed)
+	// reopen every port on them.
+	moved := !slices.Equal(addrs, s.addrs)
+	if moved && len(s.services) > 0 {
+		s.cfg.Logger.Info("Health-check node ports move to new node addresses", "addresses", addrs, "previous", s.addrs)
+	}
+	s.addrs = addrs
 	for name, svc := range s.services {
-		if w, ok := want[name]; !ok || w.port != svc.port {
+		if w, ok := want[name]; !ok || w.port != svc.port || moved {
 			svc.close()
 			delete(s.services, name)
 		}
@@ -123,9 +139,9 @@ func (s *Server) Sync(snap *servicemap.Snapshot) error {
 func (s *Server) open(name types.NamespacedName, port uint16) (*service, error) {
 	svc := &service{name: name, port: port}
 	addrs := []string{net.JoinHostPort("", strconv.Itoa(int(port)))}
-	if len(s.cfg.Addresses) > 0 {
+	if len(s.addrs) > 0 {
 		addrs = addrs[:0]
-		for _, a := range s.cfg.Addresses {
+		for _, a := range s.addrs {
 			addrs = append(addrs, netip.AddrPortFrom(a, port).String())
 		}
 	}

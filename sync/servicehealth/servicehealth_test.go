@@ -16,6 +16,8 @@ import (
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
+func loopback(*servicemap.NodeInfo) []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} }
+
 // freePort asks the kernel for a loopback port that is free right now.
 func freePort(t *testing.T) uint16 {
 	t.Helper()
@@ -62,7 +64,7 @@ func TestServesLocalEndpointHealth(t *testing.T) {
 	hc := freePort(t)
 	var healthy atomic.Bool
 	healthy.Store(true)
-	s := New(Config{Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, ProxyHealthy: healthy.Load})
+	s := New(Config{Addresses: loopback, ProxyHealthy: healthy.Load})
 	t.Cleanup(func() { s.Close() })
 
 	steps := []struct {
@@ -123,7 +125,7 @@ func TestServesLocalEndpointHealth(t *testing.T) {
 func TestAPortThatCannotBeOpenedDoesNotStopTheOthers(t *testing.T) {
 	good, bad := freePort(t), freePort(t)
 	s := New(Config{
-		Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		Addresses: loopback,
 		Listen: func(network, addr string) (net.Listener, error) {
 			if addr == fmt.Sprintf("127.0.0.1:%d", bad) {
 				return nil, errors.New("address already in use")
@@ -144,5 +146,50 @@ func TestAPortThatCannotBeOpenedDoesNotStopTheOthers(t *testing.T) {
 	}
 	if code, _ := probe(t, good); code != 200 {
 		t.Errorf("the good port answered %d", code)
+	}
+}
+
+// TestListenersFollowTheNodeAddresses: with "primary", the addresses come
+// from the Node object, which may arrive after the first Sync or change;
+// the listeners move with them.
+func TestListenersFollowTheNodeAddresses(t *testing.T) {
+	hc := freePort(t)
+	s := New(Config{Addresses: func(node *servicemap.NodeInfo) []netip.Addr {
+		if node == nil {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+		}
+		return node.Addresses
+	}})
+	t.Cleanup(func() { s.Close() })
+	answers := func(addr string) bool {
+		resp, err := http.Get(fmt.Sprintf("http://%s:%d/", addr, hc))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}
+	lb := port("lb", "http", hc, ep("198.19.1.11", true, true))
+	for _, st := range []struct {
+		name      string
+		node      *servicemap.NodeInfo
+		answer    string
+		notAnswer string
+	}{
+		{"no Node yet", nil, "127.0.0.1", "127.0.0.2"},
+		{"the Node arrives", &servicemap.NodeInfo{Name: "n", Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.2")}}, "127.0.0.2", "127.0.0.1"},
+		{"its address changes", &servicemap.NodeInfo{Name: "n", Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.3")}}, "127.0.0.3", "127.0.0.2"},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			if err := s.Sync(servicemap.NewSnapshot(1, st.node, lb)); err != nil {
+				t.Fatal(err)
+			}
+			if !answers(st.answer) {
+				t.Errorf("health-check node port %d does not answer on %s", hc, st.answer)
+			}
+			if answers(st.notAnswer) {
+				t.Errorf("health-check node port %d still answers on %s", hc, st.notAnswer)
+			}
+		})
 	}
 }

@@ -168,16 +168,17 @@ func Cleanup(ctx context.Context, cfg *options.Config) error {
 }
 
 // listenAddresses is where health-check node ports listen: like NodePorts,
-// on the addresses --nodeport-addresses admits, or everywhere. It is
-// decided at start, before the Node object is known ("primary" then means
-// --bind-address, or everywhere).
-func listenAddresses(logger klog.Logger, s mode.Settings) []netip.Addr {
-	local, err := kernel.InterfaceAddresses()
-	if err != nil {
-		logger.Info("Could not list the node's addresses; health-check node ports listen everywhere", "err", err)
-		return nil
+// on the addresses --nodeport-addresses admits, or everywhere. It is asked
+// at every sync, so "primary" follows the Node object as NodePorts do.
+func listenAddresses(logger klog.Logger, s mode.Settings) func(*servicemap.NodeInfo) []netip.Addr {
+	return func(node *servicemap.NodeInfo) []netip.Addr {
+		local, err := kernel.InterfaceAddresses()
+		if err != nil {
+			logger.Info("Could not list the node's addresses; health-check node ports listen everywhere", "err", err)
+			return nil
+		}
+		return s.NodePorts.ListenAddresses(node, local)
 	}
-	return s.NodePorts.ListenAddresses(nil, local)
 }
 
 // applyOOMScoreAdj protects kproxy from the OOM killer as kube-proxy does
