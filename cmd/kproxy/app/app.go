@@ -172,6 +172,9 @@ func Cleanup(ctx context.Context, cfg *options.Config) error {
 // at every sync, so "primary" follows the Node object as NodePorts do.
 func listenAddresses(logger klog.Logger, s mode.Settings) func(*servicemap.NodeInfo) []netip.Addr {
 	return func(node *servicemap.NodeInfo) []netip.Addr {
+		if !s.NodePorts.Primary && len(s.NodePorts.CIDRs) == 0 {
+			return nil // every address: nothing to list
+		}
 		local, err := kernel.InterfaceAddresses()
 		if err != nil {
 			logger.Info("Could not list the node's addresses; health-check node ports listen everywhere", "err", err)
