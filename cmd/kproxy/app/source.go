@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"time"
 
 	componentconfig "k8s.io/component-base/config/v1alpha1"
 
@@ -12,6 +13,10 @@ import (
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
+
+// nodeIPWait is how long kube-proxy's NodeManager waits at start for the
+// Node object's addresses.
+const nodeIPWait = 30 * time.Second
 
 // source is where Services and EndpointSlices come from.
 type source struct {
@@ -42,6 +47,11 @@ func newSource(ctx context.Context, cfg *options.Config, sink servicemap.Sink, m
 	// kube-proxy watches ServiceCIDRs unless this (GA, default on) gate is off.
 	if on, set := cfg.FeatureGates["MultiCIDRServiceAllocator"]; set && !on {
 		cs.WatchServiceCIDRs = false
+	}
+	if cfg.NodePortPrimary {
+		// "primary" reads the Node object: the first sync waits for it as
+		// kube-proxy's start does, so NodePorts never open everywhere first.
+		cs.NodeWait = nodeIPWait
 	}
 	return &source{describe: "cluster", Run: cs.Run}, nil
 }
