@@ -16,7 +16,9 @@ import (
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-func loopback(*servicemap.NodeInfo) []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} }
+func loopback(*servicemap.NodeInfo) []netip.Addr {
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+}
 
 // freePort asks the kernel for a loopback port that is free right now.
 func freePort(t *testing.T) uint16 {
