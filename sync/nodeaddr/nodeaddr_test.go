@@ -85,7 +85,7 @@ func TestMatchingHelpers(t *testing.T) {
 }
 
 func TestListenAddresses(t *testing.T) {
-	local := addrs("127.0.0.1", "198.19.0.1", "198.19.1.1", "fd00::1")
+	local := addrs("127.0.0.1", "198.19.0.1", "198.19.1.1", "fd00::1", "fe80::1")
 	node := &servicemap.NodeInfo{Addresses: addrs("198.19.0.1")}
 	for _, tc := range []struct {
 		name   string
@@ -93,8 +93,9 @@ func TestListenAddresses(t *testing.T) {
 		want   []netip.Addr
 	}{
 		{"unset: everywhere", Policy{}, nil},
-		{"a subnet: its addresses, every IPv6 one", Policy{CIDRs: prefixes("198.19.1.0/24")}, addrs("198.19.1.1", "fd00::1")},
-		{"primary: the node IP, every IPv6 one", Policy{Primary: true}, addrs("198.19.0.1", "fd00::1")},
+		{"a subnet: its addresses, IPv6 everywhere", Policy{CIDRs: prefixes("198.19.1.0/24")}, addrs("198.19.1.1", "::")},
+		{"primary: the node IP, IPv6 everywhere", Policy{Primary: true}, addrs("198.19.0.1", "::")},
+		{"an IPv6 subnet: IPv4 everywhere, its addresses", Policy{CIDRs: prefixes("fd00::/64")}, addrs("0.0.0.0", "fd00::1")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.policy.ListenAddresses(node, local); !slices.Equal(got, tc.want) {

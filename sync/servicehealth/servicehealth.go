@@ -138,15 +138,26 @@ func (s *Server) Sync(snap *servicemap.Snapshot) error {
 // open starts serving name's health check on port at every address.
 func (s *Server) open(name types.NamespacedName, port uint16) (*service, error) {
 	svc := &service{name: name, port: port}
-	addrs := []string{net.JoinHostPort("", strconv.Itoa(int(port)))}
+	// One listener on every address, or one per address given; an
+	// unspecified one (0.0.0.0, ::) stands for its family only, so the
+	// IPv6 wildcard does not take the IPv4 port too.
+	type bind struct{ network, addr string }
+	binds := []bind{{"tcp", net.JoinHostPort("", strconv.Itoa(int(port)))}}
 	if len(s.addrs) > 0 {
-		addrs = addrs[:0]
+		binds = binds[:0]
 		for _, a := range s.addrs {
-			addrs = append(addrs, netip.AddrPortFrom(a, port).String())
+			network := "tcp4"
+			if a.Is6() {
+				network = "tcp6"
+			}
+			binds = append(binds, bind{network, netip.AddrPortFrom(a, port).String()})
 		}
 	}
-	for _, addr := range addrs {
-		ln, err := s.cfg.Listen("tcp", addr)
+	var addrs []string
+	for _, b := range binds {
+		addr := b.addr
+		addrs = append(addrs, addr)
+		ln, err := s.cfg.Listen(b.network, addr)
 		if err != nil {
 			svc.close()
 			return nil, fmt.Errorf("health-check node port %d of service %s on %s: %w", port, name, addr, err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -195,3 +196,57 @@ func TestListenersFollowTheNodeAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestListenNetworks: an address given listens in its own family only, so
+// the IPv6 wildcard (every IPv6 address) leaves the IPv4 port to the IPv4
+// listeners; no address given means one listener for both.
+func TestListenNetworks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		addrs []netip.Addr
+		want  []string
+	}{
+		{"every address", nil, []string{"tcp :7"}},
+		{"the primary IPv4 address, every IPv6 one", []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.IPv6Unspecified()},
+			[]string{"tcp4 198.19.0.1:7", "tcp6 [::]:7"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			s := New(Config{
+				Addresses: func(*servicemap.NodeInfo) []netip.Addr { return tc.addrs },
+				Listen: func(network, addr string) (net.Listener, error) {
+					got = append(got, network+" "+addr)
+					return newIdleListener(), nil
+				},
+			})
+			t.Cleanup(func() { s.Close() })
+			if err := s.Sync(servicemap.NewSnapshot(1, nil, port("lb", "", 7, ep("198.19.1.11", true, true)))); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("listened on %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// idleListener accepts nothing until closed.
+type idleListener struct{ closed chan struct{} }
+
+func newIdleListener() *idleListener { return &idleListener{closed: make(chan struct{})} }
+
+func (l *idleListener) Accept() (net.Conn, error) {
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *idleListener) Close() error {
+	select {
+	case <-l.closed:
+	default:
+		close(l.closed)
+	}
+	return nil
+}
+
+func (l *idleListener) Addr() net.Addr { return &net.TCPAddr{} }

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"kproxy.dev/kproxy/bench/lab"
+)
+
+// Parity cases: kube-proxy v1.36.3 and kproxy run on the same input (one
+// lab each, the same API objects, the same flags), and the same checks must
+// pass for both.
+
+const (
+	parityLBPort      = 30081
+	parityHealthCheck = 30256
+)
+
+// proxyUnderTest is one of the two proxies a parity case runs.
+type proxyUnderTest struct {
+	name string
+	// start runs the proxy on l's node against api with the common flags
+	// and args, and returns once it is running (not necessarily synced).
+	start func(t *testing.T, l *e2eLab, api *lab.APIServer, args ...string) *lab.Process
+}
+
+func parityProxies() []proxyUnderTest {
+	return []proxyUnderTest{
+		{name: "kube-proxy", start: func(t *testing.T, l *e2eLab, api *lab.APIServer, args ...string) *lab.Process {
+			flags := append([]string{"--kubeconfig=" + api.KubeconfigPath, "--hostname-override=node",
+				"--proxy-mode=" + l.mode.name, "--conntrack-max-per-core=0", "--iptables-min-sync-period=0", "-v=2"}, args...)
+			return l.topo.Node.StartFor(t, lab.KubeProxyBinary(t), flags...)
+		}},
+		{name: "kproxy", start: func(t *testing.T, l *e2eLab, api *lab.APIServer, args ...string) *lab.Process {
+			l.runKproxyOn(t, "--kubeconfig="+api.KubeconfigPath, nil, args...)
+			return l.kproxy
+		}},
+	}
+}
+
+// forParity runs body once per kernel proxy mode kube-proxy has on this
+// host (iptables, nftables) and per proxy, each in a lab of its own with a
+// fresh API server.
+func forParity(t *testing.T, body func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest)) {
+	t.Helper()
+	forModes(t, func(m proxyMode) bool { return m.name == "iptables" || m.name == "nftables" }, func(t *testing.T, m proxyMode) {
+		for _, p := range parityProxies() {
+			t.Run(p.name, func(t *testing.T) {
+				l := newLab(t, m, nil)
+				if l == nil {
+					return
+				}
+				body(t, l, lab.StartAPIServer(t), p)
+			})
+		}
+	})
+}
+
+// createNodeWithAddresses creates the Node "node" with addrs in this order
+// (kube-proxy prefers InternalIPs to ExternalIPs whatever the order).
+func createNodeWithAddresses(t *testing.T, client kubernetes.Interface, addrs ...v1.NodeAddress) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	node, err := client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: "node", Labels: map[string]string{v1.LabelHostname: "node"},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the Node: %v", err)
+	}
+	node.Status.Addresses = addrs
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("setting the Node's addresses: %v", err)
+	}
+}
+
+// createParityServices creates "web", a NodePort service (webNodePort) over
+// the backends, and "lb", an externalTrafficPolicy=Local LoadBalancer with
+// a health-check node port and its endpoints on this node.
+func createParityServices(t *testing.T, client kubernetes.Interface, backends []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	web := apiService("web", webVIP, "http", 80, 8080, v1.ProtocolTCP)
+	web.Spec.Type = v1.ServiceTypeNodePort
+	web.Spec.Ports[0].NodePort = webNodePort
+	lb := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: metav1.NamespaceDefault},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal,
+			HealthCheckNodePort: parityHealthCheck,
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt32(8080),
+				NodePort: parityLBPort}}},
+	}
+	lbSlice := apiSlice("lb", "http", 8080, v1.ProtocolTCP, backends)
+	for i := range lbSlice.Endpoints {
+		lbSlice.Endpoints[i].NodeName = ptr.To("node")
+	}
+	for _, svc := range []*v1.Service{web, lb} {
+		if _, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating service %s: %v", svc.Name, err)
+		}
+	}
+	for _, s := range []*discoveryv1.EndpointSlice{apiSlice("web", "http", 8080, v1.ProtocolTCP, backends), lbSlice} {
+		if _, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating EndpointSlice %s: %v", s.Name, err)
+		}
+	}
+}
+
+// TestParityNodePortAddressesPrimary: with --nodeport-addresses=primary,
+// NodePorts and health-check node ports answer on the node's primary IP as
+// the Node object gives it (its InternalIP, although an ExternalIP is
+// listed first), and not on the node's other address, for kube-proxy and
+// kproxy alike.
+func TestParityNodePortAddressesPrimary(t *testing.T) {
+	forParity(t, func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest) {
+		other := l.topo.Node.PodIPv4.String()
+		createNodeWithAddresses(t, api.Client,
+			v1.NodeAddress{Type: v1.NodeExternalIP, Address: other},
+			v1.NodeAddress{Type: v1.NodeInternalIP, Address: nodeIP},
+			v1.NodeAddress{Type: v1.NodeHostName, Address: "node"})
+		createParityServices(t, api.Client, l.backends)
+		proc := p.start(t, l, api, "--nodeport-addresses=primary")
+
+		client := l.topo.Client
+		primary := fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort)
+		lab.Eventually(t, p.name+" to serve the NodePort on the primary IP", func() (bool, string) {
+			select {
+			case <-proc.Exited():
+				t.Fatalf("%s exited: %v\n%s", p.name, proc.Err(), proc.Log())
+			default:
+			}
+			answer, err := askHTTP(client, primary)()
+			return err == nil, fmt.Sprint(answer, err)
+		})
+		l.wantBalanced(t, primary+" (the Node's InternalIP)", askHTTP(client, primary))
+		notPrimary := fmt.Sprintf("http://%s:%d/", other, webNodePort)
+		answer, err := askHTTP(client, notPrimary)()
+		wantRefused(t, notPrimary+" (the Node's ExternalIP, not its primary IP)", answer, err)
+
+		hc := fmt.Sprintf("http://%s:%d/", nodeIP, parityHealthCheck)
+		lab.Eventually(t, "the health-check node port on the primary IP", func() (bool, string) {
+			status, body, err := lab.HTTPGetStatus(client, hc)
+			return err == nil && status == 200, fmt.Sprint(status, body, err)
+		})
+		hcOther := fmt.Sprintf("http://%s:%d/", other, parityHealthCheck)
+		status, body, err := lab.HTTPGetStatus(client, hcOther)
+		if err == nil {
+			t.Errorf("the health-check node port answered on %s (not the primary IP): %d %q", hcOther, status, body)
+		}
+	})
+}
