@@ -156,6 +156,21 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	return errors.Join(errs...)
 }
 
+// Init implements mode.Initializer: the sysctls the mode needs, written
+// before any sync (--init-only). IPv4's are the node's whatever the
+// families.
+func (m *Mode) Init(_ context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var sysctls []desired.Sysctl
+	for _, f := range m.families {
+		sysctls = append(sysctls, desired.Sysctls(f.base)...)
+	}
+	return m.writeSysctls(sysctls, true)
+}
+
+var _ mode.Initializer = (*Mode)(nil)
+
 // writeSysctls writes each sysctl not written yet with its value (all of
 // them on a full sync). A required one failing is an error, retried next
 // sync; any other is a warning, retried at the next full sync.

@@ -11,6 +11,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/fakeipvs"
 	"kproxy.dev/kproxy/redirect/netfilter/fakeiptables"
 	"kproxy.dev/kproxy/sync/ipfamily"
@@ -73,6 +74,55 @@ func TestNodePortAddressesPrimary(t *testing.T) {
 			}
 			if diff := cmp.Diff(st.want, got); diff != "" {
 				t.Errorf("NodePort virtual servers (-want +got):\n%s\n%s", diff, fakeipvs.Dump(ipvs, link, sets))
+			}
+		})
+	}
+}
+
+// TestInitWritesTheSysctls: --init-only writes the sysctls the first sync
+// would, before any sync and with no service.
+func TestInitWritesTheSysctls(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "strict ARP"}[strict], func(t *testing.T) {
+			ipvs, link, sets := &fakeipvs.IPVS{}, &fakeipvs.Link{}, &fakeipvs.IPSets{}
+			ipt := fakeiptables.New(ipfamily.IPv4)
+			tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt, ipt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sysctls := fakesysctl.New(map[string]string{
+				"net/ipv4/ip_forward": "0", "net/ipv4/vs/conntrack": "0",
+				"net/ipv4/vs/expire_nodest_conn": "0", "net/ipv4/vs/expire_quiescent_template": "0",
+				"net/ipv4/conf/all/arp_ignore": "0", "net/ipv4/conf/all/arp_announce": "0",
+			})
+			dc := baseConfig()
+			dc.StrictARP = strict
+			m, err := New(Config{
+				Families: []FamilyConfig{{Desired: dc, IPVS: ipvs, Link: link, IPSets: sets, Tables: tables}},
+				NodeName: "node-a", Sysctls: sysctls, DrainInterval: -1, Logger: klog.Background(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = m.Close() })
+			if err := m.Init(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{
+				"net/ipv4/ip_forward": "1", "net/ipv4/vs/conntrack": "1",
+				"net/ipv4/vs/expire_nodest_conn": "1", "net/ipv4/vs/expire_quiescent_template": "1",
+				"net/ipv4/conf/all/arp_ignore": "0", "net/ipv4/conf/all/arp_announce": "0",
+			}
+			if strict {
+				want["net/ipv4/conf/all/arp_ignore"], want["net/ipv4/conf/all/arp_announce"] = "1", "2"
+			}
+			for name, v := range want {
+				if got, err := sysctls.Read(name); err != nil || got != v {
+					t.Errorf("%s = %q (%v), want %q", name, got, err, v)
+				}
+			}
+			if dump := fakeipvs.Dump(ipvs, link, sets); strings.Contains(dump, "TCP") {
+				t.Errorf("Init programmed IPVS:\n%s", dump)
 			}
 		})
 	}
