@@ -30,6 +30,9 @@ import (
 // Run starts kproxy and returns when ctx is cancelled or a part fails.
 // Everything that can be checked is checked before the kernel is touched.
 func Run(ctx context.Context, cfg *options.Config) error {
+	if cfg.InitOnly {
+		return initOnly(ctx, cfg)
+	}
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
 	settings := cfg.ModeSettings()
