@@ -44,7 +44,7 @@ func TestInitOnly(t *testing.T) {
 	}
 	t.Logf("--init-only returned after %v", time.Since(start))
 	for name, want := range map[string]string{
-		"net/ipv4/conf/all/route_localnet":                    "1",     // --iptables-localhost-nodeports (default true)
+		"net/ipv4/conf/all/route_localnet":                   "1",     // --iptables-localhost-nodeports (default true)
 		"net/netfilter/nf_conntrack_tcp_timeout_established": "86400", // --conntrack-tcp-timeout-established 24h
 	} {
 		if got := readSysctl(t, name); got != want {
