@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	m := metrics.New()
 	health := healthz.New(2*syncPeriod, m, nil)
 
-	servers, err := listen(cfg, name, health, m)
+	servers, err := listen(logger, cfg, name, health, m)
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	}
 	running := 0
 	for _, s := range servers.list {
-		goFn("serving "+s.what, s.server.Serve)
+		goFn("serving "+s.what, s.serve)
 		running++
 	}
 	goFn("service source", src.Run)
@@ -195,29 +195,19 @@ func applyOOMScoreAdj(logger klog.Logger, score int32) {
 	}
 }
 
-type namedServer struct {
-	what   string
-	server *healthz.Server
-}
-
-type serverSet struct{ list []namedServer }
-
-func (s *serverSet) close() {
-	for _, n := range s.list {
-		_ = n.server.Close()
-	}
-}
-
-// listen binds the health and metrics ports up front so that a port in use
-// fails the start instead of a background goroutine.
-func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics) (*serverSet, error) {
-	set := &serverSet{}
+// listen binds the health and metrics ports up front, so that a port in
+// use is known before anything starts: with --bind-address-hard-fail it
+// fails the start, else it is logged and retried in the background while
+// kproxy proxies, as kube-proxy does.
+func listen(logger klog.Logger, cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics) (*serverSet, error) {
+	set := &serverSet{logger: logger, hardFail: cfg.BindAddressHardFail}
 	if cfg.HealthzBindAddress != "" {
-		s, err := healthz.NewHealthServer(cfg.HealthzBindAddress, health)
+		err := set.add("healthz", "--healthz-bind-address", cfg.HealthzBindAddress, func() (*healthz.Server, error) {
+			return healthz.NewHealthServer(cfg.HealthzBindAddress, health)
+		})
 		if err != nil {
-			return nil, fmt.Errorf("--healthz-bind-address: %w", err)
+			return nil, err
 		}
-		set.list = append(set.list, namedServer{"healthz on " + s.Addr().String(), s})
 	}
 	if cfg.MetricsBindAddress != "" {
 		configz, err := json.Marshal(cfg)
@@ -225,15 +215,15 @@ func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metr
 			set.close()
 			return nil, fmt.Errorf("encoding the configuration for /configz: %w", err)
 		}
-		s, err := healthz.NewMetricsServer(healthz.MetricsServerConfig{
-			Address: cfg.MetricsBindAddress, Health: health, Metrics: m, ProxyMode: name, Configz: configz,
-			Profiling: cfg.EnableProfiling,
+		err = set.add("metrics", "--metrics-bind-address", cfg.MetricsBindAddress, func() (*healthz.Server, error) {
+			return healthz.NewMetricsServer(healthz.MetricsServerConfig{
+				Address: cfg.MetricsBindAddress, Health: health, Metrics: m, ProxyMode: name, Configz: configz,
+				Profiling: cfg.EnableProfiling,
+			})
 		})
 		if err != nil {
-			set.close()
-			return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+			return nil, err
 		}
-		set.list = append(set.list, namedServer{"metrics on " + s.Addr().String(), s})
 	}
 	return set, nil
 }
