@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,4 +160,68 @@ func TestParityNodePortAddressesPrimary(t *testing.T) {
 			t.Errorf("the health-check node port answered on %s (not the primary IP): %d %q", hcOther, status, body)
 		}
 	})
+}
+
+// TestParityInitOnly: --init-only sets the sysctls the proxy needs (the
+// conntrack timeouts, route_localnet for localhost NodePorts), writes no
+// rule and exits 0, for kube-proxy and kproxy alike.
+func TestParityInitOnly(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.name == "iptables" }, func(t *testing.T, m proxyMode) {
+		for _, p := range []string{"kube-proxy", "kproxy"} {
+			t.Run(p, func(t *testing.T) {
+				l := newLab(t, m, nil)
+				if l == nil {
+					return
+				}
+				api := lab.StartAPIServer(t)
+				lab.CreateNode(t, api.Client, "node", nodeIP)
+				sysctls := map[string]struct{ before, after string }{
+					"net/ipv4/conf/all/route_localnet":                    {"0", "1"},
+					"net/netfilter/nf_conntrack_tcp_timeout_established": {"600", "86400"},
+					"net/netfilter/nf_conntrack_tcp_timeout_close_wait":  {"60", "3600"},
+				}
+				for name, v := range sysctls {
+					writeProcSys(t, name, v.before)
+				}
+				bin := l.bin
+				if p == "kube-proxy" {
+					bin = lab.KubeProxyBinary(t)
+				}
+				proc := l.topo.Node.StartFor(t, bin, "--init-only", "--kubeconfig="+api.KubeconfigPath,
+					"--hostname-override=node", "--proxy-mode=iptables", "--conntrack-max-per-core=0", "-v=2")
+				select {
+				case <-proc.Exited():
+				case <-time.After(time.Minute):
+					t.Fatalf("%s --init-only still runs after a minute:\n%s", p, proc.Log())
+				}
+				if code := proc.ExitCode(); code != 0 {
+					t.Fatalf("%s --init-only exited %d:\n%s", p, code, proc.Log())
+				}
+				for name, v := range sysctls {
+					if got := readProcSys(t, name); got != v.after {
+						t.Errorf("%s after %s --init-only = %s, want %s", name, p, got, v.after)
+					}
+				}
+				if save := lab.Run(t, "iptables-save"); strings.Contains(save, "KUBE-") {
+					t.Errorf("%s --init-only wrote rules:\n%s", p, save)
+				}
+			})
+		}
+	})
+}
+
+func readProcSys(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func writeProcSys(t *testing.T, name, value string) {
+	t.Helper()
+	if err := os.WriteFile("/proc/sys/"+name, []byte(value), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
