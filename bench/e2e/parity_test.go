@@ -176,7 +176,7 @@ func TestParityInitOnly(t *testing.T) {
 				api := lab.StartAPIServer(t)
 				lab.CreateNode(t, api.Client, "node", nodeIP)
 				sysctls := map[string]struct{ before, after string }{
-					"net/ipv4/conf/all/route_localnet":                    {"0", "1"},
+					"net/ipv4/conf/all/route_localnet":                   {"0", "1"},
 					"net/netfilter/nf_conntrack_tcp_timeout_established": {"600", "86400"},
 					"net/netfilter/nf_conntrack_tcp_timeout_close_wait":  {"60", "3600"},
 				}
