@@ -52,6 +52,19 @@ type Tracker struct {
 	sorted []*ServicePort
 	// built holds each service's ports as of the last snapshot, sorted.
 	built map[types.NamespacedName][]*ServicePort
+
+	// ignoreExternalIPs is kube-proxy's AllowServiceExternalIPs=false.
+	ignoreExternalIPs bool
+}
+
+// IgnoreExternalIPs makes the map leave spec.externalIPs out of every
+// service port, as kube-proxy does with its AllowServiceExternalIPs feature
+// gate off (GA, on by default): no rule is programmed for them. Call it
+// before the first event.
+func (t *Tracker) IgnoreExternalIPs() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ignoreExternalIPs = true
 }
 
 // NewTracker returns a Tracker for the node named nodeName. onChange, if not
@@ -93,6 +106,16 @@ func (t *Tracker) OnServiceUpdate(svc *v1.Service) {
 	}
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	ports := ServicePortsOf(svc)
+	t.mu.Lock()
+	ignore := t.ignoreExternalIPs
+	t.mu.Unlock()
+	if ignore {
+		// The policy fields computed from spec.externalIPs stay, as
+		// kube-proxy computes them from the spec whatever the gate.
+		for _, p := range ports {
+			p.ExternalIPs = nil
+		}
+	}
 	skipped := SkipServiceReason(svc) != ""
 	t.notify(t.setService(key, ports, skipped))
 }
