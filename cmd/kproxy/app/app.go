@@ -60,6 +60,9 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	// callback notifies the engine, which reads snapshots from the tracker.
 	var eng *engine.Engine
 	tracker := servicemap.NewTracker(cfg.NodeName, func() { eng.Notify() })
+	if !cfg.FeatureEnabled("AllowServiceExternalIPs") {
+		tracker.IgnoreExternalIPs()
+	}
 	src, err := newSource(ctx, cfg, tracker, m)
 	if err != nil {
 		return err
