@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -223,5 +228,103 @@ func writeProcSys(t *testing.T, name, value string) {
 	t.Helper()
 	if err := os.WriteFile("/proc/sys/"+name, []byte(value), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gateRun is one run of a proxy that only checks its settings
+// (--write-config-to): whether it refused them and what it printed.
+type gateRun struct {
+	refused bool
+	output  string
+}
+
+func runGates(t *testing.T, bin string, args ...string) gateRun {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "written.yaml")
+	output, err := exec.Command(bin, append(args, "--write-config-to="+out)...).CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return gateRun{output: string(output)}
+	case errors.As(err, &exit):
+		return gateRun{refused: true, output: string(output)}
+	}
+	t.Fatalf("running %s: %v", bin, err)
+	return gateRun{}
+}
+
+// helpGates lists the gates a proxy's --help shows under --feature-gates.
+func helpGates(t *testing.T, bin string) []string {
+	t.Helper()
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
+	re := regexp.MustCompile(`(?m)^\s+([A-Za-z0-9]+=true\|false \([A-Z]+ - default=(true|false)\))\s*$`)
+	var gates []string
+	for _, m := range re.FindAllStringSubmatch(string(out), -1) {
+		gates = append(gates, m[1])
+	}
+	if len(gates) == 0 {
+		t.Fatalf("%s --help lists no feature gate:\n%s", bin, out)
+	}
+	return gates
+}
+
+// TestParityFeatureGates: kube-proxy v1.36.3 and kproxy know the same
+// feature gates (their --help lists are the same, and every gate either
+// lists, set to its default, is accepted by both), and refuse or accept the
+// same settings, from flags and from featureGates in a --config file, with
+// the same words.
+func TestParityFeatureGates(t *testing.T) {
+	kubeProxy, kproxy := lab.KubeProxyBinary(t), lab.KproxyBinary(t)
+	kpGates, kGates := helpGates(t, kubeProxy), helpGates(t, kproxy)
+	if diff := cmp.Diff(kpGates, kGates); diff != "" {
+		t.Errorf("feature gates in --help (-kube-proxy +kproxy):\n%s", diff)
+	}
+	var atDefault []string
+	for _, g := range kpGates {
+		name, rest, _ := strings.Cut(g, "=")
+		atDefault = append(atDefault, name+"="+strings.TrimSuffix(rest[strings.LastIndex(rest, "=")+1:], ")"))
+	}
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	const header = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+	for _, tc := range []struct {
+		name    string
+		file    string // a --config file's featureGates section, or none
+		flag    string // a --feature-gates value, or none
+		refused bool
+		mention string
+	}{
+		{name: "unknown gate (flag)", flag: "Bogus=true", refused: true, mention: "unrecognized feature gate: Bogus"},
+		{name: "unknown gate (file)", file: "featureGates:\n  Bogus: true\n", refused: true, mention: "unrecognized feature gate: Bogus"},
+		{name: "locked gate set to its other value", flag: "MultiCIDRServiceAllocator=false", refused: true,
+			mention: "cannot set feature gate MultiCIDRServiceAllocator to false, feature is locked to true"},
+		{name: "locked gate set to its value", flag: "NFTablesProxyMode=true"},
+		{name: "GA gate set off", flag: "AllowServiceExternalIPs=false", mention: "AllowServiceExternalIPs"},
+		{name: "GA gate set off (file)", file: "featureGates:\n  AllowServiceExternalIPs: false\n", mention: "AllowServiceExternalIPs"},
+		{name: "every listed gate at its default", flag: strings.Join(atDefault, ",")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var args []string
+			if tc.file != "" {
+				if err := os.WriteFile(config, []byte(header+tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config="+config)
+			}
+			if tc.flag != "" {
+				args = append(args, "--feature-gates="+tc.flag)
+			}
+			kp, k := runGates(t, kubeProxy, args...), runGates(t, kproxy, args...)
+			if kp.refused != tc.refused {
+				t.Fatalf("kube-proxy refused=%t, the test expects %t:\n%s", kp.refused, tc.refused, kp.output)
+			}
+			if k.refused != kp.refused {
+				t.Fatalf("kproxy refused=%t, kube-proxy refused=%t\nkproxy:\n%s\nkube-proxy:\n%s", k.refused, kp.refused, k.output, kp.output)
+			}
+			for name, out := range map[string]string{"kube-proxy": kp.output, "kproxy": k.output} {
+				if !strings.Contains(out, tc.mention) {
+					t.Errorf("%s's output does not mention %q:\n%s", name, tc.mention, out)
+				}
+			}
+		})
 	}
 }
