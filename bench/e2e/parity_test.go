@@ -328,3 +328,44 @@ func TestParityFeatureGates(t *testing.T) {
 		})
 	}
 }
+
+// TestParityAllowServiceExternalIPsOff: with the AllowServiceExternalIPs
+// gate off, a service's externalIPs are not programmed (its ClusterIP and
+// NodePort are), for kube-proxy and kproxy alike.
+func TestParityAllowServiceExternalIPsOff(t *testing.T) {
+	forParity(t, func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest) {
+		lab.CreateNode(t, api.Client, "node", nodeIP)
+		createParityServices(t, api.Client, l.backends)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		web, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		web.Spec.ExternalIPs = []string{externalIP}
+		if _, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		proc := p.start(t, l, api, "--feature-gates=AllowServiceExternalIPs=false")
+		client := l.topo.Client
+		nodePort := fmt.Sprintf("http://%s:%d/", nodeIP, webNodePort)
+		lab.Eventually(t, p.name+" to serve the NodePort", func() (bool, string) {
+			select {
+			case <-proc.Exited():
+				t.Fatalf("%s exited: %v\n%s", p.name, proc.Err(), proc.Log())
+			default:
+			}
+			answer, err := askHTTP(client, nodePort)()
+			return err == nil, fmt.Sprint(answer, err)
+		})
+		l.wantBalanced(t, "the ClusterIP", askHTTP(client, "http://"+webVIP+"/"))
+		if answer, err := askHTTP(client, "http://"+externalIP+"/")(); err == nil {
+			t.Errorf("the external IP %s answered (%q) with AllowServiceExternalIPs=false", externalIP, answer)
+		}
+		if p.name == "kproxy" {
+			if state := l.programmedState(t); mentionsAddress(state, externalIP) {
+				t.Errorf("kproxy programmed the external IP %s:\n%s", externalIP, state)
+			}
+		}
+	})
+}
