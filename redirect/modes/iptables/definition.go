@@ -46,9 +46,9 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	if err != nil {
 		logger.V(2).Info("Could not read a sysctl; taking it as unset", "err", err)
 	}
-	if s.DetectLocalMode != "" && s.DetectLocalMode != "ClusterCIDR" {
-		logger.Info("Warning: this --detect-local-mode is not supported by kproxy's iptables mode; "+
-			"traffic is treated as with no local-traffic detector (only --cluster-cidr is)", "detectLocalMode", s.DetectLocalMode)
+	detector, err := s.LocalDetector()
+	if err != nil {
+		return nil, fmt.Errorf("iptables mode: %w", err)
 	}
 	var fams []FamilyConfig
 	for _, fam := range ipfamily.All() {
@@ -63,11 +63,15 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 			Family:        fam,
 			MasqueradeBit: s.MasqueradeBit,
 			MasqueradeAll: s.MasqueradeAll,
-			ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
 			RandomFully:   ipt.RandomFully,
+
+			BridgeInterface: detector.BridgeInterface, InterfaceNamePrefix: detector.InterfaceNamePrefix,
 
 			LocalhostNodePorts:    s.LocalhostNodePorts && fam == ipfamily.IPv4,
 			ConntrackTCPBeLiberal: beLiberal == "1",
+		}
+		if detector == (mode.LocalDetector{}) {
+			rc.ClusterCIDRs = ipfamily.Prefixes(s.ClusterCIDRs, fam)
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			rc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync
@@ -91,7 +95,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	}
 	m, err := New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
-		LocalAddresses: kernel.InterfaceAddresses,
+		LocalAddresses: kernel.InterfaceAddresses, NodeCIDRDetector: detector.NodeCIDR,
 	})
 	if err != nil {
 		return nil, err
