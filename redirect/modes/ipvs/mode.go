@@ -51,6 +51,9 @@ type Config struct {
 	// LocalAddresses lists the node's addresses on every interface but
 	// kube-ipvs0, read on every sync (see handles.LocalAddressesExcept).
 	LocalAddresses func() ([]netip.Addr, error)
+	// NodeCIDRDetector is --detect-local-mode=NodeCIDR: each family's
+	// ClusterCIDRs become the Node object's pod CIDRs of the family.
+	NodeCIDRDetector bool
 	// Sysctls writes the sysctls the mode needs; nil means the kernel's.
 	Sysctls sysctl.Sysctls
 	// DrainInterval: 0 means DefaultDrainInterval; negative starts no
@@ -114,7 +117,7 @@ func New(cfg Config) (*Mode, error) {
 			return nil, fmt.Errorf("ipvs mode: %s: %w", fam, err)
 		}
 		m.families = append(m.families, &family{
-			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, nodePorts: cfg.NodePorts, localAddrs: cfg.LocalAddresses,
+			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, nodePorts: cfg.NodePorts, nodeCIDR: cfg.NodeCIDRDetector, localAddrs: cfg.LocalAddresses,
 			rec: rec, tables: fc.Tables, metrics: met, logger: cfg.Logger,
 		})
 	}

@@ -127,3 +127,53 @@ func TestInitWritesTheSysctls(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeCIDRDetector: with --detect-local-mode=NodeCIDR cluster IP
+// traffic from outside the Node object's pod CIDR is masqueraded (not
+// --cluster-cidr's), with no detector before the Node is known, and the rule
+// follows a change of the pod CIDR.
+func TestNodeCIDRDetector(t *testing.T) {
+	ipvs, sets := &fakeipvs.IPVS{}, &fakeipvs.IPSets{}
+	ipt := fakeiptables.New(ipfamily.IPv4)
+	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt, ipt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{
+		Families: []FamilyConfig{{Desired: baseConfig(), IPVS: ipvs, Link: &fakeipvs.Link{}, IPSets: sets, Tables: tables}},
+		NodeName: "node-a", NodeCIDRDetector: true,
+		Sysctls: newFakeSysctls(), DrainInterval: -1, Logger: klog.Background(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	web := testkit.Port("default", "web", 80, "198.18.0.10")
+	web.Endpoints = append(web.Endpoints, testkit.EP("198.19.1.1:8080"))
+	for i, st := range []struct {
+		name string
+		node *servicemap.NodeInfo
+		want string
+	}{
+		{"no Node yet: no detector", nil, "-A KUBE-SERVICES -m comment"},
+		{"the Node's pod CIDR", &servicemap.NodeInfo{Name: "node-a", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}},
+			"-A KUBE-SERVICES ! -s 198.19.1.0/24 -m comment"},
+		{"the pod CIDR changes", &servicemap.NodeInfo{Name: "node-a", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.2.0/24")}},
+			"-A KUBE-SERVICES ! -s 198.19.2.0/24 -m comment"},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			if err := m.Sync(context.Background(), servicemap.NewSnapshot(uint64(i+1), st.node, web), &servicemap.ChangeSet{NodeChanged: true}); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range ipt.Rules("nat", "KUBE-SERVICES") {
+				if strings.Contains(r, "KUBE-CLUSTER-IP") && strings.HasSuffix(r, "-j KUBE-MARK-MASQ") {
+					got = append(got, r)
+				}
+			}
+			if len(got) != 1 || !strings.HasPrefix(got[0], st.want) {
+				t.Errorf("cluster IP masquerade rules %q, want one starting %q", got, st.want)
+			}
+		})
+	}
+}
