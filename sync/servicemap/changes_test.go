@@ -269,11 +269,18 @@ func TestNodeTracking(t *testing.T) {
 	if snap, cs := tr.Snapshot(); !cs.NodeChanged || !snap.Node.Deleting {
 		t.Errorf("deletion timestamp: changed=%v deleting=%v", cs.NodeChanged, snap.Node.Deleting)
 	}
+	tr.OnNodeUpdate(node(testNode, func(n *v1.Node) {
+		n.DeletionTimestamp = &metav1.Time{Time: t0}
+		n.Spec.Taints = []v1.Taint{{Key: "other"}, {Key: ToBeDeletedTaint, Effect: v1.TaintEffectNoSchedule}}
+	}))
+	if snap, cs := tr.Snapshot(); !cs.NodeChanged || !snap.Node.ToBeDeleted {
+		t.Errorf("cluster autoscaler taint: changed=%v toBeDeleted=%v", cs.NodeChanged, snap.Node.ToBeDeleted)
+	}
 	tr.OnNodeDelete()
 	if snap, cs := tr.Snapshot(); !cs.NodeChanged || snap.Node != nil {
 		t.Errorf("node delete: changed=%v node=%+v", cs.NodeChanged, snap.Node)
 	}
-	if calls != 3 {
+	if calls != 4 {
 		t.Errorf("onChange called %d times, want 3", calls)
 	}
 }

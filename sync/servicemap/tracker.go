@@ -234,6 +234,11 @@ func nodeInfoOf(node *v1.Node) *NodeInfo {
 		Labels:   maps.Clone(node.Labels),
 		Deleting: node.DeletionTimestamp != nil,
 	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == ToBeDeletedTaint {
+			info.ToBeDeleted = true
+		}
+	}
 	// InternalIPs first, then ExternalIPs, as kube-proxy orders them
 	// (utilnode.GetNodeHostIPs): the first of a family is the node's
 	// primary IP of that family.
@@ -266,7 +271,7 @@ func nodeInfoEqual(a, b *NodeInfo) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Name == b.Name && a.Deleting == b.Deleting && maps.Equal(a.Labels, b.Labels) &&
+	return a.Name == b.Name && a.Deleting == b.Deleting && a.ToBeDeleted == b.ToBeDeleted && maps.Equal(a.Labels, b.Labels) &&
 		slices.Equal(a.Addresses, b.Addresses) && slices.Equal(a.PodCIDRs, b.PodCIDRs)
 }
 

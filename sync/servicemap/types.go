@@ -119,7 +119,15 @@ type NodeInfo struct {
 	// Deleting is set once the Node has a deletion timestamp; kube-proxy then
 	// reports itself unhealthy so load balancers drain the node.
 	Deleting bool
+	// ToBeDeleted is set while the Node has the cluster autoscaler's
+	// ToBeDeletedByClusterAutoscaler taint; kube-proxy's /healthz then
+	// reports the node ineligible, so load balancers drain it first.
+	ToBeDeleted bool
 }
+
+// ToBeDeletedTaint is the taint the cluster autoscaler puts on a node it is
+// about to delete.
+const ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // StaleEndpoint is an endpoint that went away from a service port, or stopped
 // serving, between two snapshots. Conntrack cleanup uses it.
