@@ -281,7 +281,7 @@ func TestNodeTracking(t *testing.T) {
 		t.Errorf("node delete: changed=%v node=%+v", cs.NodeChanged, snap.Node)
 	}
 	if calls != 4 {
-		t.Errorf("onChange called %d times, want 3", calls)
+		t.Errorf("onChange called %d times, want 4", calls)
 	}
 }
 
