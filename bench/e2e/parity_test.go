@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,11 +58,14 @@ func parityProxies() []proxyUnderTest {
 }
 
 // forParity runs body once per kernel proxy mode kube-proxy has on this
-// host (iptables, nftables) and per proxy, each in a lab of its own with a
-// fresh API server.
-func forParity(t *testing.T, body func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest)) {
+// host (iptables, nftables; or those of modes) and per proxy, each in a lab
+// of its own with a fresh API server.
+func forParity(t *testing.T, body func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest), modes ...string) {
 	t.Helper()
-	forModes(t, func(m proxyMode) bool { return m.name == "iptables" || m.name == "nftables" }, func(t *testing.T, m proxyMode) {
+	if len(modes) == 0 {
+		modes = []string{"iptables", "nftables"}
+	}
+	forModes(t, func(m proxyMode) bool { return slices.Contains(modes, m.name) }, func(t *testing.T, m proxyMode) {
 		for _, p := range parityProxies() {
 			t.Run(p.name, func(t *testing.T) {
 				l := newLab(t, m, nil)
@@ -368,4 +374,63 @@ func TestParityAllowServiceExternalIPsOff(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestParityHealthzDeletionTaint: /healthz answers 503 with nodeEligible
+// false while the Node has the cluster autoscaler's
+// ToBeDeletedByClusterAutoscaler taint, and 200 again once it is gone, for
+// kube-proxy and kproxy alike (/livez stays 200).
+func TestParityHealthzDeletionTaint(t *testing.T) {
+	forParity(t, func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest) {
+		lab.CreateNode(t, api.Client, "node", nodeIP)
+		createParityServices(t, api.Client, l.backends)
+		p.start(t, l, api)
+		client := &http.Client{Timeout: 2 * time.Second}
+		probe := func(path string) (int, string) {
+			resp, err := client.Get("http://127.0.0.1:10256" + path)
+			if err != nil {
+				return 0, err.Error()
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		setTaint := func(on bool) {
+			t.Helper()
+			node, err := api.Client.CoreV1().Nodes().Get(ctx, "node", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			node.Spec.Taints = nil
+			if on {
+				node.Spec.Taints = []v1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: v1.TaintEffectNoSchedule}}
+			}
+			if _, err := api.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, st := range []struct {
+			what     string
+			taint    bool
+			code     int
+			eligible string
+		}{
+			{"before the taint", false, http.StatusOK, `"nodeEligible":true`},
+			{"with the taint", true, http.StatusServiceUnavailable, `"nodeEligible":false`},
+			{"after the taint", false, http.StatusOK, `"nodeEligible":true`},
+		} {
+			if st.taint || st.what == "after the taint" {
+				setTaint(st.taint)
+			}
+			lab.Eventually(t, p.name+"'s /healthz "+st.what, func() (bool, string) {
+				code, body := probe("/healthz")
+				return code == st.code && strings.Contains(body, st.eligible), fmt.Sprint(code, " ", body)
+			})
+			if code, body := probe("/livez"); code != http.StatusOK {
+				t.Errorf("%s's /livez %s: %d %s, want 200", p.name, st.what, code, body)
+			}
+		}
+	}, "iptables") // the taint is mode-independent: one mode stands for all
 }
