@@ -142,6 +142,10 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	goFn("service source", src.Run)
 	goFn("sync engine", func(ctx context.Context) error { eng.Run(ctx); return nil })
 	running += 2
+	// kube-proxy's events on its Node: its birth cry once the sources run.
+	events := newNodeEvents(ctx, logger, src.client, cfg.NodeName)
+	events.modeChosen(logger, name)
+	events.started()
 
 	logger.Info("kproxy started", "mode", name, "source", src.describe, "minSyncPeriod", minSync, "syncPeriod", syncPeriod)
 	var firstErr error

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	componentconfig "k8s.io/component-base/config/v1alpha1"
 
 	"kproxy.dev/kproxy/cmd/kproxy/options"
@@ -27,6 +28,8 @@ const podCIDRWait = 5 * time.Minute
 type source struct {
 	describe string
 	Run      func(ctx context.Context) error
+	// client is the cluster's (nil for a services file): events go there.
+	client kubernetes.Interface
 }
 
 // newSource picks the services file when one is given, else the cluster
@@ -66,5 +69,5 @@ func newSource(ctx context.Context, cfg *options.Config, sink servicemap.Sink, m
 			return clustersource.HasNodeIP(n) && (len(n.Spec.PodCIDRs) > 0 || n.Spec.PodCIDR != "")
 		}
 	}
-	return &source{describe: "cluster", Run: cs.Run}, nil
+	return &source{describe: "cluster", Run: cs.Run, client: client}, nil
 }
