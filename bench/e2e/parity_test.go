@@ -434,3 +434,40 @@ func TestParityHealthzDeletionTaint(t *testing.T) {
 		}
 	}, "iptables") // the taint is mode-independent: one mode stands for all
 }
+
+// TestParityNodeEvents: at start, the proxy records kube-proxy's birth cry
+// on its Node through the events.k8s.io/v1 API of the real kube-apiserver:
+// reason Starting, action StartKubeProxy, reported by kube-proxy; kube-proxy
+// v1.36.3 and kproxy record the same event.
+func TestParityNodeEvents(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forParity(t, func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest) {
+		lab.CreateNode(t, api.Client, "node", nodeIP)
+		p.start(t, l, api)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var got []string
+		lab.Eventually(t, p.name+"'s Starting event on the Node", func() (bool, string) {
+			list, err := api.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			got = got[:0]
+			for _, e := range list.Items {
+				if e.Regarding.Kind == "Node" && e.Reason == "Starting" {
+					got = append(got, fmt.Sprintf("namespace=%s regarding=%s/%s/%s type=%s action=%s controller=%s instance=%s note=%q",
+						e.Namespace, e.Regarding.APIVersion, e.Regarding.Kind, e.Regarding.Name, e.Type, e.Action,
+						e.ReportingController, e.ReportingInstance, e.Note))
+				}
+			}
+			return len(got) > 0, fmt.Sprint(got)
+		})
+		want := []string{fmt.Sprintf("namespace=default regarding=v1/Node/node type=Normal action=StartKubeProxy controller=kube-proxy instance=kube-proxy-%s note=\"\"", host)}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s's Starting events (-want +got):\n%s", p.name, diff)
+		}
+	}, "iptables") // the event is mode-independent
+}
