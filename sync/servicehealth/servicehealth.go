@@ -34,6 +34,9 @@ type Config struct {
 	// ProxyHealthy reports whether the proxy itself is healthy (in sync and
 	// the node not being deleted); nil means always.
 	ProxyHealthy func() bool
+	// OpenFailed, when set, hears of each health-check node port that could
+	// not be opened (kproxy records kube-proxy's event on the Service).
+	OpenFailed func(svc types.NamespacedName, port uint16, err error)
 	// Listen opens a listener; nil means net.Listen. Tests inject failures.
 	Listen func(network, address string) (net.Listener, error)
 	Logger klog.Logger
@@ -123,6 +126,14 @@ func (s *Server) Sync(snap *servicemap.Snapshot) error {
 		if !ok {
 			var err error
 			if svc, err = s.open(name, w.port); err != nil {
+				if s.cfg.OpenFailed != nil {
+					// The listener's own error, as kube-proxy reports it.
+					cause := errors.Unwrap(err)
+					if cause == nil {
+						cause = err
+					}
+					s.cfg.OpenFailed(name, w.port, cause)
+				}
 				errs = append(errs, err)
 				continue
 			}

@@ -127,8 +127,12 @@ func TestServesLocalEndpointHealth(t *testing.T) {
 
 func TestAPortThatCannotBeOpenedDoesNotStopTheOthers(t *testing.T) {
 	good, bad := freePort(t), freePort(t)
+	var failed []string
 	s := New(Config{
 		Addresses: loopback,
+		OpenFailed: func(svc types.NamespacedName, port uint16, err error) {
+			failed = append(failed, fmt.Sprintf("%s %d %v", svc, port, err))
+		},
 		Listen: func(network, addr string) (net.Listener, error) {
 			if addr == fmt.Sprintf("127.0.0.1:%d", bad) {
 				return nil, errors.New("address already in use")
@@ -149,6 +153,9 @@ func TestAPortThatCannotBeOpenedDoesNotStopTheOthers(t *testing.T) {
 	}
 	if code, _ := probe(t, good); code != 200 {
 		t.Errorf("the good port answered %d", code)
+	}
+	if want := []string{fmt.Sprintf("ns/b %d address already in use", bad)}; !slices.Equal(failed, want) {
+		t.Errorf("OpenFailed heard %q, want %q", failed, want)
 	}
 }
 

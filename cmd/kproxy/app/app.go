@@ -67,6 +67,9 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	if err != nil {
 		return err
 	}
+	eventsCtx, stopEvents := context.WithCancel(ctx)
+	defer stopEvents()
+	events := newNodeEvents(eventsCtx, logger, src.client, cfg.NodeName)
 
 	// Nothing above touched the kernel; from here on kproxy owns the node's
 	// proxy state, so leftovers of the other modes go first.
@@ -97,6 +100,7 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	svcHealth := servicehealth.New(servicehealth.Config{
 		Addresses:    listenAddresses(logger, settings),
 		ProxyHealthy: func() bool { return health.Status().Healthy && health.NodeEligible() },
+		OpenFailed:   events.serviceHealthCheckFailed,
 		Logger:       logger,
 	})
 	defer svcHealth.Close()
@@ -143,7 +147,6 @@ func Run(ctx context.Context, cfg *options.Config) error {
 	goFn("sync engine", func(ctx context.Context) error { eng.Run(ctx); return nil })
 	running += 2
 	// kube-proxy's events on its Node: its birth cry once the sources run.
-	events := newNodeEvents(ctx, logger, src.client, cfg.NodeName)
 	events.modeChosen(logger, name)
 	events.started()
 

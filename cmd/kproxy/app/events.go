@@ -4,6 +4,7 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -58,4 +59,15 @@ func (e *nodeEvents) modeChosen(logger klog.Logger, name mode.Name) {
 	const message = "The ipvs proxier is now deprecated and may be removed in a future release. Please use 'nftables' instead."
 	logger.Info("Warning: " + message)
 	e.recorder.Eventf(e.node, nil, v1.EventTypeWarning, "IPVSDeprecation", "StartKubeProxy", message)
+}
+
+// serviceHealthCheckFailed is the warning kube-proxy records on a Service
+// whose health-check node port it cannot open.
+func (e *nodeEvents) serviceHealthCheckFailed(svc types.NamespacedName, port uint16, err error) {
+	if e == nil {
+		return
+	}
+	ref := &v1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}
+	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, "FailedToStartServiceHealthcheck", "Listen",
+		"node %s failed to start healthcheck %q on port %d: %v", e.node.Name, svc.String(), port, err)
 }
