@@ -88,7 +88,11 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	if s.LocalhostNodePorts && !s.NodePorts.Primary && nodeaddr.AdmitsIPv4Loopback(ipfamily.Prefixes(s.NodePorts.CIDRs, ipfamily.IPv4)) {
 		// NodePorts on 127.0.0.1 are DNATed to other hosts, which the
 		// kernel only routes with route_localnet, as kube-proxy sets it.
-		if err := d.Sysctls.Write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+		// Read first, as kube-proxy's EnsureSysctl does: a value already
+		// right needs no write (a read-only /proc/sys after --init-only).
+		if cur, err := d.Sysctls.Read("net/ipv4/conf/all/route_localnet"); err == nil && cur == "1" {
+			logger.V(2).Info("route_localnet is already 1")
+		} else if err := d.Sysctls.Write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			logger.Error(err, "Could not set net.ipv4.conf.all.route_localnet=1: NodePorts will not answer on 127.0.0.1 "+
 				"(pass --iptables-localhost-nodeports=false to silence this)")
 		}

@@ -183,6 +183,13 @@ func (m *Mode) writeSysctls(sysctls []desired.Sysctl, full bool) error {
 		if v, done := m.sysctlsDone[s.Name]; done && v == s.Value && !full {
 			continue
 		}
+		// Read first, as kube-proxy's EnsureSysctl does: a value already
+		// right needs no write, which a read-only /proc/sys (a pod with
+		// only CAP_NET_ADMIN after --init-only) would refuse.
+		if cur, err := sysctl.ReadInt(m.sysctls, s.Name); err == nil && cur == s.Value {
+			m.sysctlsDone[s.Name] = s.Value
+			continue
+		}
 		err := sysctl.WriteInt(m.sysctls, s.Name, s.Value)
 		switch {
 		case err == nil:
