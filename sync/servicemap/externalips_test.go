@@ -37,6 +37,9 @@ func TestIgnoreExternalIPs(t *testing.T) {
 			if !slices.Equal(sp.ExternalIPs, addrs(tc.want...)) {
 				t.Errorf("ExternalIPs = %v, want %v", sp.ExternalIPs, tc.want)
 			}
+			if got := append(sp.ExternalIPs, sp.HiddenExternalIPs...); !slices.Equal(got, addrs("198.19.7.7")) {
+				t.Errorf("ExternalIPs %v and HiddenExternalIPs %v, want 198.19.7.7 in one of them", sp.ExternalIPs, sp.HiddenExternalIPs)
+			}
 			if !sp.ExternalPolicyLocal {
 				t.Error("externalTrafficPolicy Local lost: kube-proxy reads it from the spec whatever the gate")
 			}

@@ -113,7 +113,7 @@ func (t *Tracker) OnServiceUpdate(svc *v1.Service) {
 		// The policy fields computed from spec.externalIPs stay, as
 		// kube-proxy computes them from the spec whatever the gate.
 		for _, p := range ports {
-			p.ExternalIPs = nil
+			p.ExternalIPs, p.HiddenExternalIPs = nil, p.ExternalIPs
 		}
 	}
 	skipped := SkipServiceReason(svc) != ""

@@ -59,6 +59,12 @@ type ServicePort struct {
 	NodePort uint16
 	// ExternalIPs are spec.externalIPs that parse as IPs.
 	ExternalIPs []netip.Addr
+	// HiddenExternalIPs are the spec.externalIPs the AllowServiceExternalIPs
+	// feature gate (off) hides: nothing is programmed for them, but, as in
+	// kube-proxy (whose ExternallyAccessible still counts them), they make
+	// the port externally accessible, which decides its chains and
+	// endpoint sets. ExternalIPs is then empty.
+	HiddenExternalIPs []netip.Addr
 	// LoadBalancerIPs are status.loadBalancer.ingress IPs whose ipMode is
 	// VIP (or unset); ipMode Proxy ingresses are not programmed, as in kube-proxy.
 	LoadBalancerIPs []netip.Addr

@@ -71,6 +71,13 @@ func TestSameRulesAsKubeProxyWithDetectors(t *testing.T) {
 			flags: []string{"--detect-local-mode", "InterfaceNamePrefix", "--pod-interface-name-prefix", "veth"},
 			both:  func(c *Config) { c.InterfaceNamePrefix = "veth" },
 		}},
+		// Not a detector, but the same comparison: the external IPs the
+		// AllowServiceExternalIPs gate hides.
+		{"AllowServiceExternalIPs off", kubeProxyCase{
+			flags:             []string{"--cluster-cidr", "198.19.1.0/24", "--feature-gates", "AllowServiceExternalIPs=false"},
+			v4:                func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") },
+			ignoreExternalIPs: true,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if lab.InFreshNetns(t) {
@@ -88,6 +95,8 @@ type kubeProxyCase struct {
 	flags    []string
 	podCIDRs []string
 	v4, both func(*Config)
+	// ignoreExternalIPs: the map as with AllowServiceExternalIPs off.
+	ignoreExternalIPs bool
 }
 
 // compareRulesWithKubeProxy runs kube-proxy on the fixtures and compares its
@@ -115,6 +124,9 @@ func compareRulesWithKubeProxy(t *testing.T, tc kubeProxyCase) {
 	// The model's view of the same objects, including the API server's
 	// own default/kubernetes service.
 	tr := servicemap.NewTracker(testkit.NodeName, nil)
+	if tc.ignoreExternalIPs {
+		tr.IgnoreExternalIPs()
+	}
 	tr.OnNodeUpdate(node)
 	svcs, err := api.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -386,6 +398,12 @@ func createKubeProxyFixtures(ctx context.Context, t *testing.T, client kubernete
 			eps: []discovery.Endpoint{endpoint("198.19.1.13", false, nil)}},
 		{svc: svc("zonal", "198.18.0.18", v1.ServiceTypeClusterIP, tcp("http", 80, 0), nil),
 			eps: []discovery.Endpoint{endpoint("198.19.1.11", false, hint("zone-a")), endpoint("198.19.1.12", false, hint("zone-b"))}},
+		// Externally accessible through its external IP only: with
+		// AllowServiceExternalIPs off, kube-proxy still counts it so.
+		{svc: svc("external-only", "198.18.0.19", v1.ServiceTypeClusterIP, tcp("http", 80, 0), func(s *v1.Service) {
+			s.Spec.ExternalIPs = []string{"198.18.100.2"}
+			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+		}), eps: []discovery.Endpoint{endpoint("198.19.1.11", false, nil), endpoint("198.19.1.12", true, nil)}},
 	}
 
 	for _, f := range fixtures {
