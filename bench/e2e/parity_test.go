@@ -471,3 +471,74 @@ func TestParityNodeEvents(t *testing.T) {
 		}
 	}, "iptables") // the event is mode-independent
 }
+
+// TestParityLocalDetectors: the local-traffic detectors decide which
+// cluster IP traffic is masqueraded: traffic from outside the pods (the
+// client, routed through the node) is, traffic from a pod is not. Each
+// detector, and none as the control (nothing is masqueraded), gives the
+// same sources at the endpoints with kube-proxy and kproxy.
+func TestParityLocalDetectors(t *testing.T) {
+	const detVIP = "198.18.0.30"
+	for _, tc := range []struct {
+		name     string
+		flags    []string
+		podCIDRs []string
+		// masqueraded: the client's traffic reaches the endpoint from the
+		// node's pod-side address, not from the client's.
+		masqueraded bool
+	}{
+		{name: "none", masqueraded: false},
+		{name: "NodeCIDR", flags: []string{"--detect-local-mode=NodeCIDR"}, podCIDRs: []string{"198.19.1.0/24"}, masqueraded: true},
+		{name: "BridgeInterface", flags: []string{"--detect-local-mode=BridgeInterface", "--pod-bridge-interface=br-pods"}, masqueraded: true},
+		{name: "InterfaceNamePrefix", flags: []string{"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=br-"}, masqueraded: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forParity(t, func(t *testing.T, l *e2eLab, api *lab.APIServer, p proxyUnderTest) {
+				node := lab.CreateNode(t, api.Client, "node", nodeIP)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if len(tc.podCIDRs) > 0 {
+					node.Spec.PodCIDR, node.Spec.PodCIDRs = tc.podCIDRs[0], tc.podCIDRs
+					if _, err := api.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Endpoints on backend-2 and -3 only: backend-1 asks, and
+				// is never its own endpoint (hairpins are masqueraded).
+				if _, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx,
+					apiService("det", detVIP, "http", 80, 8080, v1.ProtocolTCP), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := api.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx,
+					apiSlice("det", "http", 8080, v1.ProtocolTCP, l.backends[1:]), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				proc := p.start(t, l, api, tc.flags...)
+				ask := func(from lab.Dialer) func() (string, error) { return askSource(from, "http://"+detVIP) }
+				lab.Eventually(t, p.name+" to serve the cluster IP", func() (bool, string) {
+					select {
+					case <-proc.Exited():
+						t.Fatalf("%s exited: %v\n%s", p.name, proc.Err(), proc.Log())
+					default:
+					}
+					answer, err := ask(l.topo.Client)()
+					return err == nil, fmt.Sprint(answer, err)
+				})
+				wantSource := func(what string, from lab.Dialer, source string) {
+					t.Helper()
+					for answer := range lab.Spread(t, 4, ask(from)) {
+						if _, got, _ := strings.Cut(answer, " "); got != source {
+							t.Errorf("%s with %s: an endpoint saw %s, want %s", what, p.name, got, source)
+						}
+					}
+				}
+				clientSource := clientIP
+				if tc.masqueraded {
+					clientSource = l.topo.Node.PodIPv4.String()
+				}
+				wantSource("the client (not a pod)", l.topo.Client, clientSource)
+				wantSource("a pod", l.topo.Backends[0], l.backends[0])
+			})
+		})
+	}
+}
