@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +44,16 @@ type Source struct {
 	// them (kube-proxy's MultiCIDRServiceAllocator gate, GA and on by
 	// default). Set it before Run.
 	WatchServiceCIDRs bool
-	started           atomic.Bool
+	// NodeWait, when positive, holds OnSynced back until this node's Node
+	// object has arrived with what NodeReady wants, or NodeWait passed:
+	// --nodeport-addresses=primary and --detect-local-mode=NodeCIDR need
+	// the Node before the first sync, as kube-proxy waits for it at start
+	// (its NodeManager). Set both before Run.
+	NodeWait time.Duration
+	// NodeReady says whether a Node has what the first sync needs; nil
+	// means an InternalIP or ExternalIP.
+	NodeReady func(*v1.Node) bool
+	started   atomic.Bool
 }
 
 // New returns a Source for the node named nodeName. resync is the informers'
@@ -116,7 +126,11 @@ func (s *Source) Run(ctx context.Context) error {
 		cidrFactory.Shutdown()
 	}()
 
-	h := handlers{sink: s.sink, nodeName: s.nodeName, logger: logger}
+	nodeReady := s.NodeReady
+	if nodeReady == nil {
+		nodeReady = HasNodeIP
+	}
+	h := handlers{sink: s.sink, nodeName: s.nodeName, logger: logger, node: newNodeGate(nodeReady)}
 	svcReg, err := svcFactory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    h.serviceUpdate,
 		UpdateFunc: func(_, obj any) { h.serviceUpdate(obj) },
@@ -165,6 +179,19 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("service and endpointslice caches did not sync: %w", context.Cause(ctx))
 	}
 	logger.Info("Service and EndpointSlice caches synced")
+	if s.NodeWait > 0 {
+		logger.V(2).Info("Waiting for this node's Node object", "timeout", s.NodeWait)
+		select {
+		case <-h.node.ready:
+			logger.V(2).Info("This node's Node object arrived")
+		case <-time.After(s.NodeWait):
+			// kube-proxy carries on too: "primary" then means every
+			// address, NodeCIDR no detector, until the Node arrives.
+			logger.Info("Warning: this node's Node object did not arrive in time; syncing without it", "waited", s.NodeWait)
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	s.sink.OnSynced()
 
 	<-ctx.Done()
@@ -176,6 +203,35 @@ type handlers struct {
 	sink     servicemap.Sink
 	nodeName string
 	logger   klog.Logger
+	node     *nodeGate
+}
+
+// nodeGate closes ready once this node's Node has what the first sync needs.
+type nodeGate struct {
+	want  func(*v1.Node) bool
+	ready chan struct{}
+	once  sync.Once
+}
+
+func newNodeGate(want func(*v1.Node) bool) *nodeGate {
+	return &nodeGate{want: want, ready: make(chan struct{})}
+}
+
+func (g *nodeGate) see(node *v1.Node) {
+	if g != nil && g.want(node) {
+		g.once.Do(func() { close(g.ready) })
+	}
+}
+
+// HasNodeIP says whether node has an InternalIP or ExternalIP, which is
+// what kube-proxy waits for at start.
+func HasNodeIP(node *v1.Node) bool {
+	for _, a := range node.Status.Addresses {
+		if a.Type == v1.NodeInternalIP || a.Type == v1.NodeExternalIP {
+			return true
+		}
+	}
+	return false
 }
 
 func (h handlers) serviceUpdate(obj any) {
@@ -214,6 +270,7 @@ func (h handlers) nodeUpdate(obj any) {
 		return
 	}
 	h.sink.OnNodeUpdate(node)
+	h.node.see(node)
 }
 
 func (h handlers) nodeDelete(obj any) {

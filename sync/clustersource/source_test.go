@@ -420,3 +420,49 @@ func TestServiceCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeWait: with NodeWait set (--nodeport-addresses=primary), the first
+// sync waits for this node's Node object with an address, and only as long
+// as NodeWait when it never comes.
+func TestNodeWait(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		nodeWait time.Duration
+		addNode  bool
+		held     bool // OnSynced is held back before the Node is added
+	}{
+		{"the Node arrives later", wait, true, true},
+		{"no wait asked", 0, true, false},
+		{"the Node never arrives", 300 * time.Millisecond, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(service(ns, "web", "198.18.0.10", nil), node(testNode)) // no address yet
+			sink := sinktest.New()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			src := New(client, testNode, DefaultResync, sink)
+			src.NodeWait = tc.nodeWait
+			go func() { done <- src.Run(ctx) }()
+			t.Cleanup(func() {
+				cancel()
+				<-done
+			})
+			eventually(t, wait, "the address-less Node", func() bool { return sink.Node() != nil })
+			if tc.held {
+				time.Sleep(200 * time.Millisecond)
+				if sink.Synced() {
+					t.Fatal("OnSynced before the Node had an address")
+				}
+			}
+			if tc.addNode {
+				if _, err := client.CoreV1().Nodes().Update(ctx, node(testNode, "198.19.0.1"), metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, wait, "OnSynced", sink.Synced)
+			if tc.held && len(sink.Node().Status.Addresses) == 0 {
+				t.Error("OnSynced came before the Node's address")
+			}
+		})
+	}
+}

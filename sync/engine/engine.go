@@ -288,15 +288,16 @@ func (e *Engine) sync(ctx context.Context, reason runner.Reason) error {
 	return nil
 }
 
-// nodeEligible is false once this node's Node object is being deleted or,
-// having been seen, is gone. A node never seen (a services file with no Node)
-// stays eligible.
+// nodeEligible is false, as kube-proxy's, while this node's Node object is
+// being deleted or has the cluster autoscaler's ToBeDeletedByClusterAutoscaler
+// taint, or, having been seen, is gone. A node never seen (a services file
+// with no Node) stays eligible.
 func (e *Engine) nodeEligible(snap *servicemap.Snapshot) bool {
 	if snap.Node == nil {
 		return !e.sawNode
 	}
 	e.sawNode = true
-	return !snap.Node.Deleting
+	return !snap.Node.Deleting && !snap.Node.ToBeDeleted
 }
 
 func (e *Engine) setPending() {

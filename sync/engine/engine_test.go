@@ -415,6 +415,22 @@ func TestHealthTransitions(t *testing.T) {
 		t.Fatal("unhealthy after a successful sync")
 	}
 
+	// The cluster autoscaler taints the node for deletion: /healthz fails,
+	// as kube-proxy's does; the taint goes: eligible again.
+	for _, st := range []struct {
+		taint, want bool
+	}{{true, false}, {false, true}} {
+		f.smap.mu.Lock()
+		f.smap.node = &servicemap.NodeInfo{Name: "node-a", ToBeDeleted: st.taint}
+		f.smap.mu.Unlock()
+		if err := f.tick(runner.Requested); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.health.NodeEligible(); got != st.want {
+			t.Errorf("ToBeDeletedByClusterAutoscaler taint %v: node eligible = %v, want %v", st.taint, got, st.want)
+		}
+	}
+
 	// The node starts being deleted: /healthz fails, /livez does not.
 	f.smap.mu.Lock()
 	f.smap.node = &servicemap.NodeInfo{Name: "node-a", Deleting: true}

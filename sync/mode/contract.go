@@ -2,6 +2,7 @@ package mode
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -135,3 +136,36 @@ type Deps struct {
 	Sysctls sysctl.Sysctls
 	Logger  klog.Logger
 }
+
+// LocalDetector is --detect-local-mode resolved: how a mode tells traffic
+// from this node's pods from other traffic (kube-proxy's
+// LocalTrafficDetector). The zero value is ClusterCIDR (Settings.ClusterCIDRs;
+// none when empty).
+type LocalDetector struct {
+	// NodeCIDR: the Node object's spec.podCIDRs, read from each snapshot.
+	NodeCIDR bool
+	// BridgeInterface: traffic coming in on this interface.
+	BridgeInterface string
+	// InterfaceNamePrefix: traffic coming in on interfaces with this prefix.
+	InterfaceNamePrefix string
+}
+
+// LocalDetector resolves DetectLocalMode; a mode kube-proxy does not know is
+// an error naming the flag.
+func (s Settings) LocalDetector() (LocalDetector, error) {
+	switch s.DetectLocalMode {
+	case "", "ClusterCIDR":
+		return LocalDetector{}, nil
+	case "NodeCIDR":
+		return LocalDetector{NodeCIDR: true}, nil
+	case "BridgeInterface":
+		return LocalDetector{BridgeInterface: s.PodBridgeInterface}, nil
+	case "InterfaceNamePrefix":
+		return LocalDetector{InterfaceNamePrefix: s.PodInterfaceNamePrefix}, nil
+	}
+	return LocalDetector{}, fmt.Errorf("--detect-local-mode=%s is not one kube-proxy knows", s.DetectLocalMode)
+}
+
+// ByCIDR says whether the detector matches source addresses (ClusterCIDR,
+// NodeCIDR) rather than incoming interfaces.
+func (d LocalDetector) ByCIDR() bool { return d.BridgeInterface == "" && d.InterfaceNamePrefix == "" }

@@ -31,3 +31,11 @@ type Mode interface {
 	// programmed (a restart must not drop traffic); Cleanup does that.
 	Close() error
 }
+
+// Initializer is a mode with node set-up of its own that needs full root
+// privileges and is otherwise done by its first Sync (the IPVS sysctls).
+// --init-only builds the mode (New does the rest of its set-up), calls
+// Init, and exits without syncing, as kube-proxy's --init-only does.
+type Initializer interface {
+	Init(ctx context.Context) error
+}

@@ -47,10 +47,13 @@ func (p Policy) PrimaryIP(fam ipfamily.Family, node *servicemap.NodeInfo) (netip
 // in, empty meaning every address of fam (see MatchAll). "primary" becomes
 // the primary IP's host prefix. A family with no primary IP known (no
 // --bind-address of it and no address of it on the Node object) gets every
-// address, as kube-proxy does for a family it found no node IP in.
+// address, as kube-proxy does for a family it found no node IP in; so does
+// a loopback primary IP.
 func (p Policy) For(fam ipfamily.Family, node *servicemap.NodeInfo) []netip.Prefix {
 	if p.Primary {
-		if ip, ok := p.PrimaryIP(fam, node); ok {
+		// A loopback primary IP (--bind-address=127.0.0.1) restricts
+		// nothing: kube-proxy leaves it out of the resolved list.
+		if ip, ok := p.PrimaryIP(fam, node); ok && !ip.IsLoopback() {
 			return []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}
 		}
 		return nil
@@ -97,19 +100,31 @@ func Select(cidrs []netip.Prefix, local []netip.Addr, fam ipfamily.Family) []net
 
 // ListenAddresses returns where node-wide listeners (health-check node
 // ports) bind: nil means every address (no restriction in any family),
-// otherwise the local addresses the policy admits, of both families.
+// otherwise, per family, the local addresses the policy admits, or the
+// family's unspecified address (0.0.0.0, ::) when it admits every one, as
+// kube-proxy listens per family (a link-local address cannot be bound
+// without its zone, so listing them is no way to say "all").
 func (p Policy) ListenAddresses(node *servicemap.NodeInfo, local []netip.Addr) []netip.Addr {
 	var out []netip.Addr
 	all := true
 	for _, fam := range ipfamily.All() {
 		cidrs := p.For(fam, node)
-		if !MatchAll(cidrs) {
-			all = false
+		if MatchAll(cidrs) {
+			out = append(out, unspecified(fam))
+			continue
 		}
+		all = false
 		out = append(out, Select(cidrs, local, fam)...)
 	}
 	if all {
 		return nil
 	}
 	return out
+}
+
+func unspecified(fam ipfamily.Family) netip.Addr {
+	if fam == ipfamily.IPv6 {
+		return netip.IPv6Unspecified()
+	}
+	return netip.IPv4Unspecified()
 }

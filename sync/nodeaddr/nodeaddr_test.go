@@ -43,6 +43,7 @@ func TestFor(t *testing.T) {
 		{"primary from a specific bind address", Policy{Primary: true, BindAddress: netip.MustParseAddr("198.19.0.9")}, node, ipfamily.IPv4, prefixes("198.19.0.9/32")},
 		{"primary, bind address of the other family", Policy{Primary: true, BindAddress: netip.MustParseAddr("198.19.0.9")}, node, ipfamily.IPv6, prefixes("fd00::1/128")},
 		{"primary, unspecified bind address", Policy{Primary: true, BindAddress: netip.MustParseAddr("0.0.0.0")}, node, ipfamily.IPv4, prefixes("198.19.0.1/32")},
+		{"primary, loopback bind address: every address", Policy{Primary: true, BindAddress: netip.MustParseAddr("127.0.0.1")}, node, ipfamily.IPv4, nil},
 		{"primary, no Node yet", Policy{Primary: true}, nil, ipfamily.IPv4, nil},
 		{"primary, Node without that family", Policy{Primary: true}, v4only, ipfamily.IPv6, nil},
 	} {
@@ -84,7 +85,7 @@ func TestMatchingHelpers(t *testing.T) {
 }
 
 func TestListenAddresses(t *testing.T) {
-	local := addrs("127.0.0.1", "198.19.0.1", "198.19.1.1", "fd00::1")
+	local := addrs("127.0.0.1", "198.19.0.1", "198.19.1.1", "fd00::1", "fe80::1")
 	node := &servicemap.NodeInfo{Addresses: addrs("198.19.0.1")}
 	for _, tc := range []struct {
 		name   string
@@ -92,8 +93,9 @@ func TestListenAddresses(t *testing.T) {
 		want   []netip.Addr
 	}{
 		{"unset: everywhere", Policy{}, nil},
-		{"a subnet: its addresses, every IPv6 one", Policy{CIDRs: prefixes("198.19.1.0/24")}, addrs("198.19.1.1", "fd00::1")},
-		{"primary: the node IP, every IPv6 one", Policy{Primary: true}, addrs("198.19.0.1", "fd00::1")},
+		{"a subnet: its addresses, IPv6 everywhere", Policy{CIDRs: prefixes("198.19.1.0/24")}, addrs("198.19.1.1", "::")},
+		{"primary: the node IP, IPv6 everywhere", Policy{Primary: true}, addrs("198.19.0.1", "::")},
+		{"an IPv6 subnet: IPv4 everywhere, its addresses", Policy{CIDRs: prefixes("fd00::/64")}, addrs("0.0.0.0", "fd00::1")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.policy.ListenAddresses(node, local); !slices.Equal(got, tc.want) {

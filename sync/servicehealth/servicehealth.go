@@ -26,12 +26,17 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Addresses are the addresses to listen on (--nodeport-addresses,
-	// resolved); empty means every address.
-	Addresses []netip.Addr
+	// Addresses returns the addresses to listen on (--nodeport-addresses
+	// resolved against this node's Node object, which "primary" needs);
+	// empty means every address. It is asked at every Sync, and the
+	// listeners move when its answer changes. nil means every address.
+	Addresses func(node *servicemap.NodeInfo) []netip.Addr
 	// ProxyHealthy reports whether the proxy itself is healthy (in sync and
 	// the node not being deleted); nil means always.
 	ProxyHealthy func() bool
+	// OpenFailed, when set, hears of each health-check node port that could
+	// not be opened (kproxy records kube-proxy's event on the Service).
+	OpenFailed func(svc types.NamespacedName, port uint16, err error)
 	// Listen opens a listener; nil means net.Listen. Tests inject failures.
 	Listen func(network, address string) (net.Listener, error)
 	Logger klog.Logger
@@ -43,6 +48,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	services map[types.NamespacedName]*service
+	// addrs is what Addresses answered at the last Sync: the listeners'.
+	addrs []netip.Addr
 }
 
 // service is one health-checked service and its listeners.
@@ -58,6 +65,9 @@ type service struct {
 func New(cfg Config) *Server {
 	if cfg.Listen == nil {
 		cfg.Listen = net.Listen
+	}
+	if cfg.Addresses == nil {
+		cfg.Addresses = func(*servicemap.NodeInfo) []netip.Addr { return nil }
 	}
 	if cfg.ProxyHealthy == nil {
 		cfg.ProxyHealthy = func() bool { return true }
@@ -93,11 +103,20 @@ func (s *Server) Sync(snap *servicemap.Snapshot) error {
 		}
 	}
 
+	addrs := s.cfg.Addresses(snap.Node)
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
+	// New addresses (the Node object arrived, or its primary IP changed)
+	// reopen every port on them.
+	moved := !slices.Equal(addrs, s.addrs)
+	if moved && len(s.services) > 0 {
+		s.cfg.Logger.Info("Health-check node ports move to new node addresses", "addresses", addrs, "previous", s.addrs)
+	}
+	s.addrs = addrs
 	for name, svc := range s.services {
-		if w, ok := want[name]; !ok || w.port != svc.port {
+		if w, ok := want[name]; !ok || w.port != svc.port || moved {
 			svc.close()
 			delete(s.services, name)
 		}
@@ -107,6 +126,14 @@ func (s *Server) Sync(snap *servicemap.Snapshot) error {
 		if !ok {
 			var err error
 			if svc, err = s.open(name, w.port); err != nil {
+				if s.cfg.OpenFailed != nil {
+					// The listener's own error, as kube-proxy reports it.
+					cause := errors.Unwrap(err)
+					if cause == nil {
+						cause = err
+					}
+					s.cfg.OpenFailed(name, w.port, cause)
+				}
 				errs = append(errs, err)
 				continue
 			}
@@ -122,15 +149,26 @@ func (s *Server) Sync(snap *servicemap.Snapshot) error {
 // open starts serving name's health check on port at every address.
 func (s *Server) open(name types.NamespacedName, port uint16) (*service, error) {
 	svc := &service{name: name, port: port}
-	addrs := []string{net.JoinHostPort("", strconv.Itoa(int(port)))}
-	if len(s.cfg.Addresses) > 0 {
-		addrs = addrs[:0]
-		for _, a := range s.cfg.Addresses {
-			addrs = append(addrs, netip.AddrPortFrom(a, port).String())
+	// One listener on every address, or one per address given; an
+	// unspecified one (0.0.0.0, ::) stands for its family only, so the
+	// IPv6 wildcard does not take the IPv4 port too.
+	type bind struct{ network, addr string }
+	binds := []bind{{"tcp", net.JoinHostPort("", strconv.Itoa(int(port)))}}
+	if len(s.addrs) > 0 {
+		binds = binds[:0]
+		for _, a := range s.addrs {
+			network := "tcp4"
+			if a.Is6() {
+				network = "tcp6"
+			}
+			binds = append(binds, bind{network, netip.AddrPortFrom(a, port).String()})
 		}
 	}
-	for _, addr := range addrs {
-		ln, err := s.cfg.Listen("tcp", addr)
+	var addrs []string
+	for _, b := range binds {
+		addr := b.addr
+		addrs = append(addrs, addr)
+		ln, err := s.cfg.Listen(b.network, addr)
 		if err != nil {
 			svc.close()
 			return nil, fmt.Errorf("health-check node port %d of service %s on %s: %w", port, name, addr, err)

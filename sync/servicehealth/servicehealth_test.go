@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,10 @@ import (
 
 	"kproxy.dev/kproxy/sync/servicemap"
 )
+
+func loopback(*servicemap.NodeInfo) []netip.Addr {
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+}
 
 // freePort asks the kernel for a loopback port that is free right now.
 func freePort(t *testing.T) uint16 {
@@ -77,7 +82,7 @@ func TestServesLocalEndpointHealth(t *testing.T) {
 	hc := freePort(t)
 	var healthy atomic.Bool
 	healthy.Store(true)
-	s := New(Config{Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, ProxyHealthy: healthy.Load})
+	s := New(Config{Addresses: loopback, ProxyHealthy: healthy.Load})
 	t.Cleanup(func() { s.Close() })
 
 	steps := []struct {
@@ -137,8 +142,12 @@ func TestServesLocalEndpointHealth(t *testing.T) {
 
 func TestAPortThatCannotBeOpenedDoesNotStopTheOthers(t *testing.T) {
 	good, bad := freePort(t), freePort(t)
+	var failed []string
 	s := New(Config{
-		Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		Addresses: loopback,
+		OpenFailed: func(svc types.NamespacedName, port uint16, err error) {
+			failed = append(failed, fmt.Sprintf("%s %d %v", svc, port, err))
+		},
 		Listen: func(network, addr string) (net.Listener, error) {
 			if addr == fmt.Sprintf("127.0.0.1:%d", bad) {
 				return nil, errors.New("address already in use")
@@ -160,4 +169,106 @@ func TestAPortThatCannotBeOpenedDoesNotStopTheOthers(t *testing.T) {
 	if code, _ := probe(t, good); code != 200 {
 		t.Errorf("the good port answered %d", code)
 	}
+	if want := []string{fmt.Sprintf("ns/b %d address already in use", bad)}; !slices.Equal(failed, want) {
+		t.Errorf("OpenFailed heard %q, want %q", failed, want)
+	}
 }
+
+// TestListenersFollowTheNodeAddresses: with "primary", the addresses come
+// from the Node object, which may arrive after the first Sync or change;
+// the listeners move with them.
+func TestListenersFollowTheNodeAddresses(t *testing.T) {
+	hc := freePort(t)
+	s := New(Config{Addresses: func(node *servicemap.NodeInfo) []netip.Addr {
+		if node == nil {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+		}
+		return node.Addresses
+	}})
+	t.Cleanup(func() { s.Close() })
+	answers := func(addr string) bool {
+		resp, err := http.Get(fmt.Sprintf("http://%s:%d/", addr, hc))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}
+	lb := port("lb", "http", hc, ep("198.19.1.11", true, true))
+	for _, st := range []struct {
+		name      string
+		node      *servicemap.NodeInfo
+		answer    string
+		notAnswer string
+	}{
+		{"no Node yet", nil, "127.0.0.1", "127.0.0.2"},
+		{"the Node arrives", &servicemap.NodeInfo{Name: "n", Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.2")}}, "127.0.0.2", "127.0.0.1"},
+		{"its address changes", &servicemap.NodeInfo{Name: "n", Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.3")}}, "127.0.0.3", "127.0.0.2"},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			if err := s.Sync(servicemap.NewSnapshot(1, st.node, lb)); err != nil {
+				t.Fatal(err)
+			}
+			if !answers(st.answer) {
+				t.Errorf("health-check node port %d does not answer on %s", hc, st.answer)
+			}
+			if answers(st.notAnswer) {
+				t.Errorf("health-check node port %d still answers on %s", hc, st.notAnswer)
+			}
+		})
+	}
+}
+
+// TestListenNetworks: an address given listens in its own family only, so
+// the IPv6 wildcard (every IPv6 address) leaves the IPv4 port to the IPv4
+// listeners; no address given means one listener for both.
+func TestListenNetworks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		addrs []netip.Addr
+		want  []string
+	}{
+		{"every address", nil, []string{"tcp :7"}},
+		{"the primary IPv4 address, every IPv6 one", []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.IPv6Unspecified()},
+			[]string{"tcp4 198.19.0.1:7", "tcp6 [::]:7"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			s := New(Config{
+				Addresses: func(*servicemap.NodeInfo) []netip.Addr { return tc.addrs },
+				Listen: func(network, addr string) (net.Listener, error) {
+					got = append(got, network+" "+addr)
+					return newIdleListener(), nil
+				},
+			})
+			t.Cleanup(func() { s.Close() })
+			if err := s.Sync(servicemap.NewSnapshot(1, nil, port("lb", "", 7, ep("198.19.1.11", true, true)))); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("listened on %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// idleListener accepts nothing until closed.
+type idleListener struct{ closed chan struct{} }
+
+func newIdleListener() *idleListener { return &idleListener{closed: make(chan struct{})} }
+
+func (l *idleListener) Accept() (net.Conn, error) {
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *idleListener) Close() error {
+	select {
+	case <-l.closed:
+	default:
+		close(l.closed)
+	}
+	return nil
+}
+
+func (l *idleListener) Addr() net.Addr { return &net.TCPAddr{} }

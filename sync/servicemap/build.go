@@ -107,6 +107,7 @@ func servicePortEqual(a, b *ServicePort) bool {
 		a.AffinityTimeout == b.AffinityTimeout && a.InternalPolicyLocal == b.InternalPolicyLocal &&
 		a.ExternalPolicyLocal == b.ExternalPolicyLocal && a.HealthCheckNodePort == b.HealthCheckNodePort &&
 		slices.Equal(a.ClusterIPs, b.ClusterIPs) && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
+		slices.Equal(a.HiddenExternalIPs, b.HiddenExternalIPs) &&
 		slices.Equal(a.LoadBalancerIPs, b.LoadBalancerIPs) &&
 		slices.Equal(a.LoadBalancerSourceRanges, b.LoadBalancerSourceRanges) &&
 		slices.EqualFunc(a.Endpoints, b.Endpoints, endpointEqual)

@@ -236,6 +236,7 @@ func TestNodeTracking(t *testing.T) {
 		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"topology.kubernetes.io/zone": "z1"}},
 			Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
 				{Type: v1.NodeHostName, Address: "host"},
+				{Type: v1.NodeExternalIP, Address: "198.19.9.7"},
 				{Type: v1.NodeInternalIP, Address: "198.19.9.1"},
 				{Type: v1.NodeExternalIP, Address: "fd00::9:1"},
 				{Type: v1.NodeInternalIP, Address: "garbage"},
@@ -256,7 +257,7 @@ func TestNodeTracking(t *testing.T) {
 	n.Labels["mutated"] = "after" // the tracker must have copied the labels
 	snap, cs := tr.Snapshot()
 	want := &NodeInfo{Name: testNode, Labels: map[string]string{"topology.kubernetes.io/zone": "z1"},
-		Addresses: addrs("198.19.9.1", "fd00::9:1")}
+		Addresses: addrs("198.19.9.1", "198.19.9.7", "fd00::9:1")} // InternalIPs first, as kube-proxy orders them
 	if diff := cmp.Diff(want, snap.Node, cmpopts.EquateComparable(addrs("0.0.0.0")[0])); diff != "" || !cs.NodeChanged || cs.Empty() {
 		t.Errorf("node (-want +got):\n%s\nNodeChanged=%v", diff, cs.NodeChanged)
 	}
@@ -268,12 +269,19 @@ func TestNodeTracking(t *testing.T) {
 	if snap, cs := tr.Snapshot(); !cs.NodeChanged || !snap.Node.Deleting {
 		t.Errorf("deletion timestamp: changed=%v deleting=%v", cs.NodeChanged, snap.Node.Deleting)
 	}
+	tr.OnNodeUpdate(node(testNode, func(n *v1.Node) {
+		n.DeletionTimestamp = &metav1.Time{Time: t0}
+		n.Spec.Taints = []v1.Taint{{Key: "other"}, {Key: ToBeDeletedTaint, Effect: v1.TaintEffectNoSchedule}}
+	}))
+	if snap, cs := tr.Snapshot(); !cs.NodeChanged || !snap.Node.ToBeDeleted {
+		t.Errorf("cluster autoscaler taint: changed=%v toBeDeleted=%v", cs.NodeChanged, snap.Node.ToBeDeleted)
+	}
 	tr.OnNodeDelete()
 	if snap, cs := tr.Snapshot(); !cs.NodeChanged || snap.Node != nil {
 		t.Errorf("node delete: changed=%v node=%+v", cs.NodeChanged, snap.Node)
 	}
-	if calls != 3 {
-		t.Errorf("onChange called %d times, want 3", calls)
+	if calls != 4 {
+		t.Errorf("onChange called %d times, want 4", calls)
 	}
 }
 

@@ -52,6 +52,19 @@ type Tracker struct {
 	sorted []*ServicePort
 	// built holds each service's ports as of the last snapshot, sorted.
 	built map[types.NamespacedName][]*ServicePort
+
+	// ignoreExternalIPs is kube-proxy's AllowServiceExternalIPs=false.
+	ignoreExternalIPs bool
+}
+
+// IgnoreExternalIPs makes the map leave spec.externalIPs out of every
+// service port, as kube-proxy does with its AllowServiceExternalIPs feature
+// gate off (GA, on by default): no rule is programmed for them. Call it
+// before the first event.
+func (t *Tracker) IgnoreExternalIPs() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ignoreExternalIPs = true
 }
 
 // NewTracker returns a Tracker for the node named nodeName. onChange, if not
@@ -93,6 +106,16 @@ func (t *Tracker) OnServiceUpdate(svc *v1.Service) {
 	}
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	ports := ServicePortsOf(svc)
+	t.mu.Lock()
+	ignore := t.ignoreExternalIPs
+	t.mu.Unlock()
+	if ignore {
+		// The policy fields computed from spec.externalIPs stay, as
+		// kube-proxy computes them from the spec whatever the gate.
+		for _, p := range ports {
+			p.ExternalIPs, p.HiddenExternalIPs = nil, p.ExternalIPs
+		}
+	}
 	skipped := SkipServiceReason(svc) != ""
 	t.notify(t.setService(key, ports, skipped))
 }
@@ -211,16 +234,26 @@ func nodeInfoOf(node *v1.Node) *NodeInfo {
 		Labels:   maps.Clone(node.Labels),
 		Deleting: node.DeletionTimestamp != nil,
 	}
-	for _, a := range node.Status.Addresses {
-		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
-			continue
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == ToBeDeletedTaint {
+			info.ToBeDeleted = true
 		}
-		ip, ok := parseIPSloppy(strings.TrimSpace(a.Address))
-		if !ok {
-			klog.InfoS("Warning: ignoring unparseable node address", "node", node.Name, "address", a.Address)
-			continue
+	}
+	// InternalIPs first, then ExternalIPs, as kube-proxy orders them
+	// (utilnode.GetNodeHostIPs): the first of a family is the node's
+	// primary IP of that family.
+	for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+		for _, a := range node.Status.Addresses {
+			if a.Type != typ {
+				continue
+			}
+			ip, ok := parseIPSloppy(strings.TrimSpace(a.Address))
+			if !ok {
+				klog.InfoS("Warning: ignoring unparseable node address", "node", node.Name, "address", a.Address)
+				continue
+			}
+			info.Addresses = append(info.Addresses, ip)
 		}
-		info.Addresses = append(info.Addresses, ip)
 	}
 	cidrs := node.Spec.PodCIDRs
 	if len(cidrs) == 0 && node.Spec.PodCIDR != "" {
@@ -238,7 +271,7 @@ func nodeInfoEqual(a, b *NodeInfo) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Name == b.Name && a.Deleting == b.Deleting && maps.Equal(a.Labels, b.Labels) &&
+	return a.Name == b.Name && a.Deleting == b.Deleting && a.ToBeDeleted == b.ToBeDeleted && maps.Equal(a.Labels, b.Labels) &&
 		slices.Equal(a.Addresses, b.Addresses) && slices.Equal(a.PodCIDRs, b.PodCIDRs)
 }
 

@@ -59,6 +59,12 @@ type ServicePort struct {
 	NodePort uint16
 	// ExternalIPs are spec.externalIPs that parse as IPs.
 	ExternalIPs []netip.Addr
+	// HiddenExternalIPs are the spec.externalIPs the AllowServiceExternalIPs
+	// feature gate (off) hides: nothing is programmed for them, but, as in
+	// kube-proxy (whose ExternallyAccessible still counts them), they make
+	// the port externally accessible, which decides its chains and
+	// endpoint sets. ExternalIPs is then empty.
+	HiddenExternalIPs []netip.Addr
 	// LoadBalancerIPs are status.loadBalancer.ingress IPs whose ipMode is
 	// VIP (or unset); ipMode Proxy ingresses are not programmed, as in kube-proxy.
 	LoadBalancerIPs []netip.Addr
@@ -119,7 +125,15 @@ type NodeInfo struct {
 	// Deleting is set once the Node has a deletion timestamp; kube-proxy then
 	// reports itself unhealthy so load balancers drain the node.
 	Deleting bool
+	// ToBeDeleted is set while the Node has the cluster autoscaler's
+	// ToBeDeletedByClusterAutoscaler taint; kube-proxy's /healthz then
+	// reports the node ineligible, so load balancers drain it first.
+	ToBeDeleted bool
 }
+
+// ToBeDeletedTaint is the taint the cluster autoscaler puts on a node it is
+// about to delete.
+const ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // StaleEndpoint is an endpoint that went away from a service port, or stopped
 // serving, between two snapshots. Conntrack cleanup uses it.

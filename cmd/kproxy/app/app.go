@@ -50,6 +50,9 @@ func Run(ctx context.Context, cfg *options.Config) error { return RunWithDebug(c
 // fails. Everything that can be checked is checked before the kernel is
 // touched.
 func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
+	if cfg.InitOnly {
+		return initOnly(ctx, cfg)
+	}
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
 	settings := cfg.ModeSettings()
@@ -69,7 +72,7 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	m.InstallClientGo() // before any client exists
 	health := healthz.New(2*syncPeriod, m, nil)
 
-	servers, err := listen(cfg, name, health, m, dbg)
+	servers, err := listen(logger, cfg, name, health, m, dbg)
 	if err != nil {
 		return err
 	}
@@ -79,10 +82,16 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	// callback notifies the engine, which reads snapshots from the tracker.
 	var eng *engine.Engine
 	tracker := servicemap.NewTracker(cfg.NodeName, func() { eng.Notify() })
+	if !cfg.FeatureEnabled("AllowServiceExternalIPs") {
+		tracker.IgnoreExternalIPs()
+	}
 	src, err := newSource(ctx, cfg, tracker, m)
 	if err != nil {
 		return err
 	}
+	eventsCtx, stopEvents := context.WithCancel(ctx)
+	defer stopEvents()
+	events := newNodeEvents(eventsCtx, logger, src.client, cfg.NodeName)
 
 	// Nothing above touched the kernel; from here on kproxy owns the node's
 	// proxy state, so leftovers of the other modes go first.
@@ -113,6 +122,7 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	svcHealth := servicehealth.New(servicehealth.Config{
 		Addresses:    listenAddresses(logger, settings),
 		ProxyHealthy: func() bool { return health.Status().Healthy && health.NodeEligible() },
+		OpenFailed:   events.serviceHealthCheckFailed,
 		Logger:       logger,
 	})
 	defer svcHealth.Close()
@@ -163,7 +173,7 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	}
 	running := 0
 	for _, s := range servers.list {
-		goFn("serving "+s.what, s.server.Serve)
+		goFn("serving "+s.what, s.serve)
 		running++
 	}
 	goFn("service source", src.Run)
@@ -173,6 +183,9 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 		goFn("config file watch", watch.run)
 		running++
 	}
+	// kube-proxy's events on its Node: its birth cry once the sources run.
+	events.modeChosen(logger, name)
+	events.started()
 
 	logger.Info("kproxy started", "mode", name, "source", src.describe, "minSyncPeriod", minSync, "syncPeriod", syncPeriod)
 	var firstErr error
@@ -221,16 +234,20 @@ func metricFamilies(f kernel.Features) []ipfamily.Family {
 }
 
 // listenAddresses is where health-check node ports listen: like NodePorts,
-// on the addresses --nodeport-addresses admits, or everywhere. It is
-// decided at start, before the Node object is known ("primary" then means
-// --bind-address, or everywhere).
-func listenAddresses(logger klog.Logger, s mode.Settings) []netip.Addr {
-	local, err := kernel.InterfaceAddresses()
-	if err != nil {
-		logger.Info("Could not list the node's addresses; health-check node ports listen everywhere", "err", err)
-		return nil
+// on the addresses --nodeport-addresses admits, or everywhere. It is asked
+// at every sync, so "primary" follows the Node object as NodePorts do.
+func listenAddresses(logger klog.Logger, s mode.Settings) func(*servicemap.NodeInfo) []netip.Addr {
+	return func(node *servicemap.NodeInfo) []netip.Addr {
+		if !s.NodePorts.Primary && len(s.NodePorts.CIDRs) == 0 {
+			return nil // every address: nothing to list
+		}
+		local, err := kernel.InterfaceAddresses()
+		if err != nil {
+			logger.Info("Could not list the node's addresses; health-check node ports listen everywhere", "err", err)
+			return nil
+		}
+		return s.NodePorts.ListenAddresses(node, local)
 	}
-	return s.NodePorts.ListenAddresses(nil, local)
 }
 
 // applyOOMScoreAdj protects kproxy from the OOM killer as kube-proxy does
@@ -241,29 +258,19 @@ func applyOOMScoreAdj(logger klog.Logger, score int32) {
 	}
 }
 
-type namedServer struct {
-	what   string
-	server *healthz.Server
-}
-
-type serverSet struct{ list []namedServer }
-
-func (s *serverSet) close() {
-	for _, n := range s.list {
-		_ = n.server.Close()
-	}
-}
-
-// listen binds the health and metrics ports up front so that a port in use
-// fails the start instead of a background goroutine.
-func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics, dbg Debug) (*serverSet, error) {
-	set := &serverSet{}
+// listen binds the health and metrics ports up front, so that a port in
+// use is known before anything starts: with --bind-address-hard-fail it
+// fails the start, else it is logged and retried in the background while
+// kproxy proxies, as kube-proxy does.
+func listen(logger klog.Logger, cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics, dbg Debug) (*serverSet, error) {
+	set := &serverSet{logger: logger, hardFail: cfg.BindAddressHardFail}
 	if cfg.HealthzBindAddress != "" {
-		s, err := healthz.NewHealthServer(cfg.HealthzBindAddress, health)
+		err := set.add("healthz", "--healthz-bind-address", cfg.HealthzBindAddress, func() (*healthz.Server, error) {
+			return healthz.NewHealthServer(cfg.HealthzBindAddress, health)
+		})
 		if err != nil {
-			return nil, fmt.Errorf("--healthz-bind-address: %w", err)
+			return nil, err
 		}
-		set.list = append(set.list, namedServer{"healthz on " + s.Addr().String(), s})
 	}
 	if cfg.MetricsBindAddress != "" {
 		configz := dbg.Configz
@@ -278,15 +285,15 @@ func listen(cfg *options.Config, name mode.Name, health *healthz.Health, m *metr
 		if dbg.Statusz {
 			status = &debugz.Status{Started: time.Now(), BinaryVersion: strings.TrimPrefix(buildinfo.Get().GitVersion, "v")}
 		}
-		s, err := healthz.NewMetricsServer(healthz.MetricsServerConfig{
-			Address: cfg.MetricsBindAddress, Metrics: m, ProxyMode: name, Configz: configz,
-			Component: "kproxy", Flagz: dbg.Flagz, Statusz: status, Profiling: cfg.EnableProfiling,
+		err := set.add("metrics", "--metrics-bind-address", cfg.MetricsBindAddress, func() (*healthz.Server, error) {
+			return healthz.NewMetricsServer(healthz.MetricsServerConfig{
+				Address: cfg.MetricsBindAddress, Metrics: m, ProxyMode: name, Configz: configz,
+				Component: "kproxy", Flagz: dbg.Flagz, Statusz: status, Profiling: cfg.EnableProfiling,
+			})
 		})
 		if err != nil {
-			set.close()
-			return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+			return nil, err
 		}
-		set.list = append(set.list, namedServer{"metrics on " + s.Addr().String(), s})
 	}
 	return set, nil
 }

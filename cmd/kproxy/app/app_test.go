@@ -250,6 +250,8 @@ func TestRunRefusesModeTheKernelLacks(t *testing.T) {
 	}
 }
 
+// TestRunFailsWhenMetricsPortIsTaken: with --bind-address-hard-fail a port
+// in use fails the start (TestMetricsPortTakenWithoutHardFail: without it).
 func TestRunFailsWhenMetricsPortIsTaken(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
@@ -265,7 +267,7 @@ func TestRunFailsWhenMetricsPortIsTaken(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = Run(ctx, config(t, "--services-file="+manifest))
+	err = Run(ctx, config(t, "--services-file="+manifest, "--bind-address-hard-fail"))
 	if err == nil || !strings.Contains(err.Error(), "--metrics-bind-address") || !strings.Contains(err.Error(), "127.0.0.1:10249") {
 		t.Fatalf("Run with the metrics port taken returned %v, want an error naming --metrics-bind-address and the address", err)
 	}

@@ -3,7 +3,10 @@ package app
 import (
 	"context"
 	"fmt"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	componentconfig "k8s.io/component-base/config/v1alpha1"
 
 	"kproxy.dev/kproxy/cmd/kproxy/options"
@@ -13,10 +16,20 @@ import (
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
+// nodeIPWait is how long kube-proxy's NodeManager waits at start for the
+// Node object's addresses.
+const nodeIPWait = 30 * time.Second
+
+// podCIDRWait is how long it waits for the pod CIDRs with
+// --detect-local-mode=NodeCIDR.
+const podCIDRWait = 5 * time.Minute
+
 // source is where Services and EndpointSlices come from.
 type source struct {
 	describe string
 	Run      func(ctx context.Context) error
+	// client is the cluster's (nil for a services file): events go there.
+	client kubernetes.Interface
 }
 
 // newSource picks the services file when one is given, else the cluster
@@ -43,5 +56,18 @@ func newSource(ctx context.Context, cfg *options.Config, sink servicemap.Sink, m
 	if on, set := cfg.FeatureGates["MultiCIDRServiceAllocator"]; set && !on {
 		cs.WatchServiceCIDRs = false
 	}
-	return &source{describe: "cluster", Run: cs.Run}, nil
+	if cfg.NodePortPrimary {
+		// "primary" reads the Node object: the first sync waits for it as
+		// kube-proxy's start does, so NodePorts never open everywhere first.
+		cs.NodeWait = nodeIPWait
+	}
+	if cfg.DetectLocalMode == "NodeCIDR" {
+		// kube-proxy waits for the Node's pod CIDRs too (up to 5 minutes,
+		// then fails; kproxy syncs without a detector and logs it).
+		cs.NodeWait = podCIDRWait
+		cs.NodeReady = func(n *v1.Node) bool {
+			return clustersource.HasNodeIP(n) && (len(n.Spec.PodCIDRs) > 0 || n.Spec.PodCIDR != "")
+		}
+	}
+	return &source{describe: "cluster", Run: cs.Run, client: client}, nil
 }

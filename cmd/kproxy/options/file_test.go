@@ -25,8 +25,8 @@ conntrack:
   maxPerCore: 0
 udpIdleTimeout: 3s
 featureGates:
-  A: true
-  B: true
+  LoggingAlphaOptions: true
+  ComponentFlagz: true
 hostnameOverride: File-Node
 `)
 	tests := []struct {
@@ -41,8 +41,8 @@ hostnameOverride: File-Node
 		{"file omits field: default", nil, func(c *Config) (any, any) { return c.IPTablesMinSyncPeriod, time.Second }},
 		{"kproxy extra field from file", nil, func(c *Config) (any, any) { return c.UDPIdleTimeout, 3 * time.Second }},
 		{"kproxy extra setting flag ignored", []string{"--udp-timeout=1s"}, func(c *Config) (any, any) { return c.UDPIdleTimeout, 3 * time.Second }},
-		{"feature gates flag ignored", []string{"--feature-gates=B=false,C=true"}, func(c *Config) (any, any) {
-			return c.FeatureGates, map[string]bool{"A": true, "B": true}
+		{"feature gates flag ignored", []string{"--feature-gates=ComponentFlagz=false,ContextualLogging=true"}, func(c *Config) (any, any) {
+			return c.FeatureGates, map[string]bool{"LoggingAlphaOptions": true, "ComponentFlagz": true}
 		}},
 		{"deprecated port flag ignored", []string{"--healthz-port=0"}, func(c *Config) (any, any) { return c.HealthzBindAddress, "0.0.0.0:10256" }},
 		{"hostname-override honoured", []string{"--hostname-override=Flag-Node"}, func(c *Config) (any, any) { return c.NodeName, "flag-node" }},
@@ -76,7 +76,7 @@ hostnameOverride: File-Node
 func TestEveryFlagOverridesTheDefaults(t *testing.T) {
 	path := writeTemp(t, "base.yaml", header+"mode: iptables\n")
 	values := map[string]string{
-		"feature-gates":                     "X=true",
+		"feature-gates":                     "LoggingAlphaOptions=true",
 		"kubeconfig":                        "/etc/k.conf",
 		"services-file":                     ".",
 		"kube-api-content-type":             "application/json",
@@ -317,7 +317,7 @@ func TestWriteConfigRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--proxy-mode=userspace", "--proxy-port-range=20000-20100", "--nodeport-addresses=198.19.0.0/24",
 		"--cluster-cidr=198.19.0.0/16,fd00::/64", "--ipvs-exclude-cidrs=198.18.0.0/24", "--udp-timeout=3s",
-		"--feature-gates=X=true", "--hostname-override=Node-9", "--conntrack-max-per-core=0", "--healthz-port=0",
+		"--feature-gates=LoggingAlphaOptions=true", "--hostname-override=Node-9", "--conntrack-max-per-core=0", "--healthz-port=0",
 		"--metrics-bind-address=0.0.0.0", "--services-file=" + dir}
 	o, fs, err := parsed(t, args...)
 	if err != nil {

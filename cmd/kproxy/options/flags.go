@@ -69,7 +69,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.InitOnly, "init-only", o.InitOnly,
 		"If true, do the setup that needs full root privileges and exit; kproxy can then run with only CAP_NET_ADMIN.")
 	fs.Var(newFeatureGatesValue(&c.FeatureGates), "feature-gates",
-		"Comma-separated key=true|false pairs enabling or disabling alpha/experimental features. Accepted for compatibility and stored; kproxy defines no gates itself.")
+		"Comma-separated key=true|false pairs enabling or disabling kube-proxy v1.36's feature gates, checked as kube-proxy checks them (an unknown gate, or a locked one set to another value, is an error). kproxy acts on AllowServiceExternalIPs (false: spec.externalIPs are not programmed). Options are:\n"+
+			strings.Join(knownFeatures(), "\n"))
 
 	fs.StringVar(&c.ClientConnection.Kubeconfig, "kubeconfig", c.ClientConnection.Kubeconfig,
 		"Path to a kubeconfig file with the API server location and credentials (--master overrides the location).")
@@ -91,7 +92,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BindAddress, "bind-address", c.BindAddress,
 		"This node's primary IP as far as kproxy is concerned (the name is historical: nothing binds to it).")
 	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail,
-		"If true, failing to bind the healthz or metrics port is fatal.")
+		"If true, failing to bind the healthz or metrics port is fatal; if false it is logged and retried every 5 s while kproxy proxies.")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress,
 		"IP address and port (ip or ip:port) the health check server listens on. Empty or port 0 disables it.")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress,

@@ -125,6 +125,9 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 	for k, v := range c.FeatureGates {
 		cfg.FeatureGates[k] = v
 	}
+	if _, err := newKubeProxyFeatureGate(c.FeatureGates); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s: %w", r.from.describe(setting{"feature-gates", "featureGates"}), err))
+	}
 
 	if cfg.Mode != "" && !slices.Contains(proxyModes(), cfg.Mode) {
 		r.invalid(setting{"proxy-mode", "mode"}, cfg.Mode, "must be one of userspace, iptables, ipvs, nftables")

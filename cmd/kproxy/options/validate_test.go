@@ -118,7 +118,7 @@ func TestValidValuesResolve(t *testing.T) {
 		"--udp-timeout=2s",
 		"--iptables-min-sync-period=0",
 		"--config-sync-period=0",
-		"--feature-gates=A=true,B=false",
+		"--feature-gates=LoggingAlphaOptions=true,ComponentFlagz=false",
 		"--hostname-override=  Worker-7 ",
 		"--services-file=.",
 	)
@@ -138,7 +138,7 @@ func TestValidValuesResolve(t *testing.T) {
 		{"udp", cfg.UDPIdleTimeout, 2 * time.Second},
 		{"min sync", cfg.IPTablesMinSyncPeriod, time.Duration(0)},
 		{"config sync", cfg.ConfigSyncPeriod, time.Duration(0)},
-		{"gates", cfg.FeatureGates, map[string]bool{"A": true, "B": false}},
+		{"gates", cfg.FeatureGates, map[string]bool{"LoggingAlphaOptions": true, "ComponentFlagz": false}},
 		{"node", cfg.NodeName, "worker-7"},
 		{"services file", cfg.ServicesFile, "."},
 	}

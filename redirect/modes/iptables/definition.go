@@ -47,9 +47,9 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	if err != nil {
 		logger.V(2).Info("Could not read a sysctl; taking it as unset", "err", err)
 	}
-	if s.DetectLocalMode != "" && s.DetectLocalMode != "ClusterCIDR" {
-		logger.Info("Warning: this --detect-local-mode is not supported by kproxy's iptables mode; "+
-			"traffic is treated as with no local-traffic detector (only --cluster-cidr is)", "detectLocalMode", s.DetectLocalMode)
+	detector, err := s.LocalDetector()
+	if err != nil {
+		return nil, fmt.Errorf("iptables mode: %w", err)
 	}
 	counters := ensureNFAcct(logger, nfacct.Netlink{})
 	var fams []FamilyConfig
@@ -65,12 +65,16 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 			Family:        fam,
 			MasqueradeBit: s.MasqueradeBit,
 			MasqueradeAll: s.MasqueradeAll,
-			ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
 			RandomFully:   ipt.RandomFully,
+
+			BridgeInterface: detector.BridgeInterface, InterfaceNamePrefix: detector.InterfaceNamePrefix,
 
 			LocalhostNodePorts:    s.LocalhostNodePorts && fam == ipfamily.IPv4,
 			ConntrackTCPBeLiberal: beLiberal == "1",
 			NFAcct:                counters,
+		}
+		if detector == (mode.LocalDetector{}) {
+			rc.ClusterCIDRs = ipfamily.Prefixes(s.ClusterCIDRs, fam)
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			rc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync
@@ -87,7 +91,11 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	if s.LocalhostNodePorts && !s.NodePorts.Primary && nodeaddr.AdmitsIPv4Loopback(ipfamily.Prefixes(s.NodePorts.CIDRs, ipfamily.IPv4)) {
 		// NodePorts on 127.0.0.1 are DNATed to other hosts, which the
 		// kernel only routes with route_localnet, as kube-proxy sets it.
-		if err := d.Sysctls.Write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+		// Read first, as kube-proxy's EnsureSysctl does: a value already
+		// right needs no write (a read-only /proc/sys after --init-only).
+		if cur, err := d.Sysctls.Read("net/ipv4/conf/all/route_localnet"); err == nil && cur == "1" {
+			logger.V(2).Info("route_localnet is already 1")
+		} else if err := d.Sysctls.Write("net/ipv4/conf/all/route_localnet", "1"); err != nil {
 			logger.Error(err, "Could not set net.ipv4.conf.all.route_localnet=1: NodePorts will not answer on 127.0.0.1 "+
 				"(pass --iptables-localhost-nodeports=false to silence this)")
 		}
@@ -99,7 +107,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	}
 	m, err := New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
-		LocalAddresses: kernel.InterfaceAddresses,
+		LocalAddresses: kernel.InterfaceAddresses, NodeCIDRDetector: detector.NodeCIDR,
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,8 @@ type family struct {
 	nodeName string
 	// nodePorts is --nodeport-addresses, resolved at each sync.
 	nodePorts nodeaddr.Policy
+	// nodeCIDR: the local-traffic detector is the Node's pod CIDRs.
+	nodeCIDR bool
 	// localAddrs lists the node's interface addresses (nil: not needed).
 	localAddrs func() ([]netip.Addr, error)
 	maxChains  int
@@ -66,6 +68,14 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 		node = snap.Node
 	}
 	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
+	if f.nodeCIDR {
+		// --detect-local-mode=NodeCIDR: the Node's pod CIDRs; none
+		// before the Node is known (kube-proxy then has no detector).
+		cfg.ClusterCIDRs = nil
+		if node != nil {
+			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
+		}
+	}
 	if len(cfg.NodePortAddresses) > 0 && f.localAddrs != nil {
 		addrs, err := f.localAddrs()
 		if err != nil {
@@ -427,6 +437,7 @@ func (f *family) reportRuleCounts() {
 func configEqual(a, b rules.Config) bool {
 	return a.Family == b.Family && a.MasqueradeBit == b.MasqueradeBit && a.MasqueradeAll == b.MasqueradeAll &&
 		slices.Equal(a.ClusterCIDRs, b.ClusterCIDRs) && slices.Equal(a.NodePortAddresses, b.NodePortAddresses) &&
+		a.BridgeInterface == b.BridgeInterface && a.InterfaceNamePrefix == b.InterfaceNamePrefix &&
 		slices.Equal(a.NodeIPs, b.NodeIPs) && slices.Equal(a.InterfaceAddrs, b.InterfaceAddrs) &&
 		a.LocalhostNodePorts == b.LocalhostNodePorts && a.ConntrackTCPBeLiberal == b.ConntrackTCPBeLiberal &&
 		a.RandomFully == b.RandomFully && a.LargeCluster == b.LargeCluster && a.Topology == b.Topology

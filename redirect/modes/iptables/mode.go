@@ -70,6 +70,9 @@ type Config struct {
 	// sync when --nodeport-addresses is set (kube-proxy writes one
 	// NodePort jump per matching address).
 	LocalAddresses func() ([]netip.Addr, error)
+	// NodeCIDRDetector is --detect-local-mode=NodeCIDR: each family's
+	// ClusterCIDRs become the Node object's pod CIDRs of the family.
+	NodeCIDRDetector bool
 	// Registry receives the mode's metrics; nil registers nowhere.
 	Registry prometheus.Registerer
 	// NewModel builds a rule model; nil means rules.New.
@@ -114,6 +117,7 @@ func New(cfg Config) (*Mode, error) {
 			base:       fc.Rules,
 			nodeName:   cfg.NodeName,
 			nodePorts:  cfg.NodePorts,
+			nodeCIDR:   cfg.NodeCIDRDetector,
 			localAddrs: cfg.LocalAddresses,
 			maxChains:  fc.MaxChainsPerRestore,
 			metrics:    fm,

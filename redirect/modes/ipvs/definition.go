@@ -48,6 +48,10 @@ func Missing(f kernel.Features) []string {
 // without IPVS).
 func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
 	logger := d.Logger
+	detector, err := s.LocalDetector()
+	if err != nil {
+		return nil, fmt.Errorf("ipvs mode: %w", err)
+	}
 	handle, err := mobyipvs.New("")
 	if err != nil {
 		return nil, fmt.Errorf("opening IPVS: %w", err)
@@ -74,9 +78,13 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 			Scheduler:     s.IPVS.Scheduler,
 			MasqueradeAll: s.MasqueradeAll,
 			MasqueradeBit: s.MasqueradeBit,
-			ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
 			RandomFully:   ipt.RandomFully,
 			StrictARP:     s.IPVS.StrictARP,
+
+			BridgeInterface: detector.BridgeInterface, InterfaceNamePrefix: detector.InterfaceNamePrefix,
+		}
+		if detector == (mode.LocalDetector{}) {
+			dc.ClusterCIDRs = ipfamily.Prefixes(s.ClusterCIDRs, fam)
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			dc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync
@@ -92,8 +100,9 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	}
 	m, err := New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, ExcludeCIDRs: s.IPVS.ExcludeCIDRs,
-		LocalAddresses: func() ([]netip.Addr, error) { return handles.LocalAddressesExcept(handles.DummyLink) },
-		Sysctls:        d.Sysctls, Registry: d.Registry, Logger: logger,
+		LocalAddresses:   func() ([]netip.Addr, error) { return handles.LocalAddressesExcept(handles.DummyLink) },
+		NodeCIDRDetector: detector.NodeCIDR,
+		Sysctls:          d.Sysctls, Registry: d.Registry, Logger: logger,
 	})
 	if err != nil {
 		handle.Close()

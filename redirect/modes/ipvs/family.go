@@ -22,6 +22,8 @@ type family struct {
 	nodeName string
 	// nodePorts is --nodeport-addresses, resolved at each sync.
 	nodePorts nodeaddr.Policy
+	// nodeCIDR: the local-traffic detector is the Node's pod CIDRs.
+	nodeCIDR bool
 	// localAddrs lists the node's addresses but kube-ipvs0's (nil: use
 	// base.LocalAddrs).
 	localAddrs func() ([]netip.Addr, error)
@@ -45,6 +47,14 @@ func (f *family) configFor(snap *servicemap.Snapshot) (desired.Config, error) {
 		node = snap.Node
 	}
 	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
+	if f.nodeCIDR {
+		// --detect-local-mode=NodeCIDR: the Node's pod CIDRs; none
+		// before the Node is known (kube-proxy then has no detector).
+		cfg.ClusterCIDRs = nil
+		if node != nil {
+			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
+		}
+	}
 	if f.localAddrs != nil {
 		addrs, err := f.localAddrs()
 		if err != nil {

@@ -51,6 +51,9 @@ type Config struct {
 	// LocalAddresses lists the node's addresses on every interface but
 	// kube-ipvs0, read on every sync (see handles.LocalAddressesExcept).
 	LocalAddresses func() ([]netip.Addr, error)
+	// NodeCIDRDetector is --detect-local-mode=NodeCIDR: each family's
+	// ClusterCIDRs become the Node object's pod CIDRs of the family.
+	NodeCIDRDetector bool
 	// Sysctls writes the sysctls the mode needs; nil means the kernel's.
 	Sysctls sysctl.Sysctls
 	// DrainInterval: 0 means DefaultDrainInterval; negative starts no
@@ -114,7 +117,7 @@ func New(cfg Config) (*Mode, error) {
 			return nil, fmt.Errorf("ipvs mode: %s: %w", fam, err)
 		}
 		m.families = append(m.families, &family{
-			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, nodePorts: cfg.NodePorts, localAddrs: cfg.LocalAddresses,
+			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, nodePorts: cfg.NodePorts, nodeCIDR: cfg.NodeCIDRDetector, localAddrs: cfg.LocalAddresses,
 			rec: rec, tables: fc.Tables, metrics: met.forFamily(fam), logger: cfg.Logger,
 		})
 	}
@@ -156,6 +159,21 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	return errors.Join(errs...)
 }
 
+// Init implements mode.Initializer: the sysctls the mode needs, written
+// before any sync (--init-only). IPv4's are the node's whatever the
+// families.
+func (m *Mode) Init(_ context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var sysctls []desired.Sysctl
+	for _, f := range m.families {
+		sysctls = append(sysctls, desired.Sysctls(f.base)...)
+	}
+	return m.writeSysctls(sysctls, true)
+}
+
+var _ mode.Initializer = (*Mode)(nil)
+
 // writeSysctls writes each sysctl not written yet with its value (all of
 // them on a full sync). A required one failing is an error, retried next
 // sync; any other is a warning, retried at the next full sync.
@@ -163,6 +181,13 @@ func (m *Mode) writeSysctls(sysctls []desired.Sysctl, full bool) error {
 	var errs []error
 	for _, s := range sysctls {
 		if v, done := m.sysctlsDone[s.Name]; done && v == s.Value && !full {
+			continue
+		}
+		// Read first, as kube-proxy's EnsureSysctl does: a value already
+		// right needs no write, which a read-only /proc/sys (a pod with
+		// only CAP_NET_ADMIN after --init-only) would refuse.
+		if cur, err := sysctl.ReadInt(m.sysctls, s.Name); err == nil && cur == s.Value {
+			m.sysctlsDone[s.Name] = s.Value
 			continue
 		}
 		err := sysctl.WriteInt(m.sysctls, s.Name, s.Value)

@@ -78,8 +78,13 @@ func TestUnchangedSyncWritesNothing(t *testing.T) {
 	}
 
 	// A full sync re-reads IPVS and rewrites the layer and the sysctls,
-	// repairing what others changed.
+	// repairing what others changed (and only that: a sysctl already
+	// right is not written, as kube-proxy's EnsureSysctl reads first).
+	if err := g.sysctls.Write("net/ipv4/ip_forward", "0"); err != nil {
+		t.Fatal(err)
+	}
 	before := g.sysctls.WritesOf("net/ipv4/ip_forward")
+	unchanged := g.sysctls.WritesOf("net/ipv4/vs/conntrack")
 	if err := g.m.Sync(context.Background(), snapshot(web(), dns()), &servicemap.ChangeSet{Full: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +95,10 @@ func TestUnchangedSyncWritesNothing(t *testing.T) {
 		t.Errorf("a full sync ran %d restores, want 1", n-restores)
 	}
 	if g.sysctls.WritesOf("net/ipv4/ip_forward") != before+1 {
-		t.Error("a full sync did not rewrite net/ipv4/ip_forward")
+		t.Error("a full sync did not repair net/ipv4/ip_forward")
+	}
+	if g.sysctls.WritesOf("net/ipv4/vs/conntrack") != unchanged {
+		t.Error("a full sync rewrote net/ipv4/vs/conntrack, which was right")
 	}
 }
 

@@ -2,6 +2,7 @@ package userspace
 
 import (
 	"context"
+	"fmt"
 
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/lb/tcprelay"
@@ -31,6 +32,15 @@ func Definition() mode.Definition {
 func Missing(kernel.Features) []string { return nil }
 
 func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
+	// The relays proxy every connection themselves, so no rule tells pod
+	// traffic from other traffic: a detector has nothing to do here. Say so
+	// rather than ignore it silently.
+	if detector, err := s.LocalDetector(); err != nil {
+		return nil, fmt.Errorf("userspace mode: %w", err)
+	} else if detector != (mode.LocalDetector{}) {
+		d.Logger.Info("Warning: --detect-local-mode has no effect in the userspace mode: its relays need no local-traffic detector",
+			"detectLocalMode", s.DetectLocalMode)
+	}
 	// One relay socket per connection end: the default soft limit of
 	// 1024 would cap the connections served.
 	if limit, err := tcprelay.RaiseNoFileLimit(); err != nil {

@@ -24,9 +24,11 @@ type Builder struct {
 	recentMask string // the recent match's default --mask: all bits of an address
 
 	// fromPods and fromOutside are the local-traffic detector's matches
-	// with a trailing space ("-s 10.0.0.0/8 ", "! -s 10.0.0.0/8 "); empty
-	// without --cluster-cidr.
+	// with a trailing space ("-s 10.0.0.0/8 ", "! -s 10.0.0.0/8 ",
+	// "-i cbr0 ", "! -i veth+ "); empty without a detector. byInterface:
+	// they are -i matches, which iptables-save prints after -d.
 	fromPods, fromOutside string
+	byInterface           bool
 
 	// localhostNodePorts: NodePorts also answer on 127.0.0.0/8.
 	localhostNodePorts bool
@@ -66,8 +68,14 @@ func New(cfg Config) (*Builder, error) {
 		b.rejectWith = "icmp-port-unreachable"
 		b.recentMask = "255.255.255.255"
 	}
-	if len(cfg.ClusterCIDRs) > 0 {
-		// kube-proxy's ClusterCIDR detector uses the family's first range.
+	switch {
+	case cfg.BridgeInterface != "":
+		b.fromPods, b.fromOutside, b.byInterface = "-i "+cfg.BridgeInterface+" ", "! -i "+cfg.BridgeInterface+" ", true
+	case cfg.InterfaceNamePrefix != "":
+		b.fromPods, b.fromOutside, b.byInterface = "-i "+cfg.InterfaceNamePrefix+"+ ", "! -i "+cfg.InterfaceNamePrefix+"+ ", true
+	case len(cfg.ClusterCIDRs) > 0:
+		// kube-proxy's ClusterCIDR (and NodeCIDR) detector uses the
+		// family's first range.
 		pods := cfg.ClusterCIDRs[0].Masked().String()
 		b.fromPods, b.fromOutside = "-s "+pods+" ", "! -s "+pods+" "
 	}

@@ -40,6 +40,69 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
+	compareRulesWithKubeProxy(t, kubeProxyCase{
+		flags: []string{"--cluster-cidr", "198.19.1.0/24"},
+		v4:    func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") },
+	})
+}
+
+// TestSameRulesAsKubeProxyWithDetectors is TestSameRulesAsKubeProxy with
+// each other local-traffic detector kube-proxy has (--detect-local-mode):
+// the Node's pod CIDRs, a bridge, an interface name prefix.
+func TestSameRulesAsKubeProxyWithDetectors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver, etcd and kube-proxy")
+	}
+	for _, tc := range []struct {
+		name string
+		kubeProxyCase
+	}{
+		{"NodeCIDR", kubeProxyCase{
+			flags:    []string{"--detect-local-mode", "NodeCIDR", "--cluster-cidr", "198.19.0.0/16"},
+			podCIDRs: []string{"198.19.1.0/24"},
+			// The mode sets the rule model's ranges to the Node's pod CIDRs.
+			v4: func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") },
+		}},
+		{"BridgeInterface", kubeProxyCase{
+			flags: []string{"--detect-local-mode", "BridgeInterface", "--pod-bridge-interface", "cbr0", "--cluster-cidr", "198.19.0.0/16"},
+			both:  func(c *Config) { c.BridgeInterface = "cbr0" },
+		}},
+		{"InterfaceNamePrefix", kubeProxyCase{
+			flags: []string{"--detect-local-mode", "InterfaceNamePrefix", "--pod-interface-name-prefix", "veth"},
+			both:  func(c *Config) { c.InterfaceNamePrefix = "veth" },
+		}},
+		// Not a detector, but the same comparison: the external IPs the
+		// AllowServiceExternalIPs gate hides.
+		{"AllowServiceExternalIPs off", kubeProxyCase{
+			flags:             []string{"--cluster-cidr", "198.19.1.0/24", "--feature-gates", "AllowServiceExternalIPs=false"},
+			v4:                func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") },
+			ignoreExternalIPs: true,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if lab.InFreshNetns(t) {
+				return
+			}
+			compareRulesWithKubeProxy(t, tc.kubeProxyCase)
+		})
+	}
+}
+
+// kubeProxyCase is one comparison: kube-proxy's extra flags, the Node's pod
+// CIDRs, and the rule model's configuration to match (v4: the IPv4 family's;
+// both: both families').
+type kubeProxyCase struct {
+	flags    []string
+	podCIDRs []string
+	v4, both func(*Config)
+	// ignoreExternalIPs: the map as with AllowServiceExternalIPs off.
+	ignoreExternalIPs bool
+}
+
+// compareRulesWithKubeProxy runs kube-proxy on the fixtures and compares its
+// tables with the model's, family by family.
+func compareRulesWithKubeProxy(t *testing.T, tc kubeProxyCase) {
+	t.Helper()
 	kubeProxy := filepath.Join(lab.ToolsBinDir(t), "kube-proxy")
 	if _, err := os.Stat(kubeProxy); err != nil {
 		t.Fatalf("kube-proxy not built: run `make tools`: %v", err)
@@ -47,6 +110,9 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	api := lab.StartAPIServer(t)
 	node := lab.CreateNode(t, api.Client, testkit.NodeName, testkit.NodeIPv4)
 	node.Labels[v1.LabelTopologyZone] = "zone-a"
+	if len(tc.podCIDRs) > 0 {
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = tc.podCIDRs[0], tc.podCIDRs
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	node, err := api.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
@@ -58,6 +124,9 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	// The model's view of the same objects, including the API server's
 	// own default/kubernetes service.
 	tr := servicemap.NewTracker(testkit.NodeName, nil)
+	if tc.ignoreExternalIPs {
+		tr.IgnoreExternalIPs()
+	}
 	tr.OnNodeUpdate(node)
 	svcs, err := api.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -76,10 +145,13 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 	tr.OnSynced()
 	snap, _ := tr.Snapshot()
 	want := map[ipfamily.Family]ruleset{}
-	for _, cfg := range []Config{
-		testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }),
-		{Family: ipfamily.IPv6, MasqueradeBit: 14},
-	} {
+	for _, cfg := range []Config{v4Config(), {Family: ipfamily.IPv6, MasqueradeBit: 14}} {
+		if tc.v4 != nil && cfg.Family == ipfamily.IPv4 {
+			tc.v4(&cfg)
+		}
+		if tc.both != nil {
+			tc.both(&cfg)
+		}
 		// kube-proxy's defaults: localhost NodePorts on, --random-fully
 		// where iptables has it (1.8.9 does).
 		cfg.LocalhostNodePorts, cfg.RandomFully = true, true
@@ -95,11 +167,12 @@ func TestSameRulesAsKubeProxy(t *testing.T) {
 		want[cfg.Family] = assemble(b, ports)
 	}
 
-	proxy := exec.Command(kubeProxy, "--kubeconfig", api.KubeconfigPath, "--proxy-mode", "iptables",
-		"--hostname-override", testkit.NodeName, "--cluster-cidr", "198.19.1.0/24",
+	args := append([]string{"--kubeconfig", api.KubeconfigPath, "--proxy-mode", "iptables",
+		"--hostname-override", testkit.NodeName,
 		// Conntrack settings are global or absent in a namespace: leave them.
 		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0",
-		"--conntrack-tcp-timeout-close-wait", "0", "-v", "2")
+		"--conntrack-tcp-timeout-close-wait", "0", "-v", "2"}, tc.flags...)
+	proxy := exec.Command(kubeProxy, args...)
 	logPath := filepath.Join(t.TempDir(), "kube-proxy.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -317,6 +390,12 @@ func createKubeProxyFixtures(ctx context.Context, t *testing.T, client kubernete
 			eps: []discovery.Endpoint{endpoint("198.19.1.13", false, nil)}},
 		{svc: svc("zonal", "198.18.0.18", v1.ServiceTypeClusterIP, tcp("http", 80, 0), nil),
 			eps: []discovery.Endpoint{endpoint("198.19.1.11", false, hint("zone-a")), endpoint("198.19.1.12", false, hint("zone-b"))}},
+		// Externally accessible through its external IP only: with
+		// AllowServiceExternalIPs off, kube-proxy still counts it so.
+		{svc: svc("external-only", "198.18.0.19", v1.ServiceTypeClusterIP, tcp("http", 80, 0), func(s *v1.Service) {
+			s.Spec.ExternalIPs = []string{"198.18.100.2"}
+			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+		}), eps: []discovery.Endpoint{endpoint("198.19.1.11", false, nil), endpoint("198.19.1.12", true, nil)}},
 	}
 
 	for _, f := range fixtures {

@@ -94,7 +94,10 @@ func (b *Builder) plan(sp *servicemap.ServicePort) (p portPlan, ok bool, err err
 // which chains the port needs.
 func (b *Builder) categorize(p *portPlan, sp *servicemap.ServicePort) {
 	// Accessibility is per family, as each family is its own kube-proxy.
-	accessible := sp.NodePort != 0 || len(p.externalIPs) > 0 || len(p.lbIPs) > 0
+	// Hidden external IPs (AllowServiceExternalIPs off) count, as in
+	// kube-proxy's ExternallyAccessible, though nothing leads to them.
+	accessible := sp.NodePort != 0 || len(p.externalIPs) > 0 || len(p.lbIPs) > 0 ||
+		len(b.addrsOfFamily(sp.HiddenExternalIPs)) > 0
 	// Cluster endpoints are needed for Cluster policies and, with
 	// externalTrafficPolicy Local, to short-circuit node-local clients.
 	usesCluster := !sp.InternalPolicyLocal || accessible

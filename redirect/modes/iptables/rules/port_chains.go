@@ -64,11 +64,17 @@ func (w *portWriter) masqueradeRule() {
 	switch {
 	case w.b.cfg.MasqueradeAll:
 	case w.b.fromOutside != "":
-		t.s(w.b.fromOutside)
+		if !w.b.byInterface {
+			t.s(w.b.fromOutside)
+		}
 	default:
 		return
 	}
-	t.word("-d").host(p.clusterIP, w.b.hostBits).word("-p").word(p.proto).comment(p.name, " cluster IP").
+	t.word("-d").host(p.clusterIP, w.b.hostBits)
+	if w.b.byInterface && !w.b.cfg.MasqueradeAll {
+		t.s(w.b.fromOutside)
+	}
+	t.word("-p").word(p.proto).comment(p.name, " cluster IP").
 		word("-m").word(p.proto).word("--dport").uint(uint64(p.port)).s("-j ").s(MarkMasq)
 	t.end()
 }

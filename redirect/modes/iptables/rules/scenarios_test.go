@@ -47,6 +47,23 @@ func scenarios() []scenario {
 				testkit.Endpoints(testkit.EP("198.19.1.11:8080"), testkit.EP("198.19.1.12:8080", testkit.Local)))},
 		},
 		{
+			// --detect-local-mode=BridgeInterface: the detector is the
+			// incoming interface (after -d in the masquerade rule, as
+			// iptables-save prints it).
+			Name:   "detect-local-bridge-interface",
+			Config: testkit.With(v4Config(), func(c *Config) { c.BridgeInterface = "cbr0" }),
+			Ports: []*servicemap.ServicePort{testkit.Port("default", "ingress", 80, "198.18.0.14",
+				testkit.NodePort(30080), testkit.ExternalLocal(0),
+				testkit.Endpoints(testkit.EP("198.19.1.11:8080"), testkit.EP("198.19.1.12:8080", testkit.Local)))},
+		},
+		{
+			Name:   "detect-local-interface-name-prefix",
+			Config: testkit.With(v4Config(), func(c *Config) { c.InterfaceNamePrefix = "veth" }),
+			Ports: []*servicemap.ServicePort{testkit.Port("default", "ingress", 80, "198.18.0.14",
+				testkit.NodePort(30080), testkit.ExternalLocal(0),
+				testkit.Endpoints(testkit.EP("198.19.1.11:8080"), testkit.EP("198.19.1.12:8080", testkit.Local)))},
+		},
+		{
 			Name:   "external-policy-local-no-local-endpoints",
 			Config: v4Config(),
 			Ports: []*servicemap.ServicePort{testkit.Port("default", "ingress", 80, "198.18.0.15",

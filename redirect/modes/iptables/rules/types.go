@@ -90,6 +90,13 @@ type Config struct {
 	// these ranges is masqueraded. Empty: no detector, as in kube-proxy
 	// without --cluster-cidr.
 	ClusterCIDRs []netip.Prefix
+	// BridgeInterface (--detect-local-mode=BridgeInterface) and
+	// InterfaceNamePrefix (InterfaceNamePrefix) are the other detectors:
+	// local traffic is what comes in on this interface, or on interfaces
+	// with this name prefix. At most one is set; either replaces
+	// ClusterCIDRs. (NodeCIDR is ClusterCIDRs set to the Node's pod CIDRs
+	// by the mode.)
+	BridgeInterface, InterfaceNamePrefix string
 	// NodePortAddresses is --nodeport-addresses for this family; empty
 	// means every local address (addrtype LOCAL). The special value
 	// "primary" has been resolved to NodeIPs by the caller.

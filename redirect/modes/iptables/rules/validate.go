@@ -20,6 +20,14 @@ func Validate(cfg Config) error {
 		errs = append(errs, fmt.Errorf("MasqueradeBit: %d is outside 0-31", cfg.MasqueradeBit))
 	}
 	errs = append(errs, checkPrefixes("ClusterCIDRs", cfg.ClusterCIDRs, cfg.Family)...)
+	if cfg.BridgeInterface != "" && cfg.InterfaceNamePrefix != "" {
+		errs = append(errs, errors.New("BridgeInterface and InterfaceNamePrefix are two detectors; set one"))
+	}
+	for field, name := range map[string]string{"BridgeInterface": cfg.BridgeInterface, "InterfaceNamePrefix": cfg.InterfaceNamePrefix} {
+		if err := checkInterfaceName(name); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+		}
+	}
 	errs = append(errs, checkPrefixes("NodePortAddresses", cfg.NodePortAddresses, cfg.Family)...)
 	errs = append(errs, checkAddrs("NodeIPs", cfg.NodeIPs, cfg.Family)...)
 	errs = append(errs, checkAddrs("InterfaceAddrs", cfg.InterfaceAddrs, cfg.Family)...)
@@ -58,3 +66,17 @@ func checkAddrs(field string, as []netip.Addr, fam ipfamily.Family) []error {
 
 // familyOf treats IPv4-mapped IPv6 addresses as IPv4, as the service map
 // does (servicemap.IsIPv6).
+
+// checkInterfaceName refuses what cannot be an interface name in an
+// iptables -i match (empty is no detector).
+func checkInterfaceName(name string) error {
+	if len(name) >= 16 {
+		return fmt.Errorf("%q is longer than an interface name (15)", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%q has a character an interface name in a rule cannot carry unquoted", name)
+		}
+	}
+	return nil
+}

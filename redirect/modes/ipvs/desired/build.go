@@ -274,6 +274,10 @@ func (b *builder) finish() *State {
 }
 
 // sysctls are the settings the mode needs (kube-proxy sets them at start).
+// Sysctls are the sysctls the IPVS mode needs whatever the services
+// (--init-only writes them before any sync).
+func Sysctls(cfg Config) []Sysctl { return sysctls(cfg) }
+
 func sysctls(cfg Config) []Sysctl {
 	out := []Sysctl{
 		// IPVS connections must go through conntrack so masquerade works.

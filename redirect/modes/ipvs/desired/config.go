@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -38,6 +39,12 @@ type Config struct {
 	// ClusterCIDRs is --cluster-cidr for this family; the first range tells
 	// pod traffic from outside traffic.
 	ClusterCIDRs []netip.Prefix
+	// BridgeInterface and InterfaceNamePrefix are the other local-traffic
+	// detectors (--detect-local-mode): pod traffic is what comes in on this
+	// interface, or on interfaces with this prefix. At most one is set;
+	// either replaces ClusterCIDRs. (NodeCIDR is ClusterCIDRs set to the
+	// Node's pod CIDRs by the mode.)
+	BridgeInterface, InterfaceNamePrefix string
 	// RandomFully adds --random-fully to MASQUERADE (detected support).
 	RandomFully bool
 	// StrictARP is --ipvs-strict-arp: answer ARP only for addresses on the
@@ -67,6 +74,16 @@ func Validate(c Config) error {
 	errs = append(errs, checkAddrs("NodeIPs", c.NodeIPs, c.Family)...)
 	errs = append(errs, checkPrefixes("NodePortAddresses", c.NodePortAddresses, c.Family)...)
 	errs = append(errs, checkPrefixes("ClusterCIDRs", c.ClusterCIDRs, c.Family)...)
+	if c.BridgeInterface != "" && c.InterfaceNamePrefix != "" {
+		errs = append(errs, errors.New("BridgeInterface and InterfaceNamePrefix are two detectors; set one"))
+	}
+	for field, name := range map[string]string{"BridgeInterface": c.BridgeInterface, "InterfaceNamePrefix": c.InterfaceNamePrefix} {
+		if len(name) >= 16 || strings.ContainsFunc(name, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+		}) {
+			errs = append(errs, fmt.Errorf("%s: %q cannot be an interface name in a rule", field, name))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -150,6 +150,10 @@ func buildTables(cfg Config, st *State, noNodeAccess []Entry) []Table {
 		switch {
 		case cfg.MasqueradeAll:
 			nat.add(ChainServices, m, "-j", ChainMarkMasq)
+		case cfg.BridgeInterface != "":
+			nat.add(ChainServices, "! -i", cfg.BridgeInterface, m, "-j", ChainMarkMasq)
+		case cfg.InterfaceNamePrefix != "":
+			nat.add(ChainServices, "! -i", cfg.InterfaceNamePrefix+"+", m, "-j", ChainMarkMasq)
 		case len(cfg.ClusterCIDRs) > 0:
 			// Off-cluster traffic to a cluster IP may be answered from
 			// another node: masquerade it.

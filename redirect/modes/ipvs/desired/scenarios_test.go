@@ -22,6 +22,19 @@ func scenarios() []scenario {
 			Ports:  []*servicemap.ServicePort{testkit.Port("default", "web", 80, "198.18.0.10", testkit.ThreeEndpoints())},
 		},
 		{
+			// --detect-local-mode=BridgeInterface and InterfaceNamePrefix:
+			// cluster IP traffic not coming in on the pods' interfaces is
+			// masqueraded.
+			Name:   "detect-local-bridge-interface",
+			Config: testkit.With(v4Config(), func(c *Config) { c.BridgeInterface = "cbr0" }),
+			Ports:  []*servicemap.ServicePort{testkit.Port("default", "web", 80, "198.18.0.10", testkit.ThreeEndpoints())},
+		},
+		{
+			Name:   "detect-local-interface-name-prefix",
+			Config: testkit.With(v4Config(), func(c *Config) { c.InterfaceNamePrefix = "veth" }),
+			Ports:  []*servicemap.ServicePort{testkit.Port("default", "web", 80, "198.18.0.10", testkit.ThreeEndpoints())},
+		},
+		{
 			Name:   "affinity-nodeport-local-endpoint",
 			Config: testkit.With(v4Config(), func(c *Config) { c.ClusterCIDRs = testkit.Prefixes("198.19.1.0/24") }),
 			Ports: []*servicemap.ServicePort{testkit.Port("default", "sticky", 443, "198.18.0.11", testkit.Affinity(3*time.Hour), testkit.NodePort(30443),

@@ -163,7 +163,10 @@ func (w *portWriter) write(clusterIP netip.Addr) {
 	sourceRanges := b.sourceRanges(sp.LoadBalancerSourceRanges)
 
 	// kube-proxy's CategorizeEndpoints, per family.
-	accessible := sp.NodePort != 0 || len(externalIPs) > 0 || len(lbIPs) > 0
+	// Hidden external IPs (AllowServiceExternalIPs off) count, as in
+	// kube-proxy's ExternallyAccessible, though nothing leads to them.
+	accessible := sp.NodePort != 0 || len(externalIPs) > 0 || len(lbIPs) > 0 ||
+		len(b.addrsOfFamily(sp.HiddenExternalIPs)) > 0
 	usesCluster := !sp.InternalPolicyLocal || accessible
 	usesLocal := sp.InternalPolicyLocal || (sp.ExternalPolicyLocal && accessible)
 	var clusterEPs, localEPs []servicemap.Endpoint

@@ -1,0 +1,89 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/sync/healthz"
+)
+
+// bindRetry is how often kube-proxy retries binding its healthz and metrics
+// ports when the first try failed and --bind-address-hard-fail is off.
+const bindRetry = 5 * time.Second
+
+// namedServer is the healthz or the metrics server: bound at start, or, when
+// its port could not be bound and failing is not asked for, bound later.
+type namedServer struct {
+	what   string
+	server *healthz.Server                 // nil until bound
+	open   func() (*healthz.Server, error) // binds it
+	logger klog.Logger
+	retry  time.Duration
+}
+
+// serve serves a bound server; an unbound one is retried until it binds,
+// then served.
+func (n namedServer) serve(ctx context.Context) error {
+	if n.server != nil {
+		return n.server.Serve(ctx)
+	}
+	t := time.NewTicker(n.retry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s, err := n.open()
+		if err != nil {
+			n.logger.Error(err, "Still cannot bind; retrying", "server", n.what, "in", n.retry)
+			continue
+		}
+		n.logger.Info("Bound at last", "server", n.what, "address", s.Addr().String())
+		return s.Serve(ctx)
+	}
+}
+
+type serverSet struct {
+	logger   klog.Logger
+	hardFail bool
+	// retry is bindRetry; tests shorten it.
+	retry time.Duration
+	list  []namedServer
+}
+
+// add binds a server with open. A failure fails the start with
+// --bind-address-hard-fail (flag names the setting); without it, it is
+// logged and the server is bound later (kube-proxy's default).
+func (s *serverSet) add(what, flag, addr string, open func() (*healthz.Server, error)) error {
+	srv, err := open()
+	if err != nil {
+		if s.hardFail {
+			s.close()
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+		retry := s.retry
+		if retry <= 0 {
+			retry = bindRetry
+		}
+		s.logger.Error(err, "Cannot bind; carrying on without it and retrying (--bind-address-hard-fail makes this fatal)",
+			"server", what, "address", addr, "in", retry)
+		s.list = append(s.list, namedServer{what: what + " on " + addr, open: open, logger: s.logger, retry: retry})
+		return nil
+	}
+	s.list = append(s.list, namedServer{what: what + " on " + srv.Addr().String(), server: srv, logger: s.logger})
+	return nil
+}
+
+// close releases the ports bound so far, of servers that will not be served.
+func (s *serverSet) close() {
+	for _, n := range s.list {
+		if n.server != nil {
+			_ = n.server.Close()
+		}
+	}
+}
