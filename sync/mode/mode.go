@@ -29,6 +29,9 @@ type Mode interface {
 	Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error
 	// Close stops the mode's background work without removing what it
 	// programmed (a restart must not drop traffic); Cleanup does that.
+	// The userspace mode is the exception: its portals lead to its own
+	// relays, which stop with it, so it withdraws them rather than leave
+	// service traffic to whoever binds the freed ports.
 	Close() error
 }
 
