@@ -47,17 +47,7 @@ func TestUDPRelayWaitsForItsGuard(t *testing.T) {
 	}()
 
 	v4 := &recordingApplier{fail: &restore.Error{Command: "iptables-nft-restore", Line: 3, Message: "the kernel refused"}}
-	m, err := New(context.Background(), Config{
-		Features: features(), NodeName: "node-a", Registerer: prometheus.NewRegistry(), Opener: &fakeOpener{held: map[string]bool{}},
-		LocalAddresses: func() ([]netip.Addr, error) {
-			return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("198.19.0.1")}, nil
-		},
-		Applier: func(ipfamily.Family) (Applier, error) { return v4, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := newRedirectMode(t, v4)
 	tr := servicemap.NewTracker("node-a", nil)
 	tr.OnServiceUpdate(service("dns", "198.18.0.53", v1.ProtocolUDP, 0))
 	tr.OnEndpointSliceUpdate(slice("dns", v1.ProtocolUDP, "127.0.0.1"))
@@ -117,15 +107,7 @@ func TestPeriodicSyncRepairsPortals(t *testing.T) {
 		return
 	}
 	v4 := &recordingApplier{}
-	m, err := New(context.Background(), Config{
-		Features: features(), NodeName: "node-a", Registerer: prometheus.NewRegistry(), Opener: &fakeOpener{held: map[string]bool{}},
-		LocalAddresses: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("198.19.0.1")}, nil },
-		Applier:        func(ipfamily.Family) (Applier, error) { return v4, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := newRedirectMode(t, v4)
 	tr := servicemap.NewTracker("node-a", nil)
 	tr.OnServiceUpdate(service("web", "198.18.0.10", v1.ProtocolTCP, 0))
 	tr.OnSynced()
@@ -160,4 +142,23 @@ func TestPeriodicSyncRepairsPortals(t *testing.T) {
 	if got := testutil.ToFloat64(m.portalRepairs); got != 1 {
 		t.Errorf("kproxy_userspace_portal_repairs_total = %v, want 1", got)
 	}
+}
+
+// newRedirectMode builds the mode with REDIRECT portals written through
+// applier (every family), on a node whose addresses are 127.0.0.1 and
+// 198.19.0.1; it is closed when t ends.
+func newRedirectMode(t *testing.T, applier Applier) *Mode {
+	t.Helper()
+	m, err := New(context.Background(), Config{
+		Features: features(), NodeName: "node-a", Registerer: prometheus.NewRegistry(), Opener: &fakeOpener{held: map[string]bool{}},
+		LocalAddresses: func() ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("198.19.0.1")}, nil
+		},
+		Applier: func(ipfamily.Family) (Applier, error) { return applier, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
