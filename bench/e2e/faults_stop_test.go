@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -112,6 +113,47 @@ func TestStoppedProxyCannotBeHijacked(t *testing.T) {
 			got, err := tcpFirstLine(l.topo.Client, digestVIP+":9002")
 			return err == nil && got != hijackAnswer, fmt.Sprintf("%q, %v", got, err)
 		})
+	})
+}
+
+// crashProxyPortRange is below net.ipv4.ip_unprivileged_port_start (1024):
+// no unprivileged process can bind a proxy port from it.
+const crashProxyPortRange = "700-799"
+
+// TestCrashedProxyWithPrivilegedPortsCannotBeHijacked: after a crash
+// (SIGKILL) the REDIRECT portals stay until the next start; with proxy ports
+// in the privileged range, no unprivileged process can bind the port a
+// portal still points at, so the traffic is refused instead of hijacked.
+func TestCrashedProxyWithPrivilegedPortsCannotBeHijacked(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.relays && !m.localPortals }, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m, "--proxy-port-range="+crashProxyPortRange)
+		if l == nil {
+			return
+		}
+		match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
+		if match == nil {
+			t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
+		}
+		port := mustAtoi(t, match[1])
+		if port < 700 || port > 799 {
+			t.Fatalf("proxy port %d is outside --proxy-port-range=%s", port, crashProxyPortRange)
+		}
+		if err := l.kproxy.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(l.natRules(t), "--to-ports "+match[1]) {
+			t.Fatalf("the portal to proxy port %d went with the crash: the case tests nothing", port)
+		}
+		hijacker := l.startHijacker(t, "", port)
+		defer hijacker.Stop()
+		if !strings.Contains(hijacker.Log(), "bind failed") {
+			t.Errorf("uid %d bound proxy port %d, which a portal still points at:\n%s", nobody, port, hijacker.Log())
+		}
+		if got, err := tcpFirstLine(l.topo.Client, digestVIP+":9002"); got == hijackAnswer {
+			t.Errorf("after the crash a connection to %s:9002 reached an unprivileged process", digestVIP)
+		} else {
+			t.Logf("after the crash: %q, %v", got, err)
+		}
 	})
 }
 

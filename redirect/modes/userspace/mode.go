@@ -65,7 +65,8 @@ type Config struct {
 	// Routes are the local portals' routes; nil means the real kernel's.
 	Routes localroute.Routes
 	// Sysctls are where local portals keep the node from answering ARP for
-	// service addresses; nil leaves ARP alone (tests).
+	// service addresses, and where the unprivileged port start is read;
+	// nil leaves ARP alone (tests).
 	Sysctls sysctl.Sysctls
 }
 
@@ -168,6 +169,9 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	}
 	if err := m.registerPortalKinds(cfg.Registerer); err != nil {
 		return nil, err
+	}
+	if len(m.appliers) > 0 {
+		warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange)
 	}
 	if m.kinds[ipfamily.IPv4] == mode.PortalsLocal && cfg.Sysctls != nil {
 		strictARP(logger, cfg.Sysctls)

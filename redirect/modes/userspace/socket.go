@@ -3,9 +3,15 @@ package userspace
 import (
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"kproxy.dev/kproxy/lb/ports"
+	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 )
 
 // localPortalListenConfig binds local portal sockets with IP_FREEBIND: an
@@ -86,4 +92,26 @@ func awaitGuard(raw syscall.RawConn) error {
 		return fmt.Errorf("discarding datagrams queued before the guard rule: %w", err)
 	}
 	return nil
+}
+
+// warnUnprivilegedProxyPorts says when REDIRECT portals' proxy ports can be
+// bound by unprivileged users: a clean stop withdraws the portals, but
+// between a crash and the next start they still point at the freed ports.
+// A --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes
+// that window.
+func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r ports.Range) {
+	start := 1024 // the kernel's default
+	if sysctls != nil {
+		if v, err := sysctls.Read("net/ipv4/ip_unprivileged_port_start"); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				start = n
+			}
+		}
+	}
+	if !r.KernelChosen() && int(r.Hi) < start {
+		return
+	}
+	logger.Info("Proxy ports can be bound by unprivileged users: after a crash, until the next start, one who binds a freed port "+
+		"would receive a service's traffic; a --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes that window",
+		"proxyPortRange", r.String(), "unprivilegedPortStart", start)
 }
