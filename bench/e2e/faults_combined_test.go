@@ -34,9 +34,9 @@ const (
 
 // outcome is one request's result.
 type outcome struct {
-	kind  string // "tcp" or "udp"
-	start time.Time
-	err   error
+	kind       string // "tcp" or "udp"
+	start, end time.Time
+	err        error
 }
 
 // faultWindow is when one fault lasted. Requests may fail during a
@@ -74,7 +74,7 @@ func startTraffic(l *e2eLab) *trafficRecorder {
 				start := time.Now()
 				_, err := ask()
 				r.mu.Lock()
-				r.outcomes = append(r.outcomes, outcome{kind: kind, start: start, err: err})
+				r.outcomes = append(r.outcomes, outcome{kind: kind, start: start, end: time.Now(), err: err})
 				r.mu.Unlock()
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -202,7 +202,9 @@ func report(t *testing.T, m proxyMode, outcomes []outcome, windows []faultWindow
 			if win.tolerated {
 				end = end.Add(faultGrace)
 			}
-			if !o.start.Before(win.start) && o.start.Before(end) {
+			// A request counts in a fault it overlaps: one in flight
+			// when the fault starts may fail with it.
+			if o.end.After(win.start) && o.start.Before(end) && (w < 0 || win.tolerated) {
 				w, tolerated = i, win.tolerated
 			}
 		}
