@@ -120,39 +120,51 @@ func TestStoppedProxyCannotBeHijacked(t *testing.T) {
 // no unprivileged process can bind a proxy port from it.
 const crashProxyPortRange = "700-799"
 
-// TestCrashedProxyWithPrivilegedPortsCannotBeHijacked: after a crash
-// (SIGKILL) the REDIRECT portals stay until the next start; with proxy ports
-// in the privileged range, no unprivileged process can bind the port a
-// portal still points at, so the traffic is refused instead of hijacked.
-func TestCrashedProxyWithPrivilegedPortsCannotBeHijacked(t *testing.T) {
+// TestCrashedProxyCannotBeHijacked: after a crash (SIGKILL) the REDIRECT
+// portals stay until the next start. Redirected traffic passes only into
+// sockets with the relays' mark (SO_MARK, which takes CAP_NET_ADMIN), so a
+// process of uid 65534 that binds the freed proxy port receives nothing;
+// with proxy ports in the privileged range it cannot even bind it.
+func TestCrashedProxyCannotBeHijacked(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      []string
+		wantBound bool // the unprivileged process can bind the freed port
+	}{
+		{"kernel-chosen proxy ports", nil, true},
+		{"privileged proxy-port-range", []string{"--proxy-port-range=" + crashProxyPortRange}, false},
+	}
 	forModes(t, func(m proxyMode) bool { return m.relays && !m.localPortals }, func(t *testing.T, m proxyMode) {
-		l := startCoreLab(t, m, "--proxy-port-range="+crashProxyPortRange)
-		if l == nil {
-			return
-		}
-		match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
-		if match == nil {
-			t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
-		}
-		port := mustAtoi(t, match[1])
-		if port < 700 || port > 799 {
-			t.Fatalf("proxy port %d is outside --proxy-port-range=%s", port, crashProxyPortRange)
-		}
-		if err := l.kproxy.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(l.natRules(t), "--to-ports "+match[1]) {
-			t.Fatalf("the portal to proxy port %d went with the crash: the case tests nothing", port)
-		}
-		hijacker := l.startHijacker(t, "", port)
-		defer hijacker.Stop()
-		if !strings.Contains(hijacker.Log(), "bind failed") {
-			t.Errorf("uid %d bound proxy port %d, which a portal still points at:\n%s", nobody, port, hijacker.Log())
-		}
-		if got, err := tcpFirstLine(l.topo.Client, digestVIP+":9002"); got == hijackAnswer {
-			t.Errorf("after the crash a connection to %s:9002 reached an unprivileged process", digestVIP)
-		} else {
-			t.Logf("after the crash: %q, %v", got, err)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				l := startCoreLab(t, m, tc.args...)
+				if l == nil {
+					return
+				}
+				match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
+				if match == nil {
+					t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
+				}
+				port := mustAtoi(t, match[1])
+				if err := l.kproxy.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(l.natRules(t), "--to-ports "+match[1]) {
+					t.Fatalf("the portal to proxy port %d went with the crash: the case tests nothing", port)
+				}
+				hijacker := l.startHijacker(t, "", port)
+				defer hijacker.Stop()
+				if bound := !strings.Contains(hijacker.Log(), "bind failed"); bound != tc.wantBound {
+					t.Errorf("uid %d bound proxy port %d: %v, want %v:\n%s", nobody, port, bound, tc.wantBound, hijacker.Log())
+				}
+				for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
+					if got, err := tcpFirstLine(from, digestVIP+":9002"); got == hijackAnswer {
+						t.Errorf("after the crash a connection from %s to %s:9002 reached an unprivileged process on proxy port %d", from.Name, digestVIP, port)
+					} else {
+						t.Logf("from %s after the crash: %q, %v", from.Name, got, err)
+					}
+				}
+			})
 		}
 	})
 }

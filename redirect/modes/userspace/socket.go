@@ -94,11 +94,12 @@ func awaitGuard(raw syscall.RawConn) error {
 	return nil
 }
 
-// warnUnprivilegedProxyPorts says when REDIRECT portals' proxy ports can be
-// bound by unprivileged users: a clean stop withdraws the portals, but
-// between a crash and the next start they still point at the freed ports.
-// A --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes
-// that window.
+// warnUnprivilegedProxyPorts says, where the rules cannot check the
+// receiving socket's mark, when REDIRECT portals' proxy ports can be bound
+// by unprivileged users: a clean stop withdraws the portals, but between a
+// crash and the next start they still point at the freed ports. A
+// --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes that
+// window there.
 func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r ports.Range) {
 	start := 1024 // the kernel's default
 	if sysctls != nil {
@@ -114,4 +115,29 @@ func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r po
 	logger.Info("Proxy ports can be bound by unprivileged users: after a crash, until the next start, one who binds a freed port "+
 		"would receive a service's traffic; a --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes that window",
 		"proxyPortRange", r.String(), "unprivilegedPortStart", start)
+}
+
+// relaySocketMark is the SO_MARK of the REDIRECT portals' relay sockets,
+// which KUBE-PROXY-PORTS checks (portal.Node.SocketMark). One bit that
+// neither kube-proxy (0x4000, 0x8000), Calico (0xffff0000 by default) nor
+// Cilium (0x0f00) uses. Setting SO_MARK takes CAP_NET_ADMIN, so no
+// unprivileged process's socket can carry it.
+const relaySocketMark = 0x1000
+
+// markRelaySocket gives a REDIRECT portal's relay socket the mark its
+// family's rules let redirected traffic into, where they check it.
+func (m *Mode) markRelaySocket(r *relay, raw syscall.RawConn) error {
+	mark := m.socketMarks[r.key.Family]
+	if r.local || mark == 0 {
+		return nil
+	}
+	var sockErr error
+	err := raw.Control(func(fd uintptr) { sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark)) })
+	if err == nil {
+		err = sockErr
+	}
+	if err != nil {
+		return fmt.Errorf("marking the proxy socket (SO_MARK %#x): %w", mark, err)
+	}
+	return nil
 }

@@ -113,6 +113,12 @@ type Node struct {
 	// they open only on local addresses inside them (one rule per address);
 	// otherwise on every local address (-m addrtype --dst-type LOCAL).
 	NodePortAddresses []netip.Prefix
+	// SocketMark, when not zero, is the SO_MARK every relay socket carries
+	// (SocketMarkFor): redirected traffic then passes KUBE-PROXY-PORTS only
+	// into a socket that has it, which an unprivileged process cannot set,
+	// so a proxy port freed by a crash cannot be taken over. Zero keeps
+	// the check to "was redirected" (kernels without -m socket).
+	SocketMark uint32
 }
 
 // Rule is one rule as iptables-save prints it, without the "-A CHAIN" head:
@@ -226,7 +232,15 @@ func (b *builder) proxyPortRules() []Rule {
 		rule("redirected connections, once established", "-m", "conntrack", "--ctstate", "DNAT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"),
 	}
 	rules = append(rules, b.refusals...)
-	rules = append(rules, rule("redirected connections the refusals let through", "-m", "conntrack", "--ctstate", "DNAT", "-j", "RETURN"))
+	if m := b.node.SocketMark; m != 0 {
+		// --nowildcard: the relays listen on the wildcard address, which
+		// the socket match otherwise skips.
+		mark := fmt.Sprintf("0x%x/0x%x", m, m)
+		rules = append(rules, rule("redirected connections into kproxy relay sockets", "-m", "conntrack", "--ctstate", "DNAT",
+			"-m", "socket", "--nowildcard", "--restore-skmark", "-m", "mark", "--mark", mark, "-j", "RETURN"))
+	} else {
+		rules = append(rules, rule("redirected connections the refusals let through", "-m", "conntrack", "--ctstate", "DNAT", "-j", "RETURN"))
+	}
 	return append(rules, b.guards...)
 }
 
@@ -383,8 +397,13 @@ func (b *builder) guard(proto string, proxyPort uint16, comment string) {
 		return
 	}
 	b.guarded[k] = true
-	args := []string{"-p", proto, "-m", "comment", "--comment", comment, "-m", proto, "--dport", strconv.Itoa(int(proxyPort)),
-		"-m", "conntrack", "!", "--ctstate", "DNAT"}
+	args := []string{"-p", proto, "-m", "comment", "--comment", comment, "-m", proto, "--dport", strconv.Itoa(int(proxyPort))}
+	if b.node.SocketMark == 0 {
+		args = append(args, "-m", "conntrack", "!", "--ctstate", "DNAT")
+	}
+	// else: redirected traffic into kproxy's socket has returned already;
+	// what reaches this rule was not redirected or would be received by
+	// someone else's socket.
 	b.guards = append(b.guards, Rule{Chain: ChainProxyPorts, Args: append(args, reject(b.fam, proto)...)})
 }
 

@@ -114,6 +114,17 @@ func TestBuildGolden(t *testing.T) {
 			node: testNode,
 		},
 		{
+			// Redirected traffic passes only into sockets with the mark.
+			name: "socket-mark",
+			svcs: []*v1.Service{service("kube-system", "dns", nil,
+				catalogue.Port("dns-tcp", v1.ProtocolTCP, 53, 0), catalogue.Port("dns", v1.ProtocolUDP, 53, 0))},
+			node: func() Node {
+				n := testNode
+				n.SocketMark = 0x1000
+				return n
+			}(),
+		},
+		{
 			name: "nodeport-addresses",
 			svcs: []*v1.Service{nodePortWeb(nil)},
 			node: func() Node {
