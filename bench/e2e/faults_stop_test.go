@@ -122,9 +122,10 @@ const crashProxyPortRange = "700-799"
 
 // TestCrashedProxyCannotBeHijacked: after a crash (SIGKILL) the REDIRECT
 // portals stay until the next start. Redirected traffic passes only into
-// sockets with the relays' mark (SO_MARK, which takes CAP_NET_ADMIN), so a
-// process of uid 65534 that binds the freed proxy port receives nothing;
-// with proxy ports in the privileged range it cannot even bind it.
+// IP_TRANSPARENT sockets, as the relays' are (setting it takes CAP_NET_ADMIN
+// or CAP_NET_RAW), so a process of uid 65534 that binds the freed proxy port
+// receives nothing; with proxy ports in the privileged range it cannot even
+// bind it.
 func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -146,6 +147,9 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 					t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
 				}
 				port := mustAtoi(t, match[1])
+				if !tc.wantBound && (port < 700 || port > 799) {
+					t.Fatalf("proxy port %d is outside --proxy-port-range=%s", port, crashProxyPortRange)
+				}
 				if err := l.kproxy.Kill(); err != nil {
 					t.Fatal(err)
 				}

@@ -308,10 +308,9 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 			return nil, 0, fmt.Errorf("%s: %s: %w", name, where, explainInUse(err, ap))
 		}
 		port = ln.Addr().Port()
+		// No markRelaySocket: the socket match cannot look SCTP sockets
+		// up, so the rules keep checking SCTP by conntrack alone.
 		if s.raw, err = ln.SyscallConn(); err == nil {
-			err = m.markRelaySocket(r, s.raw)
-		}
-		if err == nil {
 			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger})
 		}
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // localPortalListenConfig binds local portal sockets with IP_FREEBIND: an
@@ -95,12 +96,12 @@ func awaitGuard(raw syscall.RawConn) error {
 }
 
 // warnUnprivilegedProxyPorts says, where the rules cannot check the
-// receiving socket's mark, when REDIRECT portals' proxy ports can be bound
+// receiving socket (markRelaySocket), when REDIRECT portals' proxy ports can be bound
 // by unprivileged users: a clean stop withdraws the portals, but between a
 // crash and the next start they still point at the freed ports. A
 // --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes that
 // window there.
-func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r ports.Range) {
+func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r ports.Range, why string) {
 	start := 1024 // the kernel's default
 	if sysctls != nil {
 		if v, err := sysctls.Read("net/ipv4/ip_unprivileged_port_start"); err == nil {
@@ -114,30 +115,32 @@ func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r po
 	}
 	logger.Info("Proxy ports can be bound by unprivileged users: after a crash, until the next start, one who binds a freed port "+
 		"would receive a service's traffic; a --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes that window",
-		"proxyPortRange", r.String(), "unprivilegedPortStart", start)
+		"reason", why, "proxyPortRange", r.String(), "unprivilegedPortStart", start)
 }
 
-// relaySocketMark is the SO_MARK of the REDIRECT portals' relay sockets,
-// which KUBE-PROXY-PORTS checks (portal.Node.SocketMark). One bit that
-// neither kube-proxy (0x4000, 0x8000), Calico (0xffff0000 by default) nor
-// Cilium (0x0f00) uses. Setting SO_MARK takes CAP_NET_ADMIN, so no
-// unprivileged process's socket can carry it.
-const relaySocketMark = 0x1000
-
-// markRelaySocket gives a REDIRECT portal's relay socket the mark its
-// family's rules let redirected traffic into, where they check it.
+// markRelaySocket sets IP_TRANSPARENT (IPV6_TRANSPARENT) on a REDIRECT
+// portal's relay socket where its family's rules check for it
+// (portal.Node.CheckSocket). Setting it takes CAP_NET_ADMIN or CAP_NET_RAW,
+// so no unprivileged process's socket carries it. Unlike a socket mark, the
+// kernel keeps the flag on the socket's request and TIME_WAIT states too,
+// which -m socket finds for a SYN that reuses a recent connection's ports.
+// The flag only lets a socket use addresses that are not local; the relays
+// use none.
 func (m *Mode) markRelaySocket(r *relay, raw syscall.RawConn) error {
-	mark := m.socketMarks[r.key.Family]
-	if r.local || mark == 0 {
+	if r.local || !m.socketChecked[r.key.Family] {
 		return nil
 	}
+	level, opt, name := unix.SOL_IP, unix.IP_TRANSPARENT, "IP_TRANSPARENT"
+	if r.key.Family == ipfamily.IPv6 {
+		level, opt, name = unix.SOL_IPV6, unix.IPV6_TRANSPARENT, "IPV6_TRANSPARENT"
+	}
 	var sockErr error
-	err := raw.Control(func(fd uintptr) { sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark)) })
+	err := raw.Control(func(fd uintptr) { sockErr = unix.SetsockoptInt(int(fd), level, opt, 1) })
 	if err == nil {
 		err = sockErr
 	}
 	if err != nil {
-		return fmt.Errorf("marking the proxy socket (SO_MARK %#x): %w", mark, err)
+		return fmt.Errorf("marking the proxy socket as kproxy's (%s): %w", name, err)
 	}
 	return nil
 }

@@ -141,16 +141,16 @@ func (a *Applier) findStale(ctx context.Context) ([]StaleChain, error) {
 }
 
 // SupportsSocketMatch says whether this family's iptables can check the
-// receiving socket's mark (-m socket --restore-skmark, -m mark), by
+// receiving socket (-m socket --transparent), by
 // restoring a probe chain that is gone again at the end of the same
 // transaction.
 func (a *Applier) SupportsSocketMatch(ctx context.Context) error {
 	const probe = "KPROXY-SOCKET-PROBE"
 	payload := "*filter\n:" + probe + " - [0:0]\n" +
-		"-A " + probe + " -m socket --nowildcard --restore-skmark -m mark --mark 0x1/0x1 -j RETURN\n" +
+		"-A " + probe + " -m socket --transparent --nowildcard -j RETURN\n" +
 		"-F " + probe + "\n-X " + probe + "\nCOMMIT\n"
 	if err := a.restore.Restore(ctx, []byte(payload)); err != nil {
-		return fmt.Errorf("probing -m socket --restore-skmark: %w", err)
+		return fmt.Errorf("probing -m socket --transparent: %w", err)
 	}
 	return nil
 }

@@ -113,12 +113,13 @@ type Node struct {
 	// they open only on local addresses inside them (one rule per address);
 	// otherwise on every local address (-m addrtype --dst-type LOCAL).
 	NodePortAddresses []netip.Prefix
-	// SocketMark, when not zero, is the SO_MARK every relay socket carries
-	// (SocketMarkFor): redirected traffic then passes KUBE-PROXY-PORTS only
-	// into a socket that has it, which an unprivileged process cannot set,
-	// so a proxy port freed by a crash cannot be taken over. Zero keeps
-	// the check to "was redirected" (kernels without -m socket).
-	SocketMark uint32
+	// CheckSocket: every TCP and UDP relay socket is IP_TRANSPARENT, which
+	// an unprivileged process cannot set. Redirected TCP and UDP traffic
+	// then passes KUBE-PROXY-PORTS only into such a socket, so a proxy port
+	// freed by a crash cannot be taken over. False keeps the check to "was
+	// redirected" (iptables without -m socket). SCTP keeps that check
+	// either way: the socket match cannot look SCTP sockets up.
+	CheckSocket bool
 }
 
 // Rule is one rule as iptables-save prints it, without the "-A CHAIN" head:
@@ -227,17 +228,24 @@ func (b *builder) proxyPortRules() []Rule {
 	rule := func(comment string, args ...string) Rule {
 		return Rule{Chain: ChainProxyPorts, Args: append([]string{"-m", "comment", "--comment", comment}, args...)}
 	}
+	established := rule("redirected connections, once established", "-m", "conntrack", "--ctstate", "DNAT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN")
+	if b.node.CheckSocket {
+		// A UDP flow stays ESTABLISHED in conntrack as long as datagrams
+		// keep coming, across a crash: its datagrams must find kproxy's
+		// socket too. (TCP's cannot be taken over: a new socket on the
+		// port would only answer them with a reset.)
+		established.Args = append([]string{"!", "-p", "udp"}, established.Args...)
+	}
 	rules := []Rule{
 		rule("replies to connections this node opened", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "--ctdir", "REPLY", "-j", "RETURN"),
-		rule("redirected connections, once established", "-m", "conntrack", "--ctstate", "DNAT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"),
+		established,
 	}
 	rules = append(rules, b.refusals...)
-	if m := b.node.SocketMark; m != 0 {
+	if b.node.CheckSocket {
 		// --nowildcard: the relays listen on the wildcard address, which
 		// the socket match otherwise skips.
-		mark := fmt.Sprintf("0x%x/0x%x", m, m)
 		rules = append(rules, rule("redirected connections into kproxy relay sockets", "-m", "conntrack", "--ctstate", "DNAT",
-			"-m", "socket", "--nowildcard", "--restore-skmark", "-m", "mark", "--mark", mark, "-j", "RETURN"))
+			"-m", "socket", "--transparent", "--nowildcard", "-j", "RETURN"))
 	} else {
 		rules = append(rules, rule("redirected connections the refusals let through", "-m", "conntrack", "--ctstate", "DNAT", "-j", "RETURN"))
 	}
@@ -398,7 +406,7 @@ func (b *builder) guard(proto string, proxyPort uint16, comment string) {
 	}
 	b.guarded[k] = true
 	args := []string{"-p", proto, "-m", "comment", "--comment", comment, "-m", proto, "--dport", strconv.Itoa(int(proxyPort))}
-	if b.node.SocketMark == 0 {
+	if !b.node.CheckSocket || proto == "sctp" {
 		args = append(args, "-m", "conntrack", "!", "--ctstate", "DNAT")
 	}
 	// else: redirected traffic into kproxy's socket has returned already;

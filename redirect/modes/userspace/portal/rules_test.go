@@ -114,13 +114,16 @@ func TestBuildGolden(t *testing.T) {
 			node: testNode,
 		},
 		{
-			// Redirected traffic passes only into sockets with the mark.
-			name: "socket-mark",
+			// Redirected TCP and UDP pass only into kproxy's sockets;
+			// SCTP, which the socket match cannot look up, keeps the
+			// conntrack check.
+			name: "socket-check",
 			svcs: []*v1.Service{service("kube-system", "dns", nil,
-				catalogue.Port("dns-tcp", v1.ProtocolTCP, 53, 0), catalogue.Port("dns", v1.ProtocolUDP, 53, 0))},
+				catalogue.Port("dns-tcp", v1.ProtocolTCP, 53, 0), catalogue.Port("dns", v1.ProtocolUDP, 53, 0),
+				catalogue.Port("dns-sctp", v1.ProtocolSCTP, 53, 0))},
 			node: func() Node {
 				n := testNode
-				n.SocketMark = 0x1000
+				n.CheckSocket = true
 				return n
 			}(),
 		},
