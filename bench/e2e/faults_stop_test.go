@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,8 +21,11 @@ import (
 const (
 	hijackPortEnv = "KPROXY_E2E_HIJACK_PORT"
 	hijackAddrEnv = "KPROXY_E2E_HIJACK_ADDR"
-	hijackAnswer  = "hijacked"
-	nobody        = 65534
+	// hijackUDPEnv, when set, is a UDP port the helper binds too, on
+	// every address, answering every datagram with hijackAnswer.
+	hijackUDPEnv = "KPROXY_E2E_HIJACK_UDP_PORT"
+	hijackAnswer = "hijacked"
+	nobody       = 65534
 )
 
 // TestHijackerHelper is not a test: run with hijackPortEnv set (by
@@ -41,6 +45,25 @@ func TestHijackerHelper(t *testing.T) {
 		fmt.Printf("bind failed: %v\n", err)
 		return
 	}
+	if udpPort := os.Getenv(hijackUDPEnv); udpPort != "" {
+		pc, err := net.ListenPacket("udp4", ":"+udpPort)
+		if err != nil {
+			fmt.Printf("bind failed: %v\n", err)
+			return
+		}
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				_, from, err := pc.ReadFrom(buf)
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				if err == nil {
+					_, _ = pc.WriteTo([]byte(hijackAnswer), from)
+				}
+			}
+		}()
+	}
 	fmt.Printf("listening as uid %d\n", os.Getuid())
 	for {
 		c, err := ln.Accept()
@@ -55,15 +78,19 @@ func TestHijackerHelper(t *testing.T) {
 // startHijacker runs TestHijackerHelper on the node as uid 65534, bound to
 // addr:port (addr empty: every address), and returns once it has bound or
 // failed to.
-func (l *e2eLab) startHijacker(t *testing.T, addr string, port int) *lab.Process {
+func (l *e2eLab) startHijacker(t *testing.T, addr string, port int, udpPort ...int) *lab.Process {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := l.topo.Node.Start("env", hijackPortEnv+"="+strconv.Itoa(port), hijackAddrEnv+"="+addr,
+	env := []string{hijackPortEnv + "=" + strconv.Itoa(port), hijackAddrEnv + "=" + addr}
+	for _, p := range udpPort {
+		env = append(env, hijackUDPEnv+"="+strconv.Itoa(p))
+	}
+	p := l.topo.Node.Start("env", append(env,
 		"setpriv", "--reuid="+strconv.Itoa(nobody), "--regid="+strconv.Itoa(nobody), "--clear-groups",
-		self, "-test.run=^TestHijackerHelper$", "-test.v")
+		self, "-test.run=^TestHijackerHelper$", "-test.v")...)
 	lab.Eventually(t, "the unprivileged hijacker to bind or fail", func() (bool, string) {
 		log := p.Log()
 		return regexp.MustCompile(`listening as uid|bind failed`).MatchString(log), log
@@ -150,14 +177,33 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 				if !tc.wantBound && (port < 700 || port > 799) {
 					t.Fatalf("proxy port %d is outside --proxy-port-range=%s", port, crashProxyPortRange)
 				}
+				udpMatch := regexp.MustCompile(`-d ` + regexp.QuoteMeta(echoVIP) + `/32 -p udp .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
+				if udpMatch == nil {
+					t.Fatalf("no UDP portal for %s in\n%s", echoVIP, l.natRules(t))
+				}
+				// A UDP flow conntrack keeps redirecting as long as it
+				// sends, across the crash.
+				flow, err := l.topo.Client.Dial("udp4", echoVIP+":53")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer flow.Close()
+				if got, err := udpRoundTrip(flow, "before"); err != nil {
+					t.Fatalf("UDP flow before the crash: %q, %v", got, err)
+				}
 				if err := l.kproxy.Kill(); err != nil {
 					t.Fatal(err)
 				}
 				if !strings.Contains(l.natRules(t), "--to-ports "+match[1]) {
 					t.Fatalf("the portal to proxy port %d went with the crash: the case tests nothing", port)
 				}
-				hijacker := l.startHijacker(t, "", port)
+				hijacker := l.startHijacker(t, "", port, mustAtoi(t, udpMatch[1]))
 				defer hijacker.Stop()
+				if got, err := udpRoundTrip(flow, "after"); got == hijackAnswer {
+					t.Errorf("after the crash the UDP flow's next datagram reached an unprivileged process on proxy port %s", udpMatch[1])
+				} else {
+					t.Logf("UDP flow after the crash: %q, %v", got, err)
+				}
 				if bound := !strings.Contains(hijacker.Log(), "bind failed"); bound != tc.wantBound {
 					t.Errorf("uid %d bound proxy port %d: %v, want %v:\n%s", nobody, port, bound, tc.wantBound, hijacker.Log())
 				}
@@ -171,6 +217,18 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 			})
 		}
 	})
+}
+
+// udpRoundTrip sends msg on a connected UDP socket and returns the answer
+// that comes within a second.
+func udpRoundTrip(c net.Conn, msg string) (string, error) {
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
 }
 
 // tcpFirstLine connects from h to addr and returns the first line it says
