@@ -113,18 +113,34 @@ func TestStoppedProxyCannotBeHijacked(t *testing.T) {
 		// The port a local user would bind: the proxy port the portal
 		// points at, or (local portals) the service address itself.
 		hijackAddr, hijackPort := digestVIP, 9002
+		var hijackUDP []int
 		if !m.localPortals {
 			match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
 			if match == nil {
 				t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
 			}
 			hijackAddr, hijackPort = "", mustAtoi(t, match[1])
+			hijackUDP = append(hijackUDP, l.udpProxyPort(t, echoVIP))
+		}
+		// A UDP flow conntrack would keep redirecting to the freed port.
+		flow, err := l.topo.Client.Dial("udp4", echoVIP+":53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer flow.Close()
+		if got, err := udpRoundTrip(flow, "before"); err != nil {
+			t.Fatalf("UDP flow before the stop: %q, %v", got, err)
 		}
 		if err := l.kproxy.Stop(); err != nil {
 			t.Fatalf("stopping kproxy: %v", err)
 		}
-		hijacker := l.startHijacker(t, hijackAddr, hijackPort)
+		hijacker := l.startHijacker(t, hijackAddr, hijackPort, hijackUDP...)
 		defer hijacker.Stop()
+		if got, err := udpRoundTrip(flow, "after"); got == hijackAnswer {
+			t.Errorf("after kproxy stopped, the UDP flow's next datagram reached an unprivileged process on proxy port %v", hijackUDP)
+		} else {
+			t.Logf("UDP flow after the stop: %q, %v", got, err)
+		}
 		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
 			if got, err := tcpFirstLine(from, digestVIP+":9002"); got == hijackAnswer {
 				t.Errorf("after kproxy stopped, a connection from %s to %s reached an unprivileged process on port %d", from.Name, url, hijackPort)
@@ -177,10 +193,7 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 				if !tc.wantBound && (port < 700 || port > 799) {
 					t.Fatalf("proxy port %d is outside --proxy-port-range=%s", port, crashProxyPortRange)
 				}
-				udpMatch := regexp.MustCompile(`-d ` + regexp.QuoteMeta(echoVIP) + `/32 -p udp .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
-				if udpMatch == nil {
-					t.Fatalf("no UDP portal for %s in\n%s", echoVIP, l.natRules(t))
-				}
+				udpPort := l.udpProxyPort(t, echoVIP)
 				// A UDP flow conntrack keeps redirecting as long as it
 				// sends, across the crash.
 				flow, err := l.topo.Client.Dial("udp4", echoVIP+":53")
@@ -197,10 +210,10 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 				if !strings.Contains(l.natRules(t), "--to-ports "+match[1]) {
 					t.Fatalf("the portal to proxy port %d went with the crash: the case tests nothing", port)
 				}
-				hijacker := l.startHijacker(t, "", port, mustAtoi(t, udpMatch[1]))
+				hijacker := l.startHijacker(t, "", port, udpPort)
 				defer hijacker.Stop()
 				if got, err := udpRoundTrip(flow, "after"); got == hijackAnswer {
-					t.Errorf("after the crash the UDP flow's next datagram reached an unprivileged process on proxy port %s", udpMatch[1])
+					t.Errorf("after the crash the UDP flow's next datagram reached an unprivileged process on proxy port %d", udpPort)
 				} else {
 					t.Logf("UDP flow after the crash: %q, %v", got, err)
 				}
@@ -217,6 +230,16 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 			})
 		}
 	})
+}
+
+// udpProxyPort is the proxy port vip's UDP portal redirects to.
+func (l *e2eLab) udpProxyPort(t *testing.T, vip string) int {
+	t.Helper()
+	match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(vip) + `/32 -p udp .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
+	if match == nil {
+		t.Fatalf("no UDP portal for %s in\n%s", vip, l.natRules(t))
+	}
+	return mustAtoi(t, match[1])
 }
 
 // udpRoundTrip sends msg on a connected UDP socket and returns the answer
