@@ -500,7 +500,11 @@ func canCheckSocket(ctx context.Context, logger klog.Logger, fam ipfamily.Family
 	if !ok {
 		return false
 	}
-	if err := sm.SupportsSocketMatch(ctx); err != nil {
+	err := sm.SupportsSocketMatch(ctx)
+	if err == nil {
+		err = canMarkSockets(fam)
+	}
+	if err != nil {
 		logger.Info("Redirected traffic is not checked for the receiving socket: a proxy port freed by a crash could be taken over until the next start",
 			"family", fam, "reason", err)
 		return false

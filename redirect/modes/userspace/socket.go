@@ -130,17 +130,38 @@ func (m *Mode) markRelaySocket(r *relay, raw syscall.RawConn) error {
 	if r.local || !m.socketChecked[r.key.Family] {
 		return nil
 	}
-	level, opt, name := unix.SOL_IP, unix.IP_TRANSPARENT, "IP_TRANSPARENT"
-	if r.key.Family == ipfamily.IPv6 {
-		level, opt, name = unix.SOL_IPV6, unix.IPV6_TRANSPARENT, "IPV6_TRANSPARENT"
-	}
 	var sockErr error
-	err := raw.Control(func(fd uintptr) { sockErr = unix.SetsockoptInt(int(fd), level, opt, 1) })
+	err := raw.Control(func(fd uintptr) { sockErr = setTransparent(int(fd), r.key.Family) })
 	if err == nil {
 		err = sockErr
 	}
-	if err != nil {
+	return err
+}
+
+// setTransparent sets IP_TRANSPARENT or IPV6_TRANSPARENT on fd.
+func setTransparent(fd int, fam ipfamily.Family) error {
+	level, opt, name := unix.SOL_IP, unix.IP_TRANSPARENT, "IP_TRANSPARENT"
+	if fam == ipfamily.IPv6 {
+		level, opt, name = unix.SOL_IPV6, unix.IPV6_TRANSPARENT, "IPV6_TRANSPARENT"
+	}
+	if err := unix.SetsockoptInt(fd, level, opt, 1); err != nil {
 		return fmt.Errorf("marking the proxy socket as kproxy's (%s): %w", name, err)
 	}
 	return nil
+}
+
+// canMarkSockets says whether this process may mark fam's relay sockets
+// (markRelaySocket), on a throwaway socket: without CAP_NET_ADMIN or
+// CAP_NET_RAW it may not, and then the rules must not expect it.
+func canMarkSockets(fam ipfamily.Family) error {
+	domain := unix.AF_INET
+	if fam == ipfamily.IPv6 {
+		domain = unix.AF_INET6
+	}
+	fd, err := unix.Socket(domain, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("a %s socket to try IP_TRANSPARENT on: %w", fam, err)
+	}
+	defer unix.Close(fd)
+	return setTransparent(fd, fam)
 }
