@@ -96,11 +96,11 @@ func awaitGuard(raw syscall.RawConn) error {
 }
 
 // warnUnprivilegedProxyPorts says, where the rules cannot check the
-// receiving socket (markRelaySocket), when REDIRECT portals' proxy ports can be bound
-// by unprivileged users: a clean stop withdraws the portals, but between a
-// crash and the next start they still point at the freed ports. A
-// --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes that
-// window there.
+// receiving socket (markRelaySocket, why says which), when REDIRECT
+// portals' proxy ports can be bound by unprivileged users: a clean stop
+// withdraws the portals, but between a crash and the next start they still
+// point at the freed ports. A --proxy-port-range below
+// net.ipv4.ip_unprivileged_port_start closes that window there.
 func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r ports.Range, why string) {
 	start := 1024 // the kernel's default
 	if sysctls != nil {
