@@ -3,6 +3,7 @@ package conntrack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -123,6 +124,38 @@ func (c *Cleaner) AfterSync(ctx context.Context, snap *servicemap.Snapshot, chan
 	c.metrics.duration.Observe(took.Seconds())
 	logger.V(2).Info("Cleaned up conntrack after a sync", "deletedFlows", deleted, "filters", len(filters),
 		"reconciled", reconcile, "duration", took)
+}
+
+// DataplaneStopped is called once the mode has stopped. Relays
+// (LocalRelays) do not outlive kproxy, yet conntrack would keep redirecting
+// their UDP and SCTP flows, for as long as datagrams keep coming, to proxy
+// ports nobody holds: whoever bound one next would receive them. So it
+// deletes every such flow to a destination of the last synced snapshot and
+// returns how many went. The kernel modes' rules stay in the kernel, and
+// their flows with them.
+func (c *Cleaner) DataplaneStopped(ctx context.Context) (int, error) {
+	if c.cfg.Dataplane != LocalRelays || c.prev == nil {
+		return 0, nil
+	}
+	set := filterSet{}
+	for name, sp := range c.prev.All() {
+		if proto, ok := cleanedProtocol(name); ok {
+			for _, dst := range destinationsOf(sp) {
+				set.add(AllFlowsTo(proto, dst))
+			}
+		}
+	}
+	logger := klog.FromContext(ctx).WithValues("component", "conntrack")
+	deleted, errs := 0, []error(nil)
+	for _, req := range c.requests(logger, c.prev, set.list(), false) {
+		n, err := c.cfg.Table.Delete(req)
+		deleted += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting the stopped relays' %s flows: %w", req.Family, err))
+		}
+	}
+	c.metrics.deleted.Add(float64(deleted))
+	return deleted, errors.Join(errs...)
 }
 
 // requests builds one request per family that has something to select:

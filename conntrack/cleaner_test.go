@@ -251,6 +251,54 @@ func TestCleanerLocalRelays(t *testing.T) {
 	}
 }
 
+// TestCleanerDataplaneStopped: when relays stop, every UDP flow to a
+// service destination goes, wherever it was redirected, so none keeps
+// pointing at a freed proxy port; flows to other destinations and the
+// kernel modes' flows stay.
+func TestCleanerDataplaneStopped(t *testing.T) {
+	flows := []conntrack.Flow{
+		flow(conntrack.UDP, "198.19.0.2:40001", "198.18.0.10:53", "198.19.0.1:41000"),   // to a relay
+		flow(conntrack.UDP, "198.19.0.2:40002", "198.19.0.1:30053", "198.19.0.1:41002"), // node port to a relay
+		flow(conntrack.UDP, "198.19.0.2:40003", "198.18.0.77:53", "198.19.0.1:41004"),   // not a service
+	}
+	tests := []struct {
+		name      string
+		dataplane conntrack.Dataplane
+		want      []string
+	}{
+		{
+			name:      "relays",
+			dataplane: conntrack.LocalRelays,
+			want:      []string{"udp 198.19.0.2:40003 -> 198.18.0.77:53 (reply from 198.19.0.1:41004)"},
+		},
+		{
+			name:      "kernel NAT",
+			dataplane: conntrack.KernelNAT,
+			want:      flowStrings(flows),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, conntrack.Config{Dataplane: tt.dataplane, BoundUDPPorts: func() ([]uint16, error) { return []uint16{41000, 41002, 41004}, nil }})
+			dns := servicePort("dns", v1.ProtocolUDP, "198.18.0.10", 53, "198.19.1.11:9000")
+			testkit.NodePort(30053)(dns)
+			f.sync(servicemap.ChangeSet{Full: true}, dns)
+			f.table.Add(flows...)
+			_, ctx := ktesting.NewTestContext(t)
+			n, err := f.cleaner.DataplaneStopped(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, flowStrings(f.table.Flows())); diff != "" {
+				t.Errorf("flows left (-want +got):\n%s", diff)
+			}
+			if want := len(flows) - len(tt.want); n != want {
+				t.Errorf("DataplaneStopped says %d flows went, want %d", n, want)
+			}
+		})
+	}
+}
+
 func TestNewRequiresTable(t *testing.T) {
 	if _, err := conntrack.New(conntrack.Config{}); err == nil {
 		t.Error("New without a table succeeded, want an error")

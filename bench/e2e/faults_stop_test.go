@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,8 +21,11 @@ import (
 const (
 	hijackPortEnv = "KPROXY_E2E_HIJACK_PORT"
 	hijackAddrEnv = "KPROXY_E2E_HIJACK_ADDR"
-	hijackAnswer  = "hijacked"
-	nobody        = 65534
+	// hijackUDPEnv, when set, is a UDP port the helper binds too, on
+	// every address, answering every datagram with hijackAnswer.
+	hijackUDPEnv = "KPROXY_E2E_HIJACK_UDP_PORT"
+	hijackAnswer = "hijacked"
+	nobody       = 65534
 )
 
 // TestHijackerHelper is not a test: run with hijackPortEnv set (by
@@ -41,6 +45,25 @@ func TestHijackerHelper(t *testing.T) {
 		fmt.Printf("bind failed: %v\n", err)
 		return
 	}
+	if udpPort := os.Getenv(hijackUDPEnv); udpPort != "" {
+		pc, err := net.ListenPacket("udp4", ":"+udpPort)
+		if err != nil {
+			fmt.Printf("bind failed: %v\n", err)
+			return
+		}
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				_, from, err := pc.ReadFrom(buf)
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				if err == nil {
+					_, _ = pc.WriteTo([]byte(hijackAnswer), from)
+				}
+			}
+		}()
+	}
 	fmt.Printf("listening as uid %d\n", os.Getuid())
 	for {
 		c, err := ln.Accept()
@@ -55,15 +78,19 @@ func TestHijackerHelper(t *testing.T) {
 // startHijacker runs TestHijackerHelper on the node as uid 65534, bound to
 // addr:port (addr empty: every address), and returns once it has bound or
 // failed to.
-func (l *e2eLab) startHijacker(t *testing.T, addr string, port int) *lab.Process {
+func (l *e2eLab) startHijacker(t *testing.T, addr string, port int, udpPort ...int) *lab.Process {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := l.topo.Node.Start("env", hijackPortEnv+"="+strconv.Itoa(port), hijackAddrEnv+"="+addr,
+	env := []string{hijackPortEnv + "=" + strconv.Itoa(port), hijackAddrEnv + "=" + addr}
+	for _, p := range udpPort {
+		env = append(env, hijackUDPEnv+"="+strconv.Itoa(p))
+	}
+	p := l.topo.Node.Start("env", append(env,
 		"setpriv", "--reuid="+strconv.Itoa(nobody), "--regid="+strconv.Itoa(nobody), "--clear-groups",
-		self, "-test.run=^TestHijackerHelper$", "-test.v")
+		self, "-test.run=^TestHijackerHelper$", "-test.v")...)
 	lab.Eventually(t, "the unprivileged hijacker to bind or fail", func() (bool, string) {
 		log := p.Log()
 		return regexp.MustCompile(`listening as uid|bind failed`).MatchString(log), log
@@ -86,18 +113,34 @@ func TestStoppedProxyCannotBeHijacked(t *testing.T) {
 		// The port a local user would bind: the proxy port the portal
 		// points at, or (local portals) the service address itself.
 		hijackAddr, hijackPort := digestVIP, 9002
+		var hijackUDP []int
 		if !m.localPortals {
 			match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
 			if match == nil {
 				t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
 			}
 			hijackAddr, hijackPort = "", mustAtoi(t, match[1])
+			hijackUDP = append(hijackUDP, l.udpProxyPort(t, echoVIP))
+		}
+		// A UDP flow conntrack would keep redirecting to the freed port.
+		flow, err := l.topo.Client.Dial("udp4", echoVIP+":53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer flow.Close()
+		if got, err := udpRoundTrip(flow, "before"); err != nil {
+			t.Fatalf("UDP flow before the stop: %q, %v", got, err)
 		}
 		if err := l.kproxy.Stop(); err != nil {
 			t.Fatalf("stopping kproxy: %v", err)
 		}
-		hijacker := l.startHijacker(t, hijackAddr, hijackPort)
+		hijacker := l.startHijacker(t, hijackAddr, hijackPort, hijackUDP...)
 		defer hijacker.Stop()
+		if got, err := udpRoundTrip(flow, "after"); got == hijackAnswer {
+			t.Errorf("after kproxy stopped, the UDP flow's next datagram reached an unprivileged process on proxy port %v", hijackUDP)
+		} else {
+			t.Logf("UDP flow after the stop: %q, %v", got, err)
+		}
 		for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
 			if got, err := tcpFirstLine(from, digestVIP+":9002"); got == hijackAnswer {
 				t.Errorf("after kproxy stopped, a connection from %s to %s reached an unprivileged process on port %d", from.Name, url, hijackPort)
@@ -120,41 +163,95 @@ func TestStoppedProxyCannotBeHijacked(t *testing.T) {
 // no unprivileged process can bind a proxy port from it.
 const crashProxyPortRange = "700-799"
 
-// TestCrashedProxyWithPrivilegedPortsCannotBeHijacked: after a crash
-// (SIGKILL) the REDIRECT portals stay until the next start; with proxy ports
-// in the privileged range, no unprivileged process can bind the port a
-// portal still points at, so the traffic is refused instead of hijacked.
-func TestCrashedProxyWithPrivilegedPortsCannotBeHijacked(t *testing.T) {
+// TestCrashedProxyCannotBeHijacked: after a crash (SIGKILL) the REDIRECT
+// portals stay until the next start. Redirected traffic passes only into
+// IP_TRANSPARENT sockets, as the relays' are (setting it takes CAP_NET_ADMIN
+// or CAP_NET_RAW), so a process of uid 65534 that binds the freed proxy port
+// receives nothing; with proxy ports in the privileged range it cannot even
+// bind it.
+func TestCrashedProxyCannotBeHijacked(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      []string
+		wantBound bool // the unprivileged process can bind the freed port
+	}{
+		{"kernel-chosen proxy ports", nil, true},
+		{"privileged proxy-port-range", []string{"--proxy-port-range=" + crashProxyPortRange}, false},
+	}
 	forModes(t, func(m proxyMode) bool { return m.relays && !m.localPortals }, func(t *testing.T, m proxyMode) {
-		l := startCoreLab(t, m, "--proxy-port-range="+crashProxyPortRange)
-		if l == nil {
-			return
-		}
-		match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
-		if match == nil {
-			t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
-		}
-		port := mustAtoi(t, match[1])
-		if port < 700 || port > 799 {
-			t.Fatalf("proxy port %d is outside --proxy-port-range=%s", port, crashProxyPortRange)
-		}
-		if err := l.kproxy.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(l.natRules(t), "--to-ports "+match[1]) {
-			t.Fatalf("the portal to proxy port %d went with the crash: the case tests nothing", port)
-		}
-		hijacker := l.startHijacker(t, "", port)
-		defer hijacker.Stop()
-		if !strings.Contains(hijacker.Log(), "bind failed") {
-			t.Errorf("uid %d bound proxy port %d, which a portal still points at:\n%s", nobody, port, hijacker.Log())
-		}
-		if got, err := tcpFirstLine(l.topo.Client, digestVIP+":9002"); got == hijackAnswer {
-			t.Errorf("after the crash a connection to %s:9002 reached an unprivileged process", digestVIP)
-		} else {
-			t.Logf("after the crash: %q, %v", got, err)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				l := startCoreLab(t, m, tc.args...)
+				if l == nil {
+					return
+				}
+				match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(digestVIP) + `/32 .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
+				if match == nil {
+					t.Fatalf("no portal for %s in\n%s", digestVIP, l.natRules(t))
+				}
+				port := mustAtoi(t, match[1])
+				if !tc.wantBound && (port < 700 || port > 799) {
+					t.Fatalf("proxy port %d is outside --proxy-port-range=%s", port, crashProxyPortRange)
+				}
+				udpPort := l.udpProxyPort(t, echoVIP)
+				// A UDP flow conntrack keeps redirecting as long as it
+				// sends, across the crash.
+				flow, err := l.topo.Client.Dial("udp4", echoVIP+":53")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer flow.Close()
+				if got, err := udpRoundTrip(flow, "before"); err != nil {
+					t.Fatalf("UDP flow before the crash: %q, %v", got, err)
+				}
+				if err := l.kproxy.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(l.natRules(t), "--to-ports "+match[1]) {
+					t.Fatalf("the portal to proxy port %d went with the crash: the case tests nothing", port)
+				}
+				hijacker := l.startHijacker(t, "", port, udpPort)
+				defer hijacker.Stop()
+				if got, err := udpRoundTrip(flow, "after"); got == hijackAnswer {
+					t.Errorf("after the crash the UDP flow's next datagram reached an unprivileged process on proxy port %d", udpPort)
+				} else {
+					t.Logf("UDP flow after the crash: %q, %v", got, err)
+				}
+				if bound := !strings.Contains(hijacker.Log(), "bind failed"); bound != tc.wantBound {
+					t.Errorf("uid %d bound proxy port %d: %v, want %v:\n%s", nobody, port, bound, tc.wantBound, hijacker.Log())
+				}
+				for _, from := range []*lab.Host{l.topo.Client, l.topo.Node} {
+					if got, err := tcpFirstLine(from, digestVIP+":9002"); got == hijackAnswer {
+						t.Errorf("after the crash a connection from %s to %s:9002 reached an unprivileged process on proxy port %d", from.Name, digestVIP, port)
+					} else {
+						t.Logf("from %s after the crash: %q, %v", from.Name, got, err)
+					}
+				}
+			})
 		}
 	})
+}
+
+// udpProxyPort is the proxy port vip's UDP portal redirects to.
+func (l *e2eLab) udpProxyPort(t *testing.T, vip string) int {
+	t.Helper()
+	match := regexp.MustCompile(`-d ` + regexp.QuoteMeta(vip) + `/32 -p udp .*--to-ports (\d+)`).FindStringSubmatch(l.natRules(t))
+	if match == nil {
+		t.Fatalf("no UDP portal for %s in\n%s", vip, l.natRules(t))
+	}
+	return mustAtoi(t, match[1])
+}
+
+// udpRoundTrip sends msg on a connected UDP socket and returns the answer
+// that comes within a second.
+func udpRoundTrip(c net.Conn, msg string) (string, error) {
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
 }
 
 // tcpFirstLine connects from h to addr and returns the first line it says

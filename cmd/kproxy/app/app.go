@@ -109,6 +109,14 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 		logger.Info("nf_conntrack is absent: conntrack tuning and stale-flow cleanup are off", "detail", features.Conntrack.Detail)
 	}
 
+	// Before the mode, so its release runs after the mode has stopped.
+	var observers []engine.SyncObserver
+	if features.Conntrack.Present {
+		var closeObservers func()
+		observers, closeObservers = conntrackObservers(logger, def.Conntrack, m, syncPeriod)
+		defer closeObservers()
+	}
+
 	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Sysctls: sysctl.Proc{}, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("starting the %s mode: %w", name, err)
@@ -126,13 +134,6 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 		Logger:       logger,
 	})
 	defer svcHealth.Close()
-
-	var observers []engine.SyncObserver
-	if features.Conntrack.Present {
-		var closeObservers func()
-		observers, closeObservers = conntrackObservers(logger, def.Conntrack, m, syncPeriod)
-		defer closeObservers()
-	}
 
 	observers = append(observers, metrics.NoLocalEndpointsObserver{Metrics: m, NodeName: cfg.NodeName, Families: metricFams})
 

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"runtime"
 	"time"
 
@@ -36,8 +37,8 @@ func tuneConntrack(logger klog.Logger, cfg options.ConntrackConfig) {
 
 // conntrackObservers returns the sync observer that deletes stale conntrack
 // flows after each sync, judged by how the mode's traffic passes conntrack
-// (dp), and a function that releases it. Not
-// being able to clean up is a warning, not a reason to stop.
+// (dp), and a function to call once the mode has stopped, which releases
+// it. Not being able to clean up is a warning, not a reason to stop.
 //
 // Reconciliation is due after half the mode's sync period, so every
 // periodic sync reconciles however its timing jitters, and busier times
@@ -57,5 +58,14 @@ func conntrackObservers(logger klog.Logger, dp conntrack.Dataplane, m *metrics.M
 		logger.Info("Warning: stale UDP flows will not be cleaned from conntrack", "err", err)
 		return nil, func() {}
 	}
-	return []engine.SyncObserver{cleaner}, func() { _ = table.Close() }
+	return []engine.SyncObserver{cleaner}, func() {
+		// The relays are gone by now: their flows go too (a no-op for the
+		// kernel modes).
+		if n, err := cleaner.DataplaneStopped(klog.NewContext(context.Background(), logger)); err != nil {
+			logger.Error(err, "Deleting the stopped relays' conntrack flows")
+		} else if n > 0 {
+			logger.Info("Deleted the stopped relays' conntrack flows", "flows", n)
+		}
+		_ = table.Close()
+	}
 }

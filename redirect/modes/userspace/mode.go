@@ -94,6 +94,9 @@ type Mode struct {
 	kinds map[ipfamily.Family]mode.Portals
 	// portalKinds is kproxy_userspace_portals.
 	portalKinds *prometheus.GaugeVec
+	// socketChecked: the REDIRECT family's rules let redirected traffic
+	// only into relay sockets (markRelaySocket), its iptables can check it.
+	socketChecked map[ipfamily.Family]bool
 	// applied: the family's portal rules were written at least once.
 	applied map[ipfamily.Family]bool
 	// portalRepairs is kproxy_userspace_portal_repairs_total.
@@ -114,7 +117,8 @@ type Mode struct {
 func New(ctx context.Context, cfg Config) (*Mode, error) {
 	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
 	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{},
-		kinds: map[ipfamily.Family]mode.Portals{}, applied: map[ipfamily.Family]bool{}}
+		kinds: map[ipfamily.Family]mode.Portals{}, applied: map[ipfamily.Family]bool{},
+		socketChecked: map[ipfamily.Family]bool{}}
 	var err error
 	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("userspace mode metrics: %w", err)
@@ -160,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 				return nil, fmt.Errorf("userspace mode, %s portals: %w", fam, err)
 			}
 			m.appliers[fam] = a
+			m.socketChecked[fam] = canCheckSocket(ctx, logger, fam, a)
 		}
 		m.families = append(m.families, fam)
 		m.kinds[fam] = kind
@@ -170,8 +175,14 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if err := m.registerPortalKinds(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	if len(m.appliers) > 0 {
-		warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange)
+	for fam := range m.appliers {
+		if !m.socketChecked[fam] {
+			warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange, "the rules cannot check the receiving socket")
+			break
+		}
+	}
+	if len(m.appliers) > 0 && cfg.Features.SCTP.Present {
+		warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange, "the rules cannot check an SCTP packet's receiving socket")
 	}
 	if m.kinds[ipfamily.IPv4] == mode.PortalsLocal && cfg.Sysctls != nil {
 		strictARP(logger, cfg.Sysctls)
@@ -309,7 +320,9 @@ func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node 
 		for i := range portals {
 			portals[i].Endpoints = m.endpointStates(portals[i].Port, fam)
 		}
-		rs, err := portal.Build(fam, node, portals)
+		famNode := node
+		famNode.CheckSocket = m.socketChecked[fam]
+		rs, err := portal.Build(fam, famNode, portals)
 		if err != nil {
 			portErrs = append(portErrs, err)
 		}
@@ -470,4 +483,31 @@ func hostIPOf(ips []netip.Addr, fam ipfamily.Family) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
+}
+
+// socketMatcher is an Applier that can say whether its iptables can check
+// the receiving socket.
+type socketMatcher interface {
+	SupportsSocketMatch(ctx context.Context) error
+}
+
+// canCheckSocket says whether fam's rules can let redirected traffic only
+// into kproxy's relay sockets. Where they cannot (no xt_socket), a proxy
+// port freed by a crash can be taken over until the next start, and the log
+// says so.
+func canCheckSocket(ctx context.Context, logger klog.Logger, fam ipfamily.Family, a Applier) bool {
+	sm, ok := a.(socketMatcher)
+	if !ok {
+		return false
+	}
+	err := sm.SupportsSocketMatch(ctx)
+	if err == nil {
+		err = canMarkSockets(fam)
+	}
+	if err != nil {
+		logger.Info("Redirected traffic is not checked for the receiving socket: a proxy port freed by a crash could be taken over until the next start",
+			"family", fam, "reason", err)
+		return false
+	}
+	return true
 }

@@ -262,6 +262,9 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 			cfg.IsPortalDestination = func(dst netip.AddrPort) bool { return r.spec.Load().destinations.has(dst) }
 		}
 		if s.raw, err = ln.SyscallConn(); err == nil {
+			err = m.markRelaySocket(r, s.raw)
+		}
+		if err == nil {
 			s.tcp, err = tcprelay.New(cfg)
 		}
 		if err != nil {
@@ -281,7 +284,10 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		if r.local {
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
 		}
-		if s.raw, err = conn.SyscallConn(); err == nil && !r.local {
+		if s.raw, err = conn.SyscallConn(); err == nil {
+			err = m.markRelaySocket(r, s.raw)
+		}
+		if err == nil && !r.local {
 			// No datagram may be relayed before the rule refusing direct
 			// ones is in the kernel (armGuardedRelays lifts this).
 			err = awaitGuard(s.raw)
@@ -302,6 +308,8 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 			return nil, 0, fmt.Errorf("%s: %s: %w", name, where, explainInUse(err, ap))
 		}
 		port = ln.Addr().Port()
+		// No markRelaySocket: the socket match cannot look SCTP sockets
+		// up, so the rules keep checking SCTP by conntrack alone.
 		if s.raw, err = ln.SyscallConn(); err == nil {
 			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger})
 		}

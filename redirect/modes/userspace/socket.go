@@ -12,6 +12,7 @@ import (
 
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // localPortalListenConfig binds local portal sockets with IP_FREEBIND: an
@@ -94,12 +95,13 @@ func awaitGuard(raw syscall.RawConn) error {
 	return nil
 }
 
-// warnUnprivilegedProxyPorts says when REDIRECT portals' proxy ports can be
-// bound by unprivileged users: a clean stop withdraws the portals, but
-// between a crash and the next start they still point at the freed ports.
-// A --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes
-// that window.
-func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r ports.Range) {
+// warnUnprivilegedProxyPorts says, where the rules cannot check the
+// receiving socket (markRelaySocket, why says which), when REDIRECT
+// portals' proxy ports can be bound by unprivileged users: a clean stop
+// withdraws the portals, but between a crash and the next start they still
+// point at the freed ports. A --proxy-port-range below
+// net.ipv4.ip_unprivileged_port_start closes that window there.
+func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r ports.Range, why string) {
 	start := 1024 // the kernel's default
 	if sysctls != nil {
 		if v, err := sysctls.Read("net/ipv4/ip_unprivileged_port_start"); err == nil {
@@ -113,5 +115,53 @@ func warnUnprivilegedProxyPorts(logger klog.Logger, sysctls sysctl.Sysctls, r po
 	}
 	logger.Info("Proxy ports can be bound by unprivileged users: after a crash, until the next start, one who binds a freed port "+
 		"would receive a service's traffic; a --proxy-port-range below net.ipv4.ip_unprivileged_port_start closes that window",
-		"proxyPortRange", r.String(), "unprivilegedPortStart", start)
+		"reason", why, "proxyPortRange", r.String(), "unprivilegedPortStart", start)
+}
+
+// markRelaySocket sets IP_TRANSPARENT (IPV6_TRANSPARENT) on a REDIRECT
+// portal's relay socket where its family's rules check for it
+// (portal.Node.CheckSocket). Setting it takes CAP_NET_ADMIN or CAP_NET_RAW,
+// so no unprivileged process's socket carries it. Unlike a socket mark, the
+// kernel keeps the flag on the socket's request and TIME_WAIT states too,
+// which -m socket finds for a SYN that reuses a recent connection's ports.
+// The flag only lets a socket use addresses that are not local; the relays
+// use none.
+func (m *Mode) markRelaySocket(r *relay, raw syscall.RawConn) error {
+	if r.local || !m.socketChecked[r.key.Family] {
+		return nil
+	}
+	var sockErr error
+	err := raw.Control(func(fd uintptr) { sockErr = setTransparent(int(fd), r.key.Family) })
+	if err == nil {
+		err = sockErr
+	}
+	return err
+}
+
+// setTransparent sets IP_TRANSPARENT or IPV6_TRANSPARENT on fd.
+func setTransparent(fd int, fam ipfamily.Family) error {
+	level, opt, name := unix.SOL_IP, unix.IP_TRANSPARENT, "IP_TRANSPARENT"
+	if fam == ipfamily.IPv6 {
+		level, opt, name = unix.SOL_IPV6, unix.IPV6_TRANSPARENT, "IPV6_TRANSPARENT"
+	}
+	if err := unix.SetsockoptInt(fd, level, opt, 1); err != nil {
+		return fmt.Errorf("marking the proxy socket as kproxy's (%s): %w", name, err)
+	}
+	return nil
+}
+
+// canMarkSockets says whether this process may mark fam's relay sockets
+// (markRelaySocket), on a throwaway socket: without CAP_NET_ADMIN or
+// CAP_NET_RAW it may not, and then the rules must not expect it.
+func canMarkSockets(fam ipfamily.Family) error {
+	domain := unix.AF_INET
+	if fam == ipfamily.IPv6 {
+		domain = unix.AF_INET6
+	}
+	fd, err := unix.Socket(domain, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("a %s socket to try IP_TRANSPARENT on: %w", fam, err)
+	}
+	defer unix.Close(fd)
+	return setTransparent(fd, fam)
 }

@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"kproxy.dev/kproxy/sync/servicemap"
 )
 
 // TestDropAllFilter: a listener with the drop-all filter leaves connection
@@ -43,5 +49,67 @@ func TestDropAllFilter(t *testing.T) {
 		if dropped := errors.As(err, &ne) && ne.Timeout(); dropped != step.wantDrop {
 			t.Fatalf("with the filter %t: dial error %v, want dropped=%t", step.drop, err, step.wantDrop)
 		}
+	}
+}
+
+// socketMatchingApplier is a recordingApplier whose iptables can match the
+// receiving socket, or (refuse set) cannot, as without xt_socket.
+type socketMatchingApplier struct {
+	recordingApplier
+	refuse error
+}
+
+func (a *socketMatchingApplier) SupportsSocketMatch(context.Context) error { return a.refuse }
+
+// TestRelaySocketsMarkedWhereRulesCheckThem: where the family's iptables
+// can match the receiving socket, every TCP and UDP relay socket is
+// IP_TRANSPARENT and the rules let redirected traffic only into such
+// sockets; where it cannot, neither, and the rules keep the conntrack check.
+func TestRelaySocketsMarkedWhereRulesCheckThem(t *testing.T) {
+	tests := []struct {
+		name            string
+		refuse          error
+		wantTransparent bool
+		wantRule        string
+	}{
+		{"iptables matches sockets", nil, true, "-m conntrack --ctstate DNAT -m socket --transparent --nowildcard -j RETURN"},
+		{"no xt_socket", errors.New(`iptables-restore: Couldn't load match "socket"`), false,
+			`--comment "redirected connections the refusals let through" -m conntrack --ctstate DNAT -j RETURN`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &socketMatchingApplier{refuse: tt.refuse}
+			m := newRedirectMode(t, a)
+			tr := servicemap.NewTracker("node-a", nil)
+			tr.OnServiceUpdate(service("web", "198.18.0.10", v1.ProtocolTCP, 0))
+			tr.OnEndpointSliceUpdate(slice("web", v1.ProtocolTCP, "127.0.0.1"))
+			tr.OnServiceUpdate(service("dns", "198.18.0.53", v1.ProtocolUDP, 0))
+			tr.OnEndpointSliceUpdate(slice("dns", v1.ProtocolUDP, "127.0.0.1"))
+			tr.OnSynced()
+			snap, changes := tr.Snapshot()
+			if err := m.Sync(context.Background(), snap, changes); err != nil {
+				t.Fatal(err)
+			}
+			if rules := a.rules(); !strings.Contains(rules, tt.wantRule) {
+				t.Errorf("rules lack %q:\n%s", tt.wantRule, rules)
+			}
+			sockets := 0
+			for key, r := range m.relays {
+				for ap, s := range r.servers {
+					sockets++
+					var on int
+					var sockErr error
+					if err := s.raw.Control(func(fd uintptr) { on, sockErr = unix.GetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT) }); err != nil || sockErr != nil {
+						t.Fatalf("reading IP_TRANSPARENT of %s %s: %v %v", key, ap, err, sockErr)
+					}
+					if (on == 1) != tt.wantTransparent {
+						t.Errorf("%s relay socket %s: IP_TRANSPARENT %d, want %t", key, ap, on, tt.wantTransparent)
+					}
+				}
+			}
+			if sockets != 2 {
+				t.Errorf("%d relay sockets, want 2 (one TCP, one UDP)", sockets)
+			}
+		})
 	}
 }

@@ -139,3 +139,18 @@ func (a *Applier) findStale(ctx context.Context) ([]StaleChain, error) {
 	}
 	return out, nil
 }
+
+// SupportsSocketMatch says whether this family's iptables can check the
+// receiving socket (-m socket --transparent), by
+// restoring a probe chain that is gone again at the end of the same
+// transaction.
+func (a *Applier) SupportsSocketMatch(ctx context.Context) error {
+	const probe = "KPROXY-SOCKET-PROBE"
+	payload := "*filter\n:" + probe + " - [0:0]\n" +
+		"-A " + probe + " -m socket --transparent --nowildcard -j RETURN\n" +
+		"-F " + probe + "\n-X " + probe + "\nCOMMIT\n"
+	if err := a.restore.Restore(ctx, []byte(payload)); err != nil {
+		return fmt.Errorf("probing -m socket --transparent: %w", err)
+	}
+	return nil
+}

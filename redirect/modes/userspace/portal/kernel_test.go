@@ -94,28 +94,7 @@ func TestPortalsOnKernel(t *testing.T) {
 			}
 
 			// iptables-save prints exactly the rules Build wrote, chain by chain.
-			for _, tbl := range rs.Tables() {
-				save := lab.Run(t, be.SaveCommand(ipfamily.IPv4), "-t", tbl.Name)
-				var got, want []string
-				for _, line := range strings.Split(save, "\n") {
-					for _, c := range tbl.Chains {
-						if strings.HasPrefix(line, "-A "+c+" ") {
-							got = append(got, line)
-						}
-					}
-				}
-				for _, r := range tbl.Rules {
-					want = append(want, r.String())
-				}
-				if strings.Join(got, "\n") != strings.Join(want, "\n") {
-					t.Errorf("%s table: iptables-save shows\n%s\nwant\n%s", tbl.Name, strings.Join(got, "\n"), strings.Join(want, "\n"))
-				}
-				for _, j := range Jumps() {
-					if j.Table == tbl.Name && !strings.Contains(save, j.Args[len(j.Args)-1]) {
-						t.Errorf("no jump to %s in\n%s", j.Args[len(j.Args)-1], save)
-					}
-				}
-			}
+			checkSavedRules(t, be, rs)
 
 			// Through the portals the servers answer, from the address used.
 			for _, to := range []string{"198.18.0.10:80", "198.19.0.1:30080", "198.19.0.2:30080"} {

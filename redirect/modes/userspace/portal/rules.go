@@ -113,6 +113,13 @@ type Node struct {
 	// they open only on local addresses inside them (one rule per address);
 	// otherwise on every local address (-m addrtype --dst-type LOCAL).
 	NodePortAddresses []netip.Prefix
+	// CheckSocket: every TCP and UDP relay socket is IP_TRANSPARENT, which
+	// an unprivileged process cannot set. Redirected TCP and UDP traffic
+	// then passes KUBE-PROXY-PORTS only into such a socket, so a proxy port
+	// freed by a crash cannot be taken over. False keeps the check to "was
+	// redirected" (iptables without -m socket). SCTP keeps that check
+	// either way: the socket match cannot look SCTP sockets up.
+	CheckSocket bool
 }
 
 // Rule is one rule as iptables-save prints it, without the "-A CHAIN" head:
@@ -221,12 +228,27 @@ func (b *builder) proxyPortRules() []Rule {
 	rule := func(comment string, args ...string) Rule {
 		return Rule{Chain: ChainProxyPorts, Args: append([]string{"-m", "comment", "--comment", comment}, args...)}
 	}
+	established := rule("redirected connections, once established", "-m", "conntrack", "--ctstate", "DNAT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN")
+	if b.node.CheckSocket {
+		// A UDP flow stays ESTABLISHED in conntrack as long as datagrams
+		// keep coming, across a crash: its datagrams must find kproxy's
+		// socket too. (TCP's cannot be taken over: a new socket on the
+		// port would only answer them with a reset.)
+		established.Args = append([]string{"!", "-p", "udp"}, established.Args...)
+	}
 	rules := []Rule{
 		rule("replies to connections this node opened", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "--ctdir", "REPLY", "-j", "RETURN"),
-		rule("redirected connections, once established", "-m", "conntrack", "--ctstate", "DNAT", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"),
+		established,
 	}
 	rules = append(rules, b.refusals...)
-	rules = append(rules, rule("redirected connections the refusals let through", "-m", "conntrack", "--ctstate", "DNAT", "-j", "RETURN"))
+	if b.node.CheckSocket {
+		// --nowildcard: the relays listen on the wildcard address, which
+		// the socket match otherwise skips.
+		rules = append(rules, rule("redirected connections into kproxy relay sockets", "-m", "conntrack", "--ctstate", "DNAT",
+			"-m", "socket", "--transparent", "--nowildcard", "-j", "RETURN"))
+	} else {
+		rules = append(rules, rule("redirected connections the refusals let through", "-m", "conntrack", "--ctstate", "DNAT", "-j", "RETURN"))
+	}
 	return append(rules, b.guards...)
 }
 
@@ -383,8 +405,13 @@ func (b *builder) guard(proto string, proxyPort uint16, comment string) {
 		return
 	}
 	b.guarded[k] = true
-	args := []string{"-p", proto, "-m", "comment", "--comment", comment, "-m", proto, "--dport", strconv.Itoa(int(proxyPort)),
-		"-m", "conntrack", "!", "--ctstate", "DNAT"}
+	args := []string{"-p", proto, "-m", "comment", "--comment", comment, "-m", proto, "--dport", strconv.Itoa(int(proxyPort))}
+	if !b.node.CheckSocket || proto == "sctp" {
+		args = append(args, "-m", "conntrack", "!", "--ctstate", "DNAT")
+	}
+	// else: redirected traffic into kproxy's socket has returned already;
+	// what reaches this rule was not redirected or would be received by
+	// someone else's socket.
 	b.guards = append(b.guards, Rule{Chain: ChainProxyPorts, Args: append(args, reject(b.fam, proto)...)})
 }
 

@@ -114,6 +114,20 @@ func TestBuildGolden(t *testing.T) {
 			node: testNode,
 		},
 		{
+			// Redirected TCP and UDP pass only into kproxy's sockets;
+			// SCTP, which the socket match cannot look up, keeps the
+			// conntrack check.
+			name: "socket-check",
+			svcs: []*v1.Service{service("kube-system", "dns", nil,
+				catalogue.Port("dns-tcp", v1.ProtocolTCP, 53, 0), catalogue.Port("dns", v1.ProtocolUDP, 53, 0),
+				catalogue.Port("dns-sctp", v1.ProtocolSCTP, 53, 0))},
+			node: func() Node {
+				n := testNode
+				n.CheckSocket = true
+				return n
+			}(),
+		},
+		{
 			name: "nodeport-addresses",
 			svcs: []*v1.Service{nodePortWeb(nil)},
 			node: func() Node {

@@ -53,7 +53,7 @@ func (s extSpec) option(name string) (optSpec, bool) {
 
 // Matches lists the match extensions Parse knows, for messages.
 func Matches() []string {
-	return []string{"addrtype", "comment", "conntrack", "ipvs", "mark", "nfacct", "physdev", "recent", "sctp", "set", "state", "statistic", "tcp", "udp"}
+	return []string{"addrtype", "comment", "conntrack", "ipvs", "mark", "nfacct", "physdev", "recent", "sctp", "set", "socket", "state", "statistic", "tcp", "udp"}
 }
 
 // matchSpec describes the match extensions kproxy's modes emit.
@@ -65,6 +65,10 @@ func matchSpec(name string) (extSpec, bool) {
 	switch name {
 	case "comment":
 		return extSpec{opts: []optSpec{{name: "--comment", arg: textArg}}}, true
+	case "socket":
+		// A socket lookup (the userspace portals' guard): the fake parses
+		// it; only the kernel can evaluate it.
+		return extSpec{opts: []optSpec{{name: "--transparent", arg: noArg}, {name: "--nowildcard", arg: noArg}, {name: "--restore-skmark", arg: noArg}}}, true
 	case "nfacct":
 		// Counts in an accounting object; it never decides a match.
 		return extSpec{opts: []optSpec{{name: "--nfacct-name", arg: textArg}}}, true
