@@ -128,7 +128,7 @@ func TestStoppedProxyCannotBeHijacked(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer flow.Close()
-		if got, err := udpRoundTrip(flow, "before"); err != nil {
+		if got, err := lab.UDPExchange(flow, "before", time.Second); err != nil {
 			t.Fatalf("UDP flow before the stop: %q, %v", got, err)
 		}
 		if err := l.kproxy.Stop(); err != nil {
@@ -136,7 +136,7 @@ func TestStoppedProxyCannotBeHijacked(t *testing.T) {
 		}
 		hijacker := l.startHijacker(t, hijackAddr, hijackPort, hijackUDP...)
 		defer hijacker.Stop()
-		if got, err := udpRoundTrip(flow, "after"); got == hijackAnswer {
+		if got, err := lab.UDPExchange(flow, "after", time.Second); got == hijackAnswer {
 			t.Errorf("after kproxy stopped, the UDP flow's next datagram reached an unprivileged process on proxy port %v", hijackUDP)
 		} else {
 			t.Logf("UDP flow after the stop: %q, %v", got, err)
@@ -201,7 +201,7 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer flow.Close()
-				if got, err := udpRoundTrip(flow, "before"); err != nil {
+				if got, err := lab.UDPExchange(flow, "before", time.Second); err != nil {
 					t.Fatalf("UDP flow before the crash: %q, %v", got, err)
 				}
 				if err := l.kproxy.Kill(); err != nil {
@@ -212,7 +212,7 @@ func TestCrashedProxyCannotBeHijacked(t *testing.T) {
 				}
 				hijacker := l.startHijacker(t, "", port, udpPort)
 				defer hijacker.Stop()
-				if got, err := udpRoundTrip(flow, "after"); got == hijackAnswer {
+				if got, err := lab.UDPExchange(flow, "after", time.Second); got == hijackAnswer {
 					t.Errorf("after the crash the UDP flow's next datagram reached an unprivileged process on proxy port %d", udpPort)
 				} else {
 					t.Logf("UDP flow after the crash: %q, %v", got, err)
@@ -240,18 +240,6 @@ func (l *e2eLab) udpProxyPort(t *testing.T, vip string) int {
 		t.Fatalf("no UDP portal for %s in\n%s", vip, l.natRules(t))
 	}
 	return mustAtoi(t, match[1])
-}
-
-// udpRoundTrip sends msg on a connected UDP socket and returns the answer
-// that comes within a second.
-func udpRoundTrip(c net.Conn, msg string) (string, error) {
-	if _, err := c.Write([]byte(msg)); err != nil {
-		return "", err
-	}
-	_ = c.SetReadDeadline(time.Now().Add(time.Second))
-	buf := make([]byte, 512)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
 }
 
 // tcpFirstLine connects from h to addr and returns the first line it says

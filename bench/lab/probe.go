@@ -186,18 +186,35 @@ func ServeGreeting(tb testing.TB, addr, greeting string) netip.AddrPort {
 		tb.Fatalf("listening for the greeting server: %v", err)
 	}
 	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, greeting)
-			c.Close()
-		}
-	}()
+	go ServeGreetingOn(ln, greeting)
 	ap := ln.Addr().(*net.TCPAddr).AddrPort()
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// ServeGreetingOn writes greeting to every connection ln accepts, then
+// closes it, until ln is closed.
+func ServeGreetingOn(ln net.Listener, greeting string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, greeting)
+		c.Close()
+	}
+}
+
+// UDPExchange sends msg on a connected UDP socket and returns the answer
+// that comes within wait: for a flow that must keep its source port across
+// several exchanges, where UDPAsk opens a new one each time.
+func UDPExchange(c net.Conn, msg string, wait time.Duration) (string, error) {
+	if _, err := io.WriteString(c, msg); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	buf := make([]byte, MaxUDPPayload)
+	n, err := c.Read(buf)
+	return string(buf[:n]), err
 }
 
 // ServeUDPEcho binds UDP address addr (such as "0.0.0.0:0") in the current

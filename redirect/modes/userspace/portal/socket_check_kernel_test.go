@@ -3,7 +3,6 @@ package portal
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -70,7 +69,7 @@ func TestSocketCheckOnKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer flow.Close()
-			if got, err := udpExchange(flow, "ping"); err != nil || got != "relay ping" {
+			if got, err := lab.UDPExchange(flow, "ping", time.Second); err != nil || got != "relay ping" {
 				t.Fatalf("UDP to the cluster IP: %q, %v; want the relay's echo", got, err)
 			}
 			if _, err := lab.TCPGreeting(from(""), netip.AddrPortFrom(netip.MustParseAddr("198.19.0.1"), tcpPort).String()); !errors.Is(err, syscall.ECONNREFUSED) {
@@ -85,7 +84,7 @@ func TestSocketCheckOnKernel(t *testing.T) {
 			if got, err := lab.TCPGreeting(from(""), "198.18.0.10:80"); !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("TCP to the cluster IP once an ordinary socket holds the proxy port: %q, %v; want connection refused", got, err)
 			}
-			if got, err := udpExchange(flow, "ping again"); err == nil {
+			if got, err := lab.UDPExchange(flow, "ping again", time.Second); err == nil {
 				t.Errorf("the UDP flow's next datagram reached the ordinary socket on the proxy port: %q", got)
 			}
 			if got, err := lab.UDPAsk(from(""), "198.18.0.53:53", "new flow"); err == nil {
@@ -145,16 +144,7 @@ func listenTCP(t *testing.T, port uint16, transparent bool, greeting string) net
 		t.Fatalf("listening on TCP port %d: %v", port, err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, greeting)
-			c.Close()
-		}
-	}()
+	go lab.ServeGreetingOn(ln, greeting)
 	return ln
 }
 
@@ -174,16 +164,4 @@ func listenUDP(t *testing.T, port uint16, transparent bool, prefix string) net.P
 	t.Cleanup(func() { pc.Close() })
 	go lab.ServeUDPEchoOn(pc.(*net.UDPConn), prefix)
 	return pc
-}
-
-// udpExchange sends msg on a connected UDP socket and waits a second for
-// the answer.
-func udpExchange(c net.Conn, msg string) (string, error) {
-	if _, err := io.WriteString(c, msg); err != nil {
-		return "", err
-	}
-	_ = c.SetReadDeadline(time.Now().Add(time.Second))
-	buf := make([]byte, 512)
-	n, err := c.Read(buf)
-	return string(buf[:n]), err
 }
