@@ -126,7 +126,7 @@ func TestNFTablesTableRestored(t *testing.T) {
 			return
 		}
 		askWeb := askHTTP(l.topo.Client, "http://"+webVIP+"/")
-		askEcho := askUDP(l.topo.Client, echoVIP+":53")
+		askEcho := askUDPNewFlows(t, l.topo.Client, echoVIP+":53")
 		l.wantBalanced(t, "TCP ClusterIP at first", askWeb)
 		node := l.topo.Node
 		chains := map[string][]string{}
@@ -189,7 +189,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 			return
 		}
 		askWeb := askHTTP(l.topo.Client, "http://"+webVIP+"/")
-		askEcho := askUDP(l.topo.Client, echoVIP+":53")
+		askEcho := askUDPNewFlows(t, l.topo.Client, echoVIP+":53")
 		node := l.topo.Node
 		l.wantBalanced(t, "TCP ClusterIP at first", askWeb)
 		backend3 := l.backends[2]

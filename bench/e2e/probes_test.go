@@ -39,11 +39,26 @@ func askHTTP(d lab.Dialer, url string) func() (string, error) {
 }
 
 // askUDP asks the prefixing UDP echo server behind addr, from d, which
-// backend answers, checking the datagram came back whole.
+// backend answers, checking the datagram came back whole. An ask may reuse
+// the source port of an earlier one and so join its flow while the flow
+// lives: counts of new flows ask with askUDPNewFlows.
 func askUDP(d lab.Dialer, addr string) func() (string, error) {
+	return echoBackend(addr, func(msg string) (string, error) { return lab.UDPAsk(d, addr, msg) })
+}
+
+// askUDPNewFlows is askUDP with every ask a new flow: each keeps its source
+// port until t ends (lab.UDPAskHeld), so no later ask joins its flow and
+// takes its endpoint out of turn.
+func askUDPNewFlows(t *testing.T, d lab.Dialer, addr string) func() (string, error) {
+	return echoBackend(addr, func(msg string) (string, error) { return lab.UDPAskHeld(t, d, addr, msg) })
+}
+
+// echoBackend asks the prefixing UDP echo server behind addr with ask and
+// returns the backend name its answer starts with.
+func echoBackend(addr string, ask func(msg string) (string, error)) func() (string, error) {
 	return func() (string, error) {
 		const msg = "ping"
-		got, err := lab.UDPAsk(d, addr, msg)
+		got, err := ask(msg)
 		if err != nil {
 			return "", err
 		}
@@ -57,15 +72,23 @@ func askUDP(d lab.Dialer, addr string) func() (string, error) {
 
 // wantBalanced checks that new connections from ask spread over all three
 // backends, and that nothing else answers: in equal turns for a round-robin
-// mode, within randomTries for a random one.
+// mode, within randomTries for a random one. Over UDP every ask must be a
+// new flow (askUDPNewFlows).
 func (l *e2eLab) wantBalanced(t *testing.T, what string, ask func() (string, error)) {
 	t.Helper()
 	if l.mode.exactRoundRobin {
-		seen := lab.Spread(t, 9, ask)
+		// The order of the answers tells a turn taken twice in a row (two
+		// asks in one flow) from a skipped one (a pick made elsewhere).
+		var order []string
+		seen := lab.Spread(t, 9, func() (string, error) {
+			got, err := ask()
+			order = append(order, got)
+			return got, err
+		})
 		l.wantBackends(t, what, seen, 3)
 		for name, n := range seen {
 			if n != 3 {
-				t.Errorf("%s: %s answered %d of 9, want 3 (round-robin): %v", what, name, n, seen)
+				t.Errorf("%s: %s answered %d of 9, want 3 (round-robin): %v, in order %v", what, name, n, seen, order)
 			}
 		}
 		return

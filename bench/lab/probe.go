@@ -132,13 +132,37 @@ func (s sourceDialer) DialContext(ctx context.Context, network, address string) 
 
 // UDPAsk sends msg as one datagram to addr on a connected socket and returns
 // the one datagram that answers it, waiting at most 2 s. An ICMP port
-// unreachable for msg shows up as ECONNREFUSED.
+// unreachable for msg shows up as ECONNREFUSED. The socket closes on return,
+// freeing its source port for the next one (see UDPAskHeld).
 func UDPAsk(d Dialer, addr, msg string) (string, error) {
 	conn, err := dialBounded(d, "udp", addr, 2*time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
+	return askOn(conn, msg)
+}
+
+// UDPAskHeld is UDPAsk that keeps its socket, and so its source port, until
+// tb ends. A relay, like conntrack, keys a UDP flow by the client's address
+// and port, and the kernel may give a closed socket's port to the very next
+// socket: an ask that gets the port of an earlier one whose flow is still
+// alive joins that flow, and its endpoint, instead of starting its own. No
+// socket of the host can take a held port, so no two asks made with it while
+// tb runs share one: checks that count new flows (round-robin turns) ask
+// with it.
+func UDPAskHeld(tb testing.TB, d Dialer, addr, msg string) (string, error) {
+	tb.Helper()
+	conn, err := dialBounded(d, "udp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return askOn(conn, msg)
+}
+
+// askOn sends msg on the connected UDP socket conn and reads the answer.
+func askOn(conn net.Conn, msg string) (string, error) {
 	if _, err := io.WriteString(conn, msg); err != nil {
 		return "", err
 	}

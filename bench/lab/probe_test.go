@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -181,5 +182,57 @@ func TestWithoutComments(t *testing.T) {
 	want := "*nat\n:KUBE-PORTALS-HOST - [0:0]\n-A OUTPUT -j KUBE-PORTALS-HOST\nCOMMIT\n"
 	if got := WithoutComments(save); got != want {
 		t.Errorf("WithoutComments =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestUDPAskHeldNeverSharesAPort: with the namespace's ephemeral port range
+// cut to eight ports, eight held asks come from eight different ports and a
+// ninth finds none left, where asks that freed their ports would have
+// shared them; once the test holding them ends, the ports are free again.
+func TestUDPAskHeldNeverSharesAPort(t *testing.T) {
+	if InFreshNetns(t) {
+		return
+	}
+	const low, high = 40000, 40007
+	rangeFile := "/proc/sys/net/ipv4/ip_local_port_range"
+	if err := os.WriteFile(rangeFile, fmt.Appendf(nil, "%d %d", low, high), 0o644); err != nil {
+		t.Fatalf("narrowing the ephemeral port range: %v", err)
+	}
+	// A server outside the range that answers with the sender's port.
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:39999")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(fmt.Appendf(nil, "%d", from.(*net.UDPAddr).Port), from)
+		}
+	}()
+	var node net.Dialer
+	server := pc.LocalAddr().String()
+	t.Run("held asks", func(t *testing.T) {
+		seen := map[string]bool{}
+		for i := range high - low + 1 {
+			port, err := UDPAskHeld(t, &node, server, "ping")
+			if err != nil {
+				t.Fatalf("ask %d: %v", i+1, err)
+			}
+			if seen[port] {
+				t.Fatalf("ask %d came from port %s, as an earlier one did (ports so far %v)", i+1, port, seen)
+			}
+			seen[port] = true
+		}
+		if port, err := UDPAskHeld(t, &node, server, "ping"); !errors.Is(err, syscall.EAGAIN) {
+			t.Errorf("a ninth ask with eight ports held: port %q, error %v; want no port left (EAGAIN)", port, err)
+		}
+	})
+	if port, err := UDPAsk(&node, server, "ping"); err != nil {
+		t.Errorf("an ask after the held asks' test ended: port %q, error %v; want their ports given back", port, err)
 	}
 }
