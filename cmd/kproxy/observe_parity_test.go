@@ -224,9 +224,8 @@ func runParity(t *testing.T, kproxyBin string, modes []string, extra ...string) 
 // intendedMetricOmissions are kube-proxy metrics kproxy does not export,
 // each with why. A prefix ends in "_" and covers every name it starts.
 var intendedMetricOmissions = map[string]string{
-	"apiserver_":                 "registered by k8s.io/apiserver packages kube-proxy links (audit, envelope encryption, webhooks, validation); they describe an API server, and stay zero in kube-proxy",
-	"aggregator_":                "registered by the kube-aggregator discovery code kube-proxy links; zero in kube-proxy",
-	"kubernetes_feature_enabled": "kproxy does not build a component-base feature gate whose state it could export (--feature-gates is validated by cmd/kproxy/options)",
+	"apiserver_":  "registered by k8s.io/apiserver packages kube-proxy links (audit, envelope encryption, webhooks, validation); they describe an API server, and stay zero in kube-proxy",
+	"aggregator_": "registered by the kube-aggregator discovery code kube-proxy links; zero in kube-proxy",
 }
 
 // sampledLater are kube-proxy metrics kproxy registers (TestRestClientMetrics
@@ -314,6 +313,10 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 			}
 		}
 	}
+	// kubernetes_feature_enabled: every gate, stage and value as kube-proxy's.
+	for _, mode := range modes {
+		compareFamily(t, mode, "kubernetes_feature_enabled", runs.kubeProxy[mode].bodies["/metrics"], runs.kproxy[mode].bodies["/metrics"], 100)
+	}
 	// kubernetes_build_info says what `kproxy --version` says.
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
@@ -328,6 +331,64 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 		if !usedOmissions[k] {
 			t.Errorf("intendedMetricOmissions lists %s, which kube-proxy does not serve in %v", k, modes)
 		}
+	}
+}
+
+// familyLines returns a Prometheus text body's lines of the metric family
+// name (HELP, TYPE and samples), sorted.
+func familyLines(body, name string) []string {
+	var out []string
+	for line := range strings.SplitSeq(body, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[0] == "#" && f[2] == name,
+			strings.HasPrefix(line, name+"{"), strings.HasPrefix(line, name+" "):
+			out = append(out, line)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// compareFamily fails unless kproxy's body has the lines of family name
+// that kube-proxy's has, and kube-proxy's has at least minLines of them.
+func compareFamily(t *testing.T, what, name, kubeProxyBody, kproxyBody string, minLines int) {
+	t.Helper()
+	want, got := familyLines(kubeProxyBody, name), familyLines(kproxyBody, name)
+	if len(want) < minLines {
+		t.Fatalf("%s: kube-proxy serves only %d lines of %s:\n%s", what, len(want), name, strings.Join(want, "\n"))
+	}
+	if w, g := strings.Join(want, "\n"), strings.Join(got, "\n"); w != g {
+		var diff []string
+		for _, l := range want {
+			if !slices.Contains(got, l) {
+				diff = append(diff, "-"+l)
+			}
+		}
+		for _, l := range got {
+			if !slices.Contains(want, l) {
+				diff = append(diff, "+"+l)
+			}
+		}
+		t.Errorf("%s: %s differs (- kube-proxy only, + kproxy only):\n%s", what, name, strings.Join(diff, "\n"))
+	}
+}
+
+func TestFamilyLines(t *testing.T) {
+	body := `# HELP kubernetes_feature_enabled [BETA] stage and enablement
+# TYPE kubernetes_feature_enabled gauge
+kubernetes_feature_enabled{name="B",stage=""} 1
+kubernetes_feature_enabled{name="A",stage="ALPHA"} 0
+# HELP kubernetes_feature_enabled_other x
+kubernetes_feature_enabled_other 1
+`
+	got := strings.Join(familyLines(body, "kubernetes_feature_enabled"), "\n")
+	want := `# HELP kubernetes_feature_enabled [BETA] stage and enablement
+# TYPE kubernetes_feature_enabled gauge
+kubernetes_feature_enabled{name="A",stage="ALPHA"} 0
+kubernetes_feature_enabled{name="B",stage=""} 1`
+	if got != want {
+		t.Errorf("familyLines = %q, want %q", got, want)
 	}
 }
 
@@ -377,8 +438,14 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 		return
 	}
 	// In JSON: the pages show it, and a whole run logs in it.
-	runs := runParity(t, bin, []string{"iptables"}, "--logging-format=json")
+	// A gate set (one neither proxy acts on) shows in /configz, /flagz and
+	// kubernetes_feature_enabled.
+	runs := runParity(t, bin, []string{"iptables"}, "--logging-format=json", "--feature-gates=APIServingWithRoutine=true")
 	kp, kx := runs.kubeProxy["iptables"], runs.kproxy["iptables"]
+	if !strings.Contains(kp.bodies["/metrics"], `kubernetes_feature_enabled{name="APIServingWithRoutine",stage="ALPHA"} 1`) {
+		t.Errorf("kube-proxy did not take --feature-gates=APIServingWithRoutine=true")
+	}
+	compareFamily(t, "--feature-gates=APIServingWithRoutine=true", "kubernetes_feature_enabled", kp.bodies["/metrics"], kx.bodies["/metrics"], 100)
 	t.Run("JSON log of a run", func(t *testing.T) {
 		for _, r := range []struct {
 			who, log, started string

@@ -70,6 +70,11 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	metricFams := metricFamilies(features)
 	m := metrics.New(metricFams...)
 	m.InstallClientGo() // before any client exists
+	gates, err := cfg.FeatureGate()
+	if err != nil {
+		return err
+	}
+	m.RecordFeatureGates(gates) // as kube-proxy: once, at start
 	health := healthz.New(2*syncPeriod, m, nil)
 
 	servers, err := listen(logger, cfg, name, health, m, dbg)
