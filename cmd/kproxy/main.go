@@ -233,7 +233,7 @@ func copyLogsFromFlags(fs *pflag.FlagSet, to *logsapi.LoggingConfiguration) erro
 // kube-proxy v1.36, /flagz and /statusz are on unless --feature-gates (or
 // the file's featureGates) turns ComponentFlagz or ComponentStatusz off.
 func debugPages(eff *options.FileConfiguration, fs *pflag.FlagSet, featureGates map[string]bool) (app.Debug, error) {
-	configz, err := debugz.Configz(eff.KubeProxyConfiguration)
+	configz, err := debugz.Configz(options.AsKubeProxyShows(eff))
 	if err != nil {
 		return app.Debug{}, err
 	}

@@ -313,9 +313,13 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 			}
 		}
 	}
-	// kubernetes_feature_enabled: every gate, stage and value as kube-proxy's.
+	// kubernetes_feature_enabled: every gate, stage and value as kube-proxy's;
+	// /configz as kube-proxy's, whose sync periods depend on the mode.
 	for _, mode := range modes {
 		compareFamily(t, mode, "kubernetes_feature_enabled", runs.kubeProxy[mode].bodies["/metrics"], runs.kproxy[mode].bodies["/metrics"], 100)
+		t.Run(mode+" configz", func(t *testing.T) {
+			compareConfigz(t, runs.kubeProxy[mode].bodies["/configz"], runs.kproxy[mode].bodies["/configz"])
+		})
 	}
 	// kubernetes_build_info says what `kproxy --version` says.
 	out, err := exec.Command(bin, "--version").Output()
@@ -412,14 +416,6 @@ kubeproxy_sync_proxy_rules_service_changes_total 2
 	}
 }
 
-// configzValueDifferences are /configz values in which kproxy differs from
-// kube-proxy on the same flags, by JSON path, with why. Key sets must match.
-var configzValueDifferences = map[string]string{
-	"ipvs.syncPeriod":        "kproxy's defaulting fills the IPVS and nftables periods from iptables' (cmd/kproxy/options); kube-proxy leaves them 0s and uses iptables' at run time",
-	"nftables.syncPeriod":    "as ipvs.syncPeriod",
-	"nftables.minSyncPeriod": "as ipvs.syncPeriod",
-}
-
 // flagzDifferences are kube-proxy flags that kproxy lacks or shows with
 // another value, with why.
 var flagzDifferences = map[string]string{
@@ -473,24 +469,7 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 		}
 	}
 
-	t.Run("configz", func(t *testing.T) {
-		want, got := flatJSON(t, kp.bodies["/configz"]), flatJSON(t, kx.bodies["/configz"])
-		for path, v := range want {
-			gv, ok := got[path]
-			short := strings.TrimPrefix(path, debugzGroupPrefix)
-			switch {
-			case !ok:
-				t.Errorf("kproxy's /configz lacks %s (kube-proxy: %s)", path, v)
-			case gv != v && configzValueDifferences[short] == "":
-				t.Errorf("/configz %s: kproxy %s, kube-proxy %s", path, gv, v)
-			}
-		}
-		for path, v := range got {
-			if _, ok := want[path]; !ok {
-				t.Errorf("kproxy's /configz has %s = %s, which kube-proxy's lacks", path, v)
-			}
-		}
-	})
+	t.Run("configz", func(t *testing.T) { compareConfigz(t, kp.bodies["/configz"], kx.bodies["/configz"]) })
 
 	t.Run("flagz", func(t *testing.T) {
 		var want, got struct {
@@ -575,7 +554,28 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 	})
 }
 
-const debugzGroupPrefix = "kubeproxy.config.k8s.io."
+// compareConfigz fails unless kproxy's /configz has kube-proxy's paths
+// and values, and no others.
+func compareConfigz(t *testing.T, kubeProxyBody, kproxyBody string) {
+	t.Helper()
+	want, got := flatJSON(t, kubeProxyBody), flatJSON(t, kproxyBody)
+	if len(want) < 50 {
+		t.Fatalf("kube-proxy's /configz has only %d values:\n%s", len(want), kubeProxyBody)
+	}
+	for path, v := range want {
+		switch gv, ok := got[path]; {
+		case !ok:
+			t.Errorf("kproxy's /configz lacks %s (kube-proxy: %s)", path, v)
+		case gv != v:
+			t.Errorf("/configz %s: kproxy %s, kube-proxy %s", path, gv, v)
+		}
+	}
+	for path, v := range got {
+		if _, ok := want[path]; !ok {
+			t.Errorf("kproxy's /configz has %s = %s, which kube-proxy's lacks", path, v)
+		}
+	}
+}
 
 // statuszKey is the key of a /statusz text line: what precedes its
 // delimiter (":", ": ", "=" or " ", one per response).
