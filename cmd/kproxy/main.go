@@ -240,6 +240,12 @@ func debugPages(eff *options.FileConfiguration, fs *pflag.FlagSet, featureGates 
 	dbg := app.Debug{Configz: configz, Statusz: gateOn(featureGates, "ComponentStatusz")}
 	if gateOn(featureGates, "ComponentFlagz") {
 		dbg.Flagz = debugz.Flags(fs)
+		// kube-proxy's flag is bound to its configuration, whose defaulting
+		// (without --config) writes ClusterCIDR into it before /flagz reads
+		// it; kproxy resolves an empty mode to ClusterCIDR later.
+		if config := fs.Lookup("config"); dbg.Flagz["detect-local-mode"] == "" && (config == nil || config.Value.String() == "") {
+			dbg.Flagz["detect-local-mode"] = "ClusterCIDR"
+		}
 	}
 	return dbg, nil
 }

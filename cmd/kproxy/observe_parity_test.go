@@ -416,15 +416,6 @@ kubeproxy_sync_proxy_rules_service_changes_total 2
 	}
 }
 
-// flagzDifferences are kube-proxy flags that kproxy lacks or shows with
-// another value, with why.
-var flagzDifferences = map[string]string{
-	"boot-id-file":         "kube-proxy reads it for the node's boot ID in its Node conditions updates; kproxy has no such flag",
-	"machine-id-file":      "as boot-id-file",
-	"detect-local-mode":    "kproxy's flag default is empty (meaning ClusterCIDR, resolved later); kube-proxy's shows ClusterCIDR",
-	"ipvs-min-sync-period": "kproxy's flag default is 0s (the IPVS mode then uses 1s); kube-proxy's is 1s",
-}
-
 // TestDebugPagesMatchKubeProxy compares /configz, /flagz, /statusz and
 // /metrics/slis of kube-proxy v1.36.3 and kproxy run with the same flags.
 func TestDebugPagesMatchKubeProxy(t *testing.T) {
@@ -489,7 +480,7 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 			t.Fatalf("kube-proxy's /flagz lists only %d flags", len(want.Flags))
 		}
 		for name, v := range want.Flags {
-			if gv, ok := got.Flags[name]; (!ok || gv != v) && flagzDifferences[name] == "" {
+			if gv, ok := got.Flags[name]; !ok || gv != v {
 				t.Errorf("/flagz %s: kproxy %q (listed: %v), kube-proxy %q", name, gv, ok, v)
 			}
 		}
@@ -632,6 +623,40 @@ func TestDebugPagesGates(t *testing.T) {
 		}
 		if (dbg.Flagz != nil) != tt.wantFlagz || dbg.Statusz != tt.wantStat || len(dbg.Configz) == 0 {
 			t.Errorf("gates %v: flagz %v statusz %v configz %d bytes; want flagz %v statusz %v", tt.gates, dbg.Flagz != nil, dbg.Statusz, len(dbg.Configz), tt.wantFlagz, tt.wantStat)
+		}
+	}
+}
+
+// TestFlagzShowsKubeProxyValues: /flagz shows --detect-local-mode as
+// kube-proxy does, ClusterCIDR once defaulted without --config and the
+// flag's own value with it (kube-proxy defaults the file's configuration,
+// not the flag's), and kube-proxy's defaults of --ipvs-min-sync-period and
+// the cAdvisor flags.
+func TestFlagzShowsKubeProxyValues(t *testing.T) {
+	tests := []struct {
+		args []string
+		want map[string]string
+	}{
+		{nil, map[string]string{"detect-local-mode": "ClusterCIDR", "ipvs-min-sync-period": "1s",
+			"boot-id-file": "/proc/sys/kernel/random/boot_id", "machine-id-file": "/etc/machine-id,/var/lib/dbus/machine-id"}},
+		{[]string{"--detect-local-mode=NodeCIDR", "--ipvs-min-sync-period=0s", "--boot-id-file=/x"},
+			map[string]string{"detect-local-mode": "NodeCIDR", "ipvs-min-sync-period": "0s", "boot-id-file": "/x"}},
+		{[]string{"--config=/some/file"}, map[string]string{"detect-local-mode": "", "ipvs-min-sync-period": "1s"}},
+	}
+	for _, tt := range tests {
+		fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+		options.NewOptions().AddFlags(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		dbg, err := debugPages(options.NewDefaultFileConfiguration(), fs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range tt.want {
+			if got, ok := dbg.Flagz[name]; !ok || got != want {
+				t.Errorf("%q: /flagz %s = %q (listed: %v), want %q", tt.args, name, got, ok, want)
+			}
 		}
 	}
 }

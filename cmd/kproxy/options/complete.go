@@ -45,6 +45,11 @@ func (o *Options) Complete(fs *pflag.FlagSet) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	cfg.NodeName = nodeName
+	for _, name := range []string{"boot-id-file", "machine-id-file"} {
+		if fs.Changed(name) {
+			warnings = append(warnings, fmt.Sprintf("--%s has no effect: kube-proxy v1.36 accepts it (a cAdvisor flag) and reads no such file, and neither does kproxy", name))
+		}
+	}
 	cfg.Warnings = warnings
 	for _, w := range warnings {
 		o.Logger.Info("Configuration warning", "warning", w)

@@ -50,3 +50,35 @@ func TestAsKubeProxyShows(t *testing.T) {
 		})
 	}
 }
+
+// TestCAdvisorFlags: --boot-id-file and --machine-id-file are accepted as
+// kube-proxy accepts them, with a warning that they have no effect, and do
+// not change the configuration; --ipvs-min-sync-period's shown default
+// (1s) is not copied into it either.
+func TestCAdvisorFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"--boot-id-file=/a,/b"}, []string{"--boot-id-file has no effect: kube-proxy v1.36 accepts it (a cAdvisor flag) and reads no such file, and neither does kproxy"}},
+		{[]string{"--machine-id-file=/m", "--boot-id-file="}, []string{
+			"--boot-id-file has no effect: kube-proxy v1.36 accepts it (a cAdvisor flag) and reads no such file, and neither does kproxy",
+			"--machine-id-file has no effect: kube-proxy v1.36 accepts it (a cAdvisor flag) and reads no such file, and neither does kproxy",
+		}},
+	}
+	base := mustComplete(t)
+	for _, tt := range tests {
+		cfg := mustComplete(t, tt.args...)
+		if fmt.Sprint(cfg.Warnings) != fmt.Sprint(tt.want) {
+			t.Errorf("%q: warnings %q, want %q", tt.args, cfg.Warnings, tt.want)
+		}
+		cfg.Warnings = base.Warnings
+		if !equal(cfg, base) {
+			t.Errorf("%q changed the configuration: %+v", tt.args, cfg)
+		}
+	}
+	if base.IPVSMinSyncPeriod != 0 {
+		t.Errorf("without flags or file, ipvs min sync period %s; want the file default 0s", base.IPVSMinSyncPeriod)
+	}
+}
