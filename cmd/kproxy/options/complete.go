@@ -71,6 +71,14 @@ func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, []string, er
 		eff = loaded
 		warnings = append(warnings, fileWarnings...)
 	}
+	if o.ConfigFile == "" {
+		// Without --config kube-proxy v1.36 keeps one pair of sync periods,
+		// defaulted from the iptables section's (30s, 1s), and sets it from
+		// the --ipvs-* flags only when given: its IPVS mode then syncs at
+		// most once a second, where the file's ipvs.minSyncPeriod
+		// defaults to 0s.
+		eff.IPVS.MinSyncPeriod.Duration = defaultMinSyncPeriod
+	}
 	overrides := flagOverrides()
 	syntax := flagSyntax()
 	var ignored []string

@@ -93,6 +93,7 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		NFTablesMinSyncPeriod: time.Second,
 		NFTablesMasqueradeBit: 14,
 		IPVSSyncPeriod:        30 * time.Second,
+		IPVSMinSyncPeriod:     time.Second, // kube-proxy's without --config
 		IPVSScheduler:         "rr",
 		UDPIdleTimeout:        250 * time.Millisecond,
 		UserspacePortals:      mode.PortalsAuto,

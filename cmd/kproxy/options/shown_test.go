@@ -53,8 +53,7 @@ func TestAsKubeProxyShows(t *testing.T) {
 
 // TestCAdvisorFlags: --boot-id-file and --machine-id-file are accepted as
 // kube-proxy accepts them, with a warning that they have no effect, and do
-// not change the configuration; --ipvs-min-sync-period's shown default
-// (1s) is not copied into it either.
+// not change the configuration.
 func TestCAdvisorFlags(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -78,7 +77,29 @@ func TestCAdvisorFlags(t *testing.T) {
 			t.Errorf("%q changed the configuration: %+v", tt.args, cfg)
 		}
 	}
-	if base.IPVSMinSyncPeriod != 0 {
-		t.Errorf("without flags or file, ipvs min sync period %s; want the file default 0s", base.IPVSMinSyncPeriod)
+}
+
+// TestIPVSMinSyncPeriod: kube-proxy's IPVS mode syncs at most once a second
+// without --config (its one internal minimum, defaulted from iptables'),
+// as often as changes come with a file that sets no ipvs.minSyncPeriod;
+// a given flag or field wins.
+func TestIPVSMinSyncPeriod(t *testing.T) {
+	noMin := writeTemp(t, "ipvs.yaml", header+"mode: ipvs\n")
+	withMin := writeTemp(t, "ipvs-min.yaml", header+"mode: ipvs\nipvs:\n  minSyncPeriod: 3s\n")
+	tests := []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"--proxy-mode=ipvs"}, time.Second},
+		{[]string{"--proxy-mode=ipvs", "--ipvs-min-sync-period=0s"}, 0},
+		{[]string{"--proxy-mode=ipvs", "--ipvs-min-sync-period=2s"}, 2 * time.Second},
+		{[]string{"--config", noMin}, 0},
+		{[]string{"--config", noMin, "--ipvs-min-sync-period=2s"}, 0}, // ignored with --config
+		{[]string{"--config", withMin}, 3 * time.Second},
+	}
+	for _, tt := range tests {
+		if got := mustComplete(t, tt.args...).IPVSMinSyncPeriod; got != tt.want {
+			t.Errorf("%q: IPVS min sync period %s, want %s", tt.args, got, tt.want)
+		}
 	}
 }
