@@ -144,7 +144,7 @@ func newRootCommand(d deps) *cobra.Command {
 			logger := klog.FromContext(ctx)
 			switch {
 			case cfg.WriteConfigTo != "":
-				if err := options.WriteFile(cfg.WriteConfigTo, eff); err != nil {
+				if err := options.WriteFile(cfg.WriteConfigTo, options.AsKubeProxyWrites(eff)); err != nil {
 					return fmt.Errorf("--write-config-to %s: %w", cfg.WriteConfigTo, err)
 				}
 				logger.Info("Wrote configuration", "file", cfg.WriteConfigTo)

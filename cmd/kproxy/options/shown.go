@@ -31,3 +31,13 @@ func AsKubeProxyShows(fc *FileConfiguration) kubeproxyconfig.KubeProxyConfigurat
 	}
 	return c
 }
+
+// AsKubeProxyWrites returns fc as kube-proxy v1.36 writes its own with
+// --write-config-to: AsKubeProxyShows, and kproxy's own fields as they are.
+// Read back with --config it runs the same (the sections other than the
+// mode's are not used, and their 0s read back as the defaults).
+func AsKubeProxyWrites(fc *FileConfiguration) *FileConfiguration {
+	out := *fc
+	out.KubeProxyConfiguration = AsKubeProxyShows(fc)
+	return &out
+}
