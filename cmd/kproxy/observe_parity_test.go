@@ -3,11 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +21,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
@@ -658,5 +663,94 @@ func TestFlagzShowsKubeProxyValues(t *testing.T) {
 				t.Errorf("%q: /flagz %s = %q (listed: %v), want %q", tt.args, name, got, ok, want)
 			}
 		}
+	}
+}
+
+// TestBindHardFailEventMatchesKubeProxy: with --bind-address-hard-fail and
+// the healthz or the metrics port in use, kube-proxy v1.36.3 and kproxy
+// both exit with status 1, and kproxy records on its Node (the
+// events.k8s.io/v1 API of a real kube-apiserver) the Warning event
+// kube-proxy records. kube-proxy exits right after recording it and loses
+// it in most runs, so what it records is compared when it does, and is
+// otherwise built from its reason for that server and the error it logs,
+// which is the event's note.
+func TestBindHardFailEventMatchesKubeProxy(t *testing.T) {
+	lab.RequireRoot(t)
+	bin := inNetnsWithBinary(t)
+	if bin == "" {
+		return
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := lab.StartAPIServer(t)
+	lab.CreateNode(t, api.Client, parityNode, "198.19.0.1")
+	ranError := regexp.MustCompile(`"Error running ProxyServer" err="([^"]*)"`)
+	for _, busy := range []struct{ name, addr, reason string }{
+		{"healthz", parityHealthzAddr, "FailedToStartProxierHealthcheck"},
+		{"metrics", parityMetricsAddr, "FailedToStartMetricServer"},
+	} {
+		t.Run(busy.name+" port in use", func(t *testing.T) {
+			ln, err := net.Listen("tcp", busy.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			// run runs one proxy to its exit and returns its output and the
+			// Warning events on the Node, waiting up to wait for the first.
+			run := func(name, bin string, wait time.Duration) (string, []string) {
+				if err := api.Client.EventsV1().Events(metav1.NamespaceDefault).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+					t.Fatalf("deleting events: %v", err)
+				}
+				out, err := exec.CommandContext(ctx, bin, "--kubeconfig="+api.KubeconfigPath, "--hostname-override="+parityNode,
+					"--proxy-mode=iptables", "--metrics-bind-address="+parityMetricsAddr, "--healthz-bind-address="+parityHealthzAddr,
+					"--bind-address-hard-fail", "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0",
+					"--conntrack-tcp-timeout-close-wait=0").CombinedOutput()
+				if code := exitCode(err); code != 1 {
+					t.Fatalf("%s exited with %d (%v), want 1:\n%s", name, code, err, out)
+				}
+				var warnings []string
+				for end := time.Now().Add(wait); ; time.Sleep(200 * time.Millisecond) {
+					list, err := api.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+					if err != nil {
+						t.Fatalf("listing events: %v", err)
+					}
+					warnings = warnings[:0]
+					for _, e := range list.Items {
+						if e.Regarding.Kind == "Node" && e.Type == "Warning" {
+							warnings = append(warnings, fmt.Sprintf("namespace=%s regarding=%s/%s/%s reason=%s action=%s controller=%s instance=%s note=%q",
+								e.Namespace, e.Regarding.APIVersion, e.Regarding.Kind, e.Regarding.Name, e.Reason, e.Action,
+								e.ReportingController, e.ReportingInstance, e.Note))
+						}
+					}
+					if len(warnings) > 0 || time.Now().After(end) {
+						break
+					}
+				}
+				sort.Strings(warnings)
+				return string(out), warnings
+			}
+			kpOut, kpEvents := run("kube-proxy", lab.KubeProxyBinary(t), 3*time.Second)
+			m := ranError.FindStringSubmatch(kpOut)
+			if m == nil {
+				t.Fatalf("kube-proxy did not log why it stopped:\n%s", kpOut)
+			}
+			want := []string{fmt.Sprintf("namespace=default regarding=v1/Node/%s reason=%s action=StartKubeProxy controller=kube-proxy instance=kube-proxy-%s note=%q",
+				parityNode, busy.reason, host, m[1])}
+			if len(kpEvents) > 0 && !slices.Equal(kpEvents, want) {
+				t.Errorf("kube-proxy recorded %q; the test expects %q (has kube-proxy changed?)", kpEvents, want)
+			}
+			t.Logf("kube-proxy recorded the event this time: %v", len(kpEvents) > 0)
+			kxOut, kxEvents := run("kproxy", bin, 10*time.Second)
+			if !slices.Equal(kxEvents, want) {
+				t.Errorf("kproxy's Warning events on the Node:\n%s\nwant kube-proxy's:\n%s", strings.Join(kxEvents, "\n"), strings.Join(want, "\n"))
+			}
+			if wantErr := "Error: --" + busy.name + "-bind-address: " + busy.name + " server: listening on " + busy.addr; !strings.Contains(kxOut, wantErr) {
+				t.Errorf("kproxy's output lacks %q:\n%s", wantErr, kxOut)
+			}
+		})
 	}
 }
