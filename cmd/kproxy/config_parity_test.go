@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +51,10 @@ func TestConfigParityWithKubeProxy(t *testing.T) {
 		{name: "nested duplicate field", lenient: true, file: header + "clientConnection:\n  qps: 5\n  qps: 7\n", mention: `key "qps" already set`},
 		{name: "JSON unknown and duplicate", lenient: true, file: `{"apiVersion":"kubeproxy.config.k8s.io/v1alpha1","kind":"KubeProxyConfiguration","mode":"ipvs","x":1,"mode":"iptables"}`,
 			mention: `duplicate field \"mode\"`},
+		// kube-proxy writes the sync periods back into the mode's section
+		// only, and nftables' default nodePortAddresses as [primary].
+		{name: "nftables sections", file: header + "mode: nftables\niptables:\n  syncPeriod: 10s\nnftables:\n  minSyncPeriod: 2s\nipvs:\n  syncPeriod: 7s\n"},
+		{name: "ipvs sections", file: header + "mode: ipvs\niptables:\n  minSyncPeriod: 3s\nipvs:\n  syncPeriod: 7s\n"},
 		{name: "second document ignored", file: header + "mode: ipvs\n---\n" + header + "mode: nftables\n"},
 		{name: "wrong type", file: header + "iptables:\n  masqueradeBit: \"x\"\n", refused: true, mention: "iptables.masqueradeBit"},
 		{name: "wrong type next to an unknown field", file: header + "foo: 1\nbindAddressHardFail: \"true\"\n", refused: true, mention: "bindAddressHardFail"},
@@ -192,9 +195,6 @@ func ignoredWarning(output string) string {
 //   - kproxy's own fields (udpIdleTimeout, userspacePortals, servicesFile);
 //   - logging: kproxy logs through klog flags, not the logging section
 //     (another part of issue 17);
-//   - the sync periods of the sections other than the mode's: kube-proxy
-//     1.36 keeps one internal sync period and writes it back into the
-//     mode's section only (0s elsewhere);
 //   - an empty mode, which kube-proxy writes as iptables (its default) and
 //     kproxy keeps empty (auto: iptables when usable, else userspace).
 func comparable(t *testing.T, written []byte) map[string]any {
@@ -209,13 +209,46 @@ func comparable(t *testing.T, written []byte) map[string]any {
 	if m["mode"] == "" || m["mode"] == nil {
 		m["mode"] = "iptables"
 	}
-	for _, section := range []string{"iptables", "ipvs", "nftables"} {
-		if s, ok := m[section].(map[string]any); ok && section != m["mode"] {
-			s = maps.Clone(s)
-			delete(s, "syncPeriod")
-			delete(s, "minSyncPeriod")
-			m[section] = s
-		}
-	}
 	return m
+}
+
+// TestFlagsOnlyConfigParityWithKubeProxy runs kube-proxy v1.36 and kproxy
+// with flags and no --config, and compares what --write-config-to writes:
+// the sync periods kube-proxy keeps as one internal pair and sets from the
+// mode's flags only, and the rest of the flag-built configuration.
+func TestFlagsOnlyConfigParityWithKubeProxy(t *testing.T) {
+	kubeProxy := lab.KubeProxyBinary(t)
+	kproxy := lab.KproxyBinary(t)
+	tests := []struct {
+		name  string
+		flags []string
+	}{
+		{"ipvs defaults", []string{"--proxy-mode=ipvs"}},
+		{"ipvs flags", []string{"--proxy-mode=ipvs", "--ipvs-sync-period=40s", "--ipvs-min-sync-period=5s", "--iptables-sync-period=10s", "--iptables-min-sync-period=2s"}},
+		{"ipvs without a minimum", []string{"--proxy-mode=ipvs", "--ipvs-min-sync-period=0s"}},
+		{"nftables takes the iptables flags", []string{"--proxy-mode=nftables", "--iptables-sync-period=20s", "--iptables-min-sync-period=2s", "--ipvs-min-sync-period=3s"}},
+		{"iptables", []string{"--proxy-mode=iptables", "--iptables-min-sync-period=0s", "--ipvs-min-sync-period=3s", "--detect-local-mode=NodeCIDR"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var written []map[string]any
+			for _, bin := range []string{kubeProxy, kproxy} {
+				out := filepath.Join(dir, filepath.Base(bin)+".yaml")
+				args := append([]string{"--write-config-to=" + out, "--hostname-override=parity-node"}, tc.flags...)
+				output, err := exec.Command(bin, args...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s %q: %v\n%s", filepath.Base(bin), args, err, output)
+				}
+				data, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				written = append(written, comparable(t, data))
+			}
+			if diff := cmp.Diff(written[0], written[1]); diff != "" {
+				t.Errorf("effective configurations differ (-kube-proxy +kproxy):\n%s", diff)
+			}
+		})
+	}
 }

@@ -144,7 +144,7 @@ func newRootCommand(d deps) *cobra.Command {
 			logger := klog.FromContext(ctx)
 			switch {
 			case cfg.WriteConfigTo != "":
-				if err := options.WriteFile(cfg.WriteConfigTo, eff); err != nil {
+				if err := options.WriteFile(cfg.WriteConfigTo, options.AsKubeProxyWrites(eff)); err != nil {
 					return fmt.Errorf("--write-config-to %s: %w", cfg.WriteConfigTo, err)
 				}
 				logger.Info("Wrote configuration", "file", cfg.WriteConfigTo)
@@ -233,13 +233,19 @@ func copyLogsFromFlags(fs *pflag.FlagSet, to *logsapi.LoggingConfiguration) erro
 // kube-proxy v1.36, /flagz and /statusz are on unless --feature-gates (or
 // the file's featureGates) turns ComponentFlagz or ComponentStatusz off.
 func debugPages(eff *options.FileConfiguration, fs *pflag.FlagSet, featureGates map[string]bool) (app.Debug, error) {
-	configz, err := debugz.Configz(eff.KubeProxyConfiguration)
+	configz, err := debugz.Configz(options.AsKubeProxyShows(eff))
 	if err != nil {
 		return app.Debug{}, err
 	}
 	dbg := app.Debug{Configz: configz, Statusz: gateOn(featureGates, "ComponentStatusz")}
 	if gateOn(featureGates, "ComponentFlagz") {
 		dbg.Flagz = debugz.Flags(fs)
+		// kube-proxy's flag is bound to its configuration, whose defaulting
+		// (without --config) writes ClusterCIDR into it before /flagz reads
+		// it; kproxy resolves an empty mode to ClusterCIDR later.
+		if config := fs.Lookup("config"); dbg.Flagz["detect-local-mode"] == "" && (config == nil || config.Value.String() == "") {
+			dbg.Flagz["detect-local-mode"] = "ClusterCIDR"
+		}
 	}
 	return dbg, nil
 }

@@ -3,11 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +21,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
@@ -224,9 +229,8 @@ func runParity(t *testing.T, kproxyBin string, modes []string, extra ...string) 
 // intendedMetricOmissions are kube-proxy metrics kproxy does not export,
 // each with why. A prefix ends in "_" and covers every name it starts.
 var intendedMetricOmissions = map[string]string{
-	"apiserver_":                 "registered by k8s.io/apiserver packages kube-proxy links (audit, envelope encryption, webhooks, validation); they describe an API server, and stay zero in kube-proxy",
-	"aggregator_":                "registered by the kube-aggregator discovery code kube-proxy links; zero in kube-proxy",
-	"kubernetes_feature_enabled": "kproxy does not build a component-base feature gate whose state it could export (--feature-gates is validated by cmd/kproxy/options)",
+	"apiserver_":  "registered by k8s.io/apiserver packages kube-proxy links (audit, envelope encryption, webhooks, validation); they describe an API server, and stay zero in kube-proxy",
+	"aggregator_": "registered by the kube-aggregator discovery code kube-proxy links; zero in kube-proxy",
 }
 
 // sampledLater are kube-proxy metrics kproxy registers (TestRestClientMetrics
@@ -314,6 +318,14 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 			}
 		}
 	}
+	// kubernetes_feature_enabled: every gate, stage and value as kube-proxy's;
+	// /configz as kube-proxy's, whose sync periods depend on the mode.
+	for _, mode := range modes {
+		compareFamily(t, mode, "kubernetes_feature_enabled", runs.kubeProxy[mode].bodies["/metrics"], runs.kproxy[mode].bodies["/metrics"], 100)
+		t.Run(mode+" configz", func(t *testing.T) {
+			compareConfigz(t, runs.kubeProxy[mode].bodies["/configz"], runs.kproxy[mode].bodies["/configz"])
+		})
+	}
 	// kubernetes_build_info says what `kproxy --version` says.
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
@@ -328,6 +340,64 @@ func TestMetricNamesCoverKubeProxy(t *testing.T) {
 		if !usedOmissions[k] {
 			t.Errorf("intendedMetricOmissions lists %s, which kube-proxy does not serve in %v", k, modes)
 		}
+	}
+}
+
+// familyLines returns a Prometheus text body's lines of the metric family
+// name (HELP, TYPE and samples), sorted.
+func familyLines(body, name string) []string {
+	var out []string
+	for line := range strings.SplitSeq(body, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[0] == "#" && f[2] == name,
+			strings.HasPrefix(line, name+"{"), strings.HasPrefix(line, name+" "):
+			out = append(out, line)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// compareFamily fails unless kproxy's body has the lines of family name
+// that kube-proxy's has, and kube-proxy's has at least minLines of them.
+func compareFamily(t *testing.T, what, name, kubeProxyBody, kproxyBody string, minLines int) {
+	t.Helper()
+	want, got := familyLines(kubeProxyBody, name), familyLines(kproxyBody, name)
+	if len(want) < minLines {
+		t.Fatalf("%s: kube-proxy serves only %d lines of %s:\n%s", what, len(want), name, strings.Join(want, "\n"))
+	}
+	if w, g := strings.Join(want, "\n"), strings.Join(got, "\n"); w != g {
+		var diff []string
+		for _, l := range want {
+			if !slices.Contains(got, l) {
+				diff = append(diff, "-"+l)
+			}
+		}
+		for _, l := range got {
+			if !slices.Contains(want, l) {
+				diff = append(diff, "+"+l)
+			}
+		}
+		t.Errorf("%s: %s differs (- kube-proxy only, + kproxy only):\n%s", what, name, strings.Join(diff, "\n"))
+	}
+}
+
+func TestFamilyLines(t *testing.T) {
+	body := `# HELP kubernetes_feature_enabled [BETA] stage and enablement
+# TYPE kubernetes_feature_enabled gauge
+kubernetes_feature_enabled{name="B",stage=""} 1
+kubernetes_feature_enabled{name="A",stage="ALPHA"} 0
+# HELP kubernetes_feature_enabled_other x
+kubernetes_feature_enabled_other 1
+`
+	got := strings.Join(familyLines(body, "kubernetes_feature_enabled"), "\n")
+	want := `# HELP kubernetes_feature_enabled [BETA] stage and enablement
+# TYPE kubernetes_feature_enabled gauge
+kubernetes_feature_enabled{name="A",stage="ALPHA"} 0
+kubernetes_feature_enabled{name="B",stage=""} 1`
+	if got != want {
+		t.Errorf("familyLines = %q, want %q", got, want)
 	}
 }
 
@@ -351,23 +421,6 @@ kubeproxy_sync_proxy_rules_service_changes_total 2
 	}
 }
 
-// configzValueDifferences are /configz values in which kproxy differs from
-// kube-proxy on the same flags, by JSON path, with why. Key sets must match.
-var configzValueDifferences = map[string]string{
-	"ipvs.syncPeriod":        "kproxy's defaulting fills the IPVS and nftables periods from iptables' (cmd/kproxy/options); kube-proxy leaves them 0s and uses iptables' at run time",
-	"nftables.syncPeriod":    "as ipvs.syncPeriod",
-	"nftables.minSyncPeriod": "as ipvs.syncPeriod",
-}
-
-// flagzDifferences are kube-proxy flags that kproxy lacks or shows with
-// another value, with why.
-var flagzDifferences = map[string]string{
-	"boot-id-file":         "kube-proxy reads it for the node's boot ID in its Node conditions updates; kproxy has no such flag",
-	"machine-id-file":      "as boot-id-file",
-	"detect-local-mode":    "kproxy's flag default is empty (meaning ClusterCIDR, resolved later); kube-proxy's shows ClusterCIDR",
-	"ipvs-min-sync-period": "kproxy's flag default is 0s (the IPVS mode then uses 1s); kube-proxy's is 1s",
-}
-
 // TestDebugPagesMatchKubeProxy compares /configz, /flagz, /statusz and
 // /metrics/slis of kube-proxy v1.36.3 and kproxy run with the same flags.
 func TestDebugPagesMatchKubeProxy(t *testing.T) {
@@ -377,8 +430,14 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 		return
 	}
 	// In JSON: the pages show it, and a whole run logs in it.
-	runs := runParity(t, bin, []string{"iptables"}, "--logging-format=json")
+	// A gate set (one neither proxy acts on) shows in /configz, /flagz and
+	// kubernetes_feature_enabled.
+	runs := runParity(t, bin, []string{"iptables"}, "--logging-format=json", "--feature-gates=APIServingWithRoutine=true")
 	kp, kx := runs.kubeProxy["iptables"], runs.kproxy["iptables"]
+	if !strings.Contains(kp.bodies["/metrics"], `kubernetes_feature_enabled{name="APIServingWithRoutine",stage="ALPHA"} 1`) {
+		t.Errorf("kube-proxy did not take --feature-gates=APIServingWithRoutine=true")
+	}
+	compareFamily(t, "--feature-gates=APIServingWithRoutine=true", "kubernetes_feature_enabled", kp.bodies["/metrics"], kx.bodies["/metrics"], 100)
 	t.Run("JSON log of a run", func(t *testing.T) {
 		for _, r := range []struct {
 			who, log, started string
@@ -406,24 +465,7 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 		}
 	}
 
-	t.Run("configz", func(t *testing.T) {
-		want, got := flatJSON(t, kp.bodies["/configz"]), flatJSON(t, kx.bodies["/configz"])
-		for path, v := range want {
-			gv, ok := got[path]
-			short := strings.TrimPrefix(path, debugzGroupPrefix)
-			switch {
-			case !ok:
-				t.Errorf("kproxy's /configz lacks %s (kube-proxy: %s)", path, v)
-			case gv != v && configzValueDifferences[short] == "":
-				t.Errorf("/configz %s: kproxy %s, kube-proxy %s", path, gv, v)
-			}
-		}
-		for path, v := range got {
-			if _, ok := want[path]; !ok {
-				t.Errorf("kproxy's /configz has %s = %s, which kube-proxy's lacks", path, v)
-			}
-		}
-	})
+	t.Run("configz", func(t *testing.T) { compareConfigz(t, kp.bodies["/configz"], kx.bodies["/configz"]) })
 
 	t.Run("flagz", func(t *testing.T) {
 		var want, got struct {
@@ -443,7 +485,7 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 			t.Fatalf("kube-proxy's /flagz lists only %d flags", len(want.Flags))
 		}
 		for name, v := range want.Flags {
-			if gv, ok := got.Flags[name]; (!ok || gv != v) && flagzDifferences[name] == "" {
+			if gv, ok := got.Flags[name]; !ok || gv != v {
 				t.Errorf("/flagz %s: kproxy %q (listed: %v), kube-proxy %q", name, gv, ok, v)
 			}
 		}
@@ -508,7 +550,28 @@ func TestDebugPagesMatchKubeProxy(t *testing.T) {
 	})
 }
 
-const debugzGroupPrefix = "kubeproxy.config.k8s.io."
+// compareConfigz fails unless kproxy's /configz has kube-proxy's paths
+// and values, and no others.
+func compareConfigz(t *testing.T, kubeProxyBody, kproxyBody string) {
+	t.Helper()
+	want, got := flatJSON(t, kubeProxyBody), flatJSON(t, kproxyBody)
+	if len(want) < 50 {
+		t.Fatalf("kube-proxy's /configz has only %d values:\n%s", len(want), kubeProxyBody)
+	}
+	for path, v := range want {
+		switch gv, ok := got[path]; {
+		case !ok:
+			t.Errorf("kproxy's /configz lacks %s (kube-proxy: %s)", path, v)
+		case gv != v:
+			t.Errorf("/configz %s: kproxy %s, kube-proxy %s", path, gv, v)
+		}
+	}
+	for path, v := range got {
+		if _, ok := want[path]; !ok {
+			t.Errorf("kproxy's /configz has %s = %s, which kube-proxy's lacks", path, v)
+		}
+	}
+}
 
 // statuszKey is the key of a /statusz text line: what precedes its
 // delimiter (":", ": ", "=" or " ", one per response).
@@ -566,5 +629,128 @@ func TestDebugPagesGates(t *testing.T) {
 		if (dbg.Flagz != nil) != tt.wantFlagz || dbg.Statusz != tt.wantStat || len(dbg.Configz) == 0 {
 			t.Errorf("gates %v: flagz %v statusz %v configz %d bytes; want flagz %v statusz %v", tt.gates, dbg.Flagz != nil, dbg.Statusz, len(dbg.Configz), tt.wantFlagz, tt.wantStat)
 		}
+	}
+}
+
+// TestFlagzShowsKubeProxyValues: /flagz shows --detect-local-mode as
+// kube-proxy does, ClusterCIDR once defaulted without --config and the
+// flag's own value with it (kube-proxy defaults the file's configuration,
+// not the flag's), and kube-proxy's defaults of --ipvs-min-sync-period and
+// the cAdvisor flags.
+func TestFlagzShowsKubeProxyValues(t *testing.T) {
+	tests := []struct {
+		args []string
+		want map[string]string
+	}{
+		{nil, map[string]string{"detect-local-mode": "ClusterCIDR", "ipvs-min-sync-period": "1s",
+			"boot-id-file": "/proc/sys/kernel/random/boot_id", "machine-id-file": "/etc/machine-id,/var/lib/dbus/machine-id"}},
+		{[]string{"--detect-local-mode=NodeCIDR", "--ipvs-min-sync-period=0s", "--boot-id-file=/x"},
+			map[string]string{"detect-local-mode": "NodeCIDR", "ipvs-min-sync-period": "0s", "boot-id-file": "/x"}},
+		{[]string{"--config=/some/file"}, map[string]string{"detect-local-mode": "", "ipvs-min-sync-period": "1s"}},
+	}
+	for _, tt := range tests {
+		fs := pflag.NewFlagSet("kproxy", pflag.ContinueOnError)
+		options.NewOptions().AddFlags(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		dbg, err := debugPages(options.NewDefaultFileConfiguration(), fs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range tt.want {
+			if got, ok := dbg.Flagz[name]; !ok || got != want {
+				t.Errorf("%q: /flagz %s = %q (listed: %v), want %q", tt.args, name, got, ok, want)
+			}
+		}
+	}
+}
+
+// TestBindHardFailEventMatchesKubeProxy: with --bind-address-hard-fail and
+// the healthz or the metrics port in use, kube-proxy v1.36.3 and kproxy
+// both exit with status 1, and kproxy records on its Node (the
+// events.k8s.io/v1 API of a real kube-apiserver) the Warning event
+// kube-proxy records. kube-proxy exits right after recording it and loses
+// it in most runs, so what it records is compared when it does, and is
+// otherwise built from its reason for that server and the error it logs,
+// which is the event's note.
+func TestBindHardFailEventMatchesKubeProxy(t *testing.T) {
+	lab.RequireRoot(t)
+	bin := inNetnsWithBinary(t)
+	if bin == "" {
+		return
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := lab.StartAPIServer(t)
+	lab.CreateNode(t, api.Client, parityNode, "198.19.0.1")
+	ranError := regexp.MustCompile(`"Error running ProxyServer" err="([^"]*)"`)
+	for _, busy := range []struct{ name, addr, reason string }{
+		{"healthz", parityHealthzAddr, "FailedToStartProxierHealthcheck"},
+		{"metrics", parityMetricsAddr, "FailedToStartMetricServer"},
+	} {
+		t.Run(busy.name+" port in use", func(t *testing.T) {
+			ln, err := net.Listen("tcp", busy.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			// run runs one proxy to its exit and returns its output and the
+			// Warning events on the Node, waiting up to wait for the first.
+			run := func(name, bin string, wait time.Duration) (string, []string) {
+				if err := api.Client.EventsV1().Events(metav1.NamespaceDefault).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+					t.Fatalf("deleting events: %v", err)
+				}
+				out, err := exec.CommandContext(ctx, bin, "--kubeconfig="+api.KubeconfigPath, "--hostname-override="+parityNode,
+					"--proxy-mode=iptables", "--metrics-bind-address="+parityMetricsAddr, "--healthz-bind-address="+parityHealthzAddr,
+					"--bind-address-hard-fail", "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0",
+					"--conntrack-tcp-timeout-close-wait=0").CombinedOutput()
+				if code := exitCode(err); code != 1 {
+					t.Fatalf("%s exited with %d (%v), want 1:\n%s", name, code, err, out)
+				}
+				var warnings []string
+				for end := time.Now().Add(wait); ; time.Sleep(200 * time.Millisecond) {
+					list, err := api.Client.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+					if err != nil {
+						t.Fatalf("listing events: %v", err)
+					}
+					warnings = warnings[:0]
+					for _, e := range list.Items {
+						if e.Regarding.Kind == "Node" && e.Type == "Warning" {
+							warnings = append(warnings, fmt.Sprintf("namespace=%s regarding=%s/%s/%s reason=%s action=%s controller=%s instance=%s note=%q",
+								e.Namespace, e.Regarding.APIVersion, e.Regarding.Kind, e.Regarding.Name, e.Reason, e.Action,
+								e.ReportingController, e.ReportingInstance, e.Note))
+						}
+					}
+					if len(warnings) > 0 || time.Now().After(end) {
+						break
+					}
+				}
+				sort.Strings(warnings)
+				return string(out), warnings
+			}
+			kpOut, kpEvents := run("kube-proxy", lab.KubeProxyBinary(t), 3*time.Second)
+			m := ranError.FindStringSubmatch(kpOut)
+			if m == nil {
+				t.Fatalf("kube-proxy did not log why it stopped:\n%s", kpOut)
+			}
+			want := []string{fmt.Sprintf("namespace=default regarding=v1/Node/%s reason=%s action=StartKubeProxy controller=kube-proxy instance=kube-proxy-%s note=%q",
+				parityNode, busy.reason, host, m[1])}
+			if len(kpEvents) > 0 && !slices.Equal(kpEvents, want) {
+				t.Errorf("kube-proxy recorded %q; the test expects %q (has kube-proxy changed?)", kpEvents, want)
+			}
+			t.Logf("kube-proxy recorded the event this time: %v", len(kpEvents) > 0)
+			kxOut, kxEvents := run("kproxy", bin, 10*time.Second)
+			if !slices.Equal(kxEvents, want) {
+				t.Errorf("kproxy's Warning events on the Node:\n%s\nwant kube-proxy's:\n%s", strings.Join(kxEvents, "\n"), strings.Join(want, "\n"))
+			}
+			if wantErr := "Error: --" + busy.name + "-bind-address: " + busy.name + " server: listening on " + busy.addr; !strings.Contains(kxOut, wantErr) {
+				t.Errorf("kproxy's output lacks %q:\n%s", wantErr, kxOut)
+			}
+		})
 	}
 }

@@ -34,6 +34,8 @@ type Metrics struct {
 	slis    k8smetrics.KubeRegistry
 	started time.Time
 	rest    *restClient
+	// featureInfo is kubernetes_feature_enabled; RecordFeatureGates sets it.
+	featureInfo *k8smetrics.GaugeVec
 
 	// SyncDuration is how long each call into the mode took.
 	SyncDuration FamilyHistogram
@@ -167,13 +169,14 @@ func New(families ...ipfamily.Family) *Metrics {
 		Help: "Endpoints, summed over service ports, in the last successfully synced snapshot", StabilityLevel: k8smetrics.ALPHA,
 	})
 	build := newBuildInfo()
+	m.featureInfo = newFeatureInfo()
 
 	m.registry.RawMustRegister(
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)),
 	)
 	m.registry.RegisterMetaMetrics()
-	m.registry.MustRegister(build,
+	m.registry.MustRegister(build, m.featureInfo,
 		syncDuration, lastTimestamp, lastQueued, networkProgramming, healthz, livez,
 		m.ServiceChangesTotal, m.ServiceChangesPending, m.EndpointChangesTotal, m.EndpointChangesPending,
 		m.NoLocalEndpoints, m.SyncFailuresTotal, m.EventToSyncDuration, m.ServicePorts, m.Endpoints,

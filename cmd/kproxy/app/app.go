@@ -7,6 +7,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -70,10 +71,18 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	metricFams := metricFamilies(features)
 	m := metrics.New(metricFams...)
 	m.InstallClientGo() // before any client exists
+	gates, err := cfg.FeatureGate()
+	if err != nil {
+		return err
+	}
+	m.RecordFeatureGates(gates) // as kube-proxy: once, at start
 	health := healthz.New(2*syncPeriod, m, nil)
 
 	servers, err := listen(logger, cfg, name, health, m, dbg)
 	if err != nil {
+		if be := (*bindError)(nil); errors.As(err, &be) {
+			reportBindFailure(ctx, logger, cfg, be)
+		}
 		return err
 	}
 	defer servers.close()
@@ -257,6 +266,28 @@ func applyOOMScoreAdj(logger klog.Logger, score int32) {
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(int(score))), 0); err != nil {
 		logger.Info("Could not set the OOM score adjustment; carrying on", "oomScoreAdj", score, "err", err)
 	}
+}
+
+// bindFailureEventWait bounds how long a start that failed to bind waits
+// for its event to reach the API server.
+const bindFailureEventWait = 5 * time.Second
+
+// reportBindFailure records kube-proxy's event for a server that could not
+// bind with --bind-address-hard-fail on the Node, when kproxy reads a
+// cluster. The ports are bound before the sources start, so the client is
+// made here for this one event; failing to make it only costs the event.
+func reportBindFailure(ctx context.Context, logger klog.Logger, cfg *options.Config, be *bindError) {
+	if cfg.ServicesFile != "" {
+		return
+	}
+	client, err := newClient(cfg)
+	if err != nil {
+		logger.Error(err, "Cannot record the bind failure on the Node")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, bindFailureEventWait)
+	defer cancel()
+	newNodeEvents(ctx, logger, client, cfg.NodeName).bindFailed(ctx, be)
 }
 
 // listen binds the health and metrics ports up front, so that a port in

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -24,6 +25,34 @@ const eventReporter = "kube-proxy"
 type nodeEvents struct {
 	recorder events.EventRecorder
 	node     *v1.ObjectReference
+	// written receives, without blocking, one value per event the sink
+	// has sent to the API server (written or refused).
+	written chan struct{}
+}
+
+// notifyingSink is an events sink that says when it has sent an event: the
+// recorder sends from a goroutine of its own, and kproxy, about to exit,
+// waits for its last event (kube-proxy, exiting at once, often loses it).
+type notifyingSink struct {
+	events.EventSink
+	written chan<- struct{}
+}
+
+func (s notifyingSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	defer s.notify()
+	return s.EventSink.Create(ctx, e)
+}
+
+func (s notifyingSink) Patch(ctx context.Context, old *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	defer s.notify()
+	return s.EventSink.Patch(ctx, old, data)
+}
+
+func (s notifyingSink) notify() {
+	select {
+	case s.written <- struct{}{}:
+	default:
+	}
 }
 
 // newNodeEvents starts recording to the API server behind client until ctx
@@ -32,7 +61,8 @@ func newNodeEvents(ctx context.Context, logger klog.Logger, client kubernetes.In
 	if client == nil {
 		return nil
 	}
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	written := make(chan struct{}, 16)
+	b := events.NewBroadcaster(notifyingSink{EventSink: &events.EventSinkImpl{Interface: client.EventsV1()}, written: written})
 	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
 		logger.Info("Warning: not recording events on the Node", "err", err)
 		return nil
@@ -41,6 +71,23 @@ func newNodeEvents(ctx context.Context, logger klog.Logger, client kubernetes.In
 	return &nodeEvents{
 		recorder: b.NewRecorder(scheme.Scheme, eventReporter),
 		node:     &v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: nodeName},
+		written:  written,
+	}
+}
+
+// bindFailed records the warning kube-proxy records on its Node when, with
+// --bind-address-hard-fail, its healthz or metrics server cannot bind, with
+// kube-proxy's reason and message, and waits until it is sent or ctx ends:
+// the process exits next.
+func (e *nodeEvents) bindFailed(ctx context.Context, be *bindError) {
+	if e == nil {
+		return
+	}
+	reason, note := be.kubeProxyEvent()
+	e.recorder.Eventf(e.node, nil, v1.EventTypeWarning, reason, "StartKubeProxy", "%s", note)
+	select {
+	case <-e.written:
+	case <-ctx.Done():
 	}
 }
 

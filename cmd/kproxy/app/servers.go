@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -64,7 +66,7 @@ func (s *serverSet) add(what, flag, addr string, open func() (*healthz.Server, e
 	if err != nil {
 		if s.hardFail {
 			s.close()
-			return fmt.Errorf("%s: %w", flag, err)
+			return &bindError{server: what, flag: flag, addr: addr, err: err}
 		}
 		retry := s.retry
 		if retry <= 0 {
@@ -86,4 +88,29 @@ func (s *serverSet) close() {
 			_ = n.server.Close()
 		}
 	}
+}
+
+// bindError is a server that could not bind with --bind-address-hard-fail.
+type bindError struct {
+	server, flag, addr string // server is "healthz" or "metrics"
+	err                error
+}
+
+func (e *bindError) Error() string { return e.flag + ": " + e.err.Error() }
+func (e *bindError) Unwrap() error { return e.err }
+
+// kubeProxyEvent returns the reason and note of the event kube-proxy v1.36
+// records on its Node for this failure: its healthz server's error, or its
+// metrics server's listen error, as kube-proxy words them (around the
+// listen error itself, which kproxy wraps in other words).
+func (e *bindError) kubeProxyEvent() (reason, note string) {
+	listenErr := e.err.Error()
+	var op *net.OpError
+	if errors.As(e.err, &op) {
+		listenErr = op.Error()
+	}
+	if e.server == "healthz" {
+		return "FailedToStartProxierHealthcheck", fmt.Sprintf("healthz server failed: failed to start proxy healthz on %s: %s", e.addr, listenErr)
+	}
+	return "FailedToStartMetricServer", listenErr
 }

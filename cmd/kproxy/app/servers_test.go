@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -9,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/sync/healthz"
+	"kproxy.dev/kproxy/sync/metrics"
 )
 
 // TestMetricsPortTakenWithoutHardFail: without --bind-address-hard-fail (the
@@ -60,5 +65,56 @@ func TestMetricsPortTakenWithoutHardFail(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run after cancel: %v", err)
+	}
+}
+
+// TestBindErrorKubeProxyEvent: a port in use with --bind-address-hard-fail
+// keeps kproxy's error and gives kube-proxy's event reason and note.
+func TestBindErrorKubeProxyEvent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	m := metrics.New()
+	health := healthz.New(time.Minute, m, nil)
+	tests := []struct {
+		what, flag string
+		open       func() (*healthz.Server, error)
+		wantErr    string
+		reason     string
+		note       string
+	}{
+		{
+			what: "healthz", flag: "--healthz-bind-address",
+			open:    func() (*healthz.Server, error) { return healthz.NewHealthServer(addr, health) },
+			wantErr: "--healthz-bind-address: healthz server: listening on " + addr + ": listen tcp " + addr + ": bind: address already in use",
+			reason:  "FailedToStartProxierHealthcheck",
+			note:    "healthz server failed: failed to start proxy healthz on " + addr + ": listen tcp " + addr + ": bind: address already in use",
+		},
+		{
+			what: "metrics", flag: "--metrics-bind-address",
+			open: func() (*healthz.Server, error) {
+				return healthz.NewMetricsServer(healthz.MetricsServerConfig{Address: addr, Metrics: m})
+			},
+			wantErr: "--metrics-bind-address: metrics server: listening on " + addr + ": listen tcp " + addr + ": bind: address already in use",
+			reason:  "FailedToStartMetricServer",
+			note:    "listen tcp " + addr + ": bind: address already in use",
+		},
+	}
+	for _, tt := range tests {
+		set := &serverSet{logger: klog.Background(), hardFail: true}
+		err := set.add(tt.what, tt.flag, addr, tt.open)
+		var be *bindError
+		if !errors.As(err, &be) {
+			t.Fatalf("%s: error %v is not a bindError", tt.what, err)
+		}
+		if err.Error() != tt.wantErr {
+			t.Errorf("%s: error %q, want %q", tt.what, err, tt.wantErr)
+		}
+		if reason, note := be.kubeProxyEvent(); reason != tt.reason || note != tt.note {
+			t.Errorf("%s: event %s %q, want %s %q", tt.what, reason, note, tt.reason, tt.note)
+		}
 	}
 }

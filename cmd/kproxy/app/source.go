@@ -42,12 +42,7 @@ func newSource(ctx context.Context, cfg *options.Config, sink servicemap.Sink, m
 		}
 		return &source{describe: "services file " + cfg.ServicesFile, Run: fs.Run}, nil
 	}
-	client, err := clustersource.NewClient(componentconfig.ClientConnectionConfiguration{
-		Kubeconfig:  cfg.Kubeconfig,
-		ContentType: cfg.ContentType,
-		QPS:         cfg.QPS,
-		Burst:       cfg.Burst,
-	}, cfg.Master)
+	client, err := newClient(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -70,4 +65,15 @@ func newSource(ctx context.Context, cfg *options.Config, sink servicemap.Sink, m
 		}
 	}
 	return &source{describe: "cluster", Run: cs.Run, client: client}, nil
+}
+
+// newClient is the cluster's client (kubeconfig, --master, or in-cluster
+// config).
+func newClient(cfg *options.Config) (kubernetes.Interface, error) {
+	return clustersource.NewClient(componentconfig.ClientConnectionConfiguration{
+		Kubeconfig:  cfg.Kubeconfig,
+		ContentType: cfg.ContentType,
+		QPS:         cfg.QPS,
+		Burst:       cfg.Burst,
+	}, cfg.Master)
 }

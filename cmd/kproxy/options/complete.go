@@ -45,6 +45,11 @@ func (o *Options) Complete(fs *pflag.FlagSet) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	cfg.NodeName = nodeName
+	for _, name := range []string{"boot-id-file", "machine-id-file"} {
+		if fs.Changed(name) {
+			warnings = append(warnings, fmt.Sprintf("--%s has no effect: kube-proxy v1.36 accepts it (a cAdvisor flag) and reads no such file, and neither does kproxy", name))
+		}
+	}
 	cfg.Warnings = warnings
 	for _, w := range warnings {
 		o.Logger.Info("Configuration warning", "warning", w)
@@ -65,6 +70,14 @@ func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, []string, er
 		}
 		eff = loaded
 		warnings = append(warnings, fileWarnings...)
+	}
+	if o.ConfigFile == "" {
+		// Without --config kube-proxy v1.36 keeps one pair of sync periods,
+		// defaulted from the iptables section's (30s, 1s), and sets it from
+		// the --ipvs-* flags only when given: its IPVS mode then syncs at
+		// most once a second, where the file's ipvs.minSyncPeriod
+		// defaults to 0s.
+		eff.IPVS.MinSyncPeriod.Duration = defaultMinSyncPeriod
 	}
 	overrides := flagOverrides()
 	syntax := flagSyntax()

@@ -33,6 +33,9 @@ const (
 	// defaultIPVSScheduler is what the ipvs proxier uses for an empty setting.
 	defaultIPVSScheduler   = "rr"
 	defaultDetectLocalMode = "ClusterCIDR"
+	// cAdvisor's defaults for the two flags kube-proxy takes from it.
+	defaultBootIDFile    = "/proc/sys/kernel/random/boot_id"
+	defaultMachineIDFile = "/etc/machine-id,/var/lib/dbus/machine-id"
 )
 
 // NewDefaultFileConfiguration returns a configuration holding only defaults.

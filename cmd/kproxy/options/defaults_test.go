@@ -36,7 +36,7 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		{"iptables-localhost-nodeports", "true"},
 		{"ipvs-scheduler", ""},
 		{"ipvs-sync-period", "30s"},
-		{"ipvs-min-sync-period", "0s"},
+		{"ipvs-min-sync-period", "1s"},
 		{"ipvs-exclude-cidrs", "[]"},
 		{"ipvs-strict-arp", "false"},
 		{"proxy-port-range", ""},
@@ -57,6 +57,8 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		{"oom-score-adj", "-999"},
 		{"profiling", "false"},
 		{"detect-local-mode", ""},
+		{"boot-id-file", "/proc/sys/kernel/random/boot_id"},
+		{"machine-id-file", "/etc/machine-id,/var/lib/dbus/machine-id"},
 		{"feature-gates", ""},
 		{"services-file", ""},
 	}
@@ -91,6 +93,7 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		NFTablesMinSyncPeriod: time.Second,
 		NFTablesMasqueradeBit: 14,
 		IPVSSyncPeriod:        30 * time.Second,
+		IPVSMinSyncPeriod:     time.Second, // kube-proxy's without --config
 		IPVSScheduler:         "rr",
 		UDPIdleTimeout:        250 * time.Millisecond,
 		UserspacePortals:      mode.PortalsAuto,

@@ -1,6 +1,9 @@
 package options
 
 import (
+	"fmt"
+
+	"github.com/go-logr/logr"
 	"k8s.io/component-base/featuregate"
 )
 
@@ -15,6 +18,20 @@ func newKubeProxyFeatureGate(gates map[string]bool) (featuregate.MutableFeatureG
 		return nil, err
 	}
 	return fg, fg.SetFromMap(gates)
+}
+
+// FeatureGate returns kube-proxy's feature gate set as c says, for what
+// reads it whole (kubernetes_feature_enabled). Complete has already
+// validated the settings and logged their warnings: this logs none.
+func (c *Config) FeatureGate() (featuregate.MutableFeatureGate, error) {
+	fg := featuregate.NewFeatureGate()
+	if err := fg.Add(kubeProxyFeatureGates()); err != nil {
+		return nil, fmt.Errorf("kube-proxy's feature gates: %w", err)
+	}
+	if err := fg.SetFromMapWithLogger(logr.Discard(), c.FeatureGates); err != nil {
+		return nil, fmt.Errorf("feature gates: %w", err)
+	}
+	return fg, nil
 }
 
 // FeatureEnabled says whether kube-proxy's feature gate name is on: as set

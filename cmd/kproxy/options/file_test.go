@@ -167,7 +167,9 @@ func TestEveryFlagOverridesTheDefaults(t *testing.T) {
 	// Flags that are not file settings must not be missing by accident.
 	_, fs, _ := parsed(t)
 	notInFile := map[string]bool{"config": true, "write-config-to": true, "cleanup": true, "init-only": true,
-		"master": true, "healthz-port": true, "metrics-port": true}
+		"master": true, "healthz-port": true, "metrics-port": true,
+		// kube-proxy's cAdvisor flags, which it never reads (TestCAdvisorFlags).
+		"boot-id-file": true, "machine-id-file": true}
 	fs.VisitAll(func(f *pflag.Flag) {
 		if _, ok := values[f.Name]; !ok && !notInFile[f.Name] {
 			t.Errorf("flag --%s is neither overridable nor known to be outside the file", f.Name)

@@ -38,7 +38,13 @@ type Options struct {
 	master      string
 	healthzPort int32
 	metricsPort int32
-	fromFlags   *FileConfiguration
+	// bootIDFile and machineIDFile are kube-proxy's --boot-id-file and
+	// --machine-id-file, which it takes from cAdvisor's Go flags and never
+	// reads (it uses cAdvisor only for the CPU count): accepted, with a
+	// warning when given.
+	bootIDFile    string
+	machineIDFile string
+	fromFlags     *FileConfiguration
 	// effective is the merged configuration Complete validated.
 	effective *FileConfiguration
 }
@@ -46,11 +52,13 @@ type Options struct {
 // NewOptions returns Options holding kube-proxy's defaults.
 func NewOptions() *Options {
 	return &Options{
-		Hostname:    os.Hostname,
-		Logger:      klog.Background(),
-		healthzPort: defaultHealthzPort,
-		metricsPort: defaultMetricsPort,
-		fromFlags:   NewDefaultFileConfiguration(),
+		Hostname:      os.Hostname,
+		Logger:        klog.Background(),
+		healthzPort:   defaultHealthzPort,
+		metricsPort:   defaultMetricsPort,
+		bootIDFile:    defaultBootIDFile,
+		machineIDFile: defaultMachineIDFile,
+		fromFlags:     NewDefaultFileConfiguration(),
 	}
 }
 
@@ -128,7 +136,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"In nftables mode, the mark bit that marks packets needing SNAT, within [0, 31] (nftables.masqueradeBit; --iptables-masquerade-bit does not apply there).")
 	fs.DurationVar(&c.IPVS.SyncPeriod.Duration, "ipvs-sync-period", c.IPVS.SyncPeriod.Duration,
 		"Maximum interval (e.g. '5s', '1m', '2h22m') between full resynchronisations of the IPVS rules. Must be greater than 0.")
-	fs.DurationVar(&c.IPVS.MinSyncPeriod.Duration, "ipvs-min-sync-period", c.IPVS.MinSyncPeriod.Duration,
+	// kube-proxy's default is its one internal minimum (1s); the file's
+	// ipvs.minSyncPeriod defaults to 0s. Only a given flag is copied into
+	// the configuration (Effective), so the default here is what --help
+	// and /flagz show.
+	fs.DurationVar(&c.IPVS.MinSyncPeriod.Duration, "ipvs-min-sync-period", defaultMinSyncPeriod,
 		"Minimum interval between IPVS rule syncs (e.g. '5s', '1m'). 0 syncs on every Service or EndpointSlice change.")
 	fs.StringVar(&c.IPVS.Scheduler, "ipvs-scheduler", c.IPVS.Scheduler,
 		"IPVS scheduler in ipvs mode: "+strings.Join(ipvsSchedulers(), ", ")+". Empty means rr.")
@@ -160,6 +172,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"With --detect-local-mode=BridgeInterface, traffic arriving from this bridge counts as local.")
 	fs.StringVar(&c.DetectLocal.InterfaceNamePrefix, "pod-interface-name-prefix", c.DetectLocal.InterfaceNamePrefix,
 		"With --detect-local-mode=InterfaceNamePrefix, traffic from interfaces with this name prefix counts as local.")
+
+	fs.StringVar(&o.bootIDFile, "boot-id-file", o.bootIDFile,
+		"Comma-separated list of files to check for boot-id. Accepted as kube-proxy accepts it; neither kube-proxy nor kproxy reads these files.")
+	fs.StringVar(&o.machineIDFile, "machine-id-file", o.machineIDFile,
+		"Comma-separated list of files to check for machine-id. Accepted as kube-proxy accepts it; neither kube-proxy nor kproxy reads these files.")
 
 	fs.Int32Var(c.Conntrack.MaxPerCore, "conntrack-max-per-core", *c.Conntrack.MaxPerCore,
 		"Conntrack entries to allow per CPU core (0 leaves the limit as it is and ignores --conntrack-min).")
