@@ -37,20 +37,21 @@ var opaque = map[string]struct {
 	programs []string
 	why      string
 }{
-	"bench/dataplane/dataplane_bench_test.go setUp os.Args[0]":               {nil, "the benchmark binary itself, as the io.Copy relay"},
-	"bench/e2e/lab_test.go (*e2eLab).startKproxy wrapper[0]":                 {[]string{"env", "prlimit"}, "what its callers wrap kproxy in: env (runKproxyOn) or prlimit (a lowered descriptor limit)"},
-	"bench/dataplane/dataplane_bench_test.go setUp e.Binary":                 {nil, "a proxy binary the user names in KPROXY_DATAPLANE_EXTRA"},
-	"bench/dataplane/scale_bench_test.go runScaleChild os.Args[0]":           {nil, "the benchmark binary itself, one child per node of the scale table"},
-	"bench/dataplane/scale_bench_test.go (*bench).udpNewFlows os.Args[0]":    {nil, "the benchmark binary itself, as the new-UDP-flow client"},
-	"bench/modes/load/load.go runUDPFlows self":                              {nil, "the test binary itself (load.ChildMain), as the new-UDP-flow client"},
-	"bench/modes/guest.go RunGuestSection opts.GuestExec":                    {[]string{"guest-exec"}, "KPROXY_GUEST_EXEC, which make bench-modes builds, or one the run builds"},
-	"bench/guest/boot_test.go TestKilledRunnerLeavesNoGuest self":            {nil, "the test binary itself"},
-	"bench/guest/host.go Run kernel":                                         {[]string{"linux.uml"}, "the UML kernel: the configured path or the packaged one"},
-	"bench/guest/program_linux.go runProgram s.Argv[0]":                      {nil, "the guest's init runs the test binary guest-exec passed"},
-	"bench/guest/program_linux.go runProgram path":                           {nil, "the guest's init runs the test binary guest-exec passed"},
-	"bench/ipvsref/ipvsref_test.go TestGuestSameIPVSStateAsKubeProxy kproxy": {[]string{"kproxy"}, "KPROXY_BINARY, which make test-guest builds"},
-	"bench/programs/programs_test.go TestListedProgramsAreInstalled p":       {nil, "the listed programs themselves"},
-	"bench/syncscale/syncscale_bench_test.go runRow launcher":                {[]string{"kube-proxy", "sh"}, "kube-proxy itself, or in iptables rows the sh wrapper KubeProxyLauncher writes to run it with one backend's iptables"},
+	"bench/dataplane/dataplane_bench_test.go setUp os.Args[0]":                    {nil, "the benchmark binary itself, as the io.Copy relay"},
+	"bench/e2e/lab_test.go (*e2eLab).startKproxy wrapper[0]":                      {[]string{"env", "prlimit"}, "what its callers wrap kproxy in: env (runKproxyOn) or prlimit (a lowered descriptor limit)"},
+	"bench/dataplane/dataplane_bench_test.go setUp e.Binary":                      {nil, "a proxy binary the user names in KPROXY_DATAPLANE_EXTRA"},
+	"bench/dataplane/scale_bench_test.go runScaleChild os.Args[0]":                {nil, "the benchmark binary itself, one child per node of the scale table"},
+	"bench/dataplane/scale_bench_test.go (*bench).udpNewFlows os.Args[0]":         {nil, "the benchmark binary itself, as the new-UDP-flow client"},
+	"bench/modes/load/load.go runUDPFlows self":                                   {nil, "the test binary itself (load.ChildMain), as the new-UDP-flow client"},
+	"bench/modes/guest.go RunGuestSection opts.GuestExec":                         {[]string{"guest-exec"}, "KPROXY_GUEST_EXEC, which make bench-modes builds, or one the run builds"},
+	"bench/guest/boot_test.go TestKilledRunnerLeavesNoGuest self":                 {nil, "the test binary itself"},
+	"bench/guest/host.go Run kernel":                                              {[]string{"linux.uml"}, "the UML kernel: the configured path or the packaged one"},
+	"bench/guest/program_linux.go runProgram s.Argv[0]":                           {nil, "the guest's init runs the test binary guest-exec passed"},
+	"bench/guest/program_linux.go runProgram path":                                {nil, "the guest's init runs the test binary guest-exec passed"},
+	"bench/ipvsref/ipvsref_test.go TestGuestSameIPVSStateAsKubeProxy kproxy":      {[]string{"kproxy"}, "KPROXY_BINARY, which make test-guest builds"},
+	"cmd/kproxy/observe_parity_test.go TestBindHardFailEventMatchesKubeProxy bin": {[]string{"kproxy", "kube-proxy"}, "the two proxies compared: the kproxy the test builds and the reference kube-proxy"},
+	"bench/programs/programs_test.go TestListedProgramsAreInstalled p":            {nil, "the listed programs themselves"},
+	"bench/syncscale/syncscale_bench_test.go runRow launcher":                     {[]string{"kube-proxy", "sh"}, "kube-proxy itself, or in iptables rows the sh wrapper KubeProxyLauncher writes to run it with one backend's iptables"},
 }
 
 func TestEveryExecutedProgramIsListed(t *testing.T) {
