@@ -166,7 +166,7 @@ func (l *loop) refuseLoop(fd int, peer netip.AddrPort, dial selfdial.Dial) {
 	if p.cfg.Dials.FirstLoop(dial.From, time.Now()) {
 		p.log.Info("Refusing a connection from kproxy itself: an endpoint of a service port leads back into kproxy, "+
 			"so its connections fail (logged once per service port)",
-			"servicePort", dial.From, "endpoint", dial.Endpoint, "cameBackThrough", p.name, "from", peer)
+			"servicePort", dial.From, "endpoint", dial.Endpoint, "from", peer)
 	}
 	eventloop.CloseWithReset(fd)
 }
