@@ -15,6 +15,10 @@
 // which addresses kproxy serves. The source alone would not do: the kernel
 // gives one local port to connections to different destinations, so a
 // client on the node may have the source of one of the relays' dials.
+//
+// UDP flows are kept by their source alone (AddFlow): a UDP relay cannot
+// read a redirected datagram's original destination, and need not, since
+// the kernel gives a UDP socket's port to no other socket of its address.
 package selfdial
 
 import (
@@ -71,41 +75,58 @@ func pairOf(local, remote netip.AddrPort) pair {
 
 func (d *Dials) shardOf(p pair) int { return int(p.local.Port()) % shards }
 
-// Add remembers an outgoing connection from local to dial.Endpoint, from
-// the moment its connect starts.
-func (d *Dials) Add(local netip.AddrPort, dial Dial) {
-	if d == nil || !local.IsValid() {
+// Add remembers an outgoing TCP connection from local to dial.Endpoint,
+// from the moment its connect starts.
+func (d *Dials) Add(local netip.AddrPort, dial Dial) { d.put(pairOf(local, dial.Endpoint), dial) }
+
+// Remove forgets the TCP connection from local to endpoint; call it before
+// closing the socket, so that its addresses are never taken for another
+// connection's.
+func (d *Dials) Remove(local, endpoint netip.AddrPort) { d.del(pairOf(local, endpoint)) }
+
+// Returning says whether a TCP connection accepted from peer, addressed to
+// dst (before any portal rewrote it), is one of the relays' own outgoing
+// connections, and which.
+func (d *Dials) Returning(peer, dst netip.AddrPort) (Dial, bool) { return d.get(pairOf(peer, dst)) }
+
+// AddFlow remembers a UDP flow's socket by its local address alone.
+func (d *Dials) AddFlow(local netip.AddrPort, dial Dial) {
+	d.put(pairOf(local, netip.AddrPort{}), dial)
+}
+
+// RemoveFlow forgets a UDP flow's socket; call it before closing it.
+func (d *Dials) RemoveFlow(local netip.AddrPort) { d.del(pairOf(local, netip.AddrPort{})) }
+
+// ReturningFlow says whether a UDP datagram from peer was sent by one of
+// the relays' flows, and which.
+func (d *Dials) ReturningFlow(peer netip.AddrPort) (Dial, bool) {
+	return d.get(pairOf(peer, netip.AddrPort{}))
+}
+
+func (d *Dials) put(k pair, dial Dial) {
+	if d == nil || !k.local.IsValid() {
 		return
 	}
-	k := pairOf(local, dial.Endpoint)
 	s := &d.shard[d.shardOf(k)]
 	s.mu.Lock()
 	s.dials[k] = dial
 	s.mu.Unlock()
 }
 
-// Remove forgets the connection from local to endpoint; call it before
-// closing the socket, so that its addresses are never taken for another
-// connection's.
-func (d *Dials) Remove(local, endpoint netip.AddrPort) {
-	if d == nil || !local.IsValid() {
+func (d *Dials) del(k pair) {
+	if d == nil || !k.local.IsValid() {
 		return
 	}
-	k := pairOf(local, endpoint)
 	s := &d.shard[d.shardOf(k)]
 	s.mu.Lock()
 	delete(s.dials, k)
 	s.mu.Unlock()
 }
 
-// Returning says whether a connection accepted from peer, addressed to
-// dst (before any portal rewrote it), is one of the relays' own outgoing
-// connections, and which.
-func (d *Dials) Returning(peer, dst netip.AddrPort) (Dial, bool) {
+func (d *Dials) get(k pair) (Dial, bool) {
 	if d == nil {
 		return Dial{}, false
 	}
-	k := pairOf(peer, dst)
 	s := &d.shard[d.shardOf(k)]
 	s.mu.Lock()
 	dial, ok := s.dials[k]

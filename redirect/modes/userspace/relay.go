@@ -291,7 +291,7 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		}
 		port = addrPort(conn.LocalAddr())
 		cfg := udprelay.Config{Conn: conn, Picker: r.picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
-			Metrics: m.metrics, Name: name, Descriptors: m.descriptors}
+			Metrics: m.metrics, Name: name, Descriptors: m.descriptors, Dials: m.dials}
 		if r.local {
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
 		}
