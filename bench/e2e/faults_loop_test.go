@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -30,6 +31,7 @@ const (
 	loopNodeVIP  = "198.18.200.96"
 	loopAVIP     = "198.18.200.97"
 	loopBVIP     = "198.18.200.98"
+	loopUDPVIP   = "198.18.200.99"
 	loopNodePort = 30090
 	// loopDeadline is how long a looping request may take to fail: far
 	// more than it takes (printed), so that a busy machine does not fail
@@ -57,6 +59,8 @@ func renderLoops(backends []string) string {
 		loopSlice("loopa-1", "loopa", loopBVIP, 80),
 		serviceDoc("loopb", "clusterIP: "+loopBVIP+", ports: [{name: http, port: 80}]", ""),
 		loopSlice("loopb-1", "loopb", loopAVIP, 80),
+		serviceDoc("loopudp", "clusterIP: "+loopUDPVIP+", ports: [{name: dns, port: 53, protocol: UDP}]", ""),
+		sliceDoc("loopudp-1", "loopudp", "{name: dns, port: 53, protocol: UDP}", endpoint(loopUDPVIP, "other", "")),
 	)
 }
 
@@ -101,6 +105,27 @@ func TestServiceLoopsAreRefused(t *testing.T) {
 			}
 			t.Logf("%s (%s): %d requests refused, the slowest after %v", lp.name, lp.addr, loopRequests, slowest.Round(time.Microsecond))
 		}
+		// A UDP service that is its own endpoint: its datagrams come back
+		// from kproxy's own flow and are dropped, not relayed again.
+		if err := l.topo.Client.InNetns(func() error {
+			c, err := net.Dial("udp4", loopUDPVIP+":53")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for range loopRequests {
+				if _, err := c.Write([]byte("round and round")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("sending to the UDP loop: %v", err)
+		}
+		lab.Eventually(t, "the UDP loop's datagrams dropped as loops", func() (bool, string) {
+			n := metricSum(t, `kproxy_userspace_rejected_total{protocol="udp",reason="loop"}`)
+			return n >= loopRequests, fmt.Sprintf("%v dropped as loops", n)
+		})
 		// The other service keeps answering a little longer, so a
 		// breakdown the loops left behind would show.
 		time.Sleep(time.Second)
@@ -129,7 +154,7 @@ func TestServiceLoopsAreRefused(t *testing.T) {
 		logged := map[string]int{}
 		servicePort := regexp.MustCompile(`servicePort="([^"]*)"`)
 		for _, line := range strings.Split(l.kproxy.Log(), "\n") {
-			if !strings.Contains(line, "Refusing a connection from kproxy itself") {
+			if !strings.Contains(line, "from kproxy itself") {
 				continue
 			}
 			if sp := servicePort.FindStringSubmatch(line); sp != nil {
@@ -137,8 +162,8 @@ func TestServiceLoopsAreRefused(t *testing.T) {
 			}
 		}
 		t.Logf("loop log lines per service port: %v", logged)
-		if len(logged) < len(loops) {
-			t.Errorf("loops logged for %d service ports, want %d: %v", len(logged), len(loops), logged)
+		if len(logged) < len(loops)+1 {
+			t.Errorf("loops logged for %d service ports, want %d: %v", len(logged), len(loops)+1, logged)
 		}
 		for sp, n := range logged {
 			if n > 1 {
