@@ -58,8 +58,8 @@ type Listener struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	bySource map[netip.Addr]int
-	open     []*conn // scratch for admit
-	held     []Held  // scratch for admit
+	open     []*conn     // scratch for admit
+	held     []candidate // scratch for admit
 }
 
 // Limit wraps ln; zero limits take the defaults. Harden the server that
@@ -118,7 +118,7 @@ func (l *Listener) admit(c net.Conn, now time.Time) (admitted, evicted *conn) {
 				continue
 			}
 			l.open = append(l.open, o)
-			l.held = append(l.held, Held{Source: o.source, Serving: o.serving, Since: o.since})
+			l.held = append(l.held, candidate{source: o.source, serving: o.serving, since: o.since})
 		}
 		i := victim(l.held, l.bySource, src, now)
 		if i < 0 {
@@ -134,13 +134,13 @@ func (l *Listener) admit(c net.Conn, now time.Time) (admitted, evicted *conn) {
 	return admitted, evicted
 }
 
-// Held describes an open connection to victim.
-type Held struct {
-	Source netip.Addr
-	// Serving: a handler is answering a complete request on it.
-	Serving bool
-	// Since: when it was accepted, or its last handler started or ended.
-	Since time.Time
+// candidate describes an open connection to victim.
+type candidate struct {
+	source netip.Addr
+	// serving: a handler is answering a complete request on it.
+	serving bool
+	// since: when it was accepted, or its last handler started or ended.
+	since time.Time
 }
 
 // victim chooses which of held to close so that a connection from src can
@@ -154,18 +154,18 @@ type Held struct {
 // loses one, so that a source with few connections always displaces one
 // with many; then the connection that has waited longest, so that a
 // newcomer is the last one closed and has its request answered first.
-func victim(held []Held, bySource map[netip.Addr]int, src netip.Addr, now time.Time) int {
+func victim(held []candidate, bySource map[netip.Addr]int, src netip.Addr, now time.Time) int {
 	load := func(s netip.Addr) int {
 		if s == src {
 			return bySource[s] + 1
 		}
 		return bySource[s]
 	}
-	tier := func(h Held) int {
+	tier := func(h candidate) int {
 		switch {
-		case !h.Serving:
+		case !h.serving:
 			return 0
-		case now.Sub(h.Since) >= ServeGrace:
+		case now.Sub(h.since) >= ServeGrace:
 			return 1
 		default:
 			return -1 // never
@@ -184,14 +184,14 @@ func victim(held []Held, bySource map[netip.Addr]int, src netip.Addr, now time.T
 }
 
 // worse says whether a is a better connection to close than b.
-func worse(a, b Held, tier func(Held) int, load func(netip.Addr) int) bool {
+func worse(a, b candidate, tier func(candidate) int, load func(netip.Addr) int) bool {
 	if ta, tb := tier(a), tier(b); ta != tb {
 		return ta < tb
 	}
-	if la, lb := load(a.Source), load(b.Source); la != lb {
+	if la, lb := load(a.source), load(b.source); la != lb {
 		return la > lb
 	}
-	return a.Since.Before(b.Since)
+	return a.since.Before(b.since)
 }
 
 func (l *Listener) untrackLocked(c *conn) {

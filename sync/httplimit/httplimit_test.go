@@ -19,34 +19,34 @@ func TestVictim(t *testing.T) {
 	a, b, c := netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2"), netip.MustParseAddr("198.19.0.3")
 	tests := []struct {
 		name string
-		held []Held
+		held []candidate
 		src  netip.Addr // the newcomer's source
 		want int        // index into held, -1 to refuse
 	}{
 		{"nothing to close: refuse", nil, a, -1},
 		{"the one waiting longest, among equal sources",
-			[]Held{{Source: a, Since: ago(time.Second)}, {Source: b, Since: ago(3 * time.Second)}, {Source: c, Since: ago(2 * time.Second)}},
+			[]candidate{{source: a, since: ago(time.Second)}, {source: b, since: ago(3 * time.Second)}, {source: c, since: ago(2 * time.Second)}},
 			netip.MustParseAddr("198.19.0.9"), 1},
 		{"a source holding more loses one, even a newer one",
-			[]Held{{Source: a, Since: ago(time.Minute)}, {Source: b, Since: ago(time.Second)}, {Source: b, Since: ago(2 * time.Second)}},
+			[]candidate{{source: a, since: ago(time.Minute)}, {source: b, since: ago(time.Second)}, {source: b, since: ago(2 * time.Second)}},
 			c, 2},
 		{"the newcomer's source counts the newcomer: it replaces its own",
-			[]Held{{Source: a, Since: ago(time.Minute)}, {Source: a, Since: ago(time.Minute)}, {Source: b, Since: ago(time.Second)}, {Source: b, Since: ago(2 * time.Second)}},
+			[]candidate{{source: a, since: ago(time.Minute)}, {source: a, since: ago(time.Minute)}, {source: b, since: ago(time.Second)}, {source: b, since: ago(2 * time.Second)}},
 			b, 3},
 		{"a connection answering a request is spared while another waits",
-			[]Held{{Source: a, Serving: true, Since: ago(time.Hour)}, {Source: a, Serving: true, Since: ago(time.Hour)}, {Source: b, Since: ago(time.Millisecond)}},
+			[]candidate{{source: a, serving: true, since: ago(time.Hour)}, {source: a, serving: true, since: ago(time.Hour)}, {source: b, since: ago(time.Millisecond)}},
 			c, 2},
 		{"an answer that has just started is never cut: refuse",
-			[]Held{{Source: a, Serving: true, Since: ago(ServeGrace / 2)}, {Source: b, Serving: true, Since: now}},
+			[]candidate{{source: a, serving: true, since: ago(ServeGrace / 2)}, {source: b, serving: true, since: now}},
 			c, -1},
 		{"when every connection is answering, one past the grace goes",
-			[]Held{{Source: a, Serving: true, Since: ago(ServeGrace / 2)}, {Source: b, Serving: true, Since: ago(ServeGrace)}},
+			[]candidate{{source: a, serving: true, since: ago(ServeGrace / 2)}, {source: b, serving: true, since: ago(ServeGrace)}},
 			c, 1},
 		{"slowloris from many sources against a probe's source",
-			[]Held{
-				{Source: a, Since: ago(4 * time.Second)}, {Source: a, Since: ago(time.Second)},
-				{Source: b, Since: ago(time.Millisecond)}, // the probe, just accepted
-				{Source: c, Since: ago(3 * time.Second)}, {Source: c, Since: ago(2 * time.Second)},
+			[]candidate{
+				{source: a, since: ago(4 * time.Second)}, {source: a, since: ago(time.Second)},
+				{source: b, since: ago(time.Millisecond)}, // the probe, just accepted
+				{source: c, since: ago(3 * time.Second)}, {source: c, since: ago(2 * time.Second)},
 			},
 			a, 0},
 	}
@@ -54,7 +54,7 @@ func TestVictim(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bySource := map[netip.Addr]int{}
 			for _, h := range tc.held {
-				bySource[h.Source]++
+				bySource[h.source]++
 			}
 			if got := victim(tc.held, bySource, tc.src, now); got != tc.want {
 				t.Errorf("victim = %d, want %d", got, tc.want)
