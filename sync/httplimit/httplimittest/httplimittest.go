@@ -64,13 +64,9 @@ type Attack struct {
 
 // Attackers is a running attack.
 type Attackers struct {
-	connected atomic.Int64 // connections open now, as the attackers see them
-	dials     atomic.Int64
-	closed    atomic.Int64 // connections the server closed
+	dials  atomic.Int64
+	closed atomic.Int64 // connections the server closed
 }
-
-// Connected is how many hostile connections are open now.
-func (a *Attackers) Connected() int { return int(a.connected.Load()) }
 
 // Dials and Closed count connections opened, and closed by the server.
 func (a *Attackers) Dials() int  { return int(a.dials.Load()) }
@@ -84,8 +80,8 @@ func Source(i int) netip.Addr {
 // Start runs the attack on addr until the test ends.
 func Start(t testing.TB, addr string, a Attack) *Attackers {
 	t.Helper()
-	if a.Sources+2 > 250*256 {
-		t.Fatalf("%d sources: too many for 127.0.0.0/8", a.Sources)
+	if a.Sources < 1 || a.Sources+2 > 1<<16 {
+		t.Fatalf("%d sources: want 1 to %d (127.0.0.2 to 127.0.255.255)", a.Sources, 1<<16-2)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -117,9 +113,7 @@ func (at *Attackers) hold(ctx context.Context, addr string, src netip.Addr, kind
 			continue
 		}
 		at.dials.Add(1)
-		at.connected.Add(1)
-		closedByServer := at.drive(ctx, c, kind)
-		at.connected.Add(-1)
+		closedByServer := drive(ctx, c, kind)
 		_ = c.Close()
 		if closedByServer {
 			at.closed.Add(1)
@@ -131,7 +125,7 @@ func (at *Attackers) hold(ctx context.Context, addr string, src netip.Addr, kind
 // drive plays kind on c until the server closes it (true) or ctx ends.
 // Reading with a deadline is both the wait between writes and the way to
 // see the server close the connection.
-func (at *Attackers) drive(ctx context.Context, c net.Conn, kind Kind) bool {
+func drive(ctx context.Context, c net.Conn, kind Kind) bool {
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	defer stop()
 	const header = "GET /healthz HTTP/1.1\r\nHost: probe\r\nUser-Agent: slow\r\n"
