@@ -23,7 +23,6 @@ func TestHealthzAnswersProbesUnderConnectionFlood(t *testing.T) {
 	const (
 		probes       = 32
 		probeEvery   = 250 * time.Millisecond
-		probeTimeout = 3 * time.Second
 	)
 	prober := netip.MustParseAddr("127.1.0.1")
 	tests := []httplimittest.Attack{
@@ -58,7 +57,7 @@ func TestHealthzAnswersProbesUnderConnectionFlood(t *testing.T) {
 				attack.Kind, attack.Sources, attack.PerSource, held(), time.Since(start).Round(time.Millisecond))
 
 			minHeld, maxHeld := held(), held()
-			got := httplimittest.Probe("http://127.0.0.1:10256/healthz", prober, probes, probeEvery, probeTimeout, func() {
+			got := httplimittest.Probe("http://127.0.0.1:10256/healthz", prober, probes, probeEvery, httplimittest.ProbeTimeout, func() {
 				n := held()
 				minHeld, maxHeld = min(minHeld, n), max(maxHeld, n)
 			})

@@ -76,7 +76,7 @@ func TestHealthCheckPortAnswersProbesUnderSlowloris(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	maxHeld := open.Load()
-	got := httplimittest.Probe("http://"+addr+"/healthz", netip.MustParseAddr("127.1.0.1"), 32, 250*time.Millisecond, 3*time.Second,
+	got := httplimittest.Probe("http://"+addr+"/healthz", netip.MustParseAddr("127.1.0.1"), 32, 250*time.Millisecond, httplimittest.ProbeTimeout,
 		func() { maxHeld = max(maxHeld, open.Load()) })
 	t.Logf("%v from %d sources x %d: probes answered %d/%d (slowest %v); at most %d connections open (limit %d); attackers opened %d",
 		attack.Kind, attack.Sources, attack.PerSource, got.Answered, got.Sent, got.Slowest.Round(time.Millisecond), maxHeld, httplimit.DefaultTotal, attackers.Dials())

@@ -47,6 +47,11 @@ func (k Kind) String() string {
 // ByteEvery paces a slowloris' bytes and a slow keep-alive's requests.
 const ByteEvery = 3 * time.Second
 
+// ProbeTimeout is how long a probe may take to be answered: a cloud load
+// balancer's usual health-check timeout. Under attack on an idle machine a
+// probe is answered within a second; the rest is room for a busy one.
+const ProbeTimeout = 5 * time.Second
+
 // redialPause is how soon an attacker reconnects after the server closed
 // it: sooner than slowloris tools do, but not a flood of connections, in
 // which the attackers' connects queue ahead of the probe's in the kernel
