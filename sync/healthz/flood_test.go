@@ -21,8 +21,8 @@ func TestHealthzAnswersProbesUnderConnectionFlood(t *testing.T) {
 		return
 	}
 	const (
-		probes       = 32
-		probeEvery   = 250 * time.Millisecond
+		probes     = 32
+		probeEvery = 250 * time.Millisecond
 	)
 	prober := netip.MustParseAddr("127.1.0.1")
 	tests := []httplimittest.Attack{
