@@ -56,6 +56,11 @@ type family struct {
 	// recreated: base chains were deleted and re-added once, as kube-proxy
 	// does at start.
 	recreated bool
+	// commits counts the transactions the kernel took from this family
+	// (each moves nf_tables' generation by one); checks the syncs that
+	// compared the table with what was written, repairs the full syncs
+	// that found it damaged.
+	commits, checks, repairs int
 }
 
 type elemState struct {
@@ -97,19 +102,23 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 
 // sync brings this family's table in line with snap, in one transaction
 // (plus, when chains wait for deletion, kube-proxy's separate cleanup one).
-func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
+// check says whether the table may have been changed by someone else since
+// the last sync (the mode reads nf_tables' generation to know).
+func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet, check bool) error {
 	cfg, err := f.configFor(snap)
 	if err != nil {
 		return f.failed(err)
 	}
 	full := changes.Full || f.needFull || f.builder == nil
-	if !full {
-		intact, err := f.canaryIntact(ctx)
+	if !full && check {
+		f.checks++
+		damage, err := f.damaged(ctx)
 		if err != nil {
-			return f.failed(fmt.Errorf("checking the %s chain: %w", rules.CanaryChain, err))
+			return f.failed(err)
 		}
-		if !intact {
-			f.logger.Info("The kube-proxy table was flushed or deleted by someone else; rewriting it", "table", TableName)
+		if damage != "" {
+			f.logger.Info("The kube-proxy table was changed by someone else; rewriting it", "table", TableName, "damage", damage)
+			f.repairs++
 			f.needFull, full = true, true
 		}
 	}
@@ -165,16 +174,46 @@ func (f *family) failed(err error) error {
 	return fmt.Errorf("%s: %w", f.fam, err)
 }
 
-// canaryIntact counts the rules of one small chain whose content is
-// known: a deleted table, or a flushed one (chains left, rules gone), shows
-// there. Over netlink this costs well under a millisecond at any size, so
-// every sync checks it.
-func (f *family) canaryIntact(ctx context.Context) (bool, error) {
+// damaged compares the table with what the mode last wrote, over netlink,
+// and describes the first difference found ("" when none). The canary
+// chain's rule count shows a deleted table, or a flushed one (chains left,
+// rules gone); the element counts of the sets and maps shared by the
+// service ports show a flushed map or deleted elements, which leave the
+// canary alone. The counts cost a dump of each container (O(elements)),
+// which is why the mode runs this only when the generation moved.
+func (f *family) damaged(ctx context.Context) (string, error) {
 	n, err := f.lister.RuleCount(ctx, rules.CanaryChain)
 	if err != nil {
-		return false, err
+		return "", fmt.Errorf("checking the %s chain: %w", rules.CanaryChain, err)
 	}
-	return n == 1, nil
+	if n != 1 {
+		return fmt.Sprintf("chain %s holds %d rules, not 1", rules.CanaryChain, n), nil
+	}
+	want := map[string]int{}
+	for _, st := range f.elems {
+		if st.refs > 0 {
+			want[st.elem.Container]++
+		}
+	}
+	for _, c := range rules.Containers {
+		got, err := f.lister.ElementCount(ctx, c.Name, c.Map)
+		if err != nil {
+			return "", fmt.Errorf("counting the elements of %s: %w", c.Name, err)
+		}
+		if got != want[c.Name] {
+			return fmt.Sprintf("%s holds %d elements, not %d", c.Name, got, want[c.Name]), nil
+		}
+	}
+	if want := f.builder.NodePortIPsCount(); want >= 0 {
+		got, err := f.lister.ElementCount(ctx, rules.NodePortIPsSet, false)
+		if err != nil {
+			return "", fmt.Errorf("counting the elements of %s: %w", rules.NodePortIPsSet, err)
+		}
+		if got != want {
+			return fmt.Sprintf("%s holds %d elements, not %d", rules.NodePortIPsSet, got, want), nil
+		}
+	}
+	return "", nil
 }
 
 // dueStale returns the stale chains flushed at least staleChainDelay ago:
@@ -199,6 +238,7 @@ func (f *family) dueStale() map[string]bool {
 func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
 	err := f.nft.Run(ctx, tx)
 	if err == nil {
+		f.commits++
 		return nil
 	}
 	line, wrapped := txError(err, tx)
@@ -426,6 +466,7 @@ func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) erro
 		if ok {
 			line, err := f.fast.run(batch)
 			if err == nil {
+				f.commits++
 				continue
 			}
 			if line != "" {
@@ -624,6 +665,7 @@ func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared 
 			line, err := f.fast.run(batch)
 			switch {
 			case err == nil:
+				f.commits++
 				return nil
 			case line == "":
 				// Not the kernel's refusal: the socket failed, and
