@@ -3,8 +3,10 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -160,4 +162,79 @@ func BenchmarkKernelDamageCheck(b *testing.B) {
 			_ = exec.Command("nft", "delete", "table", "ip", TableName).Run()
 		})
 	}
+}
+
+// BenchmarkKernelLargeAddition adds N services of 10 endpoints (N from
+// KPROXY_NFT_ADDITION, default 2000) to 100 in one change, with the real
+// nft in a fresh network namespace, syncing as the engine does (again at
+// once while the mode has a backlog); one second into it, one endpoint of
+// an existing service is removed. Reported: addition-s (until the backlog
+// is written), removal-s (from the removal to the end of the sync that
+// wrote it: the removal is in the kernel by then), syncs, and full-sync-s,
+// a full sync of the same final state into an empty table.
+func BenchmarkKernelLargeAddition(b *testing.B) {
+	n := 2000
+	if s := os.Getenv("KPROXY_NFT_ADDITION"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatalf("KPROXY_NFT_ADDITION: %v", err)
+		}
+		n = v
+	}
+	b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+		if lab.InFreshNetns(b) {
+			return
+		}
+		const before = 100
+		all := scalePorts(before + n)
+		for b.Loop() {
+			m := newTestMode(b, nil, map[ipfamily.Family]knftables.Interface{ipfamily.IPv4: realNFT(b, ipfamily.IPv4)})
+			mustSync(b, m, snapshotOf(1, all[:before]...), full())
+			cs := &servicemap.ChangeSet{}
+			for _, sp := range all[before:] {
+				cs.Changed = append(cs.Changed, sp.Name)
+			}
+			shrunk := *all[7]
+			shrunk.Endpoints = slices.Clone(all[7].Endpoints[:len(all[7].Endpoints)-1])
+			next := slices.Clone(all)
+			next[7] = &shrunk
+
+			start := time.Now()
+			var removedAt time.Time
+			var removal time.Duration
+			syncs := 0
+			snap := snapshotOf(2, all...)
+			for {
+				syncs++
+				mustSync(b, m, snap, cs)
+				if !removedAt.IsZero() && removal == 0 {
+					removal = time.Since(removedAt)
+				}
+				if removedAt.IsZero() {
+					// The removal arrives while that sync ran.
+					removedAt = start.Add(time.Second)
+					if time.Now().Before(removedAt) {
+						removedAt = time.Now()
+					}
+					snap, cs = snapshotOf(3, next...), &servicemap.ChangeSet{Changed: []servicemap.ServicePortName{shrunk.Name}}
+					continue
+				}
+				if m.Backlog() == 0 {
+					break
+				}
+				cs = &servicemap.ChangeSet{}
+			}
+			addition := time.Since(start)
+			_ = exec.Command("nft", "delete", "table", "ip", TableName).Run()
+			fresh := newTestMode(b, nil, map[ipfamily.Family]knftables.Interface{ipfamily.IPv4: realNFT(b, ipfamily.IPv4)})
+			start = time.Now()
+			mustSync(b, fresh, snapshotOf(3, next...), full())
+			fullSync := time.Since(start)
+			_ = exec.Command("nft", "delete", "table", "ip", TableName).Run()
+			b.ReportMetric(addition.Seconds(), "addition-s")
+			b.ReportMetric(removal.Seconds(), "removal-s")
+			b.ReportMetric(float64(syncs), "syncs")
+			b.ReportMetric(fullSync.Seconds(), "full-sync-s")
+		}
+	})
 }

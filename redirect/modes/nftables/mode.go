@@ -67,7 +67,10 @@ type Mode struct {
 	genKnown bool
 }
 
-var _ mode.Mode = (*Mode)(nil)
+var (
+	_ mode.Mode       = (*Mode)(nil)
+	_ mode.Backlogger = (*Mode)(nil)
+)
 
 // New checks cfg. Nothing is written until the first Sync.
 func New(cfg Config) (*Mode, error) {
@@ -173,6 +176,18 @@ func (m *Mode) generation(ctx context.Context) (uint32, bool) {
 		return 0, false
 	}
 	return g, true
+}
+
+// Backlog implements mode.Backlogger: the service ports of a large partial
+// sync not written yet.
+func (m *Mode) Backlog() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, f := range m.families {
+		n += len(f.backlog)
+	}
+	return n
 }
 
 // Close implements mode.Mode. The table stays: a restarting kproxy must
