@@ -144,7 +144,7 @@ func BenchmarkKernelDamageCheck(b *testing.B) {
 			b.StopTimer()
 			f := m.families[0]
 			check := timeIt(b, 3, func() error {
-				damage, err := f.damaged(ctx)
+				damage, _, err := f.damaged(ctx)
 				if err == nil && damage != "" {
 					err = fmt.Errorf("an intact table found damaged: %s", damage)
 				}
