@@ -26,17 +26,21 @@ func TestKernelRepairsDamagedMaps(t *testing.T) {
 		name   string
 		fam    ipfamily.Family
 		damage []string // nft arguments
+		also   []string // a second command, run after damage
 	}{
-		{"flush service-ips", ipfamily.IPv4, []string{"flush", "map", "ip", TableName, "service-ips"}},
-		{"flush service-nodeports", ipfamily.IPv4, []string{"flush", "map", "ip", TableName, "service-nodeports"}},
-		{"flush service-ips ip6", ipfamily.IPv6, []string{"flush", "map", "ip6", TableName, "service-ips"}},
+		{"flush service-ips", ipfamily.IPv4, []string{"flush", "map", "ip", TableName, "service-ips"}, nil},
+		{"flush service-nodeports", ipfamily.IPv4, []string{"flush", "map", "ip", TableName, "service-nodeports"}, nil},
+		{"flush service-ips ip6", ipfamily.IPv6, []string{"flush", "map", "ip6", TableName, "service-ips"}, nil},
 		{"delete one service-ips element", ipfamily.IPv4,
-			[]string{"delete", "element", "ip", TableName, "service-ips", "{ 198.18.0.27 . tcp . 80 }"}},
+			[]string{"delete", "element", "ip", TableName, "service-ips", "{ 198.18.0.27 . tcp . 80 }"}, nil},
 		{"delete one service-nodeports element", ipfamily.IPv6,
-			[]string{"delete", "element", "ip6", TableName, "service-nodeports", "{ tcp . 30086 }"}},
+			[]string{"delete", "element", "ip6", TableName, "service-nodeports", "{ tcp . 30086 }"}, nil},
 		{"delete one cluster-ips element", ipfamily.IPv4,
-			[]string{"delete", "element", "ip", TableName, "cluster-ips", "{ 198.18.0.26 }"}},
-		{"flush nodeport-ips", ipfamily.IPv4, []string{"flush", "set", "ip", TableName, "nodeport-ips"}},
+			[]string{"delete", "element", "ip", TableName, "cluster-ips", "{ 198.18.0.26 }"}, nil},
+		{"flush nodeport-ips", ipfamily.IPv4, []string{"flush", "set", "ip", TableName, "nodeport-ips"}, nil},
+		// A missing map cannot take elements: the sync is a full one.
+		{"delete map service-ips", ipfamily.IPv4, []string{"flush", "chain", "ip", TableName, "services"},
+			[]string{"delete", "map", "ip", TableName, "service-ips"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reals := map[ipfamily.Family]knftables.Interface{}
@@ -80,6 +84,9 @@ func TestKernelRepairsDamagedMaps(t *testing.T) {
 			}
 
 			lab.Run(t, "nft", tc.damage...)
+			if tc.also != nil {
+				lab.Run(t, "nft", tc.also...)
+			}
 			mustSync(t, m, snap, &servicemap.ChangeSet{})
 			if n := repairs(m); n != 1 {
 				t.Errorf("%d repairs after %q; want 1", n, strings.Join(tc.damage, " "))
