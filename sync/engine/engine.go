@@ -245,7 +245,11 @@ func (e *Engine) sync(ctx context.Context, reason runner.Reason) error {
 	if !e.modeSeen || (periodic && e.clock.Now().Sub(e.lastFull) >= e.fullSyncPeriod) {
 		changes.Full = true
 	}
-	if changes.Empty() && !periodic {
+	backlogged := false
+	if b, ok := e.mode.(mode.Backlogger); ok {
+		backlogged = b.Backlog() > 0
+	}
+	if changes.Empty() && !periodic && !backlogged {
 		// Nothing the mode must act on (events that changed nothing): the
 		// mode's state already matches this snapshot.
 		e.metrics.ServiceChangesTotal.Add(float64(changes.ServiceChanges))
@@ -282,9 +286,19 @@ func (e *Engine) sync(ctx context.Context, reason runner.Reason) error {
 	}
 	e.health.Updated()
 	e.recordSuccess(snap, changes, end)
-	e.advance(snap)
+	backlog := 0
+	if b, ok := e.mode.(mode.Backlogger); ok {
+		backlog = b.Backlog()
+	}
+	if backlog > 0 {
+		// The rest of a large change: the next sync writes more of it,
+		// after whatever changed meanwhile.
+		e.runner.Run()
+	} else {
+		e.advance(snap)
+	}
 	logger.V(2).Info("Synced proxy rules", "generation", snap.Generation, "reason", reason, "full", changes.Full,
-		"changedPorts", len(changes.Changed), "servicePorts", snap.Len(), "duration", end.Sub(start))
+		"changedPorts", len(changes.Changed), "servicePorts", snap.Len(), "backlog", backlog, "duration", end.Sub(start))
 	return nil
 }
 
