@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,8 +49,9 @@ func TestBacklogIsDrained(t *testing.T) {
 	met := metrics.New()
 	smap := &fakeMap{synced: true}
 	m := &backlogMode{}
+	var seen []observed
 	e, err := New(Config{Map: smap, Mode: m, Metrics: met, Health: healthz.New(time.Minute, met, clock),
-		SyncPeriod: 30 * time.Second, Clock: clock})
+		SyncPeriod: 30 * time.Second, Clock: clock, Observers: []SyncObserver{recordingObserver{"conntrack", &seen}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +59,7 @@ func TestBacklogIsDrained(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.takeCalls()
+	seen = nil
 	m.mu.Lock()
 	m.backlog = 3 // a large change the next sync starts
 	m.mu.Unlock()
@@ -75,6 +78,13 @@ func TestBacklogIsDrained(t *testing.T) {
 		if m.Backlog() == 0 {
 			break
 		}
+	}
+	// Observed at once (an endpoint removal's flows go promptly), and again
+	// once all of it is written (a new UDP service's flows are cleaned up
+	// after its rules, not before).
+	a := []servicemap.ServicePortName{portName("a")}
+	if last := len(seen) - 1; last < 1 || !slices.Equal(seen[0].Changed, a) || !slices.Equal(seen[last].Changed, a) {
+		t.Errorf("observers saw %+v; want the change at its first sync and again after the backlog's last", seen)
 	}
 	if err := e.sync(ctx, runner.Requested); err != nil {
 		t.Fatal(err)
