@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 )
 
-// A service port's TCP connections each hold two descriptors (the client's
-// and the endpoint's), so one service port, flooded or proxying to itself
+// A service port's TCP connections (and SCTP associations) each hold two
+// descriptors (the client's and the endpoint's), so one service port, flooded or proxying to itself
 // through a path the relays cannot recognise, could hold every descriptor
 // the process may open. Port bounds them to a share of RLIMIT_NOFILE, so
 // the other services, health checks and syncs keep theirs.

@@ -1,5 +1,5 @@
-// Package selfdial remembers the relays' own outgoing TCP connections by
-// their local address, so that a relay can tell a connection coming back
+// Package selfdial remembers the relays' own outgoing TCP connections and
+// SCTP associations by their local address, so that a relay can tell a connection coming back
 // from kproxy itself from a client's: a service whose endpoint leads back
 // into kproxy (its own cluster IP, a NodePort on a node address, another
 // service's address that leads back in turn) would otherwise make the relays
@@ -15,6 +15,10 @@
 // which addresses kproxy serves. The source alone would not do: the kernel
 // gives one local port to connections to different destinations, so a
 // client on the node may have the source of one of the relays' dials.
+//
+// An SCTP association is kept like a TCP connection (Add, Returning): its
+// local address is the one the INIT left from, which the association
+// coming back has as its peer.
 //
 // UDP flows are kept by their source alone (AddFlow): a UDP relay cannot
 // read a redirected datagram's original destination, and need not, since

@@ -91,10 +91,11 @@ type Mode struct {
 	unserved *sctprelay.UnservedReporter
 	// descriptors bounds the sockets UDP flows hold, for all relays.
 	descriptors *fdbudget.Budget
-	// portLimits bound each service port's TCP connections (relay.port).
+	// portLimits bound each service port's TCP connections and SCTP
+	// associations (relay.limit).
 	portLimits fdbudget.PortLimits
-	// dials are every TCP relay's outgoing connections, so a connection
-	// that comes back into kproxy is refused as a loop.
+	// dials are every relay's outgoing connections (TCP, SCTP) and flows
+	// (UDP), so one that comes back into kproxy is refused as a loop.
 	dials    *selfdial.Dials
 	families []ipfamily.Family
 	// kinds is the portal kind of each family in families.
@@ -144,7 +145,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		return nil, fmt.Errorf("userspace mode: reading RLIMIT_NOFILE: %w", err)
 	}
 	m.portLimits = fdbudget.PortLimitsFor(nofile.Cur)
-	logger.V(2).Info("Each service port's TCP connections", "most", m.portLimits.Connections, "mostDialing", m.portLimits.Dialing)
+	logger.V(2).Info("Each service port's TCP connections or SCTP associations", "most", m.portLimits.Connections, "mostDialing", m.portLimits.Dialing)
 	m.dials = selfdial.New()
 	opener := cfg.Opener
 	if opener == nil {

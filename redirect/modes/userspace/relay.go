@@ -133,8 +133,8 @@ type relay struct {
 	// proxy port for REDIRECT portals; for local portals one per listen
 	// address, none while the service port has no endpoints.
 	servers map[netip.AddrPort]*server
-	// limit bounds the service port's TCP connections, over all its
-	// servers.
+	// limit bounds the service port's TCP connections or SCTP
+	// associations, over all its servers.
 	limit *fdbudget.Port
 	// dropping: the servers drop new clients silently (a Local traffic
 	// policy without local endpoints).
@@ -185,7 +185,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 		servers: map[netip.AddrPort]*server{}}
 	r.spec.Store(&spec)
 	r.picker = m.balancer.Picker(key)
-	if spec.protocol == v1.ProtocolTCP {
+	if spec.protocol == v1.ProtocolTCP || spec.protocol == v1.ProtocolSCTP {
 		var err error
 		if r.limit, err = fdbudget.NewPort(m.portLimits); err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
@@ -322,7 +322,8 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		// No markRelaySocket: the socket match cannot look SCTP sockets
 		// up, so the rules keep checking SCTP by conntrack alone.
 		if s.raw, err = ln.SyscallConn(); err == nil {
-			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger})
+			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger,
+				Dials: m.dials, Port: r.limit})
 		}
 		if err != nil {
 			ln.Close()
