@@ -151,25 +151,7 @@ func TestServiceLoopsAreRefused(t *testing.T) {
 		if refused := metricSum(t, `kproxy_userspace_rejected_total{protocol="tcp",reason="loop"}`); refused < float64(len(loops)*loopRequests) {
 			t.Errorf("kproxy_userspace_rejected_total{reason=loop} = %v, want at least %d", refused, len(loops)*loopRequests)
 		}
-		logged := map[string]int{}
-		servicePort := regexp.MustCompile(`servicePort="([^"]*)"`)
-		for _, line := range strings.Split(l.kproxy.Log(), "\n") {
-			if !strings.Contains(line, "from kproxy itself") {
-				continue
-			}
-			if sp := servicePort.FindStringSubmatch(line); sp != nil {
-				logged[sp[1]]++
-			}
-		}
-		t.Logf("loop log lines per service port: %v", logged)
-		if len(logged) < len(loops)+1 {
-			t.Errorf("loops logged for %d service ports, want %d: %v", len(logged), len(loops)+1, logged)
-		}
-		for sp, n := range logged {
-			if n > 1 {
-				t.Errorf("the loop of %s was logged %d times, want once", sp, n)
-			}
-		}
+		checkLoggedOncePerServicePort(t, l.kproxy.Log(), "from kproxy itself", len(loops)+1)
 	})
 }
 
@@ -282,4 +264,29 @@ func (w *loopWatch) stop() loopStats {
 	defer w.mu.Unlock()
 	w.stats.peak = int(w.peak.Load())
 	return w.stats
+}
+
+// checkLoggedOncePerServicePort checks that kproxy's log has a line
+// containing marker for at least want service ports, and never two for one.
+func checkLoggedOncePerServicePort(t *testing.T, log, marker string, want int) {
+	t.Helper()
+	logged := map[string]int{}
+	servicePort := regexp.MustCompile(`servicePort="([^"]*)"`)
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, marker) {
+			continue
+		}
+		if sp := servicePort.FindStringSubmatch(line); sp != nil {
+			logged[sp[1]]++
+		}
+	}
+	t.Logf("loop log lines per service port: %v", logged)
+	if len(logged) < want {
+		t.Errorf("loops logged for %d service ports, want %d: %v", len(logged), want, logged)
+	}
+	for sp, n := range logged {
+		if n > 1 {
+			t.Errorf("the loop of %s was logged %d times, want once", sp, n)
+		}
+	}
 }

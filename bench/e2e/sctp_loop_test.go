@@ -3,8 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,24 +111,6 @@ func TestSCTPLoopsAreRefused(t *testing.T) {
 		if refused := metricSum(t, `kproxy_userspace_rejected_total{protocol="sctp",reason="loop"}`); refused < float64(len(loops)*loopRequests) {
 			t.Errorf(`kproxy_userspace_rejected_total{protocol="sctp",reason="loop"} = %v, want at least %d`, refused, len(loops)*loopRequests)
 		}
-		logged := map[string]int{}
-		servicePort := regexp.MustCompile(`servicePort="([^"]*)"`)
-		for _, line := range strings.Split(l.kproxy.Log(), "\n") {
-			if !strings.Contains(line, "SCTP association from kproxy itself") {
-				continue
-			}
-			if sp := servicePort.FindStringSubmatch(line); sp != nil {
-				logged[sp[1]]++
-			}
-		}
-		t.Logf("loop log lines per service port: %v", logged)
-		if len(logged) < len(loops) {
-			t.Errorf("loops logged for %d service ports, want %d: %v", len(logged), len(loops), logged)
-		}
-		for sp, n := range logged {
-			if n > 1 {
-				t.Errorf("the loop of %s was logged %d times, want once", sp, n)
-			}
-		}
+		checkLoggedOncePerServicePort(t, l.kproxy.Log(), "SCTP association from kproxy itself", len(loops))
 	})
 }
