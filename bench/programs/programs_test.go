@@ -38,7 +38,7 @@ var opaque = map[string]struct {
 	why      string
 }{
 	"bench/dataplane/dataplane_bench_test.go setUp os.Args[0]":                    {nil, "the benchmark binary itself, as the io.Copy relay"},
-	"bench/e2e/lab_test.go (*e2eLab).startKproxy wrapper[0]":                      {[]string{"env", "prlimit"}, "what its callers wrap kproxy in: env (runKproxyOn) or prlimit (a lowered descriptor limit)"},
+	"bench/e2e/lab_test.go (*e2eLab).startKproxyWithin wrapper[0]":                {[]string{"env", "prlimit"}, "what its callers wrap kproxy in: env (runKproxyOn) or prlimit (a lowered descriptor limit)"},
 	"bench/dataplane/dataplane_bench_test.go setUp e.Binary":                      {nil, "a proxy binary the user names in KPROXY_DATAPLANE_EXTRA"},
 	"bench/dataplane/scale_bench_test.go runScaleChild os.Args[0]":                {nil, "the benchmark binary itself, one child per node of the scale table"},
 	"bench/dataplane/scale_bench_test.go (*bench).udpNewFlows os.Args[0]":         {nil, "the benchmark binary itself, as the new-UDP-flow client"},
