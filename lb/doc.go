@@ -1,7 +1,9 @@
 // Package lb is the userspace data plane of --proxy-mode=userspace: the
 // balancer (lb/balancer), the TCP, UDP and SCTP relays (lb/tcprelay,
 // lb/udprelay, lb/sctprelay), the event-loop core the TCP and UDP relays
-// share (lb/eventloop), proxy-port allocation (lb/ports) and the data
+// share (lb/eventloop), proxy-port allocation (lb/ports), the descriptor
+// shares of UDP flows and service ports (lb/fdbudget), the relays' own
+// outgoing connections for loop refusal (lb/selfdial) and the data
 // plane's metrics (lb/lbmetrics). The portal rules that steer Service traffic
 // to the relays are programmed by redirect/; lb never imports redirect.
 //

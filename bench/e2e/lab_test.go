@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/bench/lab"
@@ -131,6 +132,13 @@ func (l *e2eLab) runKproxyOn(t *testing.T, source string, env []string, extraArg
 // pid are kproxy's) when it is not empty, and waits for its first sync.
 func (l *e2eLab) startKproxy(t *testing.T, wrapper, args []string) {
 	t.Helper()
+	l.startKproxyWithin(t, lab.EventuallyTimeout, wrapper, args)
+}
+
+// startKproxyWithin is startKproxy waiting up to bound for the first sync,
+// for cases whose first sync in the guest kernel takes longer.
+func (l *e2eLab) startKproxyWithin(t *testing.T, bound time.Duration, wrapper, args []string) {
+	t.Helper()
 	if len(wrapper) > 0 {
 		l.kproxy = l.topo.Node.Start(wrapper[0], append(append(wrapper[1:], l.bin), args...)...)
 	} else {
@@ -143,7 +151,7 @@ func (l *e2eLab) startKproxy(t *testing.T, wrapper, args []string) {
 			t.Logf("the node's state when the case failed:\n%s", l.kernelState())
 		}
 	})
-	lab.WaitSynced(t, l.kproxy, 1)
+	lab.WaitSyncedWithin(t, bound, l.kproxy, 1)
 }
 
 // kernelState dumps the node's IPv4 rules and conntrack table for a failure

@@ -350,7 +350,13 @@ func SyncCount(tb testing.TB) int {
 // than EventuallyTimeout.
 func WaitSynced(tb testing.TB, kp *Process, n int) {
 	tb.Helper()
-	Eventually(tb, fmt.Sprintf("kproxy to finish %d sync(s)", n), func() (bool, string) {
+	WaitSyncedWithin(tb, EventuallyTimeout, kp, n)
+}
+
+// WaitSyncedWithin is WaitSynced waiting up to bound.
+func WaitSyncedWithin(tb testing.TB, bound time.Duration, kp *Process, n int) {
+	tb.Helper()
+	Within(tb, bound, fmt.Sprintf("kproxy to finish %d sync(s)", n), func() (bool, string) {
 		select {
 		case <-kp.Exited():
 			tb.Fatalf("kproxy exited: %v\n%s", kp.Err(), kp.Log())

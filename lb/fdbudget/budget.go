@@ -8,7 +8,9 @@
 // client cycling through source ports can hold every descriptor the process
 // may open until its flows expire, and then TCP accepts, health checks and
 // syncs fail with EMFILE. The budget gives UDP flows at most a share of
-// RLIMIT_NOFILE, and one client address at most a share of that.
+// RLIMIT_NOFILE, and one client address at most a share of that. Port
+// (port.go) likewise gives one service port's TCP connections at most a
+// share of the limit.
 package fdbudget
 
 import (

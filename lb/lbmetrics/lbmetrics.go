@@ -50,6 +50,12 @@ const (
 	// loadBalancerSourceRanges of the LoadBalancer IP it addressed (TCP:
 	// reset at accept; UDP: the datagram is dropped).
 	ReasonSourceRange = "source_range"
+	// ReasonLoop: the connection came from one of the relays' own
+	// outgoing connections: an endpoint leads back into kproxy.
+	ReasonLoop = "loop"
+	// ReasonPortFull: the service port holds its share of the process's
+	// descriptors (fdbudget.Port), in all or waiting for a connect.
+	ReasonPortFull = "service_port_full"
 )
 
 // Metrics is the data plane's metric set. Create it once per process with New
@@ -88,6 +94,8 @@ type Protocol struct {
 	RejectedFDExhausted prometheus.Counter
 	RejectedDialFailed  prometheus.Counter
 	RejectedSourceRange prometheus.Counter
+	RejectedLoop        prometheus.Counter
+	RejectedPortFull    prometheus.Counter
 
 	protocol string
 	rejected *prometheus.CounterVec
@@ -101,7 +109,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		ConnectionsTotal:         counterVec("connections_total", "Connections proxied to an endpoint, by protocol.", LabelProtocol),
 		BytesTotal:               counterVec("bytes_total", "Payload bytes relayed, by protocol and direction (to_endpoint, to_client).", LabelProtocol, LabelDirection),
 		DialFailuresTotal:        counterVec("dial_failures_total", "Failed attempts to connect to an endpoint, by protocol (one per endpoint tried).", LabelProtocol),
-		RejectedTotal:            counterVec("rejected_total", "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range).", LabelProtocol, LabelReason),
+		RejectedTotal:            counterVec("rejected_total", "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range, loop, service_port_full).", LabelProtocol, LabelReason),
 		AcceptErrorsTotal:        counterVec("accept_errors_total", "Errors accepting client connections, by protocol.", LabelProtocol),
 		UDPFlowsActive:           gaugeVec("udp_flows_active", "UDP flows currently in the flow tables.").WithLabelValues(),
 		UDPFlowsTotal:            counterVec("udp_flows_total", "UDP flows created.").WithLabelValues(),
@@ -175,6 +183,8 @@ func (m *Metrics) curry(protocol string) *Protocol {
 		RejectedFDExhausted: m.RejectedTotal.WithLabelValues(protocol, ReasonFDExhausted),
 		RejectedDialFailed:  m.RejectedTotal.WithLabelValues(protocol, ReasonDialFailed),
 		RejectedSourceRange: m.RejectedTotal.WithLabelValues(protocol, ReasonSourceRange),
+		RejectedLoop:        m.RejectedTotal.WithLabelValues(protocol, ReasonLoop),
+		RejectedPortFull:    m.RejectedTotal.WithLabelValues(protocol, ReasonPortFull),
 		protocol:            protocol,
 		rejected:            m.RejectedTotal,
 	}
@@ -208,6 +218,10 @@ func (p *Protocol) Rejected(reason string) prometheus.Counter {
 		return p.RejectedDialFailed
 	case ReasonSourceRange:
 		return p.RejectedSourceRange
+	case ReasonLoop:
+		return p.RejectedLoop
+	case ReasonPortFull:
+		return p.RejectedPortFull
 	}
 	return p.rejected.WithLabelValues(p.protocol, reason)
 }

@@ -15,8 +15,8 @@ func TestNewRegistersEverySeriesAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 3 protocols x (active, total, 2 byte directions, dial failures, accept
-	// errors, 5 reasons) + 4 unlabelled.
-	if got, want := testutil.CollectAndCount(reg), 3*11+4; got != want {
+	// errors, 7 reasons) + 4 unlabelled.
+	if got, want := testutil.CollectAndCount(reg), 3*13+4; got != want {
 		t.Errorf("series registered = %d, want %d", got, want)
 	}
 	tcp := m.For(ProtocolTCP)
@@ -26,23 +26,29 @@ func TestNewRegistersEverySeriesAtZero(t *testing.T) {
 	m.For(ProtocolUDP).Rejected(ReasonNoEndpoints).Add(2)
 
 	want := `
-# HELP kproxy_userspace_rejected_total [ALPHA] Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range).
+# HELP kproxy_userspace_rejected_total [ALPHA] Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range, loop, service_port_full).
 # TYPE kproxy_userspace_rejected_total counter
 kproxy_userspace_rejected_total{protocol="sctp",reason="dial_failed"} 0
 kproxy_userspace_rejected_total{protocol="sctp",reason="direct"} 0
 kproxy_userspace_rejected_total{protocol="sctp",reason="fd_exhausted"} 0
+kproxy_userspace_rejected_total{protocol="sctp",reason="loop"} 0
 kproxy_userspace_rejected_total{protocol="sctp",reason="no_endpoints"} 0
 kproxy_userspace_rejected_total{protocol="sctp",reason="source_range"} 0
+kproxy_userspace_rejected_total{protocol="sctp",reason="service_port_full"} 0
 kproxy_userspace_rejected_total{protocol="tcp",reason="dial_failed"} 0
 kproxy_userspace_rejected_total{protocol="tcp",reason="direct"} 1
 kproxy_userspace_rejected_total{protocol="tcp",reason="fd_exhausted"} 0
+kproxy_userspace_rejected_total{protocol="tcp",reason="loop"} 0
 kproxy_userspace_rejected_total{protocol="tcp",reason="no_endpoints"} 0
 kproxy_userspace_rejected_total{protocol="tcp",reason="source_range"} 0
+kproxy_userspace_rejected_total{protocol="tcp",reason="service_port_full"} 0
 kproxy_userspace_rejected_total{protocol="udp",reason="dial_failed"} 0
 kproxy_userspace_rejected_total{protocol="udp",reason="direct"} 0
 kproxy_userspace_rejected_total{protocol="udp",reason="fd_exhausted"} 0
+kproxy_userspace_rejected_total{protocol="udp",reason="loop"} 0
 kproxy_userspace_rejected_total{protocol="udp",reason="no_endpoints"} 2
 kproxy_userspace_rejected_total{protocol="udp",reason="source_range"} 0
+kproxy_userspace_rejected_total{protocol="udp",reason="service_port_full"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kproxy_userspace_rejected_total"); err != nil {
 		t.Error(err)

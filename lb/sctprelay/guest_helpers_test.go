@@ -138,11 +138,19 @@ func startGuestRelay(t *testing.T, addr netip.AddrPort, backends ...*digestBacke
 	for _, b := range backends {
 		picker.eps = append(picker.eps, b.ln.Addr())
 	}
+	return serveGuestRelay(t, Config{Listener: ln, Picker: picker, Name: "guest/sctp", DialTimeout: guestWait})
+}
+
+// serveGuestRelay starts a relay of cfg, with metrics of its own, and stops
+// it when the test ends.
+func serveGuestRelay(t *testing.T, cfg Config) *guestRelay {
+	t.Helper()
 	m, err := lbmetrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Listener: ln, Picker: picker, Metrics: m, Name: "guest/sctp", DialTimeout: guestWait})
+	cfg.Metrics = m
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/selfdial"
 )
 
 // DefaultDialTimeout bounds one association attempt before failing over.
@@ -37,6 +39,16 @@ type Config struct {
 	DialTimeout time.Duration
 	Metrics     *lbmetrics.Metrics
 	Name        string
+	// Dials are the outgoing connections of every relay of the process:
+	// the relay adds its own associations, and refuses one that comes from
+	// one of them (reason loop), since an endpoint that leads back into
+	// kproxy would otherwise make the relays dial themselves without end.
+	// Nil checks nothing.
+	Dials *selfdial.Dials
+	// Port bounds the associations of the service port this relay serves,
+	// shared with its other relays (other addresses, families); a new one
+	// past it is refused (reason service_port_full). Nil bounds nothing.
+	Port *fdbudget.Port
 	// Logger receives the relay's log lines, with "relay" set to Name; the
 	// zero value means klog.Background().
 	Logger klog.Logger
@@ -148,6 +160,10 @@ func (r *Relay) handle(client *Conn) {
 	r.mu.Lock()
 	picker := r.picker
 	r.mu.Unlock()
+	if dial, ok := r.returning(client); ok {
+		r.refuseLoop(client, dial)
+		return
+	}
 	clientIP := client.RemoteAddr().Addr()
 	candidates := picker.Pick(clientIP)
 	if len(candidates) == 0 {
@@ -155,9 +171,19 @@ func (r *Relay) handle(client *Conn) {
 		client.Close()
 		return
 	}
+	if v := r.cfg.Port.Admit(); v != fdbudget.PortAdmitted {
+		r.metrics.RejectedPortFull.Inc()
+		held, dialing := r.cfg.Port.Held()
+		r.log.V(2).Info("Refusing association: the service port holds its share of descriptors", "why", v.String(),
+			"client", client.RemoteAddr(), "associations", held, "dialing", dialing)
+		client.Abort()
+		return
+	}
+	dialing := true
+	defer func() { r.cfg.Port.Release(dialing) }()
 	var backend *Conn
 	for _, ep := range candidates {
-		c, err := Dial(ep, r.cfg.DialTimeout)
+		c, err := dial(ep, r.cfg.DialTimeout, r.remember(ep))
 		if err == nil {
 			backend = c
 			picker.Connected(clientIP, ep)
@@ -172,6 +198,8 @@ func (r *Relay) handle(client *Conn) {
 		client.Close()
 		return
 	}
+	r.cfg.Port.Dialed()
+	dialing = false
 	if !r.track(backend) {
 		backend.Close()
 		client.Close()
@@ -184,6 +212,48 @@ func (r *Relay) handle(client *Conn) {
 	toEndpoint, toClient := Pipe(client, backend)
 	r.metrics.BytesToEndpoint.Add(float64(toEndpoint))
 	r.metrics.BytesToClient.Add(float64(toClient))
+}
+
+// remember returns the hook that adds an association dialed to ep to the
+// relays' own dials (and forgets it before its socket closes); nil when the
+// relay checks for no loops.
+func (r *Relay) remember(ep netip.AddrPort) func(local netip.AddrPort) (forget func()) {
+	dials := r.cfg.Dials
+	if dials == nil {
+		return nil
+	}
+	return func(local netip.AddrPort) func() {
+		dials.Add(local, selfdial.Dial{From: r.cfg.Name, Endpoint: ep})
+		return func() { dials.Remove(local, ep) }
+	}
+}
+
+// returning says whether client is an association one of the relays
+// dialed: its peer is the dial's local address and it was addressed to the
+// endpoint the dial went to.
+func (r *Relay) returning(client *Conn) (selfdial.Dial, bool) {
+	if r.cfg.Dials == nil {
+		return selfdial.Dial{}, false
+	}
+	dst, err := client.destination()
+	if err != nil {
+		return selfdial.Dial{}, false
+	}
+	return r.cfg.Dials.Returning(client.RemoteAddr(), dst)
+}
+
+// refuseLoop aborts an association that one of the relays dialed: an
+// endpoint leads back into kproxy. The relay that dialed it sees the abort
+// and ends its own client's association in turn, so the request fails at
+// once instead of dialling itself again. Logged once per service port.
+func (r *Relay) refuseLoop(client *Conn, dial selfdial.Dial) {
+	r.metrics.RejectedLoop.Inc()
+	if r.cfg.Dials.FirstLoop(dial.From, time.Now()) {
+		r.log.Info("Refusing an SCTP association from kproxy itself: an endpoint of a service port leads back into kproxy, "+
+			"so its associations fail (logged once per service port)",
+			"servicePort", dial.From, "endpoint", dial.Endpoint, "from", client.RemoteAddr())
+	}
+	client.Abort()
 }
 
 // Stream is one side of a relayed connection. *Conn, *net.TCPConn and

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 // Supported reports whether the kernel offers one-to-one SCTP sockets. It
@@ -67,6 +70,10 @@ type Conn struct {
 	file   *os.File
 	raw    syscall.RawConn
 	remote netip.AddrPort
+	// beforeClose, when set, runs once before the socket is closed (the
+	// relay forgets its dial there, before the port can be reused).
+	beforeClose func()
+	closing     sync.Once
 }
 
 func newConn(fd int, remote netip.AddrPort) (*Conn, error) {
@@ -81,7 +88,64 @@ func newConn(fd int, remote netip.AddrPort) (*Conn, error) {
 
 func (c *Conn) Read(p []byte) (int, error)  { return c.file.Read(p) }
 func (c *Conn) Write(p []byte) (int, error) { return c.file.Write(p) }
-func (c *Conn) Close() error                { return c.file.Close() }
+
+// Close ends the association gracefully (SHUTDOWN).
+func (c *Conn) Close() error {
+	c.closing.Do(func() {
+		if c.beforeClose != nil {
+			c.beforeClose()
+		}
+	})
+	return c.file.Close()
+}
+
+// Abort ends the association with an ABORT rather than a SHUTDOWN, so the
+// peer learns at once that it was refused.
+func (c *Conn) Abort() {
+	_ = c.raw.Control(func(fd uintptr) {
+		_ = unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	})
+	c.Close()
+}
+
+// destination is the address the peer addressed the association to: its
+// original destination when a portal rewrote it (conntrack knows it), else
+// the socket's own address (a listener bound to the service address).
+func (c *Conn) destination() (netip.AddrPort, error) {
+	var (
+		dst netip.AddrPort
+		err error
+	)
+	cerr := c.raw.Control(func(fd uintptr) {
+		level := unix.SOL_IP
+		if c.remote.Addr().Is6() {
+			level = unix.SOL_IPV6
+		}
+		var sa eventloop.Sockaddr
+		if eventloop.GetsockoptSockaddr(int(fd), level, soOriginalDst, &sa) == nil {
+			if dst, err = sa.AddrPort(); err == nil {
+				return
+			}
+		}
+		dst, err = localAddr(int(fd))
+	})
+	if cerr != nil {
+		return netip.AddrPort{}, cerr
+	}
+	return netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()), err
+}
+
+// soOriginalDst is SO_ORIGINAL_DST (SOL_IP) and IP6T_SO_ORIGINAL_DST
+// (SOL_IPV6); the kernel answers it for TCP and SCTP sockets.
+const soOriginalDst = 80
+
+func localAddr(fd int) (netip.AddrPort, error) {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("getsockname: %w", err)
+	}
+	return addrPort(sa)
+}
 
 // RemoteAddr is the peer's primary address.
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
@@ -190,7 +254,12 @@ func (l *Listener) Close() error {
 
 // Dial opens an association to ep, waiting at most timeout for the
 // handshake.
-func Dial(ep netip.AddrPort, timeout time.Duration) (*Conn, error) {
+func Dial(ep netip.AddrPort, timeout time.Duration) (*Conn, error) { return dial(ep, timeout, nil) }
+
+// dial is Dial that, when remember is set, tells it the association's local
+// address as soon as the INIT is on its way (before the peer can accept it)
+// and runs what it returns before the socket closes.
+func dial(ep netip.AddrPort, timeout time.Duration, remember func(local netip.AddrPort) (forget func())) (*Conn, error) {
 	family, sa, err := sockaddr(ep)
 	if err != nil {
 		return nil, err
@@ -204,10 +273,20 @@ func Dial(ep netip.AddrPort, timeout time.Duration) (*Conn, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("connecting SCTP to %v: %w", ep, err)
 	}
+	var forget func()
+	if remember != nil {
+		if local, err := localAddr(fd); err == nil {
+			forget = remember(local)
+		}
+	}
 	c, err := newConn(fd, ep)
 	if err != nil {
+		if forget != nil {
+			forget()
+		}
 		return nil, err
 	}
+	c.beforeClose = forget
 	if timeout > 0 {
 		_ = c.file.SetWriteDeadline(time.Now().Add(timeout))
 	}

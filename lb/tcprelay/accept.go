@@ -149,14 +149,28 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
+// directDestination is where a client of a listener bound to the service
+// address itself connected to: the listener's address, read from the
+// socket only when the listener is bound to a wildcard address.
+func (p *Proxy) directDestination(fd int) netip.AddrPort {
+	if p.listenAddr.Addr().IsValid() && !p.listenAddr.Addr().IsUnspecified() {
+		return p.listenAddr
+	}
+	local, err := localAddr(fd)
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return local
+}
+
 // fromPortal is the open-relay check: only connections that a portal rule
-// redirected here may be proxied.
-func (p *Proxy) fromPortal(fd int, client netip.AddrPort) bool {
+// redirected here may be proxied. It returns the original destination.
+func (p *Proxy) fromPortal(fd int, client netip.AddrPort) (netip.AddrPort, bool) {
 	orig, err := originalDestination(fd, client.Addr().Is6() && !client.Addr().Is4In6())
 	if err != nil {
 		p.log.V(4).Info("Refusing connection without an original destination (not through a portal)",
 			"client", client, "err", err)
-		return false
+		return netip.AddrPort{}, false
 	}
 	orig = netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port())
 	// The local port is the proxy port, so only an original destination on
@@ -166,13 +180,13 @@ func (p *Proxy) fromPortal(fd int, client netip.AddrPort) bool {
 		local, err := localAddr(fd)
 		if err != nil || orig == netip.AddrPortFrom(local.Addr().Unmap(), local.Port()) {
 			p.log.V(4).Info("Refusing connection made straight to the proxy port", "client", client)
-			return false
+			return netip.AddrPort{}, false
 		}
 	}
 	if p.cfg.IsPortalDestination != nil && !p.cfg.IsPortalDestination(orig) {
 		p.log.V(4).Info("Refusing connection to an address that is not a portal of this proxy",
 			"client", client, "originalDestination", orig)
-		return false
+		return netip.AddrPort{}, false
 	}
-	return true
+	return orig, true
 }

@@ -35,6 +35,9 @@ const (
 type side struct {
 	fd  int
 	gen uint32 // registration generation: an event carrying another is stale
+	// dialed, dialedTo: the local address of a socket the relay dialed
+	// and the endpoint it dialed, while it is in Config.Dials.
+	dialed, dialedTo netip.AddrPort
 
 	// readable: an event said so, and no read since has drained the socket.
 	// writable: no write since the last EPOLLOUT found the send buffer full.
@@ -68,6 +71,8 @@ type conn struct {
 	spliced         [2]bool  // the direction copies with splice(2)
 
 	clientIP netip.Addr
+	// portHeld: the connection holds one of Config.Port's places.
+	portHeld bool
 	// While dialing: the endpoints to try, in order, and the current one's
 	// deadline.
 	picker    lb.Picker

@@ -1,11 +1,19 @@
 package tcprelay
 
-import "kproxy.dev/kproxy/lb/eventloop"
+import (
+	"net/netip"
+
+	"kproxy.dev/kproxy/lb/eventloop"
+)
 
 // closeSide closes s's socket (which takes it out of the epoll set: the
 // loop holds its only descriptor), with a reset if asked, and frees what it
 // holds.
 func (l *loop) closeSide(s *side, reset bool) {
+	if s.dialed.IsValid() {
+		l.p.cfg.Dials.Remove(s.dialed, s.dialedTo) // before the port can be reused
+		s.dialed, s.dialedTo = netip.AddrPort{}, netip.AddrPort{}
+	}
 	if s.fd >= 0 {
 		if l.lookup(s.fd) != nil {
 			l.byFD[s.fd] = nil
@@ -38,6 +46,10 @@ func (l *loop) release(c *conn, resetClient, resetBackend bool) {
 		return
 	}
 	wasRelaying := c.state == relaying
+	if c.portHeld {
+		l.p.cfg.Port.Release(c.state == dialing)
+		c.portHeld = false
+	}
 	c.state = released
 	l.dials.remove(c)
 	l.closeSide(&c.client, resetClient)

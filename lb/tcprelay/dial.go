@@ -7,9 +7,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"kproxy.dev/kproxy/lb/lbmetrics"
-
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/selfdial"
 )
 
 var (
@@ -21,9 +22,21 @@ var (
 // to try, then the first connect. The loop owns fd from here on.
 func (l *loop) admit(fd int, peer netip.AddrPort) {
 	p := l.p
-	if !p.cfg.Direct && !p.fromPortal(fd, peer) {
-		p.metrics.RejectedDirect.Inc()
-		eventloop.CloseWithReset(fd)
+	var dst netip.AddrPort // where the client connected to, before a portal
+	if p.cfg.Direct {
+		if p.cfg.Dials != nil {
+			dst = p.directDestination(fd)
+		}
+	} else {
+		var ok bool
+		if dst, ok = p.fromPortal(fd, peer); !ok {
+			p.metrics.RejectedDirect.Inc()
+			eventloop.CloseWithReset(fd)
+			return
+		}
+	}
+	if dial, ok := p.cfg.Dials.Returning(peer, dst); ok {
+		l.refuseLoop(fd, peer, dial)
 		return
 	}
 	clientIP := peer.Addr().Unmap()
@@ -44,7 +57,16 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		eventloop.CloseWithReset(fd)
 		return
 	}
+	if v := p.cfg.Port.Admit(); v != fdbudget.PortAdmitted {
+		p.metrics.RejectedPortFull.Inc()
+		held, dialing := p.cfg.Port.Held()
+		p.logErrorLimited(errors.New(v.String()), "Refusing connection: the service port holds its share of descriptors",
+			"client", peer, "connections", held, "dialing", dialing)
+		eventloop.CloseWithReset(fd)
+		return
+	}
 	c := &conn{
+		portHeld:  true,
 		client:    side{fd: fd, writable: true},
 		backend:   side{fd: -1},
 		clientIP:  clientIP,
@@ -53,6 +75,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 	}
 	if err := l.register(c, &c.client); err != nil {
 		p.log.Error(err, "Cannot relay connection", "client", peer)
+		p.cfg.Port.Release(true)
 		eventloop.CloseWithReset(fd)
 		return
 	}
@@ -69,6 +92,7 @@ func (l *loop) dialNext(c *conn) {
 		fd, done, err := startConnect(ep)
 		if err == nil {
 			c.backend = side{fd: fd, writable: true}
+			l.rememberDial(&c.backend, ep)
 			if err = l.register(c, &c.backend); err != nil {
 				l.closeSide(&c.backend, false)
 			}
@@ -116,8 +140,40 @@ func (l *loop) connectDone(c *conn, events uint32) {
 	l.connected(c)
 }
 
+// rememberDial adds the backend socket s, just connecting to ep, to the
+// relays' own dials, so a connection it makes back into kproxy is known
+// for one.
+func (l *loop) rememberDial(s *side, ep netip.AddrPort) {
+	dials := l.p.cfg.Dials
+	if dials == nil {
+		return
+	}
+	local, err := localAddr(s.fd)
+	if err != nil {
+		return // not connecting after all: the connect's own error follows
+	}
+	s.dialed, s.dialedTo = local, ep
+	dials.Add(local, selfdial.Dial{From: l.p.name, Endpoint: ep})
+}
+
+// refuseLoop resets a connection that one of the relays dialed: an
+// endpoint leads back into kproxy. The relay that dialed it sees the reset
+// and resets its own client in turn, so the request fails at once instead
+// of dialling itself again. Logged once per service port.
+func (l *loop) refuseLoop(fd int, peer netip.AddrPort, dial selfdial.Dial) {
+	p := l.p
+	p.metrics.RejectedLoop.Inc()
+	if p.cfg.Dials.FirstLoop(dial.From, time.Now()) {
+		p.log.Info("Refusing a connection from kproxy itself: an endpoint of a service port leads back into kproxy, "+
+			"so its connections fail (logged once per service port)",
+			"servicePort", dial.From, "endpoint", dial.Endpoint, "from", peer)
+	}
+	eventloop.CloseWithReset(fd)
+}
+
 // connected starts relaying c.
 func (l *loop) connected(c *conn) {
+	l.p.cfg.Port.Dialed()
 	c.picker.Connected(c.clientIP, c.endpoints[c.attempt])
 	c.picker, c.endpoints = nil, nil
 	c.state = relaying

@@ -30,7 +30,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/selfdial"
 )
 
 const (
@@ -92,6 +94,17 @@ type Config struct {
 	// GOMAXPROCS when Serve starts. One starts with Serve, more as
 	// connections come and loops fall behind.
 	Loops int
+	// Dials are the outgoing connections of every relay of the process:
+	// the proxy adds its own, and refuses a connection that comes from one
+	// of them (reason loop), since an endpoint that leads back into kproxy
+	// would otherwise make the relays dial themselves without end. Nil
+	// checks nothing.
+	Dials *selfdial.Dials
+	// Port bounds the connections of the service port this proxy serves,
+	// shared with its other proxies (other addresses, families); a new
+	// connection past it is refused (reason service_port_full). Nil bounds
+	// nothing.
+	Port *fdbudget.Port
 	// Logger receives the proxy's log lines, with "proxy" set to its name;
 	// the zero value means klog.Background().
 	Logger klog.Logger
@@ -104,14 +117,17 @@ type Config struct {
 
 // Proxy relays one listener's connections.
 type Proxy struct {
-	cfg     Config
-	name    string
-	log     klog.Logger
-	ln      net.Listener
-	port    uint16 // the listener's port
-	picker  atomic.Pointer[pickerBox]
-	metrics *lbmetrics.Protocol
-	pools   *pools
+	cfg  Config
+	name string
+	log  klog.Logger
+	ln   net.Listener
+	port uint16 // the listener's port
+	// listenAddr is the listener's address, IPv4-mapped addresses
+	// unmapped.
+	listenAddr netip.AddrPort
+	picker     atomic.Pointer[pickerBox]
+	metrics    *lbmetrics.Protocol
+	pools      *pools
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -169,23 +185,27 @@ func New(cfg Config) (*Proxy, error) {
 		name = cfg.Listener.Addr().String()
 	}
 	var port uint16
+	var listenAddr netip.AddrPort
 	if a, ok := cfg.Listener.Addr().(*net.TCPAddr); ok {
 		port = uint16(a.Port)
+		listenAddr = a.AddrPort()
+		listenAddr = netip.AddrPortFrom(listenAddr.Addr().Unmap(), port)
 	}
 	log := cfg.Logger
 	if log.GetSink() == nil {
 		log = klog.Background()
 	}
 	p := &Proxy{
-		cfg:      cfg,
-		name:     name,
-		log:      log.WithValues("proxy", name),
-		ln:       cfg.Listener,
-		port:     port,
-		metrics:  cfg.Metrics.For(lbmetrics.ProtocolTCP),
-		pools:    newPools(),
-		closed:   make(chan struct{}),
-		listenFD: -1,
+		cfg:        cfg,
+		name:       name,
+		log:        log.WithValues("proxy", name),
+		ln:         cfg.Listener,
+		port:       port,
+		listenAddr: listenAddr,
+		metrics:    cfg.Metrics.For(lbmetrics.ProtocolTCP),
+		pools:      newPools(),
+		closed:     make(chan struct{}),
+		listenFD:   -1,
 	}
 	p.picker.Store(&pickerBox{cfg.Picker})
 	return p, nil

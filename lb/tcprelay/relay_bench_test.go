@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/selfdial"
 )
 
 // The benchmarks compare, in one run and through the same REDIRECT portal:
@@ -38,8 +40,19 @@ func benchSetup(b *testing.B, handler func(*net.TCPConn)) []benchVariant {
 	for _, v := range []struct {
 		name        string
 		spliceAfter int64
-	}{{"kproxy", 0}, {"rw-only", -1}, {"splice-only", 1}} {
-		tp := startProxy(b, Config{Picker: newPicker(backend), SpliceAfter: v.spliceAfter})
+		// guarded: with the loop check and the service-port bound, as
+		// the userspace mode runs the relays.
+		guarded bool
+	}{{"kproxy", 0, true}, {"unguarded", 0, false}, {"rw-only", -1, true}, {"splice-only", 1, true}} {
+		cfg := Config{Picker: newPicker(backend), SpliceAfter: v.spliceAfter}
+		if v.guarded {
+			port, err := fdbudget.NewPort(fdbudget.PortLimitsFor(1 << 20))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.Dials, cfg.Port = selfdial.New(), port
+		}
+		tp := startProxy(b, cfg)
 		svc := vip()
 		portal(b, svc, tp.port)
 		variants = append(variants, benchVariant{name: v.name, addr: svc})

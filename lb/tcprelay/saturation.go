@@ -1,6 +1,7 @@
 package tcprelay
 
 import (
+	"net/netip"
 	"time"
 
 	"kproxy.dev/kproxy/lb/eventloop"
@@ -124,9 +125,17 @@ func (l *loop) adopt(c *conn) {
 // adopting it.
 func (l *loop) dropMigrant(c *conn) {
 	for _, s := range [2]*side{&c.client, &c.backend} {
+		if s.dialed.IsValid() {
+			l.p.cfg.Dials.Remove(s.dialed, s.dialedTo) // before the port can be reused
+			s.dialed, s.dialedTo = netip.AddrPort{}, netip.AddrPort{}
+		}
 		eventloop.CloseWithReset(s.fd)
 		s.fd = -1
 		l.closeSide(s, true) // frees buffers and pipes
+	}
+	if c.portHeld {
+		l.p.cfg.Port.Release(false)
+		c.portHeld = false
 	}
 	l.load.Add(-1)
 	l.p.connDone()

@@ -14,9 +14,10 @@ type flow struct {
 	client     netip.AddrPort
 	clientName eventloop.Sockaddr // the client's sockaddr as received, to address replies
 	endpoint   netip.AddrPort
-	picker     lb.Picker // the picker that chose endpoint, told of failures
-	fd         int       // connected upstream socket
-	lastActive int64     // relay clock (ns) of the last datagram either way
+	picker     lb.Picker      // the picker that chose endpoint, told of failures
+	fd         int            // connected upstream socket
+	local      netip.AddrPort // the upstream socket's address, while in the relays' dials
+	lastActive int64          // relay clock (ns) of the last datagram either way
 
 	// prev and next order flows by lastActive, least recent first.
 	prev, next *flow

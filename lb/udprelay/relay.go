@@ -41,6 +41,7 @@ import (
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/selfdial"
 )
 
 const (
@@ -94,6 +95,12 @@ type Config struct {
 	// relay's least recently active flow makes room. Nil bounds nothing
 	// but MaxFlows.
 	Descriptors *fdbudget.Budget
+	// Dials are the outgoing sockets of every relay of the process: the
+	// relay adds its flows' sockets, and drops a datagram that one of them
+	// sent (reason loop), since an endpoint that leads back into kproxy
+	// would otherwise make the relays open flows to themselves until the
+	// budget is spent. Nil checks nothing.
+	Dials *selfdial.Dials
 }
 
 // Relay is a running UDP relay for one proxy socket. Its methods are safe to
@@ -112,6 +119,7 @@ type Relay struct {
 	picker   atomic.Pointer[pickerBox]
 	admit    func(netip.Addr) bool
 	budget   *fdbudget.Budget
+	dials    *selfdial.Dials
 
 	metrics   *lbmetrics.Protocol
 	flowGauge prometheus.Gauge
@@ -216,6 +224,7 @@ func New(cfg Config) (*Relay, error) {
 		epoch:     time.Now(),
 		admit:     cfg.Admit,
 		budget:    cfg.Descriptors,
+		dials:     cfg.Dials,
 		metrics:   m.For(lbmetrics.ProtocolUDP),
 		flowGauge: m.UDPFlowsActive,
 		flowCount: m.UDPFlowsTotal,
@@ -491,6 +500,15 @@ func (r *Relay) endpointRefused(f *flow) {
 // returns nil, counted, when there is no endpoint or none can be connected.
 func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int64) *flow {
 	clientIP := client.Addr().Unmap()
+	if dial, ok := r.dials.ReturningFlow(client); ok {
+		r.metrics.RejectedLoop.Inc()
+		if r.dials.FirstLoop(dial.From, time.Now()) {
+			r.log.Info("Dropping datagrams from kproxy itself: an endpoint of a service port leads back into kproxy, "+
+				"so its datagrams go nowhere (logged once per service port)",
+				"servicePort", dial.From, "endpoint", dial.Endpoint, "from", client)
+		}
+		return nil
+	}
 	if r.admit != nil && !r.admit(clientIP) {
 		r.metrics.RejectedSourceRange.Inc()
 		return nil
@@ -521,6 +539,12 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int
 			continue
 		}
 		f := &flow{client: client, clientName: *name, endpoint: ep, picker: picker, fd: fd, lastActive: now}
+		if r.dials != nil {
+			if local, err := localAddr(fd); err == nil {
+				f.local = local
+				r.dials.AddFlow(local, selfdial.Dial{From: r.name, Endpoint: ep})
+			}
+		}
 		r.flows.add(f)
 		r.flowsNow.Add(1)
 		r.flowGauge.Inc()
@@ -644,6 +668,7 @@ func (r *Relay) expire(now int64) {
 
 func (r *Relay) closeFlow(f *flow) {
 	r.flows.remove(f)
+	r.dials.RemoveFlow(f.local) // before the port can be reused
 	_ = r.poll.Del(f.fd)
 	eventloop.Close(f.fd)
 	r.budget.Release(f.client.Addr().Unmap())

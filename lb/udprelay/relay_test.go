@@ -17,6 +17,7 @@ import (
 
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/selfdial"
 )
 
 // fakePicker round-robins over its endpoints and records what the relay
@@ -729,4 +730,37 @@ func TestIdleRelaysCostLittleMemory(t *testing.T) {
 	if perRelay > 64<<10 {
 		t.Errorf("an idle relay costs %d bytes of heap, want under 64 KiB", perRelay)
 	}
+}
+
+// TestLoopsAreDropped: a relay whose endpoint is its own socket gets its
+// flow's datagram back; it is dropped and counted as a loop instead of
+// starting another flow, and so on until the descriptor budget is spent.
+// The client's own flow is the only one, and it is forgotten with its
+// socket.
+func TestLoopsAreDropped(t *testing.T) {
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	dials := selfdial.New()
+	r := startRelay(t, Config{Conn: conn, Picker: &fakePicker{endpoints: []netip.AddrPort{self}}, IdleTimeout: time.Hour, Dials: dials})
+	c := dialClient(t, self)
+	for range 3 {
+		if _, err := c.Write([]byte("round and round")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loops := r.metrics.For(lbmetrics.ProtocolUDP).RejectedLoop
+	eventually(t, "3 loop drops", func() bool { return testutil.ToFloat64(loops) == 3 })
+	if got := r.FlowCount(); got != 1 {
+		t.Errorf("FlowCount = %d, want 1 (the client's)", got)
+	}
+	if got := dials.Len(); got != 1 {
+		t.Errorf("%d flows in the relays' dials, want 1", got)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the flow forgotten with its socket", func() bool { return dials.Len() == 0 })
 }

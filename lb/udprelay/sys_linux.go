@@ -26,3 +26,12 @@ func dialUDP(ep netip.AddrPort) (int, error) {
 	}
 	return fd, nil
 }
+
+// localAddr is the socket's own address (getsockname).
+func localAddr(fd int) (netip.AddrPort, error) {
+	var sa eventloop.Sockaddr
+	if err := eventloop.Getsockname(fd, &sa); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("getsockname: %w", err)
+	}
+	return sa.AddrPort()
+}

@@ -109,6 +109,9 @@ type Engine struct {
 
 	// Owned by the sync function, which the runner never runs concurrently.
 	failed   *servicemap.ChangeSet // changes of a failed sync, to merge into the next
+	// backlogged merges the changes of the syncs that left a backlog, for
+	// the observers to see again once it is written.
+	backlogged *servicemap.ChangeSet
 	sawNode  bool                  // a Node object was seen in some snapshot
 	modeSeen bool                  // the mode has had one successful sync
 	lastFull time.Time             // end of the last successful full sync
@@ -245,7 +248,11 @@ func (e *Engine) sync(ctx context.Context, reason runner.Reason) error {
 	if !e.modeSeen || (periodic && e.clock.Now().Sub(e.lastFull) >= e.fullSyncPeriod) {
 		changes.Full = true
 	}
-	if changes.Empty() && !periodic {
+	backlogged := false
+	if b, ok := e.mode.(mode.Backlogger); ok {
+		backlogged = b.Backlog() > 0
+	}
+	if changes.Empty() && !periodic && !backlogged {
 		// Nothing the mode must act on (events that changed nothing): the
 		// mode's state already matches this snapshot.
 		e.metrics.ServiceChangesTotal.Add(float64(changes.ServiceChanges))
@@ -282,9 +289,29 @@ func (e *Engine) sync(ctx context.Context, reason runner.Reason) error {
 	}
 	e.health.Updated()
 	e.recordSuccess(snap, changes, end)
-	e.advance(snap)
+	backlog := 0
+	if b, ok := e.mode.(mode.Backlogger); ok {
+		backlog = b.Backlog()
+	}
+	if backlog > 0 {
+		// The rest of a large change: the next sync writes more of it,
+		// after whatever changed meanwhile.
+		e.keepBacklogged(changes)
+		e.runner.Run()
+	} else {
+		if e.backlogged != nil {
+			// The observers saw these changes when only part of them was
+			// written (conntrack cleanup for a new UDP service would have
+			// come before its rules); now all of it is in.
+			for _, o := range e.observers {
+				o.AfterSync(ctx, snap, e.backlogged)
+			}
+			e.backlogged = nil
+		}
+		e.advance(snap)
+	}
 	logger.V(2).Info("Synced proxy rules", "generation", snap.Generation, "reason", reason, "full", changes.Full,
-		"changedPorts", len(changes.Changed), "servicePorts", snap.Len(), "duration", end.Sub(start))
+		"changedPorts", len(changes.Changed), "servicePorts", snap.Len(), "backlog", backlog, "duration", end.Sub(start))
 	return nil
 }
 
@@ -330,6 +357,15 @@ func (e *Engine) recordSuccess(snap *servicemap.Snapshot, changes *servicemap.Ch
 }
 
 // advance records snap as the state the mode is in and wakes waiters.
+// keepBacklogged merges changes into those the observers see again once
+// the mode's backlog is written.
+func (e *Engine) keepBacklogged(changes *servicemap.ChangeSet) {
+	if e.backlogged == nil {
+		e.backlogged = &servicemap.ChangeSet{}
+	}
+	e.backlogged.Merge(changes)
+}
+
 func (e *Engine) advance(snap *servicemap.Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -44,11 +44,12 @@ func listen(name, addr string, handler http.Handler, boundedWrites bool) (*Serve
 	if err != nil {
 		return nil, fmt.Errorf("%s server: listening on %s: %w", name, addr, err)
 	}
+	limited := httplimit.Limit(ln, 0, 0)
 	srv := &http.Server{Handler: handler}
-	httplimit.Harden(srv, boundedWrites)
+	limited.Harden(srv, boundedWrites)
 	return &Server{
 		name:     name,
-		listener: httplimit.Limit(ln, 0, 0),
+		listener: limited,
 		srv:      srv,
 	}, nil
 }

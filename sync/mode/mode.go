@@ -42,3 +42,13 @@ type Mode interface {
 type Initializer interface {
 	Init(ctx context.Context) error
 }
+
+// Backlogger is a mode that may write a large change over several syncs, a
+// bounded part at a time, so that a small change queued behind it (an
+// endpoint removal) is not held up until all of it is written. Backlog
+// counts the service ports a successful Sync left to write; while it is
+// not zero the caller syncs again as soon as its rate limit allows, and
+// the snapshot is not yet fully in force.
+type Backlogger interface {
+	Backlog() int
+}

@@ -173,12 +173,12 @@ func (s *Server) open(name types.NamespacedName, port uint16) (*service, error) 
 			svc.close()
 			return nil, fmt.Errorf("health-check node port %d of service %s on %s: %w", port, name, addr, err)
 		}
-		// Load balancers probe from outside: no one host may hold the
-		// port's connections (httplimit).
-		srv := &http.Server{Handler: s.handler(svc)}
-		httplimit.Harden(srv, true)
-		svc.servers = append(svc.servers, srv)
+		// Load balancers probe from outside: no host may hold the port's
+		// connections or keep a probe out (httplimit).
 		limited := httplimit.Limit(ln, 0, 0)
+		srv := &http.Server{Handler: s.handler(svc)}
+		limited.Harden(srv, true)
+		svc.servers = append(svc.servers, srv)
 		go func() {
 			if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.cfg.Logger.Error(err, "Health-check node port stopped serving", "service", name, "address", addr)

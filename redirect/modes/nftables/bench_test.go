@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -20,12 +21,27 @@ import (
 type planOnly struct {
 	*knftables.Fake
 	bytes int
+	// gen stands for nf_tables' generation: one more per transaction, as
+	// the kernel counts them, so that the mode sees only its own writes.
+	gen uint32
 }
 
 func (p *planOnly) Run(_ context.Context, tx *knftables.Transaction) error {
 	p.bytes = len(tx.String())
+	p.gen++
 	return nil
 }
+
+// planOnly is its own Lister: the table holds what the mode wrote.
+func (p *planOnly) Names(context.Context) ([]string, []string, error) { return nil, nil, nil }
+
+func (p *planOnly) RuleCount(context.Context, string) (int, error) { return 1, nil }
+
+func (p *planOnly) ElementCount(context.Context, string, bool) (int, error) {
+	return 0, errors.New("planOnly holds no elements: the generation must make the check unnecessary")
+}
+
+func (p *planOnly) Generation(context.Context) (uint32, error) { return p.gen, nil }
 
 func (p *planOnly) ListAll(context.Context) (map[string][]string, error) { return nil, nil }
 

@@ -56,6 +56,17 @@ type family struct {
 	// recreated: base chains were deleted and re-added once, as kube-proxy
 	// does at start.
 	recreated bool
+	// backlog are service ports a large partial sync left for the next
+	// syncs (see portsPerChunk).
+	backlog map[servicemap.ServicePortName]bool
+	// syncBudget bounds the time one sync spends on a large change before
+	// it leaves the rest to the next; 0 means defaultSyncBudget.
+	syncBudget time.Duration
+	// commits counts the transactions the kernel took from this family
+	// (each moves nf_tables' generation by one); checks the syncs that
+	// compared the table with what was written, repairs the full syncs
+	// that found it damaged.
+	commits, checks, repairs int
 }
 
 type elemState struct {
@@ -97,19 +108,34 @@ func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 
 // sync brings this family's table in line with snap, in one transaction
 // (plus, when chains wait for deletion, kube-proxy's separate cleanup one).
-func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
+// check says whether the table may have been changed by someone else since
+// the last sync (the mode reads nf_tables' generation to know).
+func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet, check bool) error {
 	cfg, err := f.configFor(snap)
 	if err != nil {
 		return f.failed(err)
 	}
 	full := changes.Full || f.needFull || f.builder == nil
-	if !full {
-		intact, err := f.canaryIntact(ctx)
+	if !full && check {
+		f.checks++
+		damage, chainsIntact, err := f.damaged(ctx)
 		if err != nil {
-			return f.failed(fmt.Errorf("checking the %s chain: %w", rules.CanaryChain, err))
+			return f.failed(err)
 		}
-		if !intact {
-			f.logger.Info("The kube-proxy table was flushed or deleted by someone else; rewriting it", "table", TableName)
+		switch {
+		case damage == "":
+		case chainsIntact:
+			// Only the sets' and maps' elements: writing them again
+			// costs seconds at 30,000 services, a full sync minutes.
+			f.logger.Info("Sets or maps of the kube-proxy table were changed by someone else; writing their elements again",
+				"table", TableName, "damage", damage)
+			f.repairs++
+			if err := f.rewriteElements(ctx); err != nil {
+				return f.failed(fmt.Errorf("writing the elements again: %w", err))
+			}
+		default:
+			f.logger.Info("The kube-proxy table was changed by someone else; rewriting it", "table", TableName, "damage", damage)
+			f.repairs++
 			f.needFull, full = true, true
 		}
 	}
@@ -124,13 +150,17 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		if err != nil {
 			return f.failed(err)
 		}
-		f.builder, f.needFull = b, false
+		f.builder, f.needFull, f.backlog = b, false, nil
 		return nil
 	}
 	names := slices.Clone(changes.Changed)
 	for _, sp := range changes.Removed {
 		names = append(names, sp.Name)
 	}
+	for name := range f.backlog {
+		names = append(names, name)
+	}
+	f.backlog = nil
 	b, shared := f.builder, false
 	if old := f.builder.Config(); !cfg.Equal(old) {
 		// The node or the configuration changed: the shared objects are
@@ -150,7 +180,11 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 			}
 		}
 	}
-	err = f.partialSync(ctx, snap, names, b, shared)
+	if shared || len(names) <= portsPerChunk {
+		err = f.partialSync(ctx, snap, names, b, shared)
+	} else {
+		err = f.chunkedSync(ctx, snap, names, b, start)
+	}
 	f.metrics.partialDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return f.failed(err)
@@ -159,22 +193,119 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	return nil
 }
 
+// portsPerChunk bounds the service ports of one partial sync's write; a
+// larger change is written in chunks of this many.
+const portsPerChunk = 1000
+
+// defaultSyncBudget is how long one sync writes chunks of a large change
+// before it returns and leaves the rest (the backlog) to the next syncs,
+// which first write whatever changed meanwhile.
+const defaultSyncBudget = time.Second
+
+// chunkedSync writes a large partial sync in chunks of portsPerChunk ports,
+// the ports kproxy already programs (endpoint changes, removals) first and
+// new ones after, until the sync's time budget is spent; the ports left go
+// to the backlog. A change queued behind a large one (20,000 new services)
+// thus waits for one chunk, not for all of it.
+func (f *family) chunkedSync(ctx context.Context, snap *servicemap.Snapshot, names []servicemap.ServicePortName, b *rules.Builder, start time.Time) error {
+	slices.SortFunc(names, servicemap.ServicePortName.Compare)
+	names = slices.Compact(names)
+	slices.SortStableFunc(names, func(x, y servicemap.ServicePortName) int {
+		return boolRank(f.applied[x] == nil) - boolRank(f.applied[y] == nil)
+	})
+	budget := f.syncBudget
+	if budget == 0 {
+		budget = defaultSyncBudget
+	}
+	for len(names) > 0 {
+		n := min(portsPerChunk, len(names))
+		if err := f.partialSync(ctx, snap, names[:n], b, false); err != nil {
+			return err
+		}
+		names = names[n:]
+		if time.Since(start) >= budget {
+			break
+		}
+	}
+	if len(names) > 0 {
+		f.backlog = make(map[servicemap.ServicePortName]bool, len(names))
+		for _, name := range names {
+			f.backlog[name] = true
+		}
+		f.logger.V(2).Info("Large change: writing the rest at the next syncs", "left", len(names))
+	}
+	return nil
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // failed marks the state unknown: the next sync is a full one.
 func (f *family) failed(err error) error {
 	f.needFull = true
+	f.backlog = nil // the full sync writes everything
 	return fmt.Errorf("%s: %w", f.fam, err)
 }
 
-// canaryIntact counts the rules of one small chain whose content is
-// known: a deleted table, or a flushed one (chains left, rules gone), shows
-// there. Over netlink this costs well under a millisecond at any size, so
-// every sync checks it.
-func (f *family) canaryIntact(ctx context.Context) (bool, error) {
+// damaged compares the table with what the mode last wrote, over netlink,
+// and describes the first difference found ("" when none). The canary
+// chain's rule count shows a deleted table, or a flushed one (chains left,
+// rules gone); the element counts of the sets and maps shared by the
+// service ports show a flushed map or deleted elements, which leave the
+// canary alone. The counts cost a dump of each container (O(elements)),
+// which is why the mode runs this only when the generation moved.
+func (f *family) damaged(ctx context.Context) (damage string, chainsIntact bool, err error) {
 	n, err := f.lister.RuleCount(ctx, rules.CanaryChain)
 	if err != nil {
-		return false, err
+		return "", false, fmt.Errorf("checking the %s chain: %w", rules.CanaryChain, err)
 	}
-	return n == 1, nil
+	if n != 1 {
+		return fmt.Sprintf("chain %s holds %d rules, not 1", rules.CanaryChain, n), false, nil
+	}
+	want := map[string]int{}
+	for _, st := range f.elems {
+		if st.refs > 0 {
+			want[st.elem.Container]++
+		}
+	}
+	for _, c := range rules.Containers {
+		got, err := f.lister.ElementCount(ctx, c.Name, c.Map)
+		if err != nil {
+			return "", false, fmt.Errorf("counting the elements of %s: %w", c.Name, err)
+		}
+		if got != want[c.Name] {
+			return fmt.Sprintf("%s holds %d elements, not %d", c.Name, got, want[c.Name]), got >= 0, nil
+		}
+	}
+	if want := f.builder.NodePortIPsCount(); want >= 0 {
+		got, err := f.lister.ElementCount(ctx, rules.NodePortIPsSet, false)
+		if err != nil {
+			return "", false, fmt.Errorf("counting the elements of %s: %w", rules.NodePortIPsSet, err)
+		}
+		if got != want {
+			return fmt.Sprintf("%s holds %d elements, not %d", rules.NodePortIPsSet, got, want), got >= 0, nil
+		}
+	}
+	return "", true, nil
+}
+
+// rewriteElements empties the shared sets and maps and writes every element
+// the mode last wrote again, with the shared chains and nodeport-ips, in
+// one transaction; a chain an element points to that is gone fails it, and
+// the next sync is a full one.
+func (f *family) rewriteElements(ctx context.Context) error {
+	tx := f.nft.NewTransaction()
+	f.builder.WriteShared(tx, false, true)
+	for _, id := range slices.Sorted(maps.Keys(f.elems)) {
+		if st := f.elems[id]; st.refs > 0 {
+			tx.Add(st.elem.Object())
+		}
+	}
+	return f.runTx(ctx, tx)
 }
 
 // dueStale returns the stale chains flushed at least staleChainDelay ago:
@@ -199,6 +330,7 @@ func (f *family) dueStale() map[string]bool {
 func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
 	err := f.nft.Run(ctx, tx)
 	if err == nil {
+		f.commits++
 		return nil
 	}
 	line, wrapped := txError(err, tx)
@@ -426,6 +558,7 @@ func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) erro
 		if ok {
 			line, err := f.fast.run(batch)
 			if err == nil {
+				f.commits++
 				continue
 			}
 			if line != "" {
@@ -476,6 +609,10 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 	// flushes before the sets they referred to go, sets before the rules
 	// using them, chains before the elements pointing to them.
 	var flushes, setDeletes, setAdds, chainOps []op
+	// The same chain writes, one group per chain (its flush with its new
+	// rules), for a sync split into several netlink batches: a chain
+	// never shows empty between two of them.
+	var chainGroups [][]op
 	prev := map[string]*rules.Element{} // element IDs touched, as applied before
 	touch := func(id string) {
 		if _, ok := prev[id]; ok {
@@ -520,13 +657,17 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 				continue
 			}
 			_, wasStale := f.stale[c.Name]
+			var group []op
 			if existed || wasStale {
 				flushes = append(flushes, op{kind: opFlushChain, chain: c.Name})
+				group = append(group, op{kind: opFlushChain, chain: c.Name})
 			}
+			start := len(chainOps)
 			chainOps = append(chainOps, op{kind: opAddChain, chain: c.Name})
 			for _, r := range c.Rules {
 				chainOps = append(chainOps, op{kind: opAddRule, chain: c.Name, rule: r})
 			}
+			chainGroups = append(chainGroups, append(group, chainOps[start:]...))
 			delete(newStale, c.Name)
 			wanted[c.Name] = true
 		}
@@ -565,6 +706,9 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 
 	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps)
 	var adds []op
+	// Element changes, one group per element (a changed value's delete
+	// with its add), after the chains they point to.
+	var elemGroups [][]op
 	for _, id := range slices.Sorted(maps.Keys(prev)) {
 		before := prev[id]
 		st := f.elems[id]
@@ -572,19 +716,31 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		switch {
 		case before != nil && !live:
 			ops = append(ops, op{kind: opDeleteElem, elem: *before})
+			elemGroups = append(elemGroups, []op{{kind: opDeleteElem, elem: *before}})
 			delete(f.elems, id)
 		case before == nil && live:
 			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+			elemGroups = append(elemGroups, []op{{kind: opAddElem, elem: st.elem}})
 		case before != nil && live && !elementEqual(*before, st.elem):
 			ops = append(ops, op{kind: opDeleteElem, elem: *before})
 			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+			elemGroups = append(elemGroups, []op{{kind: opDeleteElem, elem: *before}, {kind: opAddElem, elem: st.elem}})
 		case !live:
 			delete(f.elems, id)
 		}
 	}
 	ops = append(ops, adds...)
 	if len(ops) > 0 || shared {
-		if err := f.runOps(ctx, b, ops, shared); err != nil {
+		var groups [][]op
+		if len(setDeletes)+len(setAdds) == 0 {
+			// Flushes of chains gone stale go last: nothing points to
+			// them once the element groups ran.
+			groups = slices.Concat(chainGroups, elemGroups)
+			for _, c := range slices.Sorted(maps.Keys(newStale)) {
+				groups = append(groups, []op{{kind: opFlushChain, chain: c}})
+			}
+		}
+		if err := f.runOps(ctx, b, ops, groups, shared); err != nil {
 			return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
 		}
 	}
@@ -609,21 +765,30 @@ func (f *family) deleteStale(ctx context.Context, b *rules.Builder, newStale, wa
 	if len(ops) == 0 {
 		return nil
 	}
-	if err := f.runOps(ctx, b, ops, false); err != nil {
+	if err := f.runOps(ctx, b, ops, nil, false); err != nil {
 		f.logger.Error(err, "Failed to delete stale chains; retrying at the next sync", "family", f.fam, "chains", len(deletes))
 		return nil
 	}
 	return deletes
 }
 
-// runOps runs a partial sync's operations in one transaction: over
-// netlink when possible, else through nft.
-func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared bool) error {
+// runOps runs a partial sync's operations: over netlink when possible,
+// else through nft in one transaction. groups, when given, are the same
+// operations in groups that may go in separate transactions; a sync too
+// big for one netlink batch goes in several (splitBatches), each atomic.
+func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, groups [][]op, shared bool) error {
+	if f.fast != nil && !shared && groups != nil && len(ops) > splitAbove {
+		done, err := f.runSplit(groups)
+		if done || err != nil {
+			return err
+		}
+	}
 	if f.fast != nil && !shared {
 		if batch, ok := f.fast.encode(ops); ok {
 			line, err := f.fast.run(batch)
 			switch {
 			case err == nil:
+				f.commits++
 				return nil
 			case line == "":
 				// Not the kernel's refusal: the socket failed, and
@@ -649,6 +814,74 @@ func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, shared 
 	}
 	return f.runTx(ctx, tx)
 }
+
+// runSplit writes a partial sync too big for one netlink batch as several,
+// each holding whole groups and at most deferredPerBatch DNAT rules: nft
+// would write it as one transaction whose cost grows with the square of
+// its anonymous maps (for each, the kernel walks the table's sets and the
+// transaction's list). Batches commit one after the other; a refused one
+// leaves the earlier ones applied, and the next sync is a full one. done
+// is false, with nothing written, when some operation has no netlink form.
+func (f *family) runSplit(groups [][]op) (done bool, err error) {
+	var batches []*batch
+	var cur []op
+	rules, size := 0, 0
+	flush := func() bool {
+		if len(cur) == 0 {
+			return true
+		}
+		b, ok := f.fast.encode(cur)
+		if !ok {
+			return false
+		}
+		batches = append(batches, b)
+		cur, rules, size = nil, 0, 0
+		return true
+	}
+	for _, g := range groups {
+		for _, o := range g {
+			if o.kind == opAddRule {
+				rules++
+			}
+			size += opSizeEstimate
+		}
+		cur = append(cur, g...)
+		if (rules >= deferredPerBatch || size >= maxBatch/4) && !flush() {
+			return false, nil
+		}
+	}
+	if !flush() {
+		return false, nil
+	}
+	for _, b := range batches {
+		line, err := f.fast.run(b)
+		if err == nil {
+			f.commits++
+			continue
+		}
+		if line == "" && len(batches) > 0 && b == batches[0] {
+			// The socket failed before anything was applied: nft may
+			// still get through.
+			f.logger.Error(err, "Writing over netlink failed; using nft")
+			return false, nil
+		}
+		if strings.HasPrefix(line, "delete chain ") {
+			f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+		} else {
+			f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+		}
+		return true, err
+	}
+	return true, nil
+}
+
+// splitAbove is the size (in operations) past which a partial sync goes
+// over netlink in several batches rather than one.
+const splitAbove = 2 * deferredPerBatch
+
+// opSizeEstimate is a generous size of one encoded operation, to keep a
+// split batch well under maxBatch before encoding it.
+const opSizeEstimate = 512
 
 // commit records a successful partial sync.
 func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStale map[string]bool, now time.Time, deleted []string) {

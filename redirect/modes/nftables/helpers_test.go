@@ -55,6 +55,9 @@ func newTestMode(t testing.TB, clock *testClock, nfts map[ipfamily.Family]knftab
 			if _, ok := nft.(realIface); ok {
 				fc.Lister, fc.Netlink = NewNetlinkLister(fam, TableName), nft.(realIface).netlink
 			}
+			if l, ok := nft.(Lister); ok {
+				fc.Lister = l
+			}
 			fams = append(fams, fc)
 		}
 	}

@@ -166,11 +166,13 @@ func compareKeeping(t testing.TB, fam ipfamily.Family, fake *knftables.Fake, wha
 	}
 }
 
-// TestKernelFailedTransaction makes the kernel refuse a partial sync (the
-// service-ips map deleted behind the mode's back), over netlink and through
-// nft: the error names the refused operation, the table keeps its previous
-// rules (the kernel's batches are atomic), and the next sync is a full one
-// that repairs everything.
+// TestKernelFailedTransaction makes the kernel refuse a partial sync (an
+// element of service-ips replaced behind the mode's back by one the sync
+// adds with another verdict; the counts stay, so the check before the sync
+// does not see it), over netlink and through nft: the error names the
+// refused operation, the table keeps its previous rules (the kernel's
+// batches are atomic), and the next sync is a full one that repairs
+// everything.
 func TestKernelFailedTransaction(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
@@ -187,9 +189,8 @@ func TestKernelFailedTransaction(t *testing.T) {
 			first := snapshotOf(1, a)
 			mustSync(t, m, first, full())
 			mustSync(t, mf, first, full())
-			// A map nothing refers to any more, so that it can go.
-			lab.Run(t, "nft", "flush", "chain", "ip", TableName, "services")
-			lab.Run(t, "nft", "delete", "map", "ip", TableName, "service-ips")
+			lab.Run(t, "nft", "delete", "element", "ip", TableName, "service-ips", "{ 198.18.0.10 . tcp . 80 }")
+			lab.Run(t, "nft", "add", "element", "ip", TableName, "service-ips", "{ 198.18.0.11 . tcp . 80 : drop }")
 			before := listTable(t, fam)
 
 			b := testkit.Port("ns", "b", 80, "198.18.0.11", testkit.ThreeEndpoints())

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -22,6 +23,17 @@ type Lister interface {
 	// RuleCount counts one chain's rules; -1 when the chain (or the table)
 	// is missing.
 	RuleCount(ctx context.Context, chain string) (int, error)
+	// ElementCount counts the elements of one set or map; -1 when it (or
+	// the table) is missing.
+	ElementCount(ctx context.Context, name string, isMap bool) (int, error)
+}
+
+// GenerationReader reads nf_tables' ruleset generation: a number the
+// kernel changes at every committed transaction in the network namespace,
+// whoever makes it and whatever table it touches. A Lister that is one
+// lets the mode skip its checks while nobody but itself wrote.
+type GenerationReader interface {
+	Generation(ctx context.Context) (uint32, error)
 }
 
 // knftLister is the Lister over a knftables.Interface (the fake in tests).
@@ -47,6 +59,21 @@ func (l knftLister) RuleCount(ctx context.Context, chain string) (int, error) {
 		return 0, err
 	}
 	return len(rs), nil
+}
+
+func (l knftLister) ElementCount(ctx context.Context, name string, isMap bool) (int, error) {
+	typ := "set"
+	if isMap {
+		typ = "map"
+	}
+	es, err := l.nft.ListElements(ctx, typ, name)
+	if err != nil {
+		if knftables.IsNotFound(err) {
+			return -1, nil
+		}
+		return 0, err
+	}
+	return len(es), nil
 }
 
 // NetlinkLister is the Lister over nf_tables netlink dumps, filtered in the
@@ -187,4 +214,99 @@ func (l *NetlinkLister) RuleCount(_ context.Context, chain string) (int, error) 
 		}
 	}
 	return n, nil
+}
+
+// Generation implements GenerationReader: one NFT_MSG_GETGEN request.
+func (l *NetlinkLister) Generation(context.Context) (uint32, error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN, unix.NLM_F_ACK)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.NFPROTO_UNSPEC, Version: nl.NFNETLINK_V0})
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if err != nil {
+		return 0, fmt.Errorf("reading the nf_tables generation over netlink: %w", err)
+	}
+	for _, msg := range msgs {
+		if len(msg) < nl.SizeofNfgenmsg {
+			continue
+		}
+		attrs, err := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
+		if err != nil {
+			return 0, fmt.Errorf("reading the nf_tables generation: %w", err)
+		}
+		for _, a := range attrs {
+			if a.Attr.Type&nl.NLA_TYPE_MASK == unix.NFTA_GEN_ID && len(a.Value) == 4 {
+				return binary.BigEndian.Uint32(a.Value), nil
+			}
+		}
+	}
+	return 0, errors.New("the kernel's answer to NFT_MSG_GETGEN holds no generation")
+}
+
+// ElementCount implements Lister: a dump of the set's elements, counted
+// as they arrive; its cost grows with the elements (the mode runs it only
+// when the generation says someone else wrote).
+func (l *NetlinkLister) ElementCount(_ context.Context, name string, _ bool) (int, error) {
+	// A dump of a missing set fails with ENOENT, which dump turns into no
+	// messages; a set that exists answers at least its header.
+	exists, err := l.setExists(name)
+	if err != nil || !exists {
+		return -1, err
+	}
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSETELEM, unix.NLM_F_DUMP)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: l.family, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(l.table)))
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_SET, nl.ZeroTerminated(name)))
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return -1, nil
+		}
+		return 0, fmt.Errorf("listing the elements of nftables set %s over netlink: %w", name, err)
+	}
+	n := 0
+	for _, msg := range msgs {
+		if len(msg) < nl.SizeofNfgenmsg {
+			continue
+		}
+		attrs, err := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
+		if err != nil {
+			return 0, fmt.Errorf("reading the elements of nftables set %s: %w", name, err)
+		}
+		for _, a := range attrs {
+			if a.Attr.Type&nl.NLA_TYPE_MASK != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+				continue
+			}
+			n += countAttrs(a.Value)
+		}
+	}
+	return n, nil
+}
+
+// countAttrs counts the attributes packed in b without copying them.
+func countAttrs(b []byte) int {
+	n := 0
+	for len(b) >= unix.SizeofRtAttr {
+		l := int(binary.NativeEndian.Uint16(b))
+		if l < unix.SizeofRtAttr || l > len(b) {
+			break
+		}
+		n++
+		b = b[min(len(b), (l+unix.NLA_ALIGNTO-1)&^(unix.NLA_ALIGNTO-1)):]
+	}
+	return n
+}
+
+// setExists asks the kernel for one set (or map) by name.
+func (l *NetlinkLister) setExists(name string) (bool, error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSET, unix.NLM_F_ACK)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: l.family, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_TABLE, nl.ZeroTerminated(l.table)))
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_NAME, nl.ZeroTerminated(name)))
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading nftables set %s over netlink: %w", name, err)
+	}
+	return len(msgs) > 0, nil
 }

@@ -59,9 +59,18 @@ type Config struct {
 type Mode struct {
 	mu       sync.Mutex
 	families []*family
+	// gen reads nf_tables' generation (nil: unknown, every sync checks the
+	// table). lastGen is the generation after the last sync, when every
+	// step of it between the two reads was the mode's own (genKnown).
+	gen      GenerationReader
+	lastGen  uint32
+	genKnown bool
 }
 
-var _ mode.Mode = (*Mode)(nil)
+var (
+	_ mode.Mode       = (*Mode)(nil)
+	_ mode.Backlogger = (*Mode)(nil)
+)
 
 // New checks cfg. Nothing is written until the first Sync.
 func New(cfg Config) (*Mode, error) {
@@ -77,6 +86,9 @@ func New(cfg Config) (*Mode, error) {
 		now = time.Now
 	}
 	m := &Mode{}
+	if g, ok := cfg.Families[0].Lister.(GenerationReader); ok {
+		m.gen = g
+	}
 	for _, fc := range cfg.Families {
 		if fc.NFT == nil {
 			return nil, fmt.Errorf("nftables mode: no nftables interface for %s", fc.Rules.Family)
@@ -118,19 +130,64 @@ func (m *Mode) Name() mode.Name { return mode.NFTables }
 
 // Sync implements mode.Mode: each family is synced in one transaction; a
 // failing family does not stop the other, and its next sync is a full one.
+//
+// Someone else's change to the table (a flushed map, deleted elements, a
+// flushed or deleted table) is repaired by a full sync. To notice it at no
+// cost while nobody else writes, the mode reads nf_tables' generation, which
+// the kernel moves by one at every transaction it commits in the network
+// namespace: when it is where the mode's last sync left it, nothing changed
+// and nothing is checked; otherwise the families compare the table with
+// what they wrote.
 func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if changes == nil {
 		changes = &servicemap.ChangeSet{Full: true}
 	}
+	before, known := m.generation(ctx)
+	check := !(known && m.genKnown && before == m.lastGen)
 	var errs []error
+	commits := 0
 	for _, f := range m.families {
-		if err := f.sync(ctx, snap, changes); err != nil {
+		f.commits = 0
+		if err := f.sync(ctx, snap, changes, check); err != nil {
 			errs = append(errs, err)
 		}
+		commits += f.commits
 	}
+	after, knownAfter := m.generation(ctx)
+	// Only the mode's own transactions came between the two reads: the
+	// table is as it wrote it. Anything else (a foreign write in between,
+	// an empty transaction the kernel did not count, a failure) leaves the
+	// next sync to check.
+	m.lastGen = after
+	m.genKnown = known && knownAfter && len(errs) == 0 && after-before == uint32(commits)
 	return errors.Join(errs...)
+}
+
+// generation reads nf_tables' generation; false when it is unknown.
+func (m *Mode) generation(ctx context.Context) (uint32, bool) {
+	if m.gen == nil {
+		return 0, false
+	}
+	g, err := m.gen.Generation(ctx)
+	if err != nil {
+		m.families[0].logger.Error(err, "Failed to read the nf_tables generation; checking the table")
+		return 0, false
+	}
+	return g, true
+}
+
+// Backlog implements mode.Backlogger: the service ports of a large partial
+// sync not written yet.
+func (m *Mode) Backlog() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, f := range m.families {
+		n += len(f.backlog)
+	}
+	return n
 }
 
 // Close implements mode.Mode. The table stays: a restarting kproxy must

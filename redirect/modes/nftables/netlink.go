@@ -57,22 +57,24 @@ func newNetlinkWriter(fam ipfamily.Family, table string) *netlinkWriter {
 const maxBatch = 1 << 20
 
 // batch is an encoded transaction: the datagram, and each message's
-// sequence number with the nft line it stands for.
+// sequence number with the operation it stands for (rendered as an nft
+// line only for an error: rendering every one costs more than encoding).
 type batch struct {
-	data  []byte
-	lines map[uint32]string
-	last  uint32
+	data     []byte
+	lines    map[uint32]op
+	last     uint32
+	addrType string
+	nftFam   knftables.Family
 }
 
 // encode encodes ops, or says it cannot.
 func (w *netlinkWriter) encode(ops []op) (*batch, bool) {
-	b := &batch{lines: map[uint32]string{}}
+	b := &batch{lines: map[uint32]op{}, addrType: w.addrType, nftFam: w.nftFam}
 	b.data = append(b.data, w.batchMsg(unix.NFNL_MSG_BATCH_BEGIN)...)
 	setID := uint32(0)
 	add := func(o op, msgs ...*nl.NetlinkRequest) {
-		line := o.text(w.addrType, w.nftFam)
 		for _, m := range msgs {
-			b.lines[m.Seq] = line
+			b.lines[m.Seq] = o
 			b.last = m.Seq
 			b.data = append(b.data, m.Serialize()...)
 		}
@@ -374,13 +376,14 @@ func (w *netlinkWriter) run(b *batch) (string, error) {
 				continue
 			}
 			seq := binary.NativeEndian.Uint32(m.Data[4+8 : 4+12]) // the refused message's header
-			line, ours := b.lines[seq]
+			o, ours := b.lines[seq]
 			if !ours {
 				continue
 			}
 			pending--
 			code := int32(binary.NativeEndian.Uint32(m.Data[:4]))
 			if code != 0 && seq < firstSeq {
+				line := o.text(b.addrType, b.nftFam)
 				firstSeq, firstLine = seq, line
 				firstErr = fmt.Errorf("nf_tables refused %q: %w", line, syscall.Errno(-code))
 			}

@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/lb/sctprelay"
+	"kproxy.dev/kproxy/lb/selfdial"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/localroute"
@@ -89,7 +91,13 @@ type Mode struct {
 	unserved *sctprelay.UnservedReporter
 	// descriptors bounds the sockets UDP flows hold, for all relays.
 	descriptors *fdbudget.Budget
-	families    []ipfamily.Family
+	// portLimits bound each service port's TCP connections and SCTP
+	// associations (relay.limit).
+	portLimits fdbudget.PortLimits
+	// dials are every relay's outgoing connections (TCP, SCTP) and flows
+	// (UDP), so one that comes back into kproxy is refused as a loop.
+	dials    *selfdial.Dials
+	families []ipfamily.Family
 	// kinds is the portal kind of each family in families.
 	kinds map[ipfamily.Family]mode.Portals
 	// portalKinds is kproxy_userspace_portals.
@@ -132,6 +140,13 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	}
 	total, perClient := m.descriptors.Limits()
 	logger.V(2).Info("UDP flows' descriptor budget", "total", total, "perClientAddress", perClient)
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+		return nil, fmt.Errorf("userspace mode: reading RLIMIT_NOFILE: %w", err)
+	}
+	m.portLimits = fdbudget.PortLimitsFor(nofile.Cur)
+	logger.V(2).Info("Each service port's TCP connections or SCTP associations", "most", m.portLimits.Connections, "mostDialing", m.portLimits.Dialing)
+	m.dials = selfdial.New()
 	opener := cfg.Opener
 	if opener == nil {
 		opener = portal.SocketOpener{}

@@ -13,6 +13,7 @@ import (
 
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/balancer"
+	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/lb/sctprelay"
 	"kproxy.dev/kproxy/lb/tcprelay"
@@ -132,6 +133,9 @@ type relay struct {
 	// proxy port for REDIRECT portals; for local portals one per listen
 	// address, none while the service port has no endpoints.
 	servers map[netip.AddrPort]*server
+	// limit bounds the service port's TCP connections or SCTP
+	// associations, over all its servers.
+	limit *fdbudget.Port
 	// dropping: the servers drop new clients silently (a Local traffic
 	// policy without local endpoints).
 	dropping bool
@@ -181,6 +185,12 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 		servers: map[netip.AddrPort]*server{}}
 	r.spec.Store(&spec)
 	r.picker = m.balancer.Picker(key)
+	if spec.protocol == v1.ProtocolTCP || spec.protocol == v1.ProtocolSCTP {
+		var err error
+		if r.limit, err = fdbudget.NewPort(m.portLimits); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+	}
 	if r.local {
 		return r, nil
 	}
@@ -254,7 +264,8 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 			return nil, 0, fmt.Errorf("%s: %s: %w", name, where, explainInUse(err, ap))
 		}
 		port = addrPort(ln.Addr())
-		cfg := tcprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger}
+		cfg := tcprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger,
+			Dials: m.dials, Port: r.limit}
 		if r.local {
 			cfg.Direct = true
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
@@ -280,7 +291,7 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		}
 		port = addrPort(conn.LocalAddr())
 		cfg := udprelay.Config{Conn: conn, Picker: r.picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
-			Metrics: m.metrics, Name: name, Descriptors: m.descriptors}
+			Metrics: m.metrics, Name: name, Descriptors: m.descriptors, Dials: m.dials}
 		if r.local {
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
 		}
@@ -311,7 +322,8 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		// No markRelaySocket: the socket match cannot look SCTP sockets
 		// up, so the rules keep checking SCTP by conntrack alone.
 		if s.raw, err = ln.SyscallConn(); err == nil {
-			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger})
+			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger,
+				Dials: m.dials, Port: r.limit})
 		}
 		if err != nil {
 			ln.Close()

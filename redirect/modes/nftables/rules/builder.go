@@ -137,6 +137,21 @@ func New(cfg Config) (*Builder, error) {
 	return b, nil
 }
 
+// NodePortIPsCount is the number of elements WriteShared puts in
+// NodePortIPsSet; -1 when it deletes the set (NodePorts on every address).
+func (b *Builder) NodePortIPsCount() int {
+	if b.matchAll {
+		return -1
+	}
+	seen := map[netip.Addr]bool{}
+	for _, ip := range b.cfg.NodePortIPs {
+		if !ip.IsLoopback() {
+			seen[ip.Unmap()] = true
+		}
+	}
+	return len(seen)
+}
+
 // Config returns the Builder's configuration.
 func (b *Builder) Config() Config { return b.cfg }
 
