@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -68,4 +70,24 @@ func netfilterHandle(t testing.TB) *netlink.Handle {
 	}
 	t.Cleanup(h.Close)
 	return h
+}
+
+// insertZonedFlow creates f in conntrack zone zone with the conntrack tool
+// (netlink.ConntrackCreate sets no zone).
+func insertZonedFlow(t testing.TB, f Flow, zone int) {
+	t.Helper()
+	lab.Run(t, "conntrack", "-I", "-w", strconv.Itoa(zone),
+		"-p", f.Protocol.String(), "-t", "3600",
+		"-s", f.OrigSrc.Addr().String(), "-d", f.OrigDst.Addr().String(),
+		"--sport", strconv.Itoa(int(f.OrigSrc.Port())), "--dport", strconv.Itoa(int(f.OrigDst.Port())),
+		"-r", f.ReplySrc.Addr().String(), "-q", f.OrigSrc.Addr().String(),
+		"--reply-port-src", strconv.Itoa(int(f.ReplySrc.Port())), "--reply-port-dst", strconv.Itoa(int(f.OrigSrc.Port())))
+}
+
+// familyName is the conntrack tool's name of a family.
+func familyName(f ipfamily.Family) string {
+	if f == ipfamily.IPv6 {
+		return "ipv6"
+	}
+	return "ipv4"
 }

@@ -88,6 +88,81 @@ func TestNetlinkTableOnKernel(t *testing.T) {
 	}
 }
 
+// TestNetlinkTableDeletesInBatches: a userspace-mode stop deletes every UDP
+// flow to a service, tens of thousands under traffic. Deleting them one
+// request and acknowledgement at a time kept the exiting process alive for
+// seconds after its portals were gone (see BenchmarkStoppedRelays); the
+// deletions go deleteBatch to a write. Flows in a conntrack zone (kept apart
+// by a zone's rules) and IPv6 flows are deleted too, and only the selected
+// ones.
+func TestNetlinkTableDeletesInBatches(t *testing.T) {
+	const clients = 5 * deleteBatch / 2 // three writes: two full, one half
+	tests := []struct {
+		name   string
+		family ipfamily.Family
+		vip    string
+		client func(i int) netip.AddrPort
+	}{
+		{"IPv4", ipfamily.IPv4, "198.18.0.53:53", func(i int) netip.AddrPort {
+			return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 0, 2}), uint16(20000+i))
+		}},
+		{"IPv6", ipfamily.IPv6, "[fd00:18::53]:53", func(i int) netip.AddrPort {
+			return netip.AddrPortFrom(netip.MustParseAddr("fd00:19::2"), uint16(20000+i))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if lab.InFreshNetns(t) {
+				return
+			}
+			vip := ap(tt.vip)
+			relay := netip.AddrPortFrom(tt.client(0).Addr(), 40000) // REDIRECT answers from the node
+			var selected []Flow
+			for i := range clients {
+				selected = append(selected, Flow{Protocol: UDP, OrigSrc: tt.client(i), OrigDst: vip, ReplySrc: relay})
+			}
+			kept := []Flow{
+				{Protocol: TCP, OrigSrc: tt.client(clients + 1), OrigDst: vip, ReplySrc: relay},
+				{Protocol: UDP, OrigSrc: tt.client(clients + 2), OrigDst: netip.AddrPortFrom(vip.Addr(), 54), ReplySrc: relay},
+			}
+			h := netfilterHandle(t)
+			if err := insertFlows(h, append(slices.Clone(selected), kept...)...); err != nil {
+				t.Fatal(err)
+			}
+			zoned := Flow{Protocol: UDP, OrigSrc: tt.client(clients), OrigDst: vip, ReplySrc: relay}
+			insertZonedFlow(t, zoned, 7)
+
+			table, err := NewNetlinkTable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer table.Close()
+			n, err := table.Delete(&Request{Family: tt.family, Filters: []Filter{AllFlowsTo(UDP, ServiceAddress(vip))}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != clients+1 {
+				t.Errorf("Delete reported %d deleted, want %d", n, clients+1)
+			}
+			var want []string
+			for _, f := range kept {
+				want = append(want, f.String())
+			}
+			slices.Sort(want)
+			if diff := cmp.Diff(want, kernelFlows(t, h)); diff != "" {
+				t.Errorf("flows left in the kernel (-want +got):\n%s", diff)
+			}
+			if out := lab.Run(t, "conntrack", "-L", "-w", "7", "-f", familyName(tt.family)); strings.Contains(out, "dport=53") {
+				t.Errorf("the zoned flow survived:\n%s", out)
+			}
+			// One write for the dump, one per batch of deletions: not one per flow.
+			if want := 1 + (clients+1+deleteBatch-1)/deleteBatch; table.writes != want {
+				t.Errorf("Delete wrote %d requests for %d flows, want %d (a dump and batches of %d)", table.writes, clients+1, want, deleteBatch)
+			}
+		})
+	}
+}
+
 func TestTuneOnKernel(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return

@@ -122,9 +122,7 @@ func TestFaultInjection(t *testing.T) {
 		// Until the proxy has put its rules back, or restarted, requests
 		// may fail; a rewritten file and a flood must not cost any.
 		fault("firewall flushed", true, func() {
-			for _, args := range [][]string{{"-t", "nat", "-F"}, {"-t", "nat", "-X"}, {"-t", "filter", "-F"}, {"-t", "filter", "-X"}} {
-				l.topo.Node.MustExec(iptablesTool("iptables"), args...)
-			}
+			reloadFirewall(t, l, emptyFirewall)
 			if m.nftablesRules {
 				l.topo.Node.MustExec("nft", "delete", "table", "ip", nftTable)
 			}

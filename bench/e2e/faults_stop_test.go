@@ -270,3 +270,83 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// stopFlows is how many UDP flows to a service TestStopUnderManyUDPFlows
+// leaves in conntrack: as many as a node under DNS traffic holds.
+// They come from client ports stopFirstPort on.
+const (
+	stopFlows     = 20_000
+	stopFirstPort = 20_000
+)
+
+// TestStopUnderManyUDPFlows: a stop deletes the relays' UDP flows from
+// conntrack (see TestStoppedProxyCannotBeHijacked), and does it without
+// keeping the exiting process alive long after its portals are gone: the
+// time from SIGTERM to exit is printed, with 20,000 flows in the table
+// (conntrack's BenchmarkStoppedRelays and TestNetlinkTableDeletesInBatches
+// measure and pin down how they are deleted). Every flow must be gone when
+// the process has exited.
+func TestStopUnderManyUDPFlows(t *testing.T) {
+	// Local portals pass no netfilter rule, so conntrack tracks nothing.
+	forModes(t, func(m proxyMode) bool { return m.relays && !m.localPortals }, func(t *testing.T, m proxyMode) {
+		l := startCoreLab(t, m)
+		if l == nil {
+			return
+		}
+		// One datagram from each of stopFlows client ports: a flow each.
+		vip := &net.UDPAddr{IP: net.ParseIP(echoVIP), Port: 53}
+		if err := l.topo.Client.InNetns(func() error {
+			for i := range stopFlows {
+				c, err := net.DialUDP("udp4", &net.UDPAddr{Port: stopFirstPort + i}, vip)
+				if err != nil {
+					return err
+				}
+				_, err = c.Write([]byte("flow"))
+				c.Close()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("sending from %d client ports: %v", stopFlows, err)
+		}
+		before := serviceFlows(t, l)
+		if before < stopFlows*9/10 {
+			t.Fatalf("%d UDP flows to %s:53 in conntrack before the stop, want about %d: the case tests nothing", before, echoVIP, stopFlows)
+		}
+
+		start := time.Now()
+		if err := syscall.Kill(l.kproxy.Pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.kproxy.Exited():
+		case <-time.After(time.Minute):
+			t.Fatalf("kproxy did not exit within a minute of SIGTERM; its log:\n%s", l.kproxy.Log())
+		}
+		t.Logf("SIGTERM to exit with %d UDP flows to a service in conntrack: %v", before, time.Since(start).Round(time.Millisecond))
+		if err := l.kproxy.Err(); err != nil {
+			t.Fatalf("kproxy exited with %v; its log:\n%s", err, l.kproxy.Log())
+		}
+		if left := serviceFlows(t, l); left != 0 {
+			t.Errorf("%d of %d UDP flows to %s:53 left in conntrack after the stop", left, before, echoVIP)
+		}
+		if deleted := regexp.MustCompile(`Deleted the stopped relays' conntrack flows.* flows=(\d+)`).FindStringSubmatch(l.kproxy.Log()); deleted == nil {
+			t.Errorf("kproxy did not log the deletion of its relays' flows:\n%s", l.kproxy.Log())
+		} else {
+			t.Logf("kproxy deleted %s flows", deleted[1])
+		}
+	})
+}
+
+// serviceFlows counts the UDP flows to echo's service address in the node's
+// conntrack table.
+func serviceFlows(t *testing.T, l *e2eLab) int {
+	t.Helper()
+	out, err := l.topo.Node.Exec("conntrack", "-L", "-p", "udp", "--orig-dst", echoVIP, "--dport", "53")
+	if err != nil {
+		t.Fatalf("listing conntrack: %v\n%s", err, out)
+	}
+	return strings.Count(out, "dport=53 ")
+}

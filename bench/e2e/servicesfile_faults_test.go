@@ -191,13 +191,15 @@ func grepLines(log, word string, max int) string {
 const (
 	leakVIP    = "198.18.0.70"
 	sshNodeVIP = "198.18.0.71"
+	// mappedVIP is written IPv4-mapped (::ffff:198.18.0.72) as a cluster IP.
+	mappedVIP = "198.18.0.72"
 )
 
 // hostileServices renders what the API server would refuse, next to a
 // valid web (endpoints backend-2 and backend-3): a slice sending a service
 // to the node's 127.0.0.1:2222, a cluster IP of 127.0.0.1 on kproxy's metrics
 // port, a second service on web's cluster IP (backend-1 behind it, and
-// first in the file), and a node port of 22.
+// first in the file), a node port of 22, and an IPv4-mapped IPv6 cluster IP.
 func hostileServices(backends []string) string {
 	all := remoteEndpoints(backends, "")
 	return docs(nodeDoc,
@@ -209,6 +211,8 @@ func hostileServices(backends []string) string {
 		httpSlice("metrics", all...),
 		serviceDoc("ssh", "type: NodePort, clusterIP: "+sshNodeVIP+", ports: [{name: http, port: 80, targetPort: 8080, nodePort: 22}]", ""),
 		httpSlice("ssh", all...),
+		serviceDoc("mapped", `clusterIP: "::ffff:`+mappedVIP+`", ports: [{name: http, port: 80, targetPort: 8080}]`, ""),
+		httpSlice("mapped", all...),
 	)
 }
 
@@ -257,6 +261,7 @@ func TestServicesFileRefusesWhatTheAPIServerRefuses(t *testing.T) {
 			`(Service default/metrics): spec.clusterIP: \"127.0.0.1\" may not be in the loopback range`,
 			`(Service default/ssh): spec.ports[0].nodePort: 22 is not in the node port range 30000-32767`,
 			`(Service default/thief): spec.clusterIPs[0]: cluster IP 198.18.0.10 is already allocated to Service default/web`,
+			`(Service default/mapped): spec.clusterIP: \"::ffff:` + mappedVIP + `\" must not be an IPv4-mapped IPv6 address`,
 		}
 		lab.Eventually(t, "kproxy reading the new services file", func() (bool, string) {
 			log := l.kproxy.Log()
@@ -278,6 +283,9 @@ func TestServicesFileRefusesWhatTheAPIServerRefuses(t *testing.T) {
 		seen, err := trySpread(12, askHTTP(l.topo.Client, "http://"+webVIP+"/"))
 		if err != nil || seen["backend-1"] > 0 || len(seen) == 0 {
 			t.Errorf("web answered by %v (error %v), want only its own backends (backend-2, backend-3): a second service took over its cluster IP", seen, err)
+		}
+		if programmed, state := l.programs(t, mappedVIP); programmed {
+			t.Errorf("the cluster IP written ::ffff:%s was programmed as %s:\n%s", mappedVIP, mappedVIP, state)
 		}
 		log := l.kproxy.Log()
 		for _, r := range rejections {

@@ -308,13 +308,22 @@ func startWatching(t *testing.T, path string, opts ...Option) *watchHarness {
 	go func() { h.done <- src.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		select {
-		case err := <-h.done:
-			if err != nil {
-				t.Errorf("Run returned %v after cancellation", err)
+		// Run may be handing the hook a reload nobody waits for any more
+		// (a test that stopped reading, a resync every few milliseconds):
+		// take them until it returns. The timeout only bounds a hang.
+		timeout := time.After(time.Minute)
+		for {
+			select {
+			case err := <-h.done:
+				if err != nil {
+					t.Errorf("Run returned %v after cancellation", err)
+				}
+				return
+			case <-h.reloads:
+			case <-timeout:
+				t.Error("Run did not return after cancellation")
+				return
 			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancellation")
 		}
 	})
 	return h
@@ -396,6 +405,27 @@ func TestWatchSingleFile(t *testing.T) {
 
 	writeFile(t, dir, "services.yaml", "# no services\n")
 	h.waitFor("file holding only a comment", nil)
+}
+
+// TestHarnessStopsRunBlockedInTheHook: when a test stops reading reloads
+// (its body is done, or the machine is too busy to get to them), Run blocks
+// handing the hook one once the harness's buffer is full; the harness must
+// still stop it. Its cleanup used to wait for Run without reading, and gave
+// up after 10 s with "Run did not return after cancellation".
+func TestHarnessStopsRunBlockedInTheHook(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "web.yaml", validService)
+	t.Run("a body that stops reading", func(t *testing.T) {
+		h := startWatching(t, dir, WithResyncPeriod(time.Millisecond))
+		// Wait until the buffer is full and Run is blocked in the hook.
+		deadline := time.Now().Add(time.Minute)
+		for len(h.reloads) < cap(h.reloads) {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d reloads in a minute with a resync every millisecond", len(h.reloads))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 }
 
 // TestPeriodicResync checks the safety net re-reads with no file event.

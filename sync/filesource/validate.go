@@ -81,8 +81,15 @@ func ipErr(path *field.Path, value string) error {
 // calls allowing the rest probably a bug): nothing proxies to a group.
 // kproxy applies it to cluster IPs and load-balancer addresses too, which
 // the API server bounds by its service CIDRs and the cloud provider.
+//
+// It rejects IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) first, as the API
+// server does in every address field of a Service and an EndpointSlice:
+// kproxy, like kube-proxy, would program one as the IPv4 address, which is
+// not what the file says, and other software reads it as IPv6.
 func specialIP(path *field.Path, value string, addr netip.Addr) error {
-	addr = addr.Unmap()
+	if err := mappedIP(path, value, addr); err != nil {
+		return err
+	}
 	var why string
 	switch {
 	case addr.IsUnspecified():
@@ -97,6 +104,15 @@ func specialIP(path *field.Path, value string, addr netip.Addr) error {
 		return nil
 	}
 	return fieldErr(path, "%q %s", value, why)
+}
+
+// mappedIP rejects an IPv4-mapped IPv6 address, naming the IPv4 address to
+// write instead.
+func mappedIP(path *field.Path, value string, addr netip.Addr) error {
+	if addr.Is4In6() {
+		return fieldErr(path, "%q must not be an IPv4-mapped IPv6 address (write %s)", value, addr.Unmap())
+	}
+	return nil
 }
 
 // validIP parses an address field and rejects special addresses.
@@ -168,8 +184,8 @@ func defaultAndValidateService(svc *v1.Service) errorList {
 		}
 	}
 	for i, r := range spec.LoadBalancerSourceRanges {
-		if _, err := netip.ParsePrefix(strings.TrimSpace(r)); err != nil {
-			errs = append(errs, fieldErr(field.NewPath("spec", "loadBalancerSourceRanges").Index(i), "%q is not a valid CIDR", r))
+		if err := validSourceRange(field.NewPath("spec", "loadBalancerSourceRanges").Index(i), r); err != nil {
+			errs = append(errs, err)
 		}
 	}
 
@@ -225,6 +241,22 @@ func defaultAndValidateService(svc *v1.Service) errorList {
 		}
 	}
 	return errs
+}
+
+// validSourceRange checks a loadBalancerSourceRanges entry as the API
+// server does: surrounding spaces are allowed, an IPv4-mapped prefix and
+// bits set past the prefix length are not.
+func validSourceRange(path *field.Path, value string) error {
+	prefix, err := netip.ParsePrefix(strings.TrimSpace(value))
+	switch {
+	case err != nil:
+		return fieldErr(path, "%q is not a valid CIDR", value)
+	case prefix.Addr().Is4In6():
+		return fieldErr(path, "%q must not have an IPv4-mapped IPv6 address", value)
+	case prefix != prefix.Masked():
+		return fieldErr(path, "%q must not have bits set beyond the prefix length (write %s)", value, prefix.Masked())
+	}
+	return nil
 }
 
 func validateExternalName(spec *v1.ServiceSpec) errorList {
@@ -542,12 +574,16 @@ func validateEndpointAddress(path *field.Path, addrType discovery.AddressType, a
 		}
 	case discovery.AddressTypeIPv4, discovery.AddressTypeIPv6:
 		addr, err := parseIP(a)
-		switch {
-		case err != nil:
+		if err != nil {
 			return ipErr(path, a)
+		}
+		if err := mappedIP(path, a, addr); err != nil {
+			return err
+		}
+		switch {
 		case addrType == discovery.AddressTypeIPv4 && !addr.Is4():
 			return fieldErr(path, "%q is not an IPv4 address (addressType is IPv4)", a)
-		case addrType == discovery.AddressTypeIPv6 && (!addr.Is6() || addr.Is4In6()):
+		case addrType == discovery.AddressTypeIPv6 && !addr.Is6():
 			return fieldErr(path, "%q is not an IPv6 address (addressType is IPv6)", a)
 		}
 		return specialIP(path, a, addr)

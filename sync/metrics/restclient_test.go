@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,12 +13,21 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// TestRestClientMetrics: after InstallClientGo, a clientset's requests show
-// in rest_client_* on this registry, with component-base's labels. The only
-// test here that installs: client-go keeps the first hooks of a process.
-func TestRestClientMetrics(t *testing.T) {
+// installedClientGo is the Metrics client-go reports to in this test
+// process: client-go keeps the first hooks a process installs, so a second
+// run of the test (-count=2) must read the first run's registry.
+var installedClientGo = sync.OnceValue(func() *Metrics {
 	m := New()
 	m.InstallClientGo()
+	return m
+})
+
+// TestRestClientMetrics: after InstallClientGo, a clientset's requests show
+// in rest_client_* on this registry, with component-base's labels. The only
+// test here that installs. Each run's server has a port of its own, so the
+// counts it checks are its own.
+func TestRestClientMetrics(t *testing.T) {
+	m := installedClientGo()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","items":[]}`))

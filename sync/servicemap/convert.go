@@ -1,6 +1,7 @@
 package servicemap
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -55,7 +56,7 @@ func ServicePortsOf(svc *v1.Service) []*ServicePort {
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	shared := ServicePort{
 		ClusterIPs:               clusterIPsOf(svc),
-		ExternalIPs:              parseIPList(svc, "externalIPs", svc.Spec.ExternalIPs),
+		ExternalIPs:              parseIPList(svc, "spec.externalIPs", svc.Spec.ExternalIPs),
 		LoadBalancerIPs:          loadBalancerVIPs(svc),
 		LoadBalancerSourceRanges: sourceRangesOf(svc),
 		AffinityTimeout:          affinityTimeout(svc),
@@ -115,17 +116,18 @@ func portNumber(n int32) (uint16, bool) {
 
 // clusterIPsOf returns at most one cluster IP per family, primary first.
 func clusterIPsOf(svc *v1.Service) []netip.Addr {
-	raw := svc.Spec.ClusterIPs
+	raw, field := svc.Spec.ClusterIPs, "spec.clusterIPs"
 	if len(raw) == 0 {
-		raw = []string{svc.Spec.ClusterIP}
+		raw, field = []string{svc.Spec.ClusterIP}, "spec.clusterIP"
 	}
 	var out []netip.Addr
-	for _, s := range raw {
+	for i, s := range raw {
 		ip, ok := parseIPSloppy(s)
 		if !ok {
 			klog.InfoS("Warning: ignoring unparseable cluster IP", "service", klog.KObj(svc), "ip", s)
 			continue
 		}
+		warnIfIPv4Mapped("service", klog.KObj(svc), indexed(field, i, len(svc.Spec.ClusterIPs) > 0), s)
 		if len(out) == 1 && out[0].Is4() == ip.Is4() {
 			continue // a second IP of the same family is not a dual-stack IP
 		}
@@ -139,12 +141,13 @@ func clusterIPsOf(svc *v1.Service) []netip.Addr {
 
 func parseIPList(svc *v1.Service, field string, raw []string) []netip.Addr {
 	var out []netip.Addr
-	for _, s := range raw {
+	for i, s := range raw {
 		ip, ok := parseIPSloppy(s)
 		if !ok {
 			klog.InfoS("Warning: ignoring unparseable IP", "service", klog.KObj(svc), "field", field, "ip", s)
 			continue
 		}
+		warnIfIPv4Mapped("service", klog.KObj(svc), indexed(field, i, true), s)
 		out = append(out, ip)
 	}
 	return out
@@ -154,7 +157,7 @@ func parseIPList(svc *v1.Service, field string, raw []string) []netip.Addr {
 // deliver to the node themselves, so kube-proxy must not capture their IPs.
 func loadBalancerVIPs(svc *v1.Service) []netip.Addr {
 	var out []netip.Addr
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
+	for i, ing := range svc.Status.LoadBalancer.Ingress {
 		if ing.IP == "" || (ing.IPMode != nil && *ing.IPMode != v1.LoadBalancerIPModeVIP) {
 			continue
 		}
@@ -163,6 +166,7 @@ func loadBalancerVIPs(svc *v1.Service) []netip.Addr {
 			klog.InfoS("Warning: ignoring unparseable load balancer ingress IP", "service", klog.KObj(svc), "ip", ing.IP)
 			continue
 		}
+		warnIfIPv4Mapped("service", klog.KObj(svc), fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), ing.IP)
 		out = append(out, ip)
 	}
 	return out
@@ -173,13 +177,14 @@ func loadBalancerVIPs(svc *v1.Service) []netip.Addr {
 // net.ParseCIDR would.
 func sourceRangesOf(svc *v1.Service) []netip.Prefix {
 	var out []netip.Prefix
-	for _, raw := range svc.Spec.LoadBalancerSourceRanges {
+	for i, raw := range svc.Spec.LoadBalancerSourceRanges {
 		s := strings.TrimSpace(raw)
 		pfx, ok := parseCIDRSloppy(s)
 		if !ok {
 			klog.InfoS("Warning: ignoring unparseable loadBalancerSourceRange", "service", klog.KObj(svc), "range", raw)
 			continue
 		}
+		warnIfIPv4Mapped("service", klog.KObj(svc), indexed("spec.loadBalancerSourceRanges", i, true), s)
 		out = append(out, pfx)
 	}
 	return out
@@ -239,6 +244,34 @@ func parseIPSloppy(s string) (netip.Addr, bool) {
 	return netip.AddrFrom4(b), true
 }
 
+// warnIfIPv4Mapped logs that an object's field holds an IPv4-mapped IPv6
+// address (::ffff:a.b.c.d, or a CIDR of one). The API server refuses them
+// now (StrictIPCIDRValidation); an older one, or one with that gate off,
+// accepted them as IPv4 (a cluster IP so written is allocated from the IPv4
+// range), and kube-proxy reads them as IPv4. The map does too, so as not to
+// drop what the cluster allocated, but never silently: the address is
+// programmed as an IPv4 address the object does not spell.
+func warnIfIPv4Mapped(kind string, obj klog.ObjectRef, field, value string) {
+	addr, _, _ := strings.Cut(value, "/")
+	if ip, err := netip.ParseAddr(addr); err != nil || !ip.Is4In6() {
+		return
+	}
+	klog.InfoS("Warning: an IPv4-mapped IPv6 address, which the API server now refuses, is read as IPv4", kind, obj,
+		"field", field, "value", value)
+}
+
+// indexed is field with [i] appended when it is a list.
+func indexed(field string, i int, list bool) string {
+	if !list {
+		return field
+	}
+	return field + "[" + strconv.Itoa(i) + "]"
+}
+
+// parseCIDRSloppy parses a CIDR as Kubernetes' ParseCIDRSloppy does, with
+// parseIPSloppy's addresses. A prefix of an IPv4-mapped address
+// (::ffff:198.19.0.0/120) is the IPv4 prefix it covers (198.19.0.0/24), as
+// net.IPNet matches IPv4 addresses against it in kube-proxy.
 func parseCIDRSloppy(s string) (netip.Prefix, bool) {
 	addr, bits, found := strings.Cut(s, "/")
 	if !found {
@@ -248,10 +281,15 @@ func parseCIDRSloppy(s string) (netip.Prefix, bool) {
 	if !ok {
 		return netip.Prefix{}, false
 	}
+	maxBits := ip.BitLen()
+	if parsed, err := netip.ParseAddr(addr); err == nil && parsed.Is4In6() {
+		maxBits = 128
+	}
 	n, err := strconv.Atoi(bits)
-	if err != nil || n < 0 || n > ip.BitLen() || strings.HasPrefix(bits, "+") {
+	if err != nil || n < 0 || n > maxBits || strings.HasPrefix(bits, "+") {
 		return netip.Prefix{}, false
 	}
+	n = max(n-(maxBits-ip.BitLen()), 0)
 	return netip.PrefixFrom(ip, n).Masked(), true
 }
 
@@ -351,6 +389,7 @@ func slicesEndpoints(slice *discovery.EndpointSlice, nodeName string) []Endpoint
 				"address", ep.Addresses[0])
 			continue
 		}
+		warnIfIPv4Mapped("endpointSlice", klog.KObj(slice), fmt.Sprintf("endpoints[%d].addresses[0]", i), ep.Addresses[0])
 		out := Endpoint{
 			Addr:        ip,
 			Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,

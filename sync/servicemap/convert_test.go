@@ -1,12 +1,17 @@
 package servicemap
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/klog/v2"
 )
 
 func TestServicePortsOfSkipRules(t *testing.T) {
@@ -157,5 +162,86 @@ func TestServicePortsOfPorts(t *testing.T) {
 	want := []string{"ns/s:dns/UDP=198.18.0.1:53", "ns/s:dns/TCP=198.18.0.1:53", "ns/s:noproto/TCP=198.18.0.1:8080"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ports (-want +got):\n%s", diff)
+	}
+}
+
+// TestIPv4MappedAddressesAreNeverReadSilently: the API server refuses
+// IPv4-mapped IPv6 addresses now, but an older one accepted them as IPv4
+// (and kube-proxy reads them so). The map reads them as IPv4 too, and logs a
+// warning naming the object and the field for each.
+func TestIPv4MappedAddressesAreNeverReadSilently(t *testing.T) {
+	lb := func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeLoadBalancer; s.Spec.Ports[0].NodePort = 30080 }
+	tests := []struct {
+		name   string
+		mutate func(*v1.Service)
+		slice  *discovery.EndpointSlice
+		// read is the field as the map holds it.
+		read func(*ServicePort, []Endpoint) any
+		want string
+		// field is what the warning names.
+		field string
+	}{
+		{name: "clusterIP", mutate: func(s *v1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "::ffff:198.18.200.60", nil
+		}, read: func(p *ServicePort, _ []Endpoint) any { return p.ClusterIPs },
+			want: "[198.18.200.60]", field: "spec.clusterIP"},
+		{name: "second of clusterIPs", mutate: func(s *v1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00:18::1", []string{"fd00:18::1", "::ffff:198.18.200.60"}
+		}, read: func(p *ServicePort, _ []Endpoint) any { return p.ClusterIPs },
+			want: "[fd00:18::1 198.18.200.60]", field: "spec.clusterIPs[1]"},
+		{name: "externalIPs", mutate: func(s *v1.Service) {
+			s.Spec.ExternalIPs = []string{"198.19.1.1", "::ffff:198.19.1.2"}
+		}, read: func(p *ServicePort, _ []Endpoint) any { return p.ExternalIPs },
+			want: "[198.19.1.1 198.19.1.2]", field: "spec.externalIPs[1]"},
+		{name: "ingress IP", mutate: func(s *v1.Service) {
+			lb(s)
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "::ffff:198.19.2.1"}}
+		}, read: func(p *ServicePort, _ []Endpoint) any { return p.LoadBalancerIPs },
+			want: "[198.19.2.1]", field: "status.loadBalancer.ingress[0].ip"},
+		{name: "loadBalancerSourceRanges", mutate: func(s *v1.Service) {
+			lb(s)
+			s.Spec.LoadBalancerSourceRanges = []string{"::ffff:198.19.0.0/120"}
+		}, read: func(p *ServicePort, _ []Endpoint) any { return p.LoadBalancerSourceRanges },
+			want: "[198.19.0.0/24]", field: "spec.loadBalancerSourceRanges[0]"},
+		{name: "endpoint address",
+			slice: makeSlice("ns", "s-1", "s", []discovery.EndpointPort{slicePortOf("http", 8080)}, ep("198.19.3.1"), ep("::ffff:198.19.3.2")),
+			read: func(_ *ServicePort, eps []Endpoint) any {
+				var out []netip.Addr
+				for _, e := range eps {
+					out = append(out, e.Addr)
+				}
+				return out
+			},
+			want: "[198.19.3.1 198.19.3.2]", field: "endpoints[1].addresses[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logged []string
+			klog.SetLogger(funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{}))
+			defer klog.ClearLogger()
+
+			svc := makeService("ns", "s", "198.18.0.1")
+			if tt.mutate != nil {
+				tt.mutate(svc)
+			}
+			ports := ServicePortsOf(svc)
+			if len(ports) != 1 {
+				t.Fatalf("got %d service ports, want 1", len(ports))
+			}
+			var eps []Endpoint
+			if tt.slice != nil {
+				eps = parseSlice(tt.slice, "node").ports[0].endpoints
+			}
+			if got := fmt.Sprint(tt.read(ports[0], eps)); got != tt.want {
+				t.Errorf("read %q, want %q (as IPv4, as kube-proxy reads it)", got, tt.want)
+			}
+			var warned bool
+			for _, l := range logged {
+				warned = warned || (strings.Contains(l, "IPv4-mapped") && strings.Contains(l, `"field"="`+tt.field+`"`))
+			}
+			if !warned {
+				t.Errorf("no warning naming %s; logged:\n%s", tt.field, strings.Join(logged, "\n"))
+			}
+		})
 	}
 }
