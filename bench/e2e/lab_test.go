@@ -313,12 +313,31 @@ const nftTable = "kube-proxy"
 
 // nftTable lists kproxy's nftables table of family ("ip" or "ip6") on the
 // node, normalised (see normalizeNFT); an error names the command.
+//
+// The table is read until two listings in a row agree. A listing that
+// overlapped kproxy's transactions (failing ones included) under load once
+// printed some chains' rules several times, a foreign chain kproxy never
+// writes among them; a table that really changed reads the same twice.
 func (l *e2eLab) nftTable(family string) (string, error) {
-	out, err := l.topo.Node.Exec("nft", "list", "table", family, nftTable)
-	if err != nil {
-		return "", fmt.Errorf("nft list table %s %s: %w\n%s", family, nftTable, err, out)
+	list := func() (string, error) {
+		out, err := l.topo.Node.Exec("nft", "list", "table", family, nftTable)
+		if err != nil {
+			return "", fmt.Errorf("nft list table %s %s: %w\n%s", family, nftTable, err, out)
+		}
+		return normalizeNFT(out), nil
 	}
-	return normalizeNFT(out), nil
+	last, err := list()
+	for range 5 {
+		if err != nil {
+			return "", err
+		}
+		var next string
+		if next, err = list(); err == nil && next == last {
+			return next, nil
+		}
+		last = next
+	}
+	return last, err
 }
 
 // normalizeNFT drops from nft's listing what changes without kproxy doing
