@@ -92,18 +92,10 @@ func TestServiceLoopsAreRefused(t *testing.T) {
 			{"two services that are each other's endpoint", loopAVIP + ":80"},
 		}
 		for _, lp := range loops {
-			var slowest time.Duration
-			for i := range loopRequests {
-				took, answer, err := askOnce(l.topo.Client, lp.addr)
-				if err == nil {
-					t.Errorf("%s (%s), request %d: answered %q, want a refusal", lp.name, lp.addr, i+1, answer)
-				}
-				if took > loopDeadline {
-					t.Errorf("%s (%s), request %d: failed after %v, want within %v", lp.name, lp.addr, i+1, took, loopDeadline)
-				}
-				slowest = max(slowest, took)
-			}
-			t.Logf("%s (%s): %d requests refused, the slowest after %v", lp.name, lp.addr, loopRequests, slowest.Round(time.Microsecond))
+			wantLoopRefused(t, lp.name, lp.addr, func() (string, error) {
+				_, answer, err := askOnce(l.topo.Client, lp.addr)
+				return answer, err
+			})
 		}
 		// A UDP service that is its own endpoint: its datagrams come back
 		// from kproxy's own flow and are dropped, not relayed again.
@@ -289,4 +281,24 @@ func checkLoggedOncePerServicePort(t *testing.T, log, marker string, want int) {
 			t.Errorf("the loop of %s was logged %d times, want once", sp, n)
 		}
 	}
+}
+
+// wantLoopRefused asks a looping service loopRequests times through ask and
+// checks that every request fails, each within loopDeadline.
+func wantLoopRefused(t *testing.T, name, addr string, ask func() (string, error)) {
+	t.Helper()
+	var slowest time.Duration
+	for i := range loopRequests {
+		start := time.Now()
+		answer, err := ask()
+		took := time.Since(start)
+		if err == nil {
+			t.Errorf("%s (%s), request %d: answered %q, want a refusal", name, addr, i+1, answer)
+		}
+		if took > loopDeadline {
+			t.Errorf("%s (%s), request %d: failed after %v, want within %v", name, addr, i+1, took, loopDeadline)
+		}
+		slowest = max(slowest, took)
+	}
+	t.Logf("%s (%s): %d requests refused, the slowest after %v", name, addr, loopRequests, slowest.Round(time.Microsecond))
 }

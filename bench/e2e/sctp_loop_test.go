@@ -82,20 +82,9 @@ func TestSCTPLoopsAreRefused(t *testing.T) {
 			{"two services that are each other's endpoint", fmt.Sprintf("%s:%d", sctpLoopAVIP, sctpLoopPort)},
 		}
 		for _, lp := range loops {
-			var slowest time.Duration
-			for i := range loopRequests {
-				start := time.Now()
-				answer, err := lab.SCTPAsk(l.topo.Client, netip.MustParseAddrPort(lp.addr), "ping")
-				took := time.Since(start)
-				if err == nil {
-					t.Errorf("%s (%s), request %d: answered %q, want a refusal", lp.name, lp.addr, i+1, answer)
-				}
-				if took > loopDeadline {
-					t.Errorf("%s (%s), request %d: failed after %v, want within %v", lp.name, lp.addr, i+1, took, loopDeadline)
-				}
-				slowest = max(slowest, took)
-			}
-			t.Logf("%s (%s): %d requests refused, the slowest after %v", lp.name, lp.addr, loopRequests, slowest.Round(time.Microsecond))
+			wantLoopRefused(t, lp.name, lp.addr, func() (string, error) {
+				return lab.SCTPAsk(l.topo.Client, netip.MustParseAddrPort(lp.addr), "ping")
+			})
 		}
 		if name, err := other(); err != nil {
 			t.Errorf("another SCTP service after the loops were asked: %v", err)
