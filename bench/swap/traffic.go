@@ -2,15 +2,11 @@ package swap
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
@@ -297,15 +293,19 @@ func startTraffic(c *lab.Cluster, r *recorder, lb *loadBalancer) (stop func()) {
 	for _, ka := range []struct {
 		stream string
 		from   *lab.Host
-		url    string
+		addr   string
 	}{
-		{"ClusterIP keep-alive", c.Nodes[0].Pod("client"), fmt.Sprintf("http://%s:%d/", webVIP, servicePort)},
-		{"NodePort keep-alive", c.Client, fmt.Sprintf("http://%s:%d/", c.Nodes[0].IPv4, webNodePort)},
+		{"ClusterIP keep-alive", c.Nodes[0].Pod("client"), fmt.Sprintf("%s:%d", webVIP, servicePort)},
+		{"NodePort keep-alive", c.Client, fmt.Sprintf("%s:%d", c.Nodes[0].IPv4, webNodePort)},
 	} {
-		client := keepAliveClient(ka.from)
+		kept := newKeptAlive(ka.from.DialContext, ka.addr)
 		first := ""
 		loop(ctx, &wg, r, ka.stream, requestGap, func() error {
-			pod, err := keepAliveGet(client, ka.url)
+			alive := kept.ended == nil
+			pod, err := keepAliveGet(kept)
+			if alive && kept.ended != nil {
+				r.event("%s: the connection to %s ended: %v\n%s", ka.stream, first, kept.ended, conntrackOf(c, kept))
+			}
 			if err != nil {
 				return err
 			}
@@ -334,38 +334,34 @@ func startTraffic(c *lab.Cluster, r *recorder, lb *loadBalancer) (stop func()) {
 	return func() { cancel(); wg.Wait() }
 }
 
-// keepAliveClient holds one connection from h open across requests and
-// never dials a second: a request after the first connection broke fails.
-func keepAliveClient(h *lab.Host) *http.Client {
-	var dialled atomic.Bool
-	return &http.Client{
-		Timeout: 3 * time.Second,
-		Transport: &http.Transport{
-			MaxConnsPerHost: 1, DisableCompression: true, IdleConnTimeout: time.Hour,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				if dialled.Swap(true) {
-					return nil, errors.New("the kept-alive connection was closed; not dialling another")
-				}
-				return h.DialContext(ctx, network, addr)
-			},
-		},
+// keepAliveGet asks / on the kept-alive connection and returns the pod
+// that answered.
+func keepAliveGet(kept *keptAlive) (string, error) {
+	status, body, err := kept.get("/")
+	if err != nil {
+		return "", err
 	}
+	if status != 200 || !strings.HasPrefix(body, "web-") {
+		return "", fmt.Errorf("GET / on %s: %d %q", kept.addr, status, body)
+	}
+	return strings.TrimSpace(body), nil
 }
 
-// keepAliveGet asks url on client's connection and returns the pod that
-// answered.
-func keepAliveGet(client *http.Client, url string) (string, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return "", err
+// conntrackOf lists every node's conntrack entries of the kept-alive
+// connection: which node still tracks it, in what state (CLOSE after a
+// RST, TIME_WAIT or LAST_ACK after FINs), with what NAT.
+func conntrackOf(c *lab.Cluster, kept *keptAlive) string {
+	local, ok := kept.local()
+	if !ok {
+		return "(never connected)"
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		out, err := n.Exec("conntrack", "-L", "-p", "tcp", "--orig-src", local.IP.String(), "--orig-port-src", strconv.Itoa(local.Port))
+		if err != nil {
+			fmt.Fprintf(&b, "%s: conntrack -L: %v\n", n.Name, err)
+		}
+		fmt.Fprintf(&b, "%s conntrack:\n%s", n.Name, out)
 	}
-	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "web-") {
-		return "", fmt.Errorf("GET %s: %d %q", url, resp.StatusCode, body)
-	}
-	return strings.TrimSpace(string(body)), nil
+	return b.String()
 }
