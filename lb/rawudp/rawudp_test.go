@@ -277,4 +277,3 @@ func BenchmarkChecksum(b *testing.B) {
 		})
 	}
 }
-
