@@ -233,7 +233,9 @@ func TestSharedSocket(t *testing.T) {
 					r.a, r.b = netip.AddrPortFrom(fam.a, r.port), netip.AddrPortFrom(fam.b, r.port)
 					routeA := echoRoute("a", r.echoA)
 					routeA.Admit = c.admit
+					r.routes.mu.Lock()
 					r.routes.routes[r.a], r.routes.routes[r.b] = routeA, echoRoute("b", r.echoB)
+					r.routes.mu.Unlock()
 					c.check(t, r)
 				})
 			}
