@@ -13,6 +13,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/rawudp"
 )
 
 // naiveRelay is the reference a goroutine-per-flow Go relay gives (the shape
@@ -71,10 +72,16 @@ func (n *naiveRelay) close() {
 // concurrent client sockets, each waiting for its reply before the next
 // request, and reports round trips per second.
 func requestResponse(b *testing.B, target netip.AddrPort, flows int) float64 {
+	return requestResponseTo(b, []netip.AddrPort{target}, flows)
+}
+
+// requestResponseTo is requestResponse with the client sockets spread
+// over targets.
+func requestResponseTo(b *testing.B, targets []netip.AddrPort, flows int) float64 {
 	b.Helper()
 	conns := make([]*net.UDPConn, flows)
 	for i := range conns {
-		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(target))
+		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(targets[i%len(targets)]))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -197,6 +204,148 @@ func BenchmarkUDPRequestResponse(b *testing.B) {
 	}
 	if rates["naive-relay"] > 0 {
 		summary += fmt.Sprintf("\n  relay / naive-relay = %.2f", rates["relay"]/rates["naive-relay"])
+	}
+	b.Log(summary)
+}
+
+// newFlows runs b.N new flows to targets (round-robin) from workers
+// concurrent clients: each flow is a new client socket that sends one
+// 64-byte datagram, waits for the reply and closes. It reports flows per
+// second.
+func newFlows(b *testing.B, targets []netip.AddrPort, workers int) float64 {
+	b.Helper()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		n := b.N / workers
+		if w < b.N%workers {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := make([]byte, 64), make([]byte, 128)
+			for i := range n {
+				c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(targets[(w+i*workers)%len(targets)]))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for {
+					if _, err := c.Write(req); err != nil {
+						b.Error(err)
+						c.Close()
+						return
+					}
+					_ = c.SetReadDeadline(time.Now().Add(time.Second))
+					if _, err := c.Read(resp); err == nil {
+						break
+					}
+				}
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	rate := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(rate, "flows/s")
+	return rate
+}
+
+// BenchmarkUDPSharedSocket compares, in one run, a per-socket relay with a
+// relay on one shared socket holding 1 and 30,000 routes (the shared socket
+// is bound to 0.0.0.0 and reached through 127.0.0.0/8 addresses, each a
+// different original destination, as socket-lookup steering would deliver
+// service addresses): 64-byte round trips over 16 flows, and new flows.
+// It logs each rate as a ratio to the per-socket relay's.
+func BenchmarkUDPSharedSocket(b *testing.B) {
+	if lab.InFreshNetns(b) {
+		return
+	}
+	const flows = 16
+	echo := startEcho(b, "udp4", "127.0.0.1:0")
+	picker := &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}
+
+	// perSocket returns the address of a per-socket relay.
+	perSocket := func(b *testing.B) []netip.AddrPort {
+		conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := New(Config{Conn: conn, Picker: picker, Metrics: lbmetrics.Discard(), Name: "per-socket"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _ = r.Serve(context.Background()) }()
+		b.Cleanup(func() { r.Close() })
+		return []netip.AddrPort{r.Addr()}
+	}
+	// shared returns the service addresses of a shared relay with routes
+	// routes, of which the benchmark's clients use flows spread over all.
+	shared := func(routes int) func(b *testing.B) []netip.AddrPort {
+		return func(b *testing.B) []netip.AddrPort {
+			replies, err := rawudp.Open()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { replies.Close() })
+			conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
+			if err != nil {
+				b.Fatal(err)
+			}
+			port := uint16(conn.LocalAddr().(*net.UDPAddr).Port)
+			table := make(map[netip.AddrPort]*Route, routes)
+			var services []netip.AddrPort
+			for i := range routes {
+				addr := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
+				ap := netip.AddrPortFrom(addr, port)
+				table[ap] = &Route{Name: ap.String(), Picker: picker}
+				if i%max(1, routes/flows) == 0 && len(services) < flows {
+					services = append(services, ap)
+				}
+			}
+			var mu sync.RWMutex // as a caller changing its table would
+			r, err := New(Config{Conn: conn, Metrics: lbmetrics.Discard(), Name: "shared", Replies: replies,
+				Routes: func(local netip.AddrPort) (*Route, bool) {
+					mu.RLock()
+					defer mu.RUnlock()
+					rt, ok := table[local]
+					return rt, ok
+				}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() { _ = r.Serve(context.Background()) }()
+			b.Cleanup(func() { r.Close() })
+			return services
+		}
+	}
+	relays := []struct {
+		name  string
+		start func(b *testing.B) []netip.AddrPort
+	}{{"per-socket", perSocket}, {"shared-1", shared(1)}, {"shared-30000", shared(30000)}}
+	rates := map[string]float64{}
+	for _, rl := range relays {
+		b.Run("round-trips/"+rl.name, func(b *testing.B) {
+			rates["round-trips/"+rl.name] = requestResponseTo(b, rl.start(b), flows)
+		})
+		b.Run("new-flows/"+rl.name, func(b *testing.B) {
+			rates["new-flows/"+rl.name] = newFlows(b, rl.start(b), flows)
+		})
+	}
+	summary := "UDP relay on a shared socket, ratio to the per-socket relay:"
+	for _, kind := range []string{"round-trips", "new-flows"} {
+		base := rates[kind+"/per-socket"]
+		if base == 0 {
+			continue
+		}
+		for _, rl := range relays {
+			rate := rates[kind+"/"+rl.name]
+			summary += fmt.Sprintf("\n  %-26s %10.0f /s  %.2f", kind+"/"+rl.name, rate, rate/base)
+		}
 	}
 	b.Log(summary)
 }
