@@ -1,4 +1,4 @@
-package sklookup
+package sklookup_test
 
 import (
 	"context"

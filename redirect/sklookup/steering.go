@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -126,10 +127,15 @@ func Attach(netnsPath string) (*Steering, error) {
 		_ = o.close()
 		return nil, fmt.Errorf("attaching the sk_lookup program to %s: %w", netnsPath, err)
 	}
+	return newSteering(o, l), nil
+}
+
+// newSteering takes over the loaded objects and the link (nil: not attached).
+func newSteering(o *objects, l *link.NetNsLink) *Steering {
 	return &Steering{
 		targets: o.targets, guarded: o.guarded, sockets: o.sockets, prog: o.prog, link: l, insns: o.insns,
 		written: kernelState{targets: map[mapKey]uint32{}, guarded: map[mapKey]struct{}{}},
-	}, nil
+	}
 }
 
 // Instructions is the length of the loaded program, for logs.
@@ -229,8 +235,8 @@ func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
 		what string
 		do   func() error
 	}{
-		{"adding guarded addresses", func() error { return s.update(s.guarded, d.addGuarded, guardedValues(len(d.addGuarded))) }},
-		{"writing targets", func() error { return s.update(s.targets, d.setTargetKeys, d.setTargetValues) }},
+		{"adding guarded addresses", func() error { return update(s, s.guarded, d.addGuarded, guardedValues(len(d.addGuarded))) }},
+		{"writing targets", func() error { return update(s, s.targets, d.setTargetKeys, d.setTargetValues) }},
 		{"removing targets", func() error { return s.remove(s.targets, d.delTargets) }},
 		{"removing guarded addresses", func() error { return s.remove(s.guarded, d.delGuarded) }},
 	}
@@ -318,16 +324,36 @@ func guardedValues(n int) []uint8 {
 	return v
 }
 
-// update writes keys and values in one batch where the kernel can (5.6+),
-// else one key at a time.
-func (s *Steering) update(m *ebpf.Map, keys []mapKey, values any) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	if !s.perKey {
-		_, err := m.BatchUpdate(keys, values, nil)
-		if !errors.Is(err, ebpf.ErrNotSupported) {
+// update writes keys and values, in one batch where the kernel can (5.6+),
+// else one key at a time. ENOMEM is retried while writes make progress: since
+// Linux 6.1 a hash map without preallocation takes its elements from per-CPU
+// caches the kernel refills asynchronously (irq_work), and a long write can
+// empty them; where irq_work waits for the timer tick (user-mode Linux) that
+// happens every few elements.
+func update[V any](s *Steering, m *ebpf.Map, keys []mapKey, values []V) error {
+	var wait backoff
+	for done := 0; done < len(keys); {
+		n, err := s.updateSome(m, keys[done:], values[done:])
+		done += n
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.ENOMEM):
+			if err := wait.after(n > 0); err != nil {
+				return fmt.Errorf("%d of %d written: %w", done, len(keys), err)
+			}
+		default:
 			return err
+		}
+	}
+	return nil
+}
+
+// updateSome writes keys from the start and says how many it wrote.
+func (s *Steering) updateSome(m *ebpf.Map, keys []mapKey, values any) (int, error) {
+	if !s.perKey {
+		n, err := m.BatchUpdate(keys, values, nil)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return n, err
 		}
 		s.perKey = true
 	}
@@ -335,18 +361,39 @@ func (s *Steering) update(m *ebpf.Map, keys []mapKey, values any) error {
 	case []uint32:
 		for i, k := range keys {
 			if err := m.Update(k, vs[i], ebpf.UpdateAny); err != nil {
-				return err
+				return i, err
 			}
 		}
 	case []uint8:
 		for i, k := range keys {
 			if err := m.Update(k, vs[i], ebpf.UpdateAny); err != nil {
-				return err
+				return i, err
 			}
 		}
 	default:
-		return fmt.Errorf("map values of type %T", values)
+		return 0, fmt.Errorf("map values of type %T", values)
 	}
+	return len(keys), nil
+}
+
+// backoff spaces out retries of a kernel allocation failure and gives up
+// after noProgressLimit without progress.
+type backoff struct {
+	delay, stalled time.Duration
+}
+
+const noProgressLimit = 10 * time.Second
+
+func (b *backoff) after(progress bool) error {
+	if progress {
+		b.delay, b.stalled = 0, 0
+	}
+	if b.stalled >= noProgressLimit {
+		return fmt.Errorf("the kernel could not allocate map elements for %v: %w", b.stalled, unix.ENOMEM)
+	}
+	b.delay = min(max(2*b.delay, time.Millisecond), 64*time.Millisecond)
+	time.Sleep(b.delay)
+	b.stalled += b.delay
 	return nil
 }
 
@@ -409,7 +456,10 @@ func (s *Steering) Close() error {
 		return nil
 	}
 	s.closed = true
-	errs := []error{s.link.Close()}
+	var errs []error
+	if s.link != nil {
+		errs = append(errs, s.link.Close())
+	}
 	errs = append(errs, (&objects{targets: s.targets, guarded: s.guarded, sockets: s.sockets, prog: s.prog}).close())
 	return errors.Join(errs...)
 }
