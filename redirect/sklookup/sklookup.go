@@ -85,7 +85,7 @@ func SlotFor(p Protocol, addr netip.Addr) Slot {
 }
 
 // Target is a service address and port of one protocol. IPv4 addresses are
-// given unmapped (IPv4-mapped IPv6 addresses are taken as IPv4).
+// given unmapped: Sync refuses IPv4-mapped IPv6 addresses and zones.
 type Target struct {
 	Protocol Protocol
 	Addr     netip.AddrPort
@@ -144,17 +144,24 @@ func targetKey(t Target) (mapKey, error) {
 	if t.Protocol != TCP && t.Protocol != UDP {
 		return mapKey{}, fmt.Errorf("target %s: only TCP and UDP can be steered", t)
 	}
-	if !t.Addr.Addr().IsValid() {
+	switch a := t.Addr.Addr(); {
+	case !a.IsValid():
 		return mapKey{}, fmt.Errorf("target %s: no address", t)
+	case a.Is4In6():
+		return mapKey{}, fmt.Errorf("target %s: give IPv4 addresses unmapped", t)
+	case a.Zone() != "":
+		return mapKey{}, fmt.Errorf("target %s: an address with a zone cannot be steered", t)
 	}
 	k := addrKey(t.Addr.Addr())
 	k.Port, k.Proto = t.Addr.Port(), uint8(t.Protocol)
 	return k, nil
 }
 
+// guardedKey takes IPv4-mapped addresses as IPv4 and ignores zones: an
+// address guarded twice is guarded once.
 func guardedKey(a netip.Addr) (mapKey, error) {
 	if !a.IsValid() {
 		return mapKey{}, fmt.Errorf("guarded address %v: not an address", a)
 	}
-	return addrKey(a), nil
+	return addrKey(a.WithZone("")), nil
 }

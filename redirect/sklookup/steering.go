@@ -37,13 +37,8 @@ type Steering struct {
 	written kernelState // what the maps hold, as written by Sync
 	stale   bool        // a write failed: re-read the maps before the next diff
 	perKey  bool        // the kernel has no batch map operations
+	retries int         // map writes retried after ENOMEM, for benchmarks
 	closed  bool
-}
-
-// kernelState is the content of the two hash maps.
-type kernelState struct {
-	targets map[mapKey]uint32
-	guarded map[mapKey]struct{}
 }
 
 // objects are the loaded maps and program, not yet attached.
@@ -134,7 +129,7 @@ func Attach(netnsPath string) (*Steering, error) {
 func newSteering(o *objects, l *link.NetNsLink) *Steering {
 	return &Steering{
 		targets: o.targets, guarded: o.guarded, sockets: o.sockets, prog: o.prog, link: l, insns: o.insns,
-		written: kernelState{targets: map[mapKey]uint32{}, guarded: map[mapKey]struct{}{}},
+		written: newKernelState(),
 	}
 }
 
@@ -210,14 +205,11 @@ func checkSocket(fd int, slot Slot) error {
 
 // Sync makes the target and guarded maps equal to targets and guarded,
 // writing only what differs from the last Sync (after a failed write it first
-// reads the maps back). Invalid input changes nothing. Additions are written
+// reads the maps back). Its cost in Go grows with the input, its writes with
+// the difference. Invalid input changes nothing. Additions are written
 // before removals: during a Sync a service port is steered, dropped or
 // guarded, never open to the kernel's own lookup before it is removed.
 func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
-	want, err := desiredState(targets, guarded)
-	if err != nil {
-		return err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -230,7 +222,10 @@ func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
 		}
 		s.written, s.stale = have, false
 	}
-	d := diff(s.written, want)
+	d, err := s.written.compare(targets, guarded)
+	if err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
 	steps := []struct {
 		what string
 		do   func() error
@@ -246,82 +241,8 @@ func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
 			return fmt.Errorf("sync: %s: %w", step.what, err)
 		}
 	}
-	s.written = want
+	s.written.apply(d)
 	return nil
-}
-
-// desiredState validates the input and turns it into map contents.
-func desiredState(targets map[Target]Action, guarded []netip.Addr) (kernelState, error) {
-	if len(targets) > MaxTargets {
-		return kernelState{}, fmt.Errorf("sync: %d targets, at most %d fit", len(targets), MaxTargets)
-	}
-	want := kernelState{targets: make(map[mapKey]uint32, len(targets)), guarded: make(map[mapKey]struct{}, len(guarded))}
-	for t, a := range targets {
-		if a != Steer && a != Drop {
-			return kernelState{}, fmt.Errorf("sync: target %s: unknown %s", t, a)
-		}
-		k, err := targetKey(t)
-		if err != nil {
-			return kernelState{}, fmt.Errorf("sync: %w", err)
-		}
-		if prev, dup := want.targets[k]; dup && prev != uint32(a) {
-			return kernelState{}, fmt.Errorf("sync: target %s given twice (mapped and unmapped) with different actions", t)
-		}
-		want.targets[k] = uint32(a)
-	}
-	for _, a := range guarded {
-		k, err := guardedKey(a)
-		if err != nil {
-			return kernelState{}, fmt.Errorf("sync: %w", err)
-		}
-		want.guarded[k] = struct{}{}
-	}
-	if len(want.guarded) > MaxGuarded {
-		return kernelState{}, fmt.Errorf("sync: %d guarded addresses, at most %d fit", len(want.guarded), MaxGuarded)
-	}
-	return want, nil
-}
-
-// changes are the writes that turn one kernelState into another.
-type changes struct {
-	setTargetKeys          []mapKey
-	setTargetValues        []uint32
-	delTargets             []mapKey
-	addGuarded, delGuarded []mapKey
-}
-
-func diff(have, want kernelState) changes {
-	var c changes
-	for k, v := range want.targets {
-		if old, ok := have.targets[k]; !ok || old != v {
-			c.setTargetKeys = append(c.setTargetKeys, k)
-			c.setTargetValues = append(c.setTargetValues, v)
-		}
-	}
-	for k := range have.targets {
-		if _, ok := want.targets[k]; !ok {
-			c.delTargets = append(c.delTargets, k)
-		}
-	}
-	for k := range want.guarded {
-		if _, ok := have.guarded[k]; !ok {
-			c.addGuarded = append(c.addGuarded, k)
-		}
-	}
-	for k := range have.guarded {
-		if _, ok := want.guarded[k]; !ok {
-			c.delGuarded = append(c.delGuarded, k)
-		}
-	}
-	return c
-}
-
-func guardedValues(n int) []uint8 {
-	v := make([]uint8, n)
-	for i := range v {
-		v[i] = 1
-	}
-	return v
 }
 
 // update writes keys and values, in one batch where the kernel can (5.6+),
@@ -338,6 +259,7 @@ func update[V any](s *Steering, m *ebpf.Map, keys []mapKey, values []V) error {
 		switch {
 		case err == nil:
 		case errors.Is(err, unix.ENOMEM):
+			s.retries++
 			if err := wait.after(n > 0); err != nil {
 				return fmt.Errorf("%d of %d written: %w", done, len(keys), err)
 			}
@@ -425,12 +347,12 @@ func (s *Steering) remove(m *ebpf.Map, keys []mapKey) error {
 
 // readBack reads both hash maps.
 func (s *Steering) readBack() (kernelState, error) {
-	have := kernelState{targets: map[mapKey]uint32{}, guarded: map[mapKey]struct{}{}}
+	have := newKernelState()
 	var k mapKey
 	var action uint32
 	it := s.targets.Iterate()
 	for it.Next(&k, &action) {
-		have.targets[k] = action
+		have.targets[k] = &entry{value: action}
 	}
 	if err := it.Err(); err != nil {
 		return kernelState{}, fmt.Errorf("sync: reading the targets map back: %w", err)
@@ -438,7 +360,7 @@ func (s *Steering) readBack() (kernelState, error) {
 	var one uint8
 	it = s.guarded.Iterate()
 	for it.Next(&k, &one) {
-		have.guarded[k] = struct{}{}
+		have.guarded[k] = &entry{value: uint32(one)}
 	}
 	if err := it.Err(); err != nil {
 		return kernelState{}, fmt.Errorf("sync: reading the guarded map back: %w", err)

@@ -11,11 +11,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestDesiredStateRefusesBadInput(t *testing.T) {
+// TestSyncRefusesBadInput: compare refuses input the maps cannot hold.
+func TestSyncRefusesBadInput(t *testing.T) {
 	addr := netip.MustParseAddrPort("198.18.0.1:80")
 	tooMany := map[Target]Action{}
+	var tooManyGuarded []netip.Addr
 	for i := range MaxTargets + 1 {
-		tooMany[Target{TCP, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), uint16(i>>16)+1)}] = Steer
+		a := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		tooMany[Target{TCP, netip.AddrPortFrom(a, uint16(i>>16)+1)}] = Steer
+		if i <= MaxGuarded {
+			tooManyGuarded = append(tooManyGuarded, netip.AddrFrom4([4]byte{198, 18 + byte(i>>16), byte(i >> 8), byte(i)}))
+		}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -27,40 +33,41 @@ func TestDesiredStateRefusesBadInput(t *testing.T) {
 		{"SCTP", map[Target]Action{{Protocol(unix.IPPROTO_SCTP), addr}: Steer}, nil, "only TCP and UDP"},
 		{"no address", map[Target]Action{{TCP, netip.AddrPort{}}: Steer}, nil, "no address"},
 		{"invalid guarded address", nil, []netip.Addr{{}}, "not an address"},
-		{"mapped and unmapped with different actions", map[Target]Action{
-			{UDP, addr}: Steer,
-			{UDP, netip.AddrPortFrom(netip.AddrFrom16(addr.Addr().As16()), 80)}: Drop,
-		}, nil, "given twice"},
-		{"too many targets", tooMany, nil, "at most 131072 fit"},
+		{"IPv4-mapped target", map[Target]Action{{UDP, netip.MustParseAddrPort("[::ffff:198.18.0.1]:53")}: Steer}, nil, "unmapped"},
+		{"zoned target", map[Target]Action{{UDP, netip.MustParseAddrPort("[fe80::1%lo]:53")}: Steer}, nil, "zone"},
+		{"too many targets", tooMany, nil, "131073 targets, at most 131072 fit"},
+		{"too many guarded addresses", nil, append(tooManyGuarded, tooManyGuarded...), "65537 guarded addresses, at most 65536 fit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := desiredState(tc.targets, tc.guarded)
+			k := newKernelState()
+			_, err := k.compare(tc.targets, tc.guarded)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("desiredState: %v, want an error containing %q", err, tc.wantErr)
+				t.Fatalf("compare: %v, want an error containing %q", err, tc.wantErr)
 			}
 		})
 	}
 }
 
 // TestKeysKeepFamiliesApart checks the key layout the program builds: an
-// IPv4 address is ::ffff:a.b.c.d with family AF_INET, so it never equals the
-// same bytes sent over IPv6.
+// IPv4 address is ::ffff:a.b.c.d with family AF_INET, so it never equals an
+// IPv6 key; a guarded IPv4-mapped address is the IPv4 one.
 func TestKeysKeepFamiliesApart(t *testing.T) {
 	v4, err := targetKey(Target{UDP, netip.MustParseAddrPort("198.18.0.1:53")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v6, err := targetKey(Target{UDP, netip.MustParseAddrPort("[::ffff:198.18.0.1]:53")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := mapKey{Addr: netip.MustParseAddr("::ffff:198.18.0.1").As16(), Port: 53, Proto: unix.IPPROTO_UDP, Family: unix.AF_INET}
-	if v4 != want || v6 != want {
-		t.Errorf("IPv4 key %+v and IPv4-mapped key %+v, want both %+v (mapped addresses are IPv4)", v4, v6, want)
+	if v4 != want {
+		t.Errorf("IPv4 key %+v, want %+v", v4, want)
 	}
-	real6, _ := targetKey(Target{UDP, netip.MustParseAddrPort("[fd00::1]:53")})
-	if real6.Family != unix.AF_INET6 {
-		t.Errorf("IPv6 key family %d, want AF_INET6", real6.Family)
+	v6, _ := targetKey(Target{UDP, netip.MustParseAddrPort("[fd00::1]:53")})
+	if v6.Family != unix.AF_INET6 || v6.Addr != netip.MustParseAddr("fd00::1").As16() {
+		t.Errorf("IPv6 key %+v", v6)
+	}
+	g4, _ := guardedKey(netip.MustParseAddr("198.18.0.1"))
+	gMapped, _ := guardedKey(netip.MustParseAddr("::ffff:198.18.0.1"))
+	if wantG := (mapKey{Addr: want.Addr, Family: unix.AF_INET}); g4 != wantG || gMapped != wantG {
+		t.Errorf("guarded keys %+v and %+v, want both %+v", g4, gMapped, wantG)
 	}
 }
 
@@ -100,6 +107,7 @@ func TestSyncWritesTheDifference(t *testing.T) {
 				{"unchanged", big, bigGuarded, nil},
 				{"fewer", smaller, smallerGuarded, nil},
 				{"more again, half dropped", changed, bigGuarded, nil},
+				{"guarded addresses named twice", changed, append(bigGuarded, bigGuarded[:10]...), nil},
 				{"repaired after a failed write", changed, bigGuarded, func(t *testing.T) {
 					var k mapKey
 					var v uint32
@@ -123,16 +131,20 @@ func TestSyncWritesTheDifference(t *testing.T) {
 				if err := s.Sync(step.targets, step.guarded); err != nil {
 					t.Fatalf("%s: Sync: %v", step.name, err)
 				}
-				want, err := desiredState(step.targets, step.guarded)
-				if err != nil {
-					t.Fatal(err)
-				}
 				got, err := s.readBack()
 				if err != nil {
 					t.Fatal(err)
 				}
-				if diff := cmp.Diff(want, got, cmp.AllowUnexported(kernelState{})); diff != "" {
-					t.Fatalf("%s: maps after Sync (-want +got):\n%s", step.name, diff)
+				wantTargets, wantGuarded := contents(t, step.targets, step.guarded)
+				gotTargets, gotGuarded := values(got.targets), values(got.guarded)
+				if diff := cmp.Diff(wantTargets, gotTargets); diff != "" {
+					t.Fatalf("%s: targets map after Sync (-want +got):\n%s", step.name, diff)
+				}
+				if diff := cmp.Diff(wantGuarded, gotGuarded); diff != "" {
+					t.Fatalf("%s: guarded map after Sync (-want +got):\n%s", step.name, diff)
+				}
+				if diff := cmp.Diff(values(s.written.targets), gotTargets); diff != "" {
+					t.Fatalf("%s: Sync's record differs from the targets map (-record +map):\n%s", step.name, diff)
 				}
 			}
 		})
@@ -156,4 +168,34 @@ func services(n int) (map[Target]Action, []netip.Addr) {
 		targets[Target{UDP, netip.AddrPortFrom(a, port)}] = Steer
 	}
 	return targets, guarded
+}
+
+// contents is what the maps must hold for this input, built without the
+// code under test's comparison.
+func contents(t *testing.T, targets map[Target]Action, guarded []netip.Addr) (map[mapKey]uint32, map[mapKey]uint32) {
+	t.Helper()
+	ts, gs := map[mapKey]uint32{}, map[mapKey]uint32{}
+	for tgt, a := range targets {
+		k, err := targetKey(tgt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[k] = uint32(a)
+	}
+	for _, a := range guarded {
+		k, err := guardedKey(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[k] = 1
+	}
+	return ts, gs
+}
+
+func values(m map[mapKey]*entry) map[mapKey]uint32 {
+	out := make(map[mapKey]uint32, len(m))
+	for k, e := range m {
+		out[k] = e.value
+	}
+	return out
 }
