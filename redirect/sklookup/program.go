@@ -36,6 +36,7 @@ const (
 //	targets[{A, N, P, family}] == Steer: assign the socket in slot (P, family);
 //	                                     drop when the slot is empty or the
 //	                                     kernel refuses the socket
+//	                           == Discard: the same with the discarding slot
 //	                           == Drop:  drop
 //	not a target, guarded[{A, family}]:  drop
 //	otherwise:                           pass (the kernel's own lookup)
@@ -83,10 +84,13 @@ func program(targetsFD, guardedFD, socketsFD int) asm.Instructions {
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "not_target"),
 		asm.LoadMem(asm.R2, asm.R0, 0, asm.Word),
-		asm.JNE.Imm(asm.R2, int32(Steer), "drop"),
+		asm.JEq.Imm(asm.R2, int32(Steer), "steer"),
+		asm.JNE.Imm(asm.R2, int32(Discard), "drop"),
+		asm.Add.Imm(asm.R7, int32(discardingOffset)),
 
-		// Steer: slot = family offset, +2 for UDP (TCP4, TCP6, UDP4, UDP6).
-		asm.JEq.Imm(asm.R8, unix.IPPROTO_TCP, "slot"),
+		// Steer: slot = family offset, +2 for UDP (TCP4, TCP6, UDP4, UDP6),
+		// +4 to discard.
+		asm.JEq.Imm(asm.R8, unix.IPPROTO_TCP, "slot").WithSymbol("steer"),
 		asm.JNE.Imm(asm.R8, unix.IPPROTO_UDP, "drop"),
 		asm.Add.Imm(asm.R7, 2),
 		asm.StoreMem(asm.RFP, slotOff, asm.R7, asm.Word).WithSymbol("slot"),

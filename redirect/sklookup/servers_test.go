@@ -173,6 +173,9 @@ const (
 	ours     outcome = "ours"     // the socket in the target's slot, with the service address as local address
 	node     outcome = "node"     // the node's own listener on port 2222
 	squatter outcome = "squatter" // one of the squatters: the kernel's own lookup chose
+	// discarding: the socket in the target's discarding slot, with the
+	// service address as local address.
+	discarding outcome = "discarding"
 	// refused: the program dropped the lookup, and the kernel answered as
 	// for a closed port (TCP reset, ICMP port unreachable).
 	refused outcome = "refused"
@@ -263,9 +266,9 @@ func (s *servers) next(t *testing.T, what string) arrival {
 func (s *servers) checkWho(t *testing.T, what, server, local string, addr netip.AddrPort, want outcome) {
 	t.Helper()
 	switch want {
-	case ours:
-		if !strings.HasPrefix(server, "ours") {
-			t.Fatalf("%s: reached %s, want our socket", what, server)
+	case ours, discarding:
+		if !strings.HasPrefix(server, string(want)) {
+			t.Fatalf("%s: reached %s, want the %s socket", what, server, want)
 		}
 		if local != addr.String() {
 			t.Fatalf("%s: local address %s, want the service address %s", what, local, addr)

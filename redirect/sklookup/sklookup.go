@@ -47,8 +47,20 @@ const (
 	TCP6
 	UDP4
 	UDP6
+	// The discarding slots, one per serving slot in the same order, take
+	// the targets whose action is Discard.
+	TCP4Discard
+	TCP6Discard
+	UDP4Discard
+	UDP6Discard
 	slotCount
 )
+
+// discardingOffset is how far a serving slot's discarding slot is.
+const discardingOffset = TCP4Discard - TCP4
+
+// Discarding is the discarding slot of serving slot s.
+func (s Slot) Discarding() Slot { return s%discardingOffset + discardingOffset }
 
 func (s Slot) String() string {
 	switch s {
@@ -60,13 +72,15 @@ func (s Slot) String() string {
 		return "UDP4"
 	case UDP6:
 		return "UDP6"
+	case TCP4Discard, TCP6Discard, UDP4Discard, UDP6Discard:
+		return (s - discardingOffset).String() + " discarding"
 	}
 	return fmt.Sprintf("slot %d", uint32(s))
 }
 
 // protocol is the socket protocol the slot holds.
 func (s Slot) protocol() Protocol {
-	if s == UDP4 || s == UDP6 {
+	if s%discardingOffset == UDP4 || s%discardingOffset == UDP6 {
 		return UDP
 	}
 	return TCP
@@ -100,8 +114,13 @@ const (
 	// Steer assigns the packet to the socket in the target's slot.
 	Steer Action = iota + 1
 	// Drop drops the packet (a service port with no endpoints to reach, or
-	// a source the service refuses).
+	// a source the service refuses); no socket found, the kernel refuses
+	// the client (a reset, an ICMP port unreachable).
 	Drop
+	// Discard assigns the packet to the socket in the target's discarding
+	// slot, which the caller makes drop what it gets (a socket filter), so
+	// the client hears nothing and retries, as behind a DROP rule.
+	Discard
 )
 
 func (a Action) String() string {
@@ -110,6 +129,8 @@ func (a Action) String() string {
 		return "steer"
 	case Drop:
 		return "drop"
+	case Discard:
+		return "discard"
 	}
 	return fmt.Sprintf("action %d", uint8(a))
 }

@@ -20,6 +20,7 @@ var (
 	vip6      = netip.MustParseAddr("fd00:18::10")
 	dropVIP4  = netip.MustParseAddr("198.18.0.11") // its port 5000 is a Drop target
 	udpOnly4  = netip.MustParseAddr("198.18.0.12") // only UDP 5000 is a target
+	discVIP4  = netip.MustParseAddr("198.18.0.13") // its port 5000 is a Discard target
 	unguarded = netip.MustParseAddr("198.18.0.99") // local, but no service address
 )
 
@@ -36,7 +37,9 @@ func serviceState() (map[sklookup.Target]sklookup.Action, []netip.Addr) {
 		{sklookup.TCP, ap(dropVIP4, 5000)}: sklookup.Drop,
 		{sklookup.UDP, ap(dropVIP4, 5000)}: sklookup.Drop,
 		{sklookup.UDP, ap(udpOnly4, 5000)}: sklookup.Steer,
-	}, []netip.Addr{vip4, vip6, dropVIP4, udpOnly4}
+		{sklookup.TCP, ap(discVIP4, 5000)}: sklookup.Discard,
+		{sklookup.UDP, ap(discVIP4, 5000)}: sklookup.Discard,
+	}, []netip.Addr{vip4, vip6, dropVIP4, udpOnly4, discVIP4}
 }
 
 // makeServiceAddressesLocal routes the test's service ranges to lo, as local
@@ -102,6 +105,10 @@ func testSteering(t *testing.T) {
 		sklookup.TCP6: srv.listenTCP("ours-tcp6", "tcp6", "[::1]:0", sockOpts{}),
 		sklookup.UDP4: srv.listenUDP("ours-udp4", "udp4", "127.0.0.1:0", sockOpts{}),
 		sklookup.UDP6: srv.listenUDP("ours-udp6", "udp6", "[::1]:0", sockOpts{}),
+		// The discarding slots' sockets record what they get here; the
+		// userspace mode makes its own drop everything.
+		sklookup.TCP4Discard: srv.listenTCP("discarding-tcp4", "tcp4", "127.0.0.1:0", sockOpts{}),
+		sklookup.UDP4Discard: srv.listenUDP("discarding-udp4", "udp4", "127.0.0.1:0", sockOpts{}),
 	}
 	for slot, c := range ourSockets {
 		if err := s.SetSocket(slot, c); err != nil {
@@ -147,6 +154,8 @@ func testSteering(t *testing.T) {
 			{sklookup.UDP, ap(vip4, 5001), refused},                          // guarded: not a service port
 			{sklookup.TCP, ap(dropVIP4, 5000), refused},                      // Drop target
 			{sklookup.UDP, ap(dropVIP4, 5000), refused},                      // Drop target
+			{sklookup.TCP, ap(discVIP4, 5000), discarding},                   // Discard target
+			{sklookup.UDP, ap(discVIP4, 5000), discarding},                   // Discard target
 			{sklookup.TCP, ap(vip4, 2222), refused},                          // the node listener is not reachable on a service address
 			{sklookup.TCP, ap(vip6, 2222), refused},                          // nor over IPv6
 			{sklookup.UDP, ap(vip4, 2222), refused},                          // nor over UDP
@@ -238,7 +247,8 @@ func testSetSocketRefuses(t *testing.T) {
 		{"UDP socket in a TCP slot", sklookup.TCP4, udpSocket, "want TCP"},
 		{"TCP listener in a UDP slot", sklookup.UDP4, tcpListener, "want UDP"},
 		{"IPv4 socket in an IPv6 slot", sklookup.TCP6, tcpListener, "AF_INET6"},
-		{"no such slot", sklookup.Slot(7), tcpListener, "no such slot"},
+		{"no such slot", sklookup.UDP6Discard + 1, tcpListener, "no such slot"},
+		{"UDP socket in a TCP discarding slot", sklookup.TCP4Discard, udpSocket, "want TCP"},
 		{"TCP socket bound but not listening", sklookup.TCP4, boundTCPSocket, "the kernel refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

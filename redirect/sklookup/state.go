@@ -41,7 +41,7 @@ func (k *kernelState) compare(targets map[Target]Action, guarded []netip.Addr) (
 	var c changes
 	matched := 0
 	for t, a := range targets {
-		if a != Steer && a != Drop {
+		if a != Steer && a != Drop && a != Discard {
 			return changes{}, fmt.Errorf("target %s: unknown %s", t, a)
 		}
 		key, err := targetKey(t)

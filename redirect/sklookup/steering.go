@@ -197,7 +197,7 @@ func checkSocket(fd int, slot Slot) error {
 	switch {
 	case domain != unix.AF_INET && domain != unix.AF_INET6:
 		return fmt.Errorf("socket family %d is not IP", domain)
-	case (slot == TCP6 || slot == UDP6) && domain != unix.AF_INET6:
+	case (slot%discardingOffset == TCP6 || slot%discardingOffset == UDP6) && domain != unix.AF_INET6:
 		return errors.New("an IPv6 slot needs an AF_INET6 socket")
 	}
 	return nil
