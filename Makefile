@@ -67,7 +67,7 @@ test: deps tools build image
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
 # (see bench/guest/doc.go). Guest RAM is a sparse file in GUEST_TMPDIR.
-GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/ ./redirect/modes/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
+GUEST_TEST_PKGS := ./bench/guest/ ./redirect/sklookup/ ./lb/sctprelay/ ./redirect/modes/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
 GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
 # suite adds the IPVS mode to the others (SCTP works there in every mode and

@@ -18,7 +18,7 @@ import (
 func Probe() error {
 	s, err := Attach("/proc/thread-self/ns/net")
 	if err != nil {
-		return hint(err)
+		return err
 	}
 	probeErr := probeSockets(s)
 	return errors.Join(probeErr, s.Close())
@@ -51,7 +51,7 @@ func probeSockets(s *Steering) error {
 	return nil
 }
 
-// hint adds the usual cause to a kernel refusal.
+// hint adds the usual cause to a kernel refusal to load or attach.
 func hint(err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):

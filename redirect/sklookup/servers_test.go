@@ -19,7 +19,14 @@ import (
 type sockOpts struct {
 	reuse    bool // SO_REUSEADDR and SO_REUSEPORT, so squatters can share a port
 	freebind bool // IP_FREEBIND / IPV6_FREEBIND, as a squatter binds an address early
-	origDst  bool // IP(V6)_RECVORIGDSTADDR on a UDP socket
+	// replyReuse: SO_REUSEADDR only, so a reply socket shares a port with
+	// the squatters without joining their SO_REUSEPORT group.
+	replyReuse bool
+	origDst    bool // IP(V6)_RECVORIGDSTADDR on a UDP socket
+	// replyFromOrigDst: a UDP server echoes each datagram from the original
+	// destination address and port, as a relay behind a shared socket must
+	// answer; see replyFrom.
+	replyFromOrigDst bool
 }
 
 func (o sockOpts) control(_, _ string, c syscall.RawConn) error {
@@ -36,8 +43,10 @@ func (o sockOpts) control(_, _ string, c syscall.RawConn) error {
 			return
 		}
 		v6 := domain == unix.AF_INET6
-		if o.reuse {
+		if o.reuse || o.replyReuse {
 			set(unix.SOL_SOCKET, unix.SO_REUSEADDR)
+		}
+		if o.reuse {
 			set(unix.SOL_SOCKET, unix.SO_REUSEPORT)
 		}
 		switch {
@@ -61,6 +70,8 @@ type arrival struct {
 	server  string
 	payload string
 	local   netip.AddrPort // accepted connection's local address, or datagram's original destination
+	// replyErr: a UDP server's echo failed.
+	replyErr error
 }
 
 // servers are the test's TCP listeners and UDP sockets; each reports what it
@@ -135,14 +146,37 @@ func (s *servers) listenUDP(name, network, addr string, o sockOpts) *net.UDPConn
 	go func() {
 		buf, oob := make([]byte, 1500), make([]byte, 512)
 		for {
-			n, oobn, _, _, err := conn.ReadMsgUDPAddrPort(buf, oob)
+			n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
 			if err != nil {
 				return
 			}
-			s.record(arrival{server: name, payload: string(buf[:n]), local: origDst(oob[:oobn])}, true)
+			a := arrival{server: name, payload: string(buf[:n]), local: origDst(oob[:oobn])}
+			if o.replyFromOrigDst && a.local.IsValid() {
+				a.replyErr = replyFrom(a.local, from, buf[:n])
+			}
+			s.record(a, true)
 		}
 	}()
 	return conn
+}
+
+// replyFrom sends payload to a client from src, the service address and
+// port the client sent to. The shared socket cannot: IP_PKTINFO sets a
+// datagram's source address but not its port, and the socket's own port is
+// not the service's. A socket bound to src (SO_REUSEADDR beside the
+// squatters, FREEBIND because IPv6 takes only assigned addresses, not local
+// routes, as bind or source addresses) and connected to the client can;
+// while open, the kernel also hands it that client's next datagrams before
+// the program runs.
+func replyFrom(src, client netip.AddrPort, payload []byte) error {
+	d := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(src), Control: sockOpts{replyReuse: true, freebind: true}.control}
+	c, err := d.Dial("udp", client.String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Write(payload)
+	return err
 }
 
 // origDst reads IP_ORIGDSTADDR or IPV6_ORIGDSTADDR from control messages.
@@ -248,7 +282,21 @@ func (s *servers) expectUDP(t *testing.T, addr netip.AddrPort, want outcome) {
 			continue
 		}
 		s.checkWho(t, "UDP "+addr.String(), a.server, a.local.String(), addr, want)
+		if a.replyErr != nil {
+			t.Fatalf("UDP %s: %s could not reply from %s: %v", addr, a.server, a.local, a.replyErr)
+		}
+		break
+	}
+	if want != ours {
 		return
+	}
+	// The client's socket is connected to addr: it takes only replies whose
+	// source is the service address.
+	_ = c.SetReadDeadline(time.Now().Add(arrivalTimeout))
+	buf := make([]byte, 200)
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != payload {
+		t.Fatalf("UDP %s: reply %q, %v; want the echo from the service address", addr, buf[:n], err)
 	}
 }
 

@@ -17,6 +17,7 @@ package sklookup
 import (
 	"fmt"
 	"net/netip"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -151,6 +152,12 @@ type mapKey struct {
 	Proto  uint8
 	Family uint8
 }
+
+// keySize is mapKey's size in the maps; the program writes exactly these
+// bytes, so the Go struct must have no padding (checked at compile time).
+const keySize = 20
+
+var _ [keySize]byte = [unsafe.Sizeof(mapKey{})]byte{}
 
 func addrKey(a netip.Addr) mapKey {
 	a = a.Unmap()

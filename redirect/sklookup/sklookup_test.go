@@ -103,8 +103,8 @@ func testSteering(t *testing.T) {
 	ourSockets := map[sklookup.Slot]syscall.Conn{
 		sklookup.TCP4: srv.listenTCP("ours-tcp4", "tcp4", "127.0.0.1:0", sockOpts{}),
 		sklookup.TCP6: srv.listenTCP("ours-tcp6", "tcp6", "[::1]:0", sockOpts{}),
-		sklookup.UDP4: srv.listenUDP("ours-udp4", "udp4", "127.0.0.1:0", sockOpts{}),
-		sklookup.UDP6: srv.listenUDP("ours-udp6", "udp6", "[::1]:0", sockOpts{}),
+		sklookup.UDP4: srv.listenUDP("ours-udp4", "udp4", "127.0.0.1:0", sockOpts{replyFromOrigDst: true}),
+		sklookup.UDP6: srv.listenUDP("ours-udp6", "udp6", "[::1]:0", sockOpts{replyFromOrigDst: true}),
 		// The discarding slots' sockets record what they get here; the
 		// userspace mode makes its own drop everything.
 		sklookup.TCP4Discard: srv.listenTCP("discarding-tcp4", "tcp4", "127.0.0.1:0", sockOpts{}),

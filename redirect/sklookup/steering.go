@@ -76,9 +76,9 @@ func (o *objects) load() error {
 		m    **ebpf.Map
 		spec *ebpf.MapSpec
 	}{
-		{&o.targets, &ebpf.MapSpec{Name: "kproxy_targets", Type: ebpf.Hash, KeySize: 20, ValueSize: 4,
+		{&o.targets, &ebpf.MapSpec{Name: "kproxy_targets", Type: ebpf.Hash, KeySize: keySize, ValueSize: 4,
 			MaxEntries: MaxTargets, Flags: unix.BPF_F_NO_PREALLOC}},
-		{&o.guarded, &ebpf.MapSpec{Name: "kproxy_guarded", Type: ebpf.Hash, KeySize: 20, ValueSize: 1,
+		{&o.guarded, &ebpf.MapSpec{Name: "kproxy_guarded", Type: ebpf.Hash, KeySize: keySize, ValueSize: 1,
 			MaxEntries: MaxGuarded, Flags: unix.BPF_F_NO_PREALLOC}},
 		{&o.sockets, &ebpf.MapSpec{Name: "kproxy_sockets", Type: ebpf.SockMap, KeySize: 4, ValueSize: 8,
 			MaxEntries: uint32(slotCount)}},
@@ -109,7 +109,7 @@ func (o *objects) load() error {
 func Attach(netnsPath string) (*Steering, error) {
 	o, err := load()
 	if err != nil {
-		return nil, err
+		return nil, hint(err)
 	}
 	ns, err := os.Open(netnsPath)
 	if err != nil {
@@ -120,7 +120,7 @@ func Attach(netnsPath string) (*Steering, error) {
 	l, err := link.AttachNetNs(int(ns.Fd()), o.prog)
 	if err != nil {
 		_ = o.close()
-		return nil, fmt.Errorf("attaching the sk_lookup program to %s: %w", netnsPath, err)
+		return nil, hint(fmt.Errorf("attaching the sk_lookup program to %s: %w", netnsPath, err))
 	}
 	return newSteering(o, l), nil
 }

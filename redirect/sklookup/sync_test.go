@@ -89,9 +89,9 @@ func TestSyncWritesTheDifference(t *testing.T) {
 			defer s.Close()
 			s.perKey = perKey
 
-			big, bigGuarded := services(1000)
-			smaller, smallerGuarded := services(600)
-			changed, _ := services(1000)
+			big, bigGuarded := services(400)
+			smaller, smallerGuarded := services(240)
+			changed, _ := services(400)
 			for tgt := range changed {
 				if tgt.Addr.Port()%2 == 0 {
 					changed[tgt] = Drop
