@@ -196,3 +196,5 @@ func (m *Mode) familiesOf(kind mode.Portals) []ipfamily.Family {
 	}
 	return out
 }
+
+var _ mode.ConflictReporter = (*Mode)(nil)
