@@ -50,7 +50,7 @@ func TestSquattedServicePortIsReported(t *testing.T) {
 		if !strings.Contains(log, "Any local user can bind a service address") {
 			t.Errorf("the start-up log does not name the local portals' exposure:\n%s", lastLines(log, 40))
 		}
-		reported := regexp.MustCompile(`NOT served by kproxy.*address="` + regexp.QuoteMeta(digestVIP) + `:9002".*uid 65534 \(socket inode (\d+) bound to 0\.0\.0\.0:9002\)`).FindAllStringSubmatch(log, -1)
+		reported := regexp.MustCompile(`NOT served by kproxy.*address="`+regexp.QuoteMeta(digestVIP)+`:9002".*uid 65534 \(socket inode (\d+) bound to 0\.0\.0\.0:9002\)`).FindAllStringSubmatch(log, -1)
 		switch {
 		case len(reported) != 1:
 			t.Errorf("the held service port was logged %d times, want once naming uid 65534 on 0.0.0.0:9002:\n%s", len(reported), lastLines(log, 40))
