@@ -81,7 +81,7 @@ GUEST_E2E_CASES := ^(TestClusterIP|TestHairpinToLocalEndpoint|TestNodePortAddres
 # --proxy-mode, must pick the userspace mode with local portals there. 1G of
 # guest RAM: etcd and kube-apiserver (TestAPIServer) take about 360M of the
 # default 512M.
-GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestNodePortAddressesPrimary|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestSCTPLoopsAreRefused|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestPortalKind|TestServiceAddressesNotAnnounced|TestExternalTrafficPolicyLocal|TestInternalTrafficPolicyLocal|TestHealthCheckNodePort|TestAPIServer)$$
+GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestNodePortAddressesPrimary|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestSCTPLoopsAreRefused|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestPortalKind|TestServiceAddressesNotAnnounced|TestExternalTrafficPolicyLocal|TestInternalTrafficPolicyLocal|TestHealthCheckNodePort|TestAPIServer|TestSquattedServicePortIsReported)$$
 test-guest: deps tools build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
 	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel tests (user-mode-linux: IPVS, SCTP)" "about a minute" \

@@ -127,6 +127,14 @@ const (
 	bcSourceLE      = 3  // INET_DIAG_BC_S_LE
 )
 
+// diagModule names the kernel module that lists protocol's sockets.
+func diagModule(protocol uint8) string {
+	if protocol == unix.IPPROTO_UDP {
+		return "udp_diag"
+	}
+	return "tcp_diag"
+}
+
 // request is struct inet_diag_req_v2 with an empty socket id: a dump.
 type request struct {
 	family, protocol uint8
@@ -183,9 +191,9 @@ func dump(family, protocol uint8, states uint32, port uint16) ([]socket, error) 
 		return true
 	})
 	if errors.Is(err, syscall.ENOENT) {
-		// No diag handler for this family and protocol (a kernel without
-		// IPv6, or its udp_diag not loaded): nothing of it to list.
-		return nil, nil
+		// The kernel has no diag handler for the protocol: its module
+		// (tcp_diag, udp_diag) is absent and could not be loaded.
+		return nil, fmt.Errorf("the kernel lists no such sockets (its %s module is not loaded): %w", diagModule(protocol), errors.ErrUnsupported)
 	}
 	return out, errors.Join(err, parseErr)
 }
