@@ -78,7 +78,7 @@ GUEST_E2E_CASES := ^(TestClusterIP|TestHairpinToLocalEndpoint|TestNodePortAddres
 # The cases that apply to the userspace mode also run in a guest booted
 # without netfilter (no netfilter module, module loading disabled; see
 # bench/guest/doc.go), like a node whose kernel lacks it: kproxy, given no
-# --proxy-mode, must pick the userspace mode with local portals there. 1G of
+# --proxy-mode, must pick the userspace mode with socket-lookup portals there. 1G of
 # guest RAM: etcd and kube-apiserver (TestAPIServer) take about 360M of the
 # default 512M.
 GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestNodePortAddressesPrimary|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestSCTPLoopsAreRefused|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestPortalKind|TestServiceAddressesNotAnnounced|TestExternalTrafficPolicyLocal|TestInternalTrafficPolicyLocal|TestHealthCheckNodePort|TestAPIServer|TestServiceAddressesAreIsolated)$$

@@ -32,6 +32,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/localroute"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
+	"kproxy.dev/kproxy/redirect/sockdiag"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
@@ -70,6 +71,9 @@ type Config struct {
 	// service addresses, and where the unprivileged port start is read;
 	// nil leaves ARP alone (tests).
 	Sysctls sysctl.Sysctls
+	// Holders names the sockets holding a service address local portals
+	// cannot bind; nil means the kernel's sock_diag. Tests pass fakes.
+	Holders sockdiag.Finder
 }
 
 // Applier writes one family's portal rules.
@@ -110,6 +114,8 @@ type Mode struct {
 	// portalRepairs is kproxy_userspace_portal_repairs_total.
 	portalRepairs prometheus.Counter
 	appliers      map[ipfamily.Family]Applier
+	// conflicts are the service addresses other sockets hold.
+	conflicts *portalConflicts
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
 	ctx    context.Context
@@ -192,6 +198,10 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if err := m.registerPortalKinds(cfg.Registerer); err != nil {
 		return nil, err
 	}
+	if m.conflicts, err = newPortalConflicts(logger, cfg.Holders, cfg.Registerer); err != nil {
+		return nil, err
+	}
+	m.conflicts.warnExposure(m.familiesOf(mode.PortalsLocal))
 	for fam := range m.appliers {
 		if !m.socketChecked[fam] {
 			warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange, "the rules cannot check the receiving socket")
@@ -245,6 +255,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	// a service address is local only while what serves it is in place, so
 	// no other socket on the node can take its traffic meanwhile.
 	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
+	m.conflicts.settle()
 	steered := m.steeredServiceAddresses(snap, node)
 	steerErr := m.syncSteering(steered, true)
 	routesErr := m.syncRoutes(snap, node)

@@ -240,7 +240,10 @@ func (m *Mode) syncListeners(r *relay, state portal.EndpointState) []error {
 		if !ok {
 			var err error
 			if s, _, err = m.openServer(r, ap); err != nil {
-				errs = append(errs, err)
+				// Another socket holding ap is reported by conflicts.
+				if err = m.conflicts.note(r, ap, err); err != nil {
+					errs = append(errs, err)
+				}
 				continue
 			}
 			r.servers[ap] = s
@@ -391,12 +394,11 @@ func (m *Mode) release(proto ports.Protocol, r *relay, ap netip.AddrPort, port u
 	}
 }
 
-// explainInUse names the usual reason a local portal cannot bind: a
-// program on the node listening on the wildcard address holds the port on
-// every address, service addresses included.
+// explainInUse says a local portal cannot bind because another socket
+// holds its address; portalConflicts names which.
 func explainInUse(err error, ap netip.AddrPort) error {
 	if ap.Port() != 0 && errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("%w: port %d is taken on this node (a socket bound to it on the wildcard address holds it on every address)", err, ap.Port())
+		return fmt.Errorf("%w: another socket on the node holds %s", err, ap)
 	}
 	return err
 }
