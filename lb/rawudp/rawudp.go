@@ -53,7 +53,7 @@ type Socket struct {
 }
 
 // Open opens the raw sockets. IPv6 may be missing (a kernel without it);
-// IPv4 may not. It needs CAP_NET_RAW.
+// IPv4 may not. It needs CAP_NET_RAW, which kproxy has as it runs as root.
 func Open() (*Socket, error) {
 	s := &Socket{v4: -1, v6: -1}
 	var err error
@@ -121,23 +121,14 @@ func (s *Socket) Close() error {
 	return errors.Join(errs...)
 }
 
-// FD returns the raw socket that sends p's datagrams, or -1 when its family
-// is unavailable.
+// FD returns the raw socket that sends p's datagrams (with sendmmsg, each
+// message's iovec holding the datagram WriteHeader filled and Address
+// setting its name and control), or -1 when its family is unavailable.
 func (s *Socket) FD(p *Path) int {
 	if p.v6 {
 		return s.v6
 	}
 	return s.v4
-}
-
-// Sendmmsg sends up to len(hdrs) datagrams, all of Paths of one family
-// (fd from FD), without blocking and returns how many the kernel took; an
-// error means the first one failed.
-func (s *Socket) Sendmmsg(fd int, hdrs []eventloop.Mmsghdr) (int, error) {
-	if fd < 0 {
-		return 0, unix.EAFNOSUPPORT
-	}
-	return eventloop.Sendmmsg(fd, hdrs)
 }
 
 // Path is what every datagram from one address and port to another shares:

@@ -109,7 +109,7 @@ func sendOne(t *testing.T, s *Socket, p *Path, payload []byte, corrupt bool) {
 	hdrs := make([]eventloop.Mmsghdr, 1)
 	hdrs[0].Hdr.Iov, hdrs[0].Hdr.Iovlen = &iov, 1
 	p.Address(&hdrs[0].Hdr)
-	if n, err := s.Sendmmsg(s.FD(p), hdrs); err != nil || n != 1 {
+	if n, err := eventloop.Sendmmsg(s.FD(p), hdrs); err != nil || n != 1 {
 		t.Fatalf("sendmmsg: %d, %v", n, err)
 	}
 }

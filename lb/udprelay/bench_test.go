@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,12 +74,13 @@ func (n *naiveRelay) close() {
 // concurrent client sockets, each waiting for its reply before the next
 // request, and reports round trips per second.
 func requestResponse(b *testing.B, target netip.AddrPort, flows int) float64 {
-	return requestResponseTo(b, []netip.AddrPort{target}, flows)
+	rate, _ := requestResponseTo(b, []netip.AddrPort{target}, flows)
+	return rate
 }
 
 // requestResponseTo is requestResponse with the client sockets spread
-// over targets.
-func requestResponseTo(b *testing.B, targets []netip.AddrPort, flows int) float64 {
+// over targets; it also returns the process's CPU µs per round trip.
+func requestResponseTo(b *testing.B, targets []netip.AddrPort, flows int) (rate, cpu float64) {
 	b.Helper()
 	conns := make([]*net.UDPConn, flows)
 	for i := range conns {
@@ -99,7 +102,7 @@ func requestResponseTo(b *testing.B, targets []netip.AddrPort, flows int) float6
 		}
 	}
 	b.ResetTimer()
-	start := time.Now()
+	start, start0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		n := b.N / flows
@@ -129,9 +132,9 @@ func requestResponseTo(b *testing.B, targets []netip.AddrPort, flows int) float6
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	rate := float64(b.N) / elapsed.Seconds()
+	rate = float64(b.N) / elapsed.Seconds()
 	b.ReportMetric(rate, "req/s")
-	return rate
+	return rate, reportCPU(b, start0)
 }
 
 // BenchmarkUDPRequestResponse compares, in one run, 64-byte request/response
@@ -210,13 +213,14 @@ func BenchmarkUDPRequestResponse(b *testing.B) {
 
 // newFlows runs b.N new flows to targets (round-robin) from workers
 // concurrent clients: each flow is a new client socket that sends one
-// 64-byte datagram, waits for the reply and closes. It reports flows per
-// second.
-func newFlows(b *testing.B, targets []netip.AddrPort, workers int) float64 {
+// 64-byte datagram, waits for the reply and closes. It returns flows per
+// second and the process's CPU µs per flow.
+func newFlows(b *testing.B, targets []netip.AddrPort, workers int) (rate, cpu float64) {
 	b.Helper()
 	b.ResetTimer()
-	start := time.Now()
+	start, start0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
+	var lost atomic.Int64 // datagrams or replies lost, each costing a second
 	for w := range workers {
 		n := b.N / workers
 		if w < b.N%workers {
@@ -242,6 +246,7 @@ func newFlows(b *testing.B, targets []netip.AddrPort, workers int) float64 {
 					if _, err := c.Read(resp); err == nil {
 						break
 					}
+					lost.Add(1)
 				}
 				c.Close()
 			}
@@ -250,9 +255,28 @@ func newFlows(b *testing.B, targets []netip.AddrPort, workers int) float64 {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	rate := float64(b.N) / elapsed.Seconds()
+	rate = float64(b.N) / elapsed.Seconds()
 	b.ReportMetric(rate, "flows/s")
-	return rate
+	b.ReportMetric(float64(lost.Load()), "lost")
+	return rate, reportCPU(b, start0)
+}
+
+// processCPU is the CPU time (user and system) the process has used; the
+// loopback's softirq work runs in the sending threads, so it is included.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports and returns the process's CPU µs per operation since
+// start: on a shared machine a steadier figure than the rate.
+func reportCPU(b *testing.B, start time.Duration) float64 {
+	cpu := float64(processCPU()-start) / float64(time.Microsecond) / float64(b.N)
+	b.ReportMetric(cpu, "cpu-µs/op")
+	return cpu
 }
 
 // BenchmarkUDPSharedSocket compares, in one run, a per-socket relay with a
@@ -270,7 +294,10 @@ func BenchmarkUDPSharedSocket(b *testing.B) {
 	picker := &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}
 
 	// perSocket returns the address of a per-socket relay.
-	perSocket := func(b *testing.B) []netip.AddrPort {
+	// Each relay serves both sub-benchmarks and is closed before the
+	// next starts, so only one raw socket (which the kernel hands a copy
+	// of every UDP datagram) exists at a time.
+	perSocket := func(b *testing.B) ([]netip.AddrPort, func()) {
 		conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
 			b.Fatal(err)
@@ -280,18 +307,16 @@ func BenchmarkUDPSharedSocket(b *testing.B) {
 			b.Fatal(err)
 		}
 		go func() { _ = r.Serve(context.Background()) }()
-		b.Cleanup(func() { r.Close() })
-		return []netip.AddrPort{r.Addr()}
+		return []netip.AddrPort{r.Addr()}, func() { r.Close() }
 	}
-	// shared returns the service addresses of a shared relay with routes
-	// routes, of which the benchmark's clients use flows spread over all.
-	shared := func(routes int) func(b *testing.B) []netip.AddrPort {
-		return func(b *testing.B) []netip.AddrPort {
+	// shared starts a shared relay with routes routes and returns flows
+	// service addresses spread over them.
+	shared := func(routes int) func(b *testing.B) ([]netip.AddrPort, func()) {
+		return func(b *testing.B) ([]netip.AddrPort, func()) {
 			replies, err := rawudp.Open()
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { replies.Close() })
 			conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
 			if err != nil {
 				b.Fatal(err)
@@ -319,32 +344,37 @@ func BenchmarkUDPSharedSocket(b *testing.B) {
 				b.Fatal(err)
 			}
 			go func() { _ = r.Serve(context.Background()) }()
-			b.Cleanup(func() { r.Close() })
-			return services
+			return services, func() { r.Close(); replies.Close() }
 		}
 	}
 	relays := []struct {
 		name  string
-		start func(b *testing.B) []netip.AddrPort
+		start func(b *testing.B) ([]netip.AddrPort, func())
 	}{{"per-socket", perSocket}, {"shared-1", shared(1)}, {"shared-30000", shared(30000)}}
-	rates := map[string]float64{}
+	type figures struct{ rate, cpu float64 }
+	results := map[string]figures{}
 	for _, rl := range relays {
+		targets, stop := rl.start(b)
 		b.Run("round-trips/"+rl.name, func(b *testing.B) {
-			rates["round-trips/"+rl.name] = requestResponseTo(b, rl.start(b), flows)
+			rate, cpu := requestResponseTo(b, targets, flows)
+			results["round-trips/"+rl.name] = figures{rate, cpu}
 		})
 		b.Run("new-flows/"+rl.name, func(b *testing.B) {
-			rates["new-flows/"+rl.name] = newFlows(b, rl.start(b), flows)
+			rate, cpu := newFlows(b, targets, flows)
+			results["new-flows/"+rl.name] = figures{rate, cpu}
 		})
+		stop()
 	}
-	summary := "UDP relay on a shared socket, ratio to the per-socket relay:"
+	summary := "UDP relay on a shared socket against the per-socket relay (rate, process CPU per operation, and the ratios):"
 	for _, kind := range []string{"round-trips", "new-flows"} {
-		base := rates[kind+"/per-socket"]
-		if base == 0 {
+		base := results[kind+"/per-socket"]
+		if base.rate == 0 || base.cpu == 0 {
 			continue
 		}
 		for _, rl := range relays {
-			rate := rates[kind+"/"+rl.name]
-			summary += fmt.Sprintf("\n  %-26s %10.0f /s  %.2f", kind+"/"+rl.name, rate, rate/base)
+			f := results[kind+"/"+rl.name]
+			summary += fmt.Sprintf("\n  %-26s %8.0f /s (%.2f×)  %6.1f cpu-µs/op (%.2f×)", kind+"/"+rl.name,
+				f.rate, f.rate/base.rate, f.cpu, f.cpu/base.cpu)
 		}
 	}
 	b.Log(summary)
