@@ -292,6 +292,9 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 	}
 	for key, r := range m.relays {
 		if _, ok := want[key]; !ok {
+			if r.steered {
+				m.steering.closeFlowsTo(r, netip.AddrPort{})
+			}
 			r.close(m.alloc)
 			delete(m.relays, key)
 			continue

@@ -134,7 +134,11 @@ func (m *Mode) openSharedUDP(st *steering, fam ipfamily.Family) error {
 			return fmt.Errorf("opening the raw sockets replies leave by: %w", err)
 		}
 	}
+	// One relay holds every service's flows of the family: its own bound
+	// is the descriptor budget's, which bounds them all anyway.
+	flows, _ := m.descriptors.Limits()
 	r, err := udprelay.New(udprelay.Config{Conn: c, Replies: st.replies, IdleTimeout: m.cfg.UDPIdleTimeout,
+		MaxFlows: max(flows, udprelay.DefaultMaxFlows),
 		Metrics: m.metrics, Logger: m.logger, Name: "socket-lookup " + string(fam) + " UDP",
 		Descriptors: m.descriptors, Dials: m.dials,
 		Routes: func(local netip.AddrPort) (*udprelay.Route, bool) {
@@ -257,7 +261,7 @@ func (m *Mode) syncSteering(guarded []netip.Addr, keepOld bool) error {
 }
 
 // closeFlowsTo makes a steered relay's UDP flows to a departed endpoint
-// pick again.
+// pick again; the zero endpoint closes all its flows (a departed service).
 func (st *steering) closeFlowsTo(r *relay, ep netip.AddrPort) {
 	if st == nil {
 		return
