@@ -103,8 +103,9 @@ func (o *objects) load() error {
 }
 
 // Attach loads the maps and the program and attaches it to the network
-// namespace at netnsPath (/proc/self/ns/net for the process's own). Needs
-// CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN). Until SetSocket fills the
+// namespace at netnsPath: /proc/thread-self/ns/net, with the thread locked,
+// for the caller's own (the main thread's, /proc/self/ns/net, can be in
+// another namespace). Needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN). Until SetSocket fills the
 // slots and Sync the targets, every packet takes the kernel's own lookup.
 func Attach(netnsPath string) (*Steering, error) {
 	o, err := load()

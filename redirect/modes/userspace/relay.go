@@ -135,7 +135,7 @@ type relay struct {
 	// program steers its listen addresses to the shared sockets, whose
 	// routes name it (steer.go).
 	steered bool
-	spec  atomic.Pointer[relaySpec]
+	spec    atomic.Pointer[relaySpec]
 	// port is a REDIRECT portal's proxy port, on the wildcard address.
 	port uint16
 	// servers are the listening sockets and what serves each: one on the

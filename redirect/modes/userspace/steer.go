@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -49,8 +50,12 @@ type steering struct {
 	guarded []netip.Addr
 }
 
-// nodeNetns is the network namespace the program steers: kproxy's own.
-const nodeNetns = "/proc/self/ns/net"
+// nodeNetns is the network namespace the program steers: the calling
+// thread's, with the thread locked. Not /proc/self/ns/net, the main
+// thread's: the kernel probe's throwaway namespace (kernel.ThreadSandbox)
+// may have been made on the main thread, which Go then parks there for good
+// instead of ending it.
+const nodeNetns = "/proc/thread-self/ns/net"
 
 // startSteering attaches the program and opens the shared sockets of the
 // socket-lookup families, serving them until m.ctx ends.
@@ -58,7 +63,10 @@ func (m *Mode) startSteering(fams []ipfamily.Family) (err error) {
 	st := &steering{udp: map[ipfamily.Family]*udprelay.Relay{}}
 	st.tcpRoutes.Store(&map[netip.AddrPort]*tcprelay.Route{})
 	st.udpRoutes.Store(&map[netip.AddrPort]*udprelay.Route{})
-	if st.program, err = sklookup.Attach(nodeNetns); err != nil {
+	runtime.LockOSThread()
+	st.program, err = sklookup.Attach(nodeNetns)
+	runtime.UnlockOSThread()
+	if err != nil {
 		return fmt.Errorf("socket-lookup portals: %w", err)
 	}
 	defer func() {
@@ -139,7 +147,7 @@ func (m *Mode) openSharedUDP(st *steering, fam ipfamily.Family) error {
 	flows, _ := m.descriptors.Limits()
 	r, err := udprelay.New(udprelay.Config{Conn: c, Replies: st.replies, IdleTimeout: m.cfg.UDPIdleTimeout,
 		MaxFlows: max(flows, udprelay.DefaultMaxFlows),
-		Metrics: m.metrics, Logger: m.logger, Name: "socket-lookup " + string(fam) + " UDP",
+		Metrics:  m.metrics, Logger: m.logger, Name: "socket-lookup " + string(fam) + " UDP",
 		Descriptors: m.descriptors, Dials: m.dials,
 		Routes: func(local netip.AddrPort) (*udprelay.Route, bool) {
 			r, ok := (*st.udpRoutes.Load())[local]
