@@ -67,7 +67,7 @@ test: deps tools build image
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
 # (see bench/guest/doc.go). Guest RAM is a sparse file in GUEST_TMPDIR.
-GUEST_TEST_PKGS := ./bench/guest/ ./lb/sctprelay/ ./redirect/modes/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
+GUEST_TEST_PKGS := ./bench/guest/ ./redirect/sklookup/ ./lb/sctprelay/ ./redirect/modes/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
 GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
 # suite adds the IPVS mode to the others (SCTP works there in every mode and
@@ -78,10 +78,10 @@ GUEST_E2E_CASES := ^(TestClusterIP|TestHairpinToLocalEndpoint|TestNodePortAddres
 # The cases that apply to the userspace mode also run in a guest booted
 # without netfilter (no netfilter module, module loading disabled; see
 # bench/guest/doc.go), like a node whose kernel lacks it: kproxy, given no
-# --proxy-mode, must pick the userspace mode with local portals there. 1G of
+# --proxy-mode, must pick the userspace mode with socket-lookup portals there. 1G of
 # guest RAM: etcd and kube-apiserver (TestAPIServer) take about 360M of the
 # default 512M.
-GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestNodePortAddressesPrimary|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestSCTPLoopsAreRefused|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestPortalKind|TestServiceAddressesNotAnnounced|TestExternalTrafficPolicyLocal|TestInternalTrafficPolicyLocal|TestHealthCheckNodePort|TestAPIServer)$$
+GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestNodePortAddressesPrimary|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestSCTPLoopsAreRefused|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestPortalKind|TestServiceAddressesNotAnnounced|TestExternalTrafficPolicyLocal|TestInternalTrafficPolicyLocal|TestHealthCheckNodePort|TestAPIServer|TestServiceAddressesAreIsolated)$$
 test-guest: deps tools build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
 	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel tests (user-mode-linux: IPVS, SCTP)" "about a minute" \

@@ -21,8 +21,8 @@ import (
 const (
 	hijackPortEnv = "KPROXY_E2E_HIJACK_PORT"
 	hijackAddrEnv = "KPROXY_E2E_HIJACK_ADDR"
-	// hijackUDPEnv, when set, is a UDP port the helper binds too, on
-	// every address, answering every datagram with hijackAnswer.
+	// hijackUDPEnv, when set, is a UDP port the helper binds too, on the
+	// same address, answering every datagram with hijackAnswer.
 	hijackUDPEnv = "KPROXY_E2E_HIJACK_UDP_PORT"
 	hijackAnswer = "hijacked"
 	nobody       = 65534
@@ -46,7 +46,7 @@ func TestHijackerHelper(t *testing.T) {
 		return
 	}
 	if udpPort := os.Getenv(hijackUDPEnv); udpPort != "" {
-		pc, err := net.ListenPacket("udp4", ":"+udpPort)
+		pc, err := lc.ListenPacket(t.Context(), "udp4", net.JoinHostPort(os.Getenv(hijackAddrEnv), udpPort))
 		if err != nil {
 			fmt.Printf("bind failed: %v\n", err)
 			return

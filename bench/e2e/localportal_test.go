@@ -56,17 +56,20 @@ func TestPortalKind(t *testing.T) {
 		if l == nil {
 			return
 		}
-		kind, other := "redirect", "local"
-		if m.localPortals {
-			kind, other = other, kind
+		kind := "redirect"
+		switch {
+		case m.steered:
+			kind = "sklookup"
+		case m.localPortals:
+			kind = "local"
 		}
 		samples, err := lab.MetricSamples("kproxy_userspace_portals")
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := `kproxy_userspace_portals{family="IPv4",portals="` + kind + `"} 1`
-		if !slices.Contains(samples, want) || slices.ContainsFunc(samples, func(s string) bool { return strings.Contains(s, `portals="`+other+`"`) }) {
-			t.Fatalf("portal kind samples %q, want %q and no %s portals", samples, want, other)
+		if !slices.Contains(samples, want) || slices.ContainsFunc(samples, func(s string) bool { return !strings.Contains(s, `portals="`+kind+`"`) }) {
+			t.Fatalf("portal kind samples %q, want %q and no other kind", samples, want)
 		}
 		if !m.localPortals {
 			return

@@ -50,6 +50,9 @@ type proxyMode struct {
 	// localPortals: the userspace mode with no netfilter rule at all:
 	// service addresses are local routes and the relays listen on them.
 	localPortals bool
+	// steered: local portals whose service ports a socket-lookup program
+	// hands to the relays' shared sockets (--userspace-portals=sklookup).
+	steered bool
 	// auto: kproxy runs without --proxy-mode, choosing by itself.
 	auto bool
 }
@@ -82,12 +85,14 @@ func proxyModes() []proxyMode {
 		{name: "userspace", args: []string{"--userspace-portals=redirect"}, exactRoundRobin: true, relays: true},
 		{name: "userspace-local", flag: "userspace", args: []string{"--userspace-portals=local"},
 			exactRoundRobin: true, relays: true, localPortals: true},
+		{name: "userspace-sklookup", flag: "userspace", args: []string{"--userspace-portals=sklookup"},
+			exactRoundRobin: true, relays: true, localPortals: true, steered: true},
 		{name: "iptables", keepsClientAddress: true, iptablesRules: true},
 	}
 	if guest.WithoutNetfilter() {
 		// A node whose kernel has no netfilter: kproxy, left to choose,
 		// must pick the userspace mode with local portals.
-		return []proxyMode{{name: "auto", auto: true, exactRoundRobin: true, relays: true, localPortals: true}}
+		return []proxyMode{{name: "auto", auto: true, exactRoundRobin: true, relays: true, localPortals: true, steered: true}}
 	}
 	if guest.InGuest() {
 		return append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true, localHairpinsOnly: true})

@@ -30,6 +30,9 @@ func DefaultModules() []string {
 		"ip_set", "ip_set_hash_ip", "ip_set_hash_ipport", "ip_set_hash_ipportip",
 		"ip_set_hash_ipportnet", "ip_set_hash_net", "ip_set_bitmap_port",
 		"dummy", "veth", "bridge",
+		// sock_diag of UDP sockets (a node's kernel loads it on demand):
+		// local portals name the holder of a service address with it.
+		"udp_diag",
 		// The host kernel has br_netfilter built in; the lab's bridged
 		// traffic must cross iptables the same way here.
 		"br_netfilter",
@@ -41,7 +44,7 @@ func DefaultModules() []string {
 // which only the IPVS mode's kube-ipvs0 needs; leaving it out keeps the
 // guest as bare as this host, whose kernel has no dummy links either.
 func NoNetfilterModules() []string {
-	return []string{"ipv6", "sctp", "hmac", "veth", "bridge"}
+	return []string{"ipv6", "sctp", "hmac", "veth", "bridge", "udp_diag"}
 }
 
 // netfilterPrefixes name the netfilter modules (iptables, nf_tables,

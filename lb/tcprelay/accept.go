@@ -190,3 +190,38 @@ func (p *Proxy) fromPortal(fd int, client netip.AddrPort) (netip.AddrPort, bool)
 	}
 	return orig, true
 }
+
+// routeOf is the open-relay check of a shared listener: the connection's
+// local address is where the client connected to (a socket-lookup program
+// steered it here unrewritten), and only an address with a route may be
+// proxied. It is the one getsockname per connection a shared listener
+// pays, and the lookup key.
+func (p *Proxy) routeOf(fd int, client netip.AddrPort) (netip.AddrPort, *Route, bool) {
+	local, err := localAddr(fd)
+	if err != nil {
+		p.log.V(4).Info("Refusing connection without a local address", "client", client, "err", err)
+		return netip.AddrPort{}, nil, false
+	}
+	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
+	if local == p.listenAddr {
+		p.log.V(4).Info("Refusing connection made straight to the shared listener", "client", client)
+		return netip.AddrPort{}, nil, false
+	}
+	route, ok := p.cfg.Routes(local)
+	if !ok || route == nil {
+		p.log.V(4).Info("Refusing connection to an address no service port serves here",
+			"client", client, "destination", local)
+		return netip.AddrPort{}, nil, false
+	}
+	return local, route, true
+}
+
+// routeKV adds the route's name to a log line's key-value pairs on a
+// shared listener; a listener of one service port is named by its logger
+// already.
+func (p *Proxy) routeKV(r *Route, kv ...any) []any {
+	if p.cfg.Routes == nil || r == nil {
+		return kv
+	}
+	return append(kv, "route", r.Name)
+}

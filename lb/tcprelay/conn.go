@@ -6,9 +6,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"kproxy.dev/kproxy/lb"
-
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/fdbudget"
 )
 
 // direction is one way of a proxied connection.
@@ -71,11 +70,15 @@ type conn struct {
 	spliced         [2]bool  // the direction copies with splice(2)
 
 	clientIP netip.Addr
-	// portHeld: the connection holds one of Config.Port's places.
+	// port is the bound of the connection's service port (its route's);
+	// portHeld: the connection holds one of its places.
+	port     *fdbudget.Port
 	portHeld bool
-	// While dialing: the endpoints to try, in order, and the current one's
-	// deadline.
-	picker    lb.Picker
+	// While dialing: the route that serves the connection (its picker,
+	// which hears how the dials went, and its name), the endpoints to try,
+	// in order, and the current one's deadline. Dropped once relaying, so
+	// that an established connection pins no old picker.
+	route     *Route
 	endpoints []netip.AddrPort
 	attempt   int
 	deadline  time.Time

@@ -47,7 +47,7 @@ func (l *loop) release(c *conn, resetClient, resetBackend bool) {
 	}
 	wasRelaying := c.state == relaying
 	if c.portHeld {
-		l.p.cfg.Port.Release(c.state == dialing)
+		c.port.Release(c.state == dialing)
 		c.portHeld = false
 	}
 	c.state = released
@@ -56,7 +56,7 @@ func (l *loop) release(c *conn, resetClient, resetBackend bool) {
 	l.closeSide(&c.backend, resetBackend)
 	c.prev.next, c.next.prev = c.next, c.prev
 	c.prev, c.next = nil, nil
-	c.picker, c.endpoints = nil, nil
+	c.route, c.endpoints = nil, nil
 	l.nconns--
 	l.load.Add(-1)
 	if wasRelaying {

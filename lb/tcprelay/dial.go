@@ -18,64 +18,76 @@ var (
 	errConnectFailed = errors.New("connect failed")
 )
 
-// admit takes a new client connection: the open-relay check, the endpoints
-// to try, then the first connect. The loop owns fd from here on.
+// admit takes a new client connection: the open-relay check, the route
+// that serves it, the endpoints to try, then the first connect. The loop
+// owns fd from here on.
 func (l *loop) admit(fd int, peer netip.AddrPort) {
 	p := l.p
 	var dst netip.AddrPort // where the client connected to, before a portal
-	if p.cfg.Direct {
+	var route *Route
+	switch {
+	case p.cfg.Routes != nil:
+		var ok bool
+		if dst, route, ok = p.routeOf(fd, peer); !ok {
+			p.metrics.RejectedDirect.Inc()
+			eventloop.CloseWithReset(fd)
+			return
+		}
+	case p.cfg.Direct:
 		if p.cfg.Dials != nil {
 			dst = p.directDestination(fd)
 		}
-	} else {
+		route = p.route.Load()
+	default:
 		var ok bool
 		if dst, ok = p.fromPortal(fd, peer); !ok {
 			p.metrics.RejectedDirect.Inc()
 			eventloop.CloseWithReset(fd)
 			return
 		}
+		route = p.route.Load()
 	}
 	if dial, ok := p.cfg.Dials.Returning(peer, dst); ok {
 		l.refuseLoop(fd, peer, dial)
 		return
 	}
 	clientIP := peer.Addr().Unmap()
-	if p.cfg.Admit != nil && !p.cfg.Admit(clientIP) {
+	if route.Admit != nil && !route.Admit(clientIP) {
 		p.metrics.RejectedSourceRange.Inc()
-		p.log.V(4).Info("Refusing connection from outside the source ranges", "client", peer)
+		p.log.V(4).Info("Refusing connection from outside the source ranges", p.routeKV(route, "client", peer)...)
 		eventloop.CloseWithReset(fd)
 		return
 	}
-	picker := p.picker.Load().p
 	var endpoints []netip.AddrPort
-	if picker != nil {
-		endpoints = picker.Pick(clientIP)
+	if route.Picker != nil {
+		endpoints = route.Picker.Pick(clientIP)
 	}
 	if len(endpoints) == 0 {
 		p.metrics.RejectedNoEndpoints.Inc()
-		p.log.V(4).Info("Refusing connection: no endpoints", "client", peer)
+		p.log.V(4).Info("Refusing connection: no endpoints", p.routeKV(route, "client", peer)...)
 		eventloop.CloseWithReset(fd)
 		return
 	}
-	if v := p.cfg.Port.Admit(); v != fdbudget.PortAdmitted {
+	if v := route.Port.Admit(); v != fdbudget.PortAdmitted {
 		p.metrics.RejectedPortFull.Inc()
-		held, dialing := p.cfg.Port.Held()
+		held, dialing := route.Port.Held()
 		p.logErrorLimited(errors.New(v.String()), "Refusing connection: the service port holds its share of descriptors",
-			"client", peer, "connections", held, "dialing", dialing)
+			p.routeKV(route, "client", peer, "connections", held, "dialing", dialing)...)
 		eventloop.CloseWithReset(fd)
 		return
 	}
 	c := &conn{
+		port:      route.Port,
 		portHeld:  true,
 		client:    side{fd: fd, writable: true},
 		backend:   side{fd: -1},
 		clientIP:  clientIP,
-		picker:    picker,
+		route:     route,
 		endpoints: endpoints[:min(len(endpoints), p.cfg.MaxAttempts)],
 	}
 	if err := l.register(c, &c.client); err != nil {
-		p.log.Error(err, "Cannot relay connection", "client", peer)
-		p.cfg.Port.Release(true)
+		p.log.Error(err, "Cannot relay connection", p.routeKV(route, "client", peer)...)
+		route.Port.Release(true)
 		eventloop.CloseWithReset(fd)
 		return
 	}
@@ -92,14 +104,15 @@ func (l *loop) dialNext(c *conn) {
 		fd, done, err := startConnect(ep)
 		if err == nil {
 			c.backend = side{fd: fd, writable: true}
-			l.rememberDial(&c.backend, ep)
+			l.rememberDial(c, &c.backend, ep)
 			if err = l.register(c, &c.backend); err != nil {
 				l.closeSide(&c.backend, false)
 			}
 		}
 		if err != nil {
 			if isFDExhaustion(err) {
-				p.logErrorLimited(err, "Out of file descriptors dialling an endpoint; refusing the client", "endpoint", ep)
+				p.logErrorLimited(err, "Out of file descriptors dialling an endpoint; refusing the client",
+					p.routeKV(c.route, "endpoint", ep)...)
 				l.reject(c, lbmetrics.ReasonFDExhausted)
 				return
 			}
@@ -114,7 +127,8 @@ func (l *loop) dialNext(c *conn) {
 		l.dials.push(c)
 		return
 	}
-	p.log.V(2).Info("Refusing connection: every endpoint tried failed", "client", c.clientIP, "attempts", c.attempt)
+	p.log.V(2).Info("Refusing connection: every endpoint tried failed",
+		p.routeKV(c.route, "client", c.clientIP, "attempts", c.attempt)...)
 	l.reject(c, lbmetrics.ReasonDialFailed)
 }
 
@@ -140,10 +154,10 @@ func (l *loop) connectDone(c *conn, events uint32) {
 	l.connected(c)
 }
 
-// rememberDial adds the backend socket s, just connecting to ep, to the
+// rememberDial adds c's backend socket s, just connecting to ep, to the
 // relays' own dials, so a connection it makes back into kproxy is known
 // for one.
-func (l *loop) rememberDial(s *side, ep netip.AddrPort) {
+func (l *loop) rememberDial(c *conn, s *side, ep netip.AddrPort) {
 	dials := l.p.cfg.Dials
 	if dials == nil {
 		return
@@ -153,7 +167,7 @@ func (l *loop) rememberDial(s *side, ep netip.AddrPort) {
 		return // not connecting after all: the connect's own error follows
 	}
 	s.dialed, s.dialedTo = local, ep
-	dials.Add(local, selfdial.Dial{From: l.p.name, Endpoint: ep})
+	dials.Add(local, selfdial.Dial{From: c.route.Name, Endpoint: ep})
 }
 
 // refuseLoop resets a connection that one of the relays dialed: an
@@ -173,9 +187,9 @@ func (l *loop) refuseLoop(fd int, peer netip.AddrPort, dial selfdial.Dial) {
 
 // connected starts relaying c.
 func (l *loop) connected(c *conn) {
-	l.p.cfg.Port.Dialed()
-	c.picker.Connected(c.clientIP, c.endpoints[c.attempt])
-	c.picker, c.endpoints = nil, nil
+	c.port.Dialed()
+	c.route.Picker.Connected(c.clientIP, c.endpoints[c.attempt])
+	c.route, c.endpoints = nil, nil
 	c.state = relaying
 	l.p.connStarted()
 	l.service(c)
@@ -185,8 +199,9 @@ func (l *loop) connected(c *conn) {
 func (l *loop) dialFailed(c *conn, err error) {
 	ep := c.endpoints[c.attempt]
 	l.p.metrics.DialFailures.Inc()
-	c.picker.Failed(c.clientIP, ep)
-	l.p.log.V(2).Info("Dialling endpoint failed, trying the next", "client", c.clientIP, "endpoint", ep, "err", err)
+	c.route.Picker.Failed(c.clientIP, ep)
+	l.p.log.V(2).Info("Dialling endpoint failed, trying the next",
+		l.p.routeKV(c.route, "client", c.clientIP, "endpoint", ep, "err", err)...)
 	c.attempt++
 }
 

@@ -4,6 +4,11 @@
 // picks an endpoint through an lb.Picker with bounded fail-over, and relays
 // bytes both ways, preserving half-close and resets.
 //
+// A Proxy may also serve a shared listener (Config.Routes): one socket,
+// to which socket-lookup steering sends the connections of every service
+// address, each served by the Route its local address chooses. Services
+// then cost no descriptor, loop or goroutine of their own.
+//
 // Why event loops (lb/eventloop) rather than goroutines per connection: an
 // idle connection then holds no goroutine, buffer or pipe, and a busy one
 // costs a read and a write per event. A loop reads into a buffer borrowed
@@ -105,6 +110,16 @@ type Config struct {
 	// connection past it is refused (reason service_port_full). Nil bounds
 	// nothing.
 	Port *fdbudget.Port
+	// Routes, when set, makes the listener a shared one (Direct must be
+	// set too): a socket-lookup program steers connections for many service
+	// addresses to it, and each accepted connection's local address (its
+	// original destination) chooses the Route that serves it. A connection
+	// with no route, or made to the listener's own address, is reset and
+	// counted as not through a portal. Picker, Admit and Port of Config are
+	// then unused. It is called once per accepted connection, from the
+	// event loops, with the address IPv4-unmapped, so it must be safe for
+	// concurrent use and quick (a lock-free map lookup).
+	Routes func(local netip.AddrPort) (*Route, bool)
 	// Logger receives the proxy's log lines, with "proxy" set to its name;
 	// the zero value means klog.Background().
 	Logger klog.Logger
@@ -113,6 +128,22 @@ type Config struct {
 	// saturatedTurns and saturatedFor. Tests lower them.
 	saturatedTurns int
 	saturatedFor   time.Duration
+}
+
+// Route is what serves one service address of a shared listener.
+type Route struct {
+	// Name is the route's name in logs and in loop reports (the service
+	// port).
+	Name string
+	// Picker chooses endpoints; nil, or one that picks none, resets the
+	// client (no endpoints).
+	Picker lb.Picker
+	// Admit decides by the client's address (loadBalancerSourceRanges);
+	// nil admits every client.
+	Admit func(client netip.Addr) bool
+	// Port bounds the service port's connections, shared with its other
+	// addresses; nil bounds nothing.
+	Port *fdbudget.Port
 }
 
 // Proxy relays one listener's connections.
@@ -125,9 +156,11 @@ type Proxy struct {
 	// listenAddr is the listener's address, IPv4-mapped addresses
 	// unmapped.
 	listenAddr netip.AddrPort
-	picker     atomic.Pointer[pickerBox]
-	metrics    *lbmetrics.Protocol
-	pools      *pools
+	// route serves the connections of a listener that is not shared: the
+	// Config's picker (swapped by SetPicker), Admit and Port.
+	route   atomic.Pointer[Route]
+	metrics *lbmetrics.Protocol
+	pools   *pools
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -154,8 +187,6 @@ type Proxy struct {
 	suppressed int       // errors not logged since lastErrLog; guarded by mu
 }
 
-type pickerBox struct{ p lb.Picker }
-
 // New validates cfg and returns a Proxy; call Serve to start accepting.
 func New(cfg Config) (*Proxy, error) {
 	if cfg.Listener == nil {
@@ -164,6 +195,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout < 0 || cfg.MaxAttempts < 0 || cfg.Loops < 0 {
 		return nil, fmt.Errorf("tcprelay %s: negative DialTimeout (%v), MaxAttempts (%d) or Loops (%d)",
 			cfg.Name, cfg.DialTimeout, cfg.MaxAttempts, cfg.Loops)
+	}
+	if cfg.Routes != nil && !cfg.Direct {
+		return nil, fmt.Errorf("tcprelay %s: a shared listener (Routes) must be Direct: its connections arrive unrewritten", cfg.Name)
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
@@ -207,7 +241,7 @@ func New(cfg Config) (*Proxy, error) {
 		closed:     make(chan struct{}),
 		listenFD:   -1,
 	}
-	p.picker.Store(&pickerBox{cfg.Picker})
+	p.SetPicker(cfg.Picker)
 	return p, nil
 }
 
@@ -216,8 +250,10 @@ func New(cfg Config) (*Proxy, error) {
 func (p *Proxy) Addr() net.Addr { return p.ln.Addr() }
 
 // SetPicker swaps the picker for new connections; established ones are not
-// affected.
-func (p *Proxy) SetPicker(pk lb.Picker) { p.picker.Store(&pickerBox{pk}) }
+// affected. A shared listener's routes have their own pickers.
+func (p *Proxy) SetPicker(pk lb.Picker) {
+	p.route.Store(&Route{Name: p.name, Picker: pk, Admit: p.cfg.Admit, Port: p.cfg.Port})
+}
 
 // ActiveConnections is the number of connections currently relayed.
 func (p *Proxy) ActiveConnections() int { return int(p.active.Load()) }

@@ -2,9 +2,11 @@ package tcprelay
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,4 +194,138 @@ func BenchmarkRelayConnect(b *testing.B) {
 		results[v.name] = float64(b.N) / time.Since(start).Seconds()
 	}
 	report(b, results, "conn/s")
+}
+
+// BenchmarkRelayConnectShared opens b.N connections per variant, each doing
+// one 1-byte round trip before closing, through listeners bound to the
+// address the client dials (no portal rule): a listener of one service
+// port, as local portals run today (local-portal), and a shared listener
+// whose connections are routed by their local address, with one route and
+// with 30,000 (a copy-on-write map behind an atomic pointer, as the
+// userspace mode keeps them). The variants take turns connection by
+// connection, so a change in the machine's load hits them alike.
+func BenchmarkRelayConnectShared(b *testing.B) {
+	if lab.InFreshNetns(b) {
+		return
+	}
+	backend := serve(b, echo)
+	newPort := func() *fdbudget.Port {
+		port, err := fdbudget.NewPort(fdbudget.PortLimitsFor(1 << 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return port
+	}
+	loopback := netip.MustParseAddr("127.0.0.1")
+	listen := func(ip net.IP) *net.TCPListener {
+		ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: ip})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ln
+	}
+
+	plain := startProxyOn(b, listen(net.IPv4(127, 0, 0, 1)), Config{
+		Picker: newPicker(backend), Direct: true, Dials: selfdial.New(), Port: newPort(),
+	})
+	variants := []benchVariant{{name: "local-portal", addr: netip.AddrPortFrom(loopback, plain.port)}}
+	for _, n := range []int{1, 30000} {
+		ln := listen(net.IPv4zero)
+		served := netip.AddrPortFrom(loopback, uint16(ln.Addr().(*net.TCPAddr).Port))
+		routes := make(map[netip.AddrPort]*Route, n)
+		routes[served] = &Route{Name: "served", Picker: newPicker(backend), Port: newPort()}
+		for i := 1; len(routes) < n; i++ {
+			vip := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), uint16(80+i%7))
+			routes[vip] = &Route{Name: vip.String(), Picker: newPicker(backend), Port: newPort()}
+		}
+		var table atomic.Pointer[map[netip.AddrPort]*Route]
+		table.Store(&routes)
+		startProxyOn(b, ln, Config{Direct: true, Dials: selfdial.New(), Routes: func(local netip.AddrPort) (*Route, bool) {
+			r, ok := (*table.Load())[local]
+			return r, ok
+		}})
+		variants = append(variants, benchVariant{name: fmt.Sprintf("shared-%d", n), addr: served})
+	}
+
+	buf := make([]byte, 1)
+	took := make([]time.Duration, len(variants))
+	b.ResetTimer()
+	for range b.N {
+		for i, v := range variants {
+			start := time.Now()
+			c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(v.addr))
+			if err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			if _, err := c.Write(buf); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			c.Close()
+			took[i] += time.Since(start)
+		}
+	}
+	rate := map[string]float64{}
+	for i, v := range variants {
+		rate[v.name] = float64(b.N) / took[i].Seconds()
+		b.ReportMetric(rate[v.name], v.name+"-conn/s")
+	}
+	b.ReportMetric(rate["shared-30000"]/rate["local-portal"], "shared-30000/local-portal")
+	b.ReportMetric(rate["shared-30000"]/rate["shared-1"], "shared-30000/shared-1")
+}
+
+// BenchmarkSharedRouteLookup measures what a shared listener adds to each
+// new connection, apart from the relaying both kinds of listener do: the
+// getsockname of the accepted socket and the route lookup, in a table of 1
+// and of 30,000 routes.
+func BenchmarkSharedRouteLookup(b *testing.B) {
+	for _, n := range []int{1, 30000} {
+		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) {
+			ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			served := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(ln.Addr().(*net.TCPAddr).Port))
+			routes := map[netip.AddrPort]*Route{served: {Name: "served"}}
+			for i := 1; len(routes) < n; i++ {
+				vip := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), uint16(80+i%7))
+				routes[vip] = &Route{Name: vip.String()}
+			}
+			var table atomic.Pointer[map[netip.AddrPort]*Route]
+			table.Store(&routes)
+			p, err := New(Config{Listener: ln, Direct: true, Routes: func(local netip.AddrPort) (*Route, bool) {
+				r, ok := (*table.Load())[local]
+				return r, ok
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			client, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(served))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer client.Close()
+			accepted, err := ln.AcceptTCP()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer accepted.Close()
+			raw, err := accepted.SyscallConn()
+			if err != nil {
+				b.Fatal(err)
+			}
+			peer := accepted.RemoteAddr().(*net.TCPAddr).AddrPort()
+			b.ResetTimer()
+			_ = raw.Control(func(fd uintptr) {
+				for range b.N {
+					if _, r, ok := p.routeOf(int(fd), peer); !ok || r.Name != "served" {
+						b.Fatalf("route of %v = %v, %v", served, r, ok)
+					}
+				}
+			})
+		})
+	}
 }

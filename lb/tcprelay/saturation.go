@@ -134,7 +134,7 @@ func (l *loop) dropMigrant(c *conn) {
 		l.closeSide(s, true) // frees buffers and pipes
 	}
 	if c.portHeld {
-		l.p.cfg.Port.Release(false)
+		c.port.Release(false)
 		c.portHeld = false
 	}
 	l.load.Add(-1)

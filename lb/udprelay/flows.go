@@ -5,6 +5,7 @@ import (
 
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/rawudp"
 )
 
 // flow is one client's association with one endpoint: the client's address
@@ -19,36 +20,64 @@ type flow struct {
 	local      netip.AddrPort // the upstream socket's address, while in the relays' dials
 	lastActive int64          // relay clock (ns) of the last datagram either way
 
+	// On a shared socket: the service address the client wrote to, its
+	// route's name and the path of replies from it; reply is nil on a
+	// per-socket relay.
+	service netip.AddrPort
+	route   string
+	reply   *rawudp.Path
+
 	// prev and next order flows by lastActive, least recent first.
 	prev, next *flow
 }
 
-// flowTable indexes flows by client and by upstream socket and keeps them in
+// sharedFlow is a shared socket's flow with its reply path, allocated as one.
+type sharedFlow struct {
+	flow
+	path rawudp.Path
+}
+
+// serviceKey identifies a shared socket's flow: one client to one service
+// address.
+type serviceKey struct{ client, service netip.AddrPort }
+
+// flowTable indexes flows by client (by client and service address on a
+// shared socket) and by upstream socket and keeps them in
 // least-recently-active order, so idle expiry and eviction look only at the
 // head: O(1) per flow, no timer per flow or per packet. Only the relay's
 // event loop touches it, so it needs no lock.
 type flowTable struct {
-	byClient map[netip.AddrPort]*flow
-	byFD     map[int32]*flow
-	head     flow // sentinel: head.next is the least recently active flow
+	byClient  map[netip.AddrPort]*flow
+	byService map[serviceKey]*flow // a shared socket's flows
+	byFD      map[int32]*flow
+	head      flow // sentinel: head.next is the least recently active flow
 }
 
 func newFlowTable() *flowTable {
-	t := &flowTable{byClient: make(map[netip.AddrPort]*flow), byFD: make(map[int32]*flow)}
+	t := &flowTable{byClient: make(map[netip.AddrPort]*flow), byService: make(map[serviceKey]*flow),
+		byFD: make(map[int32]*flow)}
 	t.head.next, t.head.prev = &t.head, &t.head
 	return t
 }
 
-func (t *flowTable) len() int { return len(t.byClient) }
+func (t *flowTable) len() int { return len(t.byFD) }
 
 func (t *flowTable) add(f *flow) {
-	t.byClient[f.client] = f
+	if f.reply != nil {
+		t.byService[serviceKey{f.client, f.service}] = f
+	} else {
+		t.byClient[f.client] = f
+	}
 	t.byFD[int32(f.fd)] = f
 	t.pushBack(f)
 }
 
 func (t *flowTable) remove(f *flow) {
-	delete(t.byClient, f.client)
+	if f.reply != nil {
+		delete(t.byService, serviceKey{f.client, f.service})
+	} else {
+		delete(t.byClient, f.client)
+	}
 	delete(t.byFD, int32(f.fd))
 	f.prev.next, f.next.prev = f.next, f.prev
 	f.prev, f.next = nil, nil

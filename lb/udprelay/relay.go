@@ -20,6 +20,14 @@
 // (IP_RECVORIGDSTADDR reports the address after NAT), so the guard is the
 // kernel filter rule the portals install, which drops datagrams reaching a
 // proxy port without having been DNATed (`-m conntrack ! --ctstate DNAT`).
+//
+// A relay can also serve many service addresses from one shared socket
+// (Config.Routes), to which socket-lookup steering delivers every service
+// address and port unchanged: each datagram's original destination, read
+// from IP_ORIGDSTADDR, chooses the service, and replies leave through raw
+// sockets (lb/rawudp) with that destination as their source address and
+// port. Which kind a relay is is decided once, in New; the per-socket path
+// does not pay for the other.
 package udprelay
 
 import (
@@ -41,6 +49,7 @@ import (
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/rawudp"
 	"kproxy.dev/kproxy/lb/selfdial"
 )
 
@@ -60,6 +69,9 @@ const (
 	// maxReadsPerEvent bounds how many replies one upstream socket may
 	// deliver per loop turn, so one chatty endpoint cannot starve the rest.
 	maxReadsPerEvent = 64
+	// controlSize holds the IP_ORIGDSTADDR or IPV6_ORIGDSTADDR control
+	// message of one datagram (a cmsghdr and a sockaddr_in6).
+	controlSize = 64
 )
 
 // Config configures a Relay.
@@ -101,6 +113,41 @@ type Config struct {
 	// would otherwise make the relays open flows to themselves until the
 	// budget is spent. Nil checks nothing.
 	Dials *selfdial.Dials
+
+	// Routes, when set, makes Conn a shared socket serving many service
+	// addresses (socket-lookup steering delivers them to it unchanged):
+	// each datagram's original destination (IP_ORIGDSTADDR /
+	// IPV6_ORIGDSTADDR, which the relay enables) chooses the Route serving
+	// it, flows are keyed by client and destination, and replies leave
+	// with the destination as their source address and port, through
+	// Replies. A datagram with no route, or sent to the socket's own
+	// address, is dropped and counted (reason direct). Picker, Admit and
+	// SetPicker are then unused. Routes is called from the relay's loop
+	// for each datagram that starts a flow, so it must be fast and safe
+	// to call while the caller changes what it returns.
+	Routes func(local netip.AddrPort) (*Route, bool)
+	// Replies sends a shared socket's replies; required with Routes, and
+	// it needs CAP_NET_RAW (rawudp.Open). Several relays may share it; the
+	// relay does not close it.
+	Replies *rawudp.Socket
+}
+
+// Route is one service address and port of a shared socket.
+type Route struct {
+	// Name identifies the service port in logs and in CloseRouteFlowsTo.
+	Name string
+	// Picker chooses the endpoint of each new flow to this address.
+	Picker lb.Picker
+	// Admit, when set, decides by the client's address whether a new flow
+	// may start (loadBalancerSourceRanges); nil admits every client.
+	Admit func(client netip.Addr) bool
+}
+
+// shared is what a relay on a shared socket needs beyond a per-socket one.
+type shared struct {
+	routes  func(local netip.AddrPort) (*Route, bool)
+	replies *rawudp.Socket
+	own     netip.AddrPort // the socket's own address, never a service's
 }
 
 // Relay is a running UDP relay for one proxy socket. Its methods are safe to
@@ -129,11 +176,14 @@ type Relay struct {
 	flowsNow atomic.Int64 // mirrors flows.len() for FlowCount
 	buffered atomic.Bool  // mirrors in.allocated() for HoldsBuffers
 
+	// shared is set for a shared socket (Config.Routes), nil otherwise.
+	shared *shared
+
 	mu       sync.Mutex
 	serving  bool
 	closed   bool
 	stop     bool
-	dropTo   []netip.AddrPort // endpoints whose flows the loop must close
+	dropTo   []closeRequest // flows the loop must close
 	loopDone chan struct{}
 
 	// Owned by the event loop.
@@ -146,21 +196,31 @@ type Relay struct {
 
 type pickerBox struct{ lb.Picker }
 
+// closeRequest names flows to close: those to endpoint of one route (a
+// zero endpoint: all of the route's), or of any route.
+type closeRequest struct {
+	route    string
+	anyRoute bool
+	endpoint netip.AddrPort
+}
+
 // batch is a set of mmsghdrs with their buffers and addresses, reused for
 // every recvmmsg or sendmmsg. It exists only while the relay has traffic
 // (the buffers alone are BufferSize each, a megabyte per batch): memory
 // follows traffic, not the number of configured ports.
 type batch struct {
-	size  int
-	hdrs  []eventloop.Mmsghdr
-	iovs  []unix.Iovec
-	names []eventloop.Sockaddr
-	bufs  [][]byte
-	flows []*flow // out only: which flow each reply belongs to
-	n     int
+	size     int
+	control  bool // in of a shared socket: read each datagram's destination
+	hdrs     []eventloop.Mmsghdr
+	iovs     []unix.Iovec
+	names    []eventloop.Sockaddr
+	controls [][controlSize]byte
+	bufs     [][]byte
+	flows    []*flow // out only: which flow each reply belongs to
+	n        int
 }
 
-func newBatch(size int) batch { return batch{size: size} }
+func newBatch(size int, control bool) batch { return batch{size: size, control: control} }
 
 // allocate builds the batch if it is not built.
 func (b *batch) allocate() {
@@ -172,6 +232,9 @@ func (b *batch) allocate() {
 	b.names = make([]eventloop.Sockaddr, b.size)
 	b.bufs = make([][]byte, b.size)
 	b.flows = make([]*flow, b.size)
+	if b.control {
+		b.controls = make([][controlSize]byte, b.size)
+	}
 	for i := range b.size {
 		b.bufs[i] = make([]byte, BufferSize)
 		b.iovs[i].Base = &b.bufs[i][0]
@@ -182,7 +245,7 @@ func (b *batch) allocate() {
 
 // release drops the batch, which must hold no queued reply; the next
 // allocate builds a new one.
-func (b *batch) release() { *b = newBatch(b.size) }
+func (b *batch) release() { *b = newBatch(b.size, b.control) }
 
 func (b *batch) allocated() bool { return b.hdrs != nil }
 
@@ -191,8 +254,11 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("udp relay: no proxy socket")
 	}
-	if cfg.Picker == nil {
+	if cfg.Routes == nil && cfg.Picker == nil {
 		return nil, errors.New("udp relay: no picker")
+	}
+	if cfg.Routes != nil && cfg.Replies == nil {
+		return nil, errors.New("udp relay: a shared socket needs a reply socket")
 	}
 	if cfg.IdleTimeout < 0 || cfg.MaxFlows < 0 || cfg.BatchSize < 0 {
 		return nil, fmt.Errorf("udp relay %s: negative idle timeout, flow bound or batch size", cfg.Name)
@@ -231,8 +297,11 @@ func New(cfg Config) (*Relay, error) {
 		evictions: m.UDPFlowEvictionsTotal,
 		loopDone:  make(chan struct{}),
 		flows:     newFlowTable(),
-		in:        newBatch(cfg.BatchSize),
-		out:       newBatch(cfg.BatchSize),
+		in:        newBatch(cfg.BatchSize, cfg.Routes != nil),
+		out:       newBatch(cfg.BatchSize, false),
+	}
+	if cfg.Routes != nil {
+		r.shared = &shared{routes: cfg.Routes, replies: cfg.Replies, own: r.Addr()}
 	}
 	r.picker.Store(&pickerBox{cfg.Picker})
 	if err := r.openFDs(); err != nil {
@@ -242,6 +311,23 @@ func New(cfg Config) (*Relay, error) {
 	return r, nil
 }
 
+// receiveDestinations makes the shared socket report each datagram's
+// original destination. An IPv6 socket also asks for IPv4's, which a
+// dual-stack socket reports for its IPv4 clients (a v6-only one refuses).
+func (r *Relay) receiveDestinations() error {
+	if r.shared.own.Addr().Is4() {
+		if err := unix.SetsockoptInt(r.proxyFD, unix.SOL_IP, unix.IP_RECVORIGDSTADDR, 1); err != nil {
+			return fmt.Errorf("enabling IP_RECVORIGDSTADDR: %w", err)
+		}
+		return nil
+	}
+	if err := unix.SetsockoptInt(r.proxyFD, unix.SOL_IPV6, unix.IPV6_RECVORIGDSTADDR, 1); err != nil {
+		return fmt.Errorf("enabling IPV6_RECVORIGDSTADDR: %w", err)
+	}
+	_ = unix.SetsockoptInt(r.proxyFD, unix.SOL_IP, unix.IP_RECVORIGDSTADDR, 1)
+	return nil
+}
+
 func (r *Relay) openFDs() error {
 	// The loop uses its own descriptor so the socket stays valid until the
 	// loop is done with it, whoever closes Conn.
@@ -249,6 +335,11 @@ func (r *Relay) openFDs() error {
 	if r.proxyFD, err = eventloop.Dup(r.conn); err != nil {
 		r.proxyFD = -1
 		return fmt.Errorf("proxy socket: %w", err)
+	}
+	if r.shared != nil {
+		if err := r.receiveDestinations(); err != nil {
+			return fmt.Errorf("shared socket: %w", err)
+		}
 	}
 	if r.poll, err = eventloop.New("udp-relay-epoll", maxEvents); err != nil {
 		return err
@@ -272,7 +363,8 @@ func (r *Relay) closeFDs() {
 }
 
 // SetPicker replaces the picker for new flows; existing flows keep their
-// endpoint until they expire (CloseFlowsTo ends them sooner).
+// endpoint until they expire (CloseFlowsTo ends them sooner). A shared
+// socket's pickers are its Routes'.
 func (r *Relay) SetPicker(p lb.Picker) {
 	if p != nil {
 		r.picker.Store(&pickerBox{p})
@@ -282,8 +374,19 @@ func (r *Relay) SetPicker(p lb.Picker) {
 // CloseFlowsTo closes every flow to endpoint, so its clients' next datagrams
 // pick again; call it when an endpoint goes away.
 func (r *Relay) CloseFlowsTo(endpoint netip.AddrPort) {
+	r.requestClose(closeRequest{anyRoute: true, endpoint: endpoint})
+}
+
+// CloseRouteFlowsTo closes the flows of the shared socket's route named
+// route to endpoint, leaving other routes' flows to the same endpoint; a
+// zero endpoint closes every flow of the route (the route went away).
+func (r *Relay) CloseRouteFlowsTo(route string, endpoint netip.AddrPort) {
+	r.requestClose(closeRequest{route: route, endpoint: endpoint})
+}
+
+func (r *Relay) requestClose(req closeRequest) {
 	r.mu.Lock()
-	r.dropTo = append(r.dropTo, endpoint)
+	r.dropTo = append(r.dropTo, req)
 	r.mu.Unlock()
 	r.poll.Wake()
 }
@@ -406,20 +509,112 @@ func (r *Relay) handleWake() bool {
 	if stop {
 		return true
 	}
-	for _, ep := range dropTo {
-		for f := r.flows.oldest(); f != nil && f != &r.flows.head; {
-			next := f.next
-			if f.endpoint == ep {
-				r.closeFlow(f)
+	if len(dropTo) == 0 {
+		return false
+	}
+	// One pass over the flows, however many requests came.
+	requested := make(map[closeRequest]struct{}, len(dropTo))
+	for _, req := range dropTo {
+		requested[req] = struct{}{}
+	}
+	closes := func(f *flow) bool {
+		for _, req := range [...]closeRequest{
+			{anyRoute: true, endpoint: f.endpoint}, {route: f.route, endpoint: f.endpoint}, {route: f.route},
+		} {
+			if _, ok := requested[req]; ok {
+				return true
 			}
-			f = next
 		}
+		return false
+	}
+	for f := r.flows.oldest(); f != nil && f != &r.flows.head; {
+		next := f.next
+		if closes(f) {
+			r.closeFlow(f)
+		}
+		f = next
 	}
 	return false
 }
 
 // readClients moves one batch of client datagrams to their endpoints.
 func (r *Relay) readClients(now int64) {
+	if r.shared != nil {
+		r.readSharedClients(now)
+		return
+	}
+	b := r.prepareClientBatch(now)
+	n, ok := r.receiveClients(b)
+	if !ok {
+		return
+	}
+	var relayed int
+	for i := range n {
+		h := &b.hdrs[i]
+		b.names[i].Len = h.Hdr.Namelen
+		client, err := b.names[i].AddrPort()
+		if err != nil {
+			continue
+		}
+		f := r.flows.byClient[client]
+		if f == nil {
+			if f = r.newFlow(client, &b.names[i], netip.AddrPort{}, nil, now); f == nil {
+				continue
+			}
+		}
+		// forward, written out: this is the per-socket relay's hot loop.
+		r.flows.touch(f, now)
+		if _, err := eventloop.Send(f.fd, b.bufs[i][:h.Len], unix.MSG_DONTWAIT); err != nil {
+			r.sendFailed(f, err)
+			continue
+		}
+		relayed += int(h.Len)
+	}
+	if relayed > 0 {
+		r.metrics.BytesToEndpoint.Add(float64(relayed))
+	}
+}
+
+// readSharedClients is readClients for a shared socket: the flow is the
+// client's to the datagram's original destination.
+func (r *Relay) readSharedClients(now int64) {
+	b := r.prepareClientBatch(now)
+	for i := range b.hdrs {
+		b.hdrs[i].Hdr.Control = &b.controls[i][0]
+		b.hdrs[i].Hdr.SetControllen(controlSize)
+	}
+	n, ok := r.receiveClients(b)
+	if !ok {
+		return
+	}
+	var relayed int
+	for i := range n {
+		h := &b.hdrs[i]
+		b.names[i].Len = h.Hdr.Namelen
+		client, err := b.names[i].AddrPort()
+		if err != nil {
+			continue
+		}
+		service, ok := originalDestination(b.controls[i][:h.Hdr.Controllen])
+		if !ok {
+			r.metrics.RejectedDirect.Inc()
+			continue
+		}
+		f := r.flows.byService[serviceKey{client, service}]
+		if f == nil {
+			if f = r.newSharedFlow(client, &b.names[i], service, now); f == nil {
+				continue
+			}
+		}
+		relayed += r.forward(f, b.bufs[i][:h.Len], now)
+	}
+	if relayed > 0 {
+		r.metrics.BytesToEndpoint.Add(float64(relayed))
+	}
+}
+
+// prepareClientBatch readies the client batch for recvmmsg.
+func (r *Relay) prepareClientBatch(now int64) *batch {
 	b := &r.in
 	if !b.allocated() {
 		b.allocate()
@@ -433,37 +628,47 @@ func (r *Relay) readClients(now int64) {
 		b.hdrs[i].Hdr.Namelen = uint32(unsafe.Sizeof(b.names[i].Raw))
 		b.hdrs[i].Hdr.Flags = 0
 	}
+	return b
+}
+
+// receiveClients reads the client batch; it reports false when nothing
+// was read.
+func (r *Relay) receiveClients(b *batch) (int, bool) {
 	n, err := eventloop.Recvmmsg(r.proxyFD, b.hdrs)
 	if err != nil {
 		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
 			r.log.V(4).Info("UDP relay read failed", "err", err)
 		}
-		return
+		return 0, false
 	}
-	var relayed int
-	for i := range n {
-		h := &b.hdrs[i]
-		b.names[i].Len = h.Hdr.Namelen
-		client, err := b.names[i].AddrPort()
-		if err != nil {
-			continue
-		}
-		f := r.flows.byClient[client]
-		if f == nil {
-			if f = r.newFlow(client, &b.names[i], now); f == nil {
-				continue
-			}
-		}
-		r.flows.touch(f, now)
-		if _, err := eventloop.Send(f.fd, b.bufs[i][:h.Len], unix.MSG_DONTWAIT); err != nil {
-			r.sendFailed(f, err)
-			continue
-		}
-		relayed += int(h.Len)
+	return n, true
+}
+
+// forward sends one client datagram to f's endpoint and returns the bytes
+// relayed.
+func (r *Relay) forward(f *flow, payload []byte, now int64) int {
+	r.flows.touch(f, now)
+	if _, err := eventloop.Send(f.fd, payload, unix.MSG_DONTWAIT); err != nil {
+		r.sendFailed(f, err)
+		return 0
 	}
-	if relayed > 0 {
-		r.metrics.BytesToEndpoint.Add(float64(relayed))
+	return len(payload)
+}
+
+// newSharedFlow starts the flow of client to service on a shared socket,
+// if service is routed; it returns nil, counted, otherwise.
+func (r *Relay) newSharedFlow(client netip.AddrPort, name *eventloop.Sockaddr, service netip.AddrPort, now int64) *flow {
+	sh := r.shared
+	if service == sh.own {
+		r.metrics.RejectedDirect.Inc()
+		return nil
 	}
+	route, ok := sh.routes(service)
+	if !ok || route == nil || route.Picker == nil {
+		r.metrics.RejectedDirect.Inc()
+		return nil
+	}
+	return r.newFlow(client, name, service, route, now)
 }
 
 // sendFailed handles an error writing to an endpoint: a refusal (the ICMP
@@ -498,8 +703,14 @@ func (r *Relay) endpointRefused(f *flow) {
 
 // newFlow picks an endpoint for client and connects a socket to it. It
 // returns nil, counted, when there is no endpoint or none can be connected.
-func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int64) *flow {
+// On a shared socket route serves service; otherwise both are zero and the
+// relay's own picker and Admit serve.
+func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service netip.AddrPort, route *Route, now int64) *flow {
 	clientIP := client.Addr().Unmap()
+	routeName, admit := r.name, r.admit
+	if route != nil {
+		routeName, admit = route.Name, route.Admit
+	}
 	if dial, ok := r.dials.ReturningFlow(client); ok {
 		r.metrics.RejectedLoop.Inc()
 		if r.dials.FirstLoop(dial.From, time.Now()) {
@@ -509,11 +720,25 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int
 		}
 		return nil
 	}
-	if r.admit != nil && !r.admit(clientIP) {
+	if admit != nil && !admit(clientIP) {
 		r.metrics.RejectedSourceRange.Inc()
 		return nil
 	}
-	picker := r.picker.Load().Picker
+	var picker lb.Picker
+	if route != nil {
+		picker = route.Picker
+	} else {
+		picker = r.picker.Load().Picker
+	}
+	var reply rawudp.Path
+	if route != nil {
+		var err error
+		if reply, err = rawudp.NewPath(service, client); err != nil {
+			r.log.V(4).Info("UDP datagram dropped: no reply path", "client", client, "service", service, "err", err)
+			r.metrics.RejectedDirect.Inc()
+			return nil
+		}
+	}
 	candidates := picker.Pick(clientIP)
 	if len(candidates) == 0 {
 		r.metrics.RejectedNoEndpoints.Inc()
@@ -538,11 +763,20 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, now int
 			r.log.Error(err, "Cannot watch UDP upstream socket", "endpoint", ep)
 			continue
 		}
-		f := &flow{client: client, clientName: *name, endpoint: ep, picker: picker, fd: fd, lastActive: now}
+		var f *flow
+		if route == nil {
+			f = &flow{client: client, clientName: *name, endpoint: ep, picker: picker, fd: fd, lastActive: now}
+		} else {
+			// One allocation for the flow and its reply path.
+			sf := &sharedFlow{flow: flow{client: client, endpoint: ep, picker: picker, fd: fd, lastActive: now,
+				service: service, route: route.Name}, path: reply}
+			f = &sf.flow
+			f.reply = &sf.path
+		}
 		if r.dials != nil {
 			if local, err := localAddr(fd); err == nil {
 				f.local = local
-				r.dials.AddFlow(local, selfdial.Dial{From: r.name, Endpoint: ep})
+				r.dials.AddFlow(local, selfdial.Dial{From: routeName, Endpoint: ep})
 			}
 		}
 		r.flows.add(f)
@@ -599,6 +833,15 @@ func (r *Relay) readEndpoint(f *flow, now int64) {
 			b.hdrs[i].Hdr.Namelen = 0
 			b.hdrs[i].Hdr.Flags = 0
 		}
+		if f.reply != nil {
+			// Room for the UDP header the raw socket sends before it.
+			for i := b.n; i < b.n+want; i++ {
+				b.iovs[i].Base = &b.bufs[i][rawudp.HeaderLen]
+				b.iovs[i].Len = BufferSize - rawudp.HeaderLen
+				b.hdrs[i].Hdr.Control = nil
+				b.hdrs[i].Hdr.Controllen = 0
+			}
+		}
 		got, err := eventloop.Recvmmsg(f.fd, b.hdrs[b.n:b.n+want])
 		if err != nil {
 			if endpointFailed(err) {
@@ -606,11 +849,22 @@ func (r *Relay) readEndpoint(f *flow, now int64) {
 			}
 			return // EAGAIN: drained
 		}
-		for i := b.n; i < b.n+got; i++ {
-			b.iovs[i].Len = uint64(b.hdrs[i].Len)
-			b.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&f.clientName.Raw))
-			b.hdrs[i].Hdr.Namelen = f.clientName.Len
-			b.flows[i] = f
+		if f.reply != nil {
+			for i := b.n; i < b.n+got; i++ {
+				dgram := b.bufs[i][:rawudp.HeaderLen+int(b.hdrs[i].Len)]
+				f.reply.WriteHeader(dgram)
+				b.iovs[i].Base = &dgram[0]
+				b.iovs[i].Len = uint64(len(dgram))
+				f.reply.Address(&b.hdrs[i].Hdr)
+				b.flows[i] = f
+			}
+		} else {
+			for i := b.n; i < b.n+got; i++ {
+				b.iovs[i].Len = uint64(b.hdrs[i].Len)
+				b.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&f.clientName.Raw))
+				b.hdrs[i].Hdr.Namelen = f.clientName.Len
+				b.flows[i] = f
+			}
 		}
 		b.n += got
 		read += got
@@ -624,12 +878,25 @@ func (r *Relay) readEndpoint(f *flow, now int64) {
 }
 
 // flushReplies sends the queued replies to their clients from the proxy
-// socket. A full send buffer drops the rest, as the kernel would.
+// socket, or a shared socket's through the raw reply sockets. A full send
+// buffer drops the rest, as the kernel would.
 func (r *Relay) flushReplies() {
 	b := &r.out
 	var sentBytes uint64
 	for start := 0; start < b.n; {
-		sent, err := eventloop.Sendmmsg(r.proxyFD, b.hdrs[start:b.n])
+		fd, end := r.proxyFD, b.n
+		if sh := r.shared; sh != nil {
+			// One sendmmsg per run of one family's replies.
+			fd = sh.replies.FD(b.flows[start].reply)
+			for end = start + 1; end < b.n && sh.replies.FD(b.flows[end].reply) == fd; end++ {
+			}
+			if fd < 0 {
+				r.log.V(5).Info("UDP replies dropped: no raw socket for their family", "dropped", end-start)
+				start = end
+				continue
+			}
+		}
+		sent, err := eventloop.Sendmmsg(fd, b.hdrs[start:end])
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -646,6 +913,9 @@ func (r *Relay) flushReplies() {
 		}
 		for i := start; i < start+sent; i++ {
 			sentBytes += b.iovs[i].Len
+		}
+		if r.shared != nil {
+			sentBytes -= uint64(sent * rawudp.HeaderLen)
 		}
 		start += sent
 	}

@@ -183,6 +183,11 @@ func roundTrip(t testing.TB, c *net.UDPConn, payload []byte) []byte {
 }
 
 // eventually polls cond until it holds or a generous deadline passes.
+// expiringFlow is the idle timeout of the cases that wait for a flow to
+// expire: long enough that a busy machine's echo still finds its flow, short
+// enough that waiting for the expiry costs little.
+const expiringFlow = 500 * time.Millisecond
+
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -307,7 +312,7 @@ func TestManyClientsGetOneFlowEach(t *testing.T) {
 
 func TestIdleFlowsExpire(t *testing.T) {
 	echo := startEcho(t, "udp", "127.0.0.1:0")
-	r := startRelay(t, Config{Picker: &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}, IdleTimeout: 30 * time.Millisecond})
+	r := startRelay(t, Config{Picker: &fakePicker{endpoints: []netip.AddrPort{echo.addr()}}, IdleTimeout: expiringFlow})
 	c := dialClient(t, r.Addr())
 
 	roundTrip(t, c, []byte("x"))
@@ -407,7 +412,7 @@ func TestMixedFamiliesAndMappedClients(t *testing.T) {
 func TestNewFlowPicksAgainAfterExpiry(t *testing.T) {
 	a, b := startEcho(t, "udp", "127.0.0.1:0"), startEcho(t, "udp", "127.0.0.1:0")
 	picker := &fakePicker{endpoints: []netip.AddrPort{a.addr(), b.addr()}}
-	r := startRelay(t, Config{Picker: picker, IdleTimeout: 30 * time.Millisecond})
+	r := startRelay(t, Config{Picker: picker, IdleTimeout: expiringFlow})
 	c := dialClient(t, r.Addr())
 
 	roundTrip(t, c, []byte("first"))

@@ -3,6 +3,7 @@ package udprelay
 import (
 	"fmt"
 	"net/netip"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -34,4 +35,37 @@ func localAddr(fd int) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("getsockname: %w", err)
 	}
 	return sa.AddrPort()
+}
+
+// originalDestination finds the IP_ORIGDSTADDR or IPV6_ORIGDSTADDR message
+// in a datagram's control data: the address and port the client sent to.
+// IPv4-mapped addresses are unmapped.
+func originalDestination(control []byte) (netip.AddrPort, bool) {
+	for len(control) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&control[0]))
+		if h.Len < unix.SizeofCmsghdr || h.Len > uint64(len(control)) {
+			return netip.AddrPort{}, false
+		}
+		data := control[unix.SizeofCmsghdr:h.Len]
+		switch {
+		case h.Level == unix.SOL_IP && h.Type == unix.IP_ORIGDSTADDR && len(data) >= unix.SizeofSockaddrInet4:
+			sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&data[0]))
+			return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), networkPort(sa.Port)), true
+		case h.Level == unix.SOL_IPV6 && h.Type == unix.IPV6_ORIGDSTADDR && len(data) >= unix.SizeofSockaddrInet6:
+			sa := (*unix.RawSockaddrInet6)(unsafe.Pointer(&data[0]))
+			return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), networkPort(sa.Port)), true
+		}
+		next := unix.CmsgSpace(int(h.Len) - unix.SizeofCmsghdr)
+		if next >= len(control) {
+			break
+		}
+		control = control[next:]
+	}
+	return netip.AddrPort{}, false
+}
+
+// networkPort reads a port stored in network byte order.
+func networkPort(p uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(&p))
+	return uint16(b[0])<<8 | uint16(b[1])
 }

@@ -82,6 +82,7 @@ func (d *Detector) Detect(ctx context.Context) Features {
 		d.detectIPTables(ctx, &f, lists)
 		f.IPSet = d.probeIPSet()
 		f.DummyLinks = d.probeDummyLinks()
+		f.SKLookup = d.probeSKLookup()
 	})
 	// Read in the node's namespace: a throwaway one has its own settings.
 	if err := d.System.IPv6Off(); err != nil {
@@ -387,6 +388,16 @@ func (d *Detector) probeSCTP() Support {
 	default:
 		return Support{Detail: "opening an SCTP socket: " + err.Error()}
 	}
+}
+
+// probeSKLookup loads, attaches and detaches the socket-lookup program. In
+// the node's own namespace (no Sandbox) it is attached for a moment with
+// empty maps, when it passes every packet to the kernel's own lookup.
+func (d *Detector) probeSKLookup() Support {
+	if err := d.System.SKLookup(); err != nil {
+		return Support{Detail: err.Error()}
+	}
+	return Support{Present: true}
 }
 
 // describe turns a command failure into one short line.

@@ -29,8 +29,8 @@ func legacyTableNames(t *testing.T) string {
 }
 
 // TestDetectOnThisHost asserts what the CI machine is known to have: nft
-// iptables with REDIRECT, ipset and conntrack, but no IPVS, no SCTP sockets
-// and no dummy driver; that on this nft node, without legacy tables,
+// iptables with REDIRECT, ipset, conntrack and sk_lookup, but no IPVS, no
+// SCTP sockets and no dummy driver; that on this nft node, without legacy tables,
 // detection leaves the legacy backend alone; and that probing leaves the
 // namespace exactly as it was: no table in either backend or family (the
 // probes create theirs in a throwaway namespace), no set, no link but lo.
@@ -86,6 +86,7 @@ func TestDetectOnThisHost(t *testing.T) {
 		"ipvs":      {f.IPVS, false},
 		"sctp":      {f.SCTP, false},
 		"dummy":     {f.DummyLinks, false},
+		"sk_lookup": {f.SKLookup, true},
 	}
 	for name, c := range want {
 		if c.got.Present != c.want {

@@ -36,6 +36,7 @@ type fakeNode struct {
 	ipset                error // CreateIPSet fails with it
 	kernelRelease        string
 	nftVersion           string // what nft --version prints
+	skLookup             error  // SKLookup fails with it
 }
 
 func (n *fakeNode) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
@@ -154,6 +155,12 @@ func (n *fakeNode) ConntrackStats() error {
 	return fmt.Errorf("ctnetlink stats request: %w", n.ctrack)
 }
 
+// SKLookup fails as sklookup.Probe does, with the kernel's errno inside.
+func (n *fakeNode) SKLookup() error {
+	n.calls = append(n.calls, call{line: "bpf sk_lookup probe", throwaway: n.inThrowaway})
+	return n.skLookup
+}
+
 // exitErr fails like a tool that ran and complained.
 func exitErr(cmd, stderr string) error {
 	return &CommandError{Command: cmd, ExitCode: 1, Stderr: stderr, Err: fmt.Errorf("exit status 1")}
@@ -180,6 +187,15 @@ func legacyTableCreators(calls []call, fam ipfamily.Family) []string {
 func ran(calls []call, line string) bool {
 	for _, c := range calls {
 		if c.line == line {
+			return true
+		}
+	}
+	return false
+}
+
+func ranInThrowaway(calls []call, line string) bool {
+	for _, c := range calls {
+		if c.line == line && c.throwaway {
 			return true
 		}
 	}
@@ -226,8 +242,11 @@ func TestDetectWithFakes(t *testing.T) {
 			name: "everything present",
 			node: &fakeNode{},
 			check: func(t *testing.T, f Features, n *fakeNode) {
-				if !f.IPVS.Present || !f.IPSet.Present || !f.DummyLinks.Present || !f.SCTP.Present || !f.Conntrack.Present {
+				if !f.IPVS.Present || !f.IPSet.Present || !f.DummyLinks.Present || !f.SCTP.Present || !f.Conntrack.Present || !f.SKLookup.Present {
 					t.Errorf("want all present, got\n%s", f)
+				}
+				if !ranInThrowaway(n.calls, "bpf sk_lookup probe") {
+					t.Errorf("the sk_lookup probe did not run in the throwaway namespace: %v", n.calls)
 				}
 				if f.Backend != NFT || !f.IPv4.NFT.Redirect || !f.IPv6.NFT.RandomFully {
 					t.Errorf("want nft with every target, got\n%s", f)
@@ -453,6 +472,18 @@ func TestDetectWithFakes(t *testing.T) {
 			check: func(t *testing.T, f Features, n *fakeNode) {
 				if f.IPVS.Present || !strings.Contains(f.IPVS.Detail, "operation not permitted") {
 					t.Errorf("ipvs = %s, want absent with the errno", f.IPVS)
+				}
+			},
+		},
+		{
+			name: "sk_lookup refused",
+			node: &fakeNode{skLookup: fmt.Errorf("loading the sk_lookup program: %w (needs CAP_BPF and CAP_NET_ADMIN)", syscall.EPERM)},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				if f.SKLookup.Present || !strings.Contains(f.SKLookup.Detail, "CAP_BPF") {
+					t.Errorf("sk_lookup = %s, want absent with the probe's reason", f.SKLookup)
+				}
+				if !strings.Contains(f.String(), "sk_lookup: absent (loading the sk_lookup program") {
+					t.Errorf("features do not report sk_lookup:\n%s", f)
 				}
 			},
 		},

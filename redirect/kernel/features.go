@@ -99,6 +99,10 @@ type Features struct {
 	IPSet      Support // ip_set can create and destroy a set (over netlink)
 	DummyLinks Support // a dummy link can be created (kube-ipvs0 is one)
 	SCTP       Support // SCTP sockets can be opened
+	// SKLookup: a socket-lookup (BPF sk_lookup) program and its maps load
+	// and attach to a network namespace, and sockets go into its SOCKMAP
+	// (Linux 5.9+, CAP_BPF and CAP_NET_ADMIN; see redirect/sklookup).
+	SKLookup Support
 	// NFTables: what the nftables mode needs (nft, kernel, tables).
 	NFTables NFTablesSupport
 
@@ -164,6 +168,7 @@ func (f Features) String() string {
 	fmt.Fprintf(&b, "ipset: %s\n", f.IPSet)
 	fmt.Fprintf(&b, "dummy links: %s\n", f.DummyLinks)
 	fmt.Fprintf(&b, "sctp: %s\n", f.SCTP)
+	fmt.Fprintf(&b, "sk_lookup: %s\n", f.SKLookup)
 	fmt.Fprintf(&b, "nftables: %s\n", f.NFTables)
 	fmt.Fprintf(&b, "probes in a throwaway netns: %s", f.ProbeNetns)
 	return b.String()

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/redirect/sklookup"
 )
 
 // System is the netlink and socket surface the probes use. Errors are the
@@ -33,6 +34,9 @@ type System interface {
 	ConntrackStats() error
 	// KernelRelease is uname's release ("6.1.0-13-amd64").
 	KernelRelease() (string, error)
+	// SKLookup loads the socket-lookup steering and attaches it to the
+	// calling thread's network namespace for a moment (sklookup.Probe).
+	SKLookup() error
 	// IPv6Off says why the kernel will not carry IPv6 in this network
 	// namespace (no IPv6 at all, or disabled by sysctl), nil when it will.
 	IPv6Off() error
@@ -101,6 +105,9 @@ func (NetlinkSystem) ConntrackStats() error {
 	}
 	return nil
 }
+
+// SKLookup implements System.
+func (NetlinkSystem) SKLookup() error { return sklookup.Probe() }
 
 // KernelRelease implements System.
 func (NetlinkSystem) KernelRelease() (string, error) {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/mode"
 )
 
 // Health tracks queued and applied updates. The proxy is healthy while no
@@ -30,6 +31,7 @@ type Health struct {
 	lastUpdated   time.Time
 	oldestPending time.Time // zero when nothing is pending
 	nodeEligible  bool
+	conflicts     mode.ConflictReporter
 }
 
 // New returns a Health with the given timeout (kube-proxy uses twice the sync
@@ -73,6 +75,16 @@ func (h *Health) SetNodeEligible(eligible bool) {
 	h.nodeEligible = eligible
 }
 
+// ReportPortalConflicts makes /healthz list the service addresses r says
+// other sockets hold. They do not change the status code: kube-proxy's
+// reports whether the proxy keeps up, which it does for every other
+// service, and a load balancer draining the node would not free them.
+func (h *Health) ReportPortalConflicts(r mode.ConflictReporter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conflicts = r
+}
+
 // Status is a point-in-time health report; its JSON form is the response
 // body of /healthz and /livez, with kube-proxy's field names.
 type Status struct {
@@ -82,6 +94,11 @@ type Status struct {
 	NodeEligible *bool `json:"nodeEligible,omitempty"`
 	// Healthy is the sync health alone, without node eligibility.
 	Healthy bool `json:"healthy"`
+	// PortalConflicts (kproxy's, only in /healthz and only when not zero)
+	// counts the service addresses another socket on the node held at the
+	// last sync; PortalConflictsHeld names the first few.
+	PortalConflicts     int      `json:"portalConflicts,omitempty"`
+	PortalConflictsHeld []string `json:"portalConflictsHeld,omitempty"`
 }
 
 // Status reports the current sync health.
@@ -110,8 +127,17 @@ func (h *Health) HealthzHandler() http.Handler {
 		st := h.Status()
 		eligible := h.NodeEligible()
 		st.NodeEligible = &eligible
+		if r := h.conflictReporter(); r != nil {
+			st.PortalConflicts, st.PortalConflictsHeld = r.PortalConflicts()
+		}
 		h.respond(w, r, st, st.Healthy && eligible, h.healthz)
 	})
+}
+
+func (h *Health) conflictReporter() mode.ConflictReporter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conflicts
 }
 
 // LivezHandler serves /livez: like /healthz but blind to node eligibility, so

@@ -155,3 +155,69 @@ func TestBodyFields(t *testing.T) {
 		}
 	}
 }
+
+// conflicts is a mode.ConflictReporter with fixed answers.
+type conflicts struct {
+	count int
+	shown []string
+}
+
+func (c conflicts) PortalConflicts() (int, []string) { return c.count, c.shown }
+
+// TestHealthzReportsPortalConflicts: /healthz names the service addresses
+// another socket holds, beside kube-proxy's fields and without changing
+// its status; with none, or no reporter, the body is kube-proxy's alone.
+// /livez never carries them.
+func TestHealthzReportsPortalConflicts(t *testing.T) {
+	held := []string{"TCP 198.18.0.10:80 of ns/web:http/TCP held by uid 65534 (socket inode 4242 bound to 0.0.0.0:80)"}
+	for _, tc := range []struct {
+		name     string
+		reporter *conflicts
+		wantKeys []string
+	}{
+		{"no reporter", nil, []string{"lastUpdated", "currentTime", "nodeEligible", "healthy"}},
+		{"no conflicts", &conflicts{}, []string{"lastUpdated", "currentTime", "nodeEligible", "healthy"}},
+		{"conflicts", &conflicts{count: 3, shown: held}, []string{"lastUpdated", "currentTime", "nodeEligible", "healthy", "portalConflicts", "portalConflictsHeld"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(timeout, metrics.New(), clocktesting.NewFakeClock(t0))
+			if tc.reporter != nil {
+				h.ReportPortalConflicts(*tc.reporter)
+			}
+			for _, path := range []string{"/healthz", "/livez"} {
+				handler := h.HealthzHandler()
+				want := tc.wantKeys
+				if path == "/livez" {
+					handler, want = h.LivezHandler(), []string{"lastUpdated", "currentTime", "healthy"}
+				}
+				rec := httptest.NewRecorder()
+				handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != http.StatusOK {
+					t.Errorf("%s = %d, want 200", path, rec.Code)
+				}
+				var fields map[string]json.RawMessage
+				if err := json.Unmarshal(rec.Body.Bytes(), &fields); err != nil {
+					t.Fatal(err)
+				}
+				if len(fields) != len(want) {
+					t.Errorf("%s body %s, want exactly the fields %v", path, rec.Body, want)
+				}
+				for _, k := range want {
+					if _, ok := fields[k]; !ok {
+						t.Errorf("%s body %s lacks %q", path, rec.Body, k)
+					}
+				}
+				if path == "/healthz" && tc.reporter != nil && tc.reporter.count > 0 {
+					var b struct {
+						PortalConflicts     int      `json:"portalConflicts"`
+						PortalConflictsHeld []string `json:"portalConflictsHeld"`
+					}
+					_ = json.Unmarshal(rec.Body.Bytes(), &b)
+					if b.PortalConflicts != 3 || len(b.PortalConflictsHeld) != 1 || b.PortalConflictsHeld[0] != held[0] {
+						t.Errorf("/healthz body %s, want portalConflicts 3 naming %q", rec.Body, held[0])
+					}
+				}
+			}
+		})
+	}
+}

@@ -113,7 +113,8 @@ type Portals string
 
 const (
 	// PortalsAuto: REDIRECT portals in each IP family whose nat table can
-	// REDIRECT and DNAT, local portals in the others.
+	// REDIRECT and DNAT; in the others socket-lookup portals where the
+	// kernel loads them, else local portals.
 	PortalsAuto Portals = "auto"
 	// PortalsRedirect: iptables REDIRECT/DNAT rules send service traffic to
 	// proxy ports kproxy's relays listen on.
@@ -121,10 +122,15 @@ const (
 	// PortalsLocal: service addresses are made local to the node with
 	// routes, and the relays listen on them; no netfilter at all.
 	PortalsLocal Portals = "local"
+	// PortalsSKLookup: service addresses are made local with routes, and a
+	// BPF socket-lookup program hands their service ports' traffic to one
+	// relay socket per protocol and family, and drops their other ports;
+	// no netfilter, no socket per service port.
+	PortalsSKLookup Portals = "sklookup"
 )
 
 // AllPortals lists the values --userspace-portals accepts.
-func AllPortals() []Portals { return []Portals{PortalsAuto, PortalsRedirect, PortalsLocal} }
+func AllPortals() []Portals { return []Portals{PortalsAuto, PortalsRedirect, PortalsLocal, PortalsSKLookup} }
 
 // Deps are what a mode is given besides its settings.
 type Deps struct {

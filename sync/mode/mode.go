@@ -52,3 +52,12 @@ type Initializer interface {
 type Backlogger interface {
 	Backlog() int
 }
+
+// ConflictReporter is a mode whose service addresses other sockets on the
+// node can hold, taking their traffic (the userspace mode's local portals,
+// each service port an ordinary socket). PortalConflicts counts the
+// addresses held at the last sync and names the first few; /healthz
+// reports them.
+type ConflictReporter interface {
+	PortalConflicts() (count int, shown []string)
+}

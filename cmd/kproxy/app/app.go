@@ -136,6 +136,10 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 		}
 	}()
 
+	if r, ok := proxyMode.(mode.ConflictReporter); ok {
+		health.ReportPortalConflicts(r)
+	}
+
 	svcHealth := servicehealth.New(servicehealth.Config{
 		Addresses:    listenAddresses(logger, settings),
 		ProxyHealthy: func() bool { return health.Status().Healthy && health.NodeEligible() },

@@ -160,7 +160,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.UDPIdleTimeout.Duration, "udp-timeout", f.UDPIdleTimeout.Duration,
 		"How long the userspace proxier keeps an idle UDP flow open (e.g. '250ms', '2s'). Must be greater than 0.")
 	fs.StringVar(&f.UserspacePortals, "userspace-portals", f.UserspacePortals,
-		"How the userspace mode steers Service traffic to its relays: 'redirect' (iptables REDIRECT rules to proxy ports), 'local' (service IPs made local with routes, relays listening on them; no netfilter needed) or 'auto' (redirect where the nat table works, local where it does not). Empty means auto.")
+		"How the userspace mode steers Service traffic to its relays: 'redirect' (iptables REDIRECT rules to proxy ports), 'sklookup' (service IPs made local with routes, a BPF socket-lookup program hands their service ports to one relay socket per protocol and drops their other ports; no netfilter needed), 'local' (service IPs made local with routes, relays listening on each; no netfilter, no BPF) or 'auto' (redirect where the nat table works, else sklookup where the kernel loads it, else local). Empty means auto.")
 	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
 		"CIDRs containing the node IPs NodePorts are served on, or the single value 'primary' for the node's primary IPs. Empty means all local IPs.")
 

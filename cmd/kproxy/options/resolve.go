@@ -187,7 +187,7 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 	case cfg.UserspacePortals == "":
 		cfg.UserspacePortals = mode.PortalsAuto
 	case !slices.Contains(mode.AllPortals(), cfg.UserspacePortals):
-		r.invalid(setting{"userspace-portals", "userspacePortals"}, cfg.UserspacePortals, "must be one of auto, redirect, local")
+		r.invalid(setting{"userspace-portals", "userspacePortals"}, cfg.UserspacePortals, "must be one of auto, redirect, local, sklookup")
 	}
 
 	// Which traffic is local, and where NodePorts listen.

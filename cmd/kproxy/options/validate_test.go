@@ -49,7 +49,7 @@ func TestInvalidFlagsNameTheFlag(t *testing.T) {
 		{"port range garbage", []string{"--proxy-port-range=a-b"}, `for --proxy-port-range: must be empty, a port, lo-hi or lo+n`},
 		{"port range both separators", []string{"--proxy-port-range=1-2+3"}, `invalid value "1-2+3" for --proxy-port-range: must be empty, a port, lo-hi or lo+n`},
 		{"udp timeout zero", []string{"--udp-timeout=0"}, `invalid value "0s" for --udp-timeout: must be greater than 0`},
-		{"unknown portal kind", []string{"--userspace-portals=nat"}, `invalid value "nat" for --userspace-portals: must be one of auto, redirect, local`},
+		{"unknown portal kind", []string{"--userspace-portals=nat"}, `invalid value "nat" for --userspace-portals: must be one of auto, redirect, local, sklookup`},
 		{"qps negative", []string{"--kube-api-qps=-1"}, `invalid value "-1" for --kube-api-qps`},
 		{"burst negative", []string{"--kube-api-burst=-1"}, `invalid value "-1" for --kube-api-burst: must be greater than or equal to 0`},
 		{"config sync negative", []string{"--config-sync-period=-1m"}, `invalid value "-1m0s" for --config-sync-period: must be greater than or equal to 0`},

@@ -19,13 +19,22 @@ import (
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
-// portalsFor picks one family's portal kind from the one asked for and what
-// its iptables can do, and says why; "" means the family is not proxied.
-func portalsFor(asked mode.Portals, ipt kernel.IPTables) (mode.Portals, string) {
+// portalsFor picks one family's portal kind from the one asked for, what
+// its iptables can do and whether the kernel runs socket-lookup programs,
+// and says why; "" means the family is not proxied. Left to choose, it
+// prefers REDIRECT portals (kube-proxy's own userspace design), then
+// socket-lookup portals, then local portals, which expose what the other
+// two do not (localExposure).
+func portalsFor(asked mode.Portals, ipt kernel.IPTables, skLookup kernel.Support) (mode.Portals, string) {
 	natWorks := ipt.Usable && ipt.Redirect && ipt.DNAT
 	switch asked {
 	case mode.PortalsLocal:
 		return mode.PortalsLocal, "--userspace-portals=local"
+	case mode.PortalsSKLookup:
+		if !skLookup.Present {
+			return "", "--userspace-portals=sklookup, and the kernel cannot run a socket-lookup program: " + skLookup.String()
+		}
+		return mode.PortalsSKLookup, "--userspace-portals=sklookup"
 	case mode.PortalsRedirect:
 		if !natWorks {
 			return "", "--userspace-portals=redirect, and iptables cannot REDIRECT and DNAT: " + ipt.String()
@@ -35,7 +44,16 @@ func portalsFor(asked mode.Portals, ipt kernel.IPTables) (mode.Portals, string) 
 	if natWorks {
 		return mode.PortalsRedirect, "the nat table can REDIRECT and DNAT"
 	}
-	return mode.PortalsLocal, "the nat table cannot REDIRECT and DNAT: " + ipt.String()
+	if skLookup.Present {
+		return mode.PortalsSKLookup, "the nat table cannot REDIRECT and DNAT (" + ipt.String() + "); the kernel runs socket-lookup programs"
+	}
+	return mode.PortalsLocal, "the nat table cannot REDIRECT and DNAT (" + ipt.String() + ") and the kernel cannot run socket-lookup programs (" + skLookup.String() + ")"
+}
+
+// routesServiceAddresses says whether a portal kind makes service addresses
+// local with routes.
+func routesServiceAddresses(kind mode.Portals) bool {
+	return kind == mode.PortalsLocal || kind == mode.PortalsSKLookup
 }
 
 // registerPortalKinds exports which portal kind each family runs, as
@@ -43,7 +61,7 @@ func portalsFor(asked mode.Portals, ipt kernel.IPTables) (mode.Portals, string) 
 func (m *Mode) registerPortalKinds(reg prometheus.Registerer) error {
 	m.portalKinds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "kproxy", Subsystem: "userspace", Name: "portals",
-		Help: "The portal kind (redirect or local) the userspace mode runs in each IP family: 1 for the kind in use.",
+		Help: "The portal kind (redirect, local or sklookup) the userspace mode runs in each IP family: 1 for the kind in use.",
 	}, []string{"family", "portals"})
 	for fam, kind := range m.kinds {
 		m.portalKinds.WithLabelValues(string(fam), string(kind)).Set(1)
@@ -89,34 +107,57 @@ func strictARP(logger klog.Logger, s sysctl.Sysctls) {
 	}
 }
 
-// syncRoutes makes the addresses of the local-portal families' services
-// local: cluster IPs, externalIPs and LoadBalancer IPs. A family the node
-// has no address of gets none, as it gets no relays.
+// syncRoutes makes the addresses of the local-portal and socket-lookup
+// families' services local: cluster IPs, externalIPs and LoadBalancer IPs.
+// A family the node has no address of gets none, as it gets no relays.
 func (m *Mode) syncRoutes(snap *servicemap.Snapshot, node portal.Node) error {
-	var localFams []ipfamily.Family
-	for fam, kind := range m.kinds {
-		if _, used := hostIPOf(node.HostIPs, fam); used && kind == mode.PortalsLocal {
-			localFams = append(localFams, fam)
-		}
-	}
-	if len(localFams) == 0 {
+	routed := m.familiesWith(node, routesServiceAddresses)
+	if len(routed) == 0 {
 		return nil
 	}
-	var want []netip.Addr
-	for name, sp := range snap.All() {
-		if name.Protocol == v1.ProtocolSCTP && !m.cfg.Features.SCTP.Present {
-			continue
-		}
-		for _, fam := range localFams {
-			for _, addrs := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
-				want = append(want, ipfamily.Addrs(addrs, fam)...)
-			}
-		}
-	}
-	if err := localroute.Sync(m.cfg.Routes, want, node.LocalAddresses); err != nil {
+	if err := localroute.Sync(m.cfg.Routes, serviceAddresses(snap, routed, m.cfg.Features.SCTP.Present), node.LocalAddresses); err != nil {
 		return fmt.Errorf("local portals: %w", err)
 	}
 	return nil
+}
+
+// steeredServiceAddresses lists the service addresses of the socket-lookup
+// families, which the program guards.
+func (m *Mode) steeredServiceAddresses(snap *servicemap.Snapshot, node portal.Node) []netip.Addr {
+	fams := m.familiesWith(node, func(kind mode.Portals) bool { return kind == mode.PortalsSKLookup })
+	return serviceAddresses(snap, fams, true)
+}
+
+// familiesWith lists the families the node has an address of whose portal
+// kind satisfies is.
+func (m *Mode) familiesWith(node portal.Node, is func(mode.Portals) bool) []ipfamily.Family {
+	var out []ipfamily.Family
+	for _, fam := range m.families {
+		if _, used := hostIPOf(node.HostIPs, fam); used && is(m.kinds[fam]) {
+			out = append(out, fam)
+		}
+	}
+	return out
+}
+
+// serviceAddresses lists the cluster, external and LoadBalancer IPs of
+// snap's services in fams; withSCTP: of SCTP service ports too.
+func serviceAddresses(snap *servicemap.Snapshot, fams []ipfamily.Family, withSCTP bool) []netip.Addr {
+	var out []netip.Addr
+	if len(fams) == 0 {
+		return nil
+	}
+	for name, sp := range snap.All() {
+		if name.Protocol == v1.ProtocolSCTP && !withSCTP {
+			continue
+		}
+		for _, fam := range fams {
+			for _, addrs := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
+				out = append(out, ipfamily.Addrs(addrs, fam)...)
+			}
+		}
+	}
+	return out
 }
 
 // localNodePortAddrs returns, per local-portal family, the node addresses
@@ -127,7 +168,7 @@ func (m *Mode) syncRoutes(snap *servicemap.Snapshot, node portal.Node) error {
 func (m *Mode) localNodePortAddrs(snap *servicemap.Snapshot, local []netip.Addr) map[ipfamily.Family][]netip.Addr {
 	out := map[ipfamily.Family][]netip.Addr{}
 	for fam, kind := range m.kinds {
-		if kind != mode.PortalsLocal {
+		if !routesServiceAddresses(kind) {
 			continue
 		}
 		cidrs := m.cfg.NodePorts.For(fam, snap.Node)

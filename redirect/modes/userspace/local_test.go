@@ -27,22 +27,28 @@ import (
 func TestPortalsFor(t *testing.T) {
 	works := kernel.IPTables{Usable: true, DNAT: true, Redirect: true}
 	noNAT := kernel.IPTables{Problem: "can't initialize iptables table `nat'"}
+	sk := kernel.Support{Present: true}
+	noSK := kernel.Support{Detail: "BPF_PROG_TYPE_SK_LOOKUP: operation not permitted"}
 	for _, tc := range []struct {
 		asked mode.Portals
 		ipt   kernel.IPTables
+		sk    kernel.Support
 		want  mode.Portals
 	}{
-		{mode.PortalsAuto, works, mode.PortalsRedirect},
-		{"", works, mode.PortalsRedirect},
-		{mode.PortalsAuto, noNAT, mode.PortalsLocal},
-		{mode.PortalsRedirect, works, mode.PortalsRedirect},
-		{mode.PortalsRedirect, noNAT, ""},
-		{mode.PortalsLocal, works, mode.PortalsLocal},
-		{mode.PortalsLocal, noNAT, mode.PortalsLocal},
+		{mode.PortalsAuto, works, sk, mode.PortalsRedirect},
+		{"", works, noSK, mode.PortalsRedirect},
+		{mode.PortalsAuto, noNAT, sk, mode.PortalsSKLookup},
+		{mode.PortalsAuto, noNAT, noSK, mode.PortalsLocal},
+		{mode.PortalsRedirect, works, sk, mode.PortalsRedirect},
+		{mode.PortalsRedirect, noNAT, sk, ""},
+		{mode.PortalsLocal, works, sk, mode.PortalsLocal},
+		{mode.PortalsLocal, noNAT, noSK, mode.PortalsLocal},
+		{mode.PortalsSKLookup, works, sk, mode.PortalsSKLookup},
+		{mode.PortalsSKLookup, noNAT, noSK, ""},
 	} {
-		got, reason := portalsFor(tc.asked, tc.ipt)
+		got, reason := portalsFor(tc.asked, tc.ipt, tc.sk)
 		if got != tc.want || reason == "" {
-			t.Errorf("portalsFor(%q, %s) = %q (%q), want %q with a reason", tc.asked, tc.ipt, got, reason, tc.want)
+			t.Errorf("portalsFor(%q, %s, %s) = %q (%q), want %q with a reason", tc.asked, tc.ipt, tc.sk, got, reason, tc.want)
 		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/localroute"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
+	"kproxy.dev/kproxy/redirect/sockdiag"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
@@ -70,6 +71,9 @@ type Config struct {
 	// service addresses, and where the unprivileged port start is read;
 	// nil leaves ARP alone (tests).
 	Sysctls sysctl.Sysctls
+	// Holders names the sockets holding a service address local portals
+	// cannot bind; nil means the kernel's sock_diag. Tests pass fakes.
+	Holders sockdiag.Finder
 }
 
 // Applier writes one family's portal rules.
@@ -110,6 +114,8 @@ type Mode struct {
 	// portalRepairs is kproxy_userspace_portal_repairs_total.
 	portalRepairs prometheus.Counter
 	appliers      map[ipfamily.Family]Applier
+	// conflicts are the service addresses other sockets hold.
+	conflicts *portalConflicts
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
 	ctx    context.Context
@@ -118,6 +124,8 @@ type Mode struct {
 
 	// relays is owned by Sync, which the engine never runs concurrently.
 	relays map[balancer.Key]*relay
+	// steering serves the socket-lookup families; nil without any.
+	steering *steering
 }
 
 // New checks the kernel can run the mode and prepares it; nothing is
@@ -162,7 +170,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		m.cfg.Routes = localroute.Netlink{}
 	}
 	for _, fam := range ipfamily.All() {
-		kind, reason := portalsFor(cfg.Portals, cfg.Features.Chosen(fam))
+		kind, reason := portalsFor(cfg.Portals, cfg.Features.Chosen(fam), cfg.Features.SKLookup)
 		if kind == "" {
 			logger.Info("Not proxying this IP family", "family", fam, "reason", reason)
 			continue
@@ -190,6 +198,10 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if err := m.registerPortalKinds(cfg.Registerer); err != nil {
 		return nil, err
 	}
+	if m.conflicts, err = newPortalConflicts(logger, cfg.Holders, cfg.Registerer); err != nil {
+		return nil, err
+	}
+	m.conflicts.warnExposure(m.familiesOf(mode.PortalsLocal))
 	for fam := range m.appliers {
 		if !m.socketChecked[fam] {
 			warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange, "the rules cannot check the receiving socket")
@@ -199,7 +211,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if len(m.appliers) > 0 && cfg.Features.SCTP.Present {
 		warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange, "the rules cannot check an SCTP packet's receiving socket")
 	}
-	if m.kinds[ipfamily.IPv4] == mode.PortalsLocal && cfg.Sysctls != nil {
+	if routesServiceAddresses(m.kinds[ipfamily.IPv4]) && cfg.Sysctls != nil {
 		strictARP(logger, cfg.Sysctls)
 	}
 	if !cfg.Features.SCTP.Present {
@@ -213,6 +225,13 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		logger.Error(err, "Could not withdraw the portals a previous run left; the first sync rewrites them")
 	}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if fams := m.steeredFamilies(); len(fams) > 0 {
+		if err := m.startSteering(fams); err != nil {
+			m.cancel()
+			m.wg.Wait()
+			return nil, fmt.Errorf("userspace mode: %w", err)
+		}
+	}
 	go m.balancer.RunSweeper(m.ctx, time.Minute)
 	return m, nil
 }
@@ -232,9 +251,15 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	node := m.node(snap, local)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
 
-	// Routes before sockets, so a local portal answers as soon as it listens.
-	routesErr := m.syncRoutes(snap, node)
+	// Sockets and steering before routes, and routes away before steering:
+	// a service address is local only while what serves it is in place, so
+	// no other socket on the node can take its traffic meanwhile.
 	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
+	m.conflicts.settle()
+	steered := m.steeredServiceAddresses(snap, node)
+	steerErr := m.syncSteering(steered, true)
+	routesErr := m.syncRoutes(snap, node)
+	steerErr = errors.Join(steerErr, m.syncSteering(steered, false))
 	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full, changes.Periodic)
 	portErrs = append(portErrs, buildErrs...)
 	portErrs = append(portErrs, m.armGuardedRelays(applied)...)
@@ -245,7 +270,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	if len(portErrs) > 0 {
 		m.logger.Error(errors.Join(portErrs...), "Some service ports are not fully served")
 	}
-	return errors.Join(routesErr, applyErr)
+	return errors.Join(routesErr, steerErr, applyErr)
 }
 
 // syncRelays starts the relays snap needs, updates the running ones, stops
@@ -267,6 +292,9 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 	}
 	for key, r := range m.relays {
 		if _, ok := want[key]; !ok {
+			if r.steered {
+				m.steering.closeFlowsTo(r, netip.AddrPort{})
+			}
 			r.close(m.alloc)
 			delete(m.relays, key)
 			continue
@@ -281,7 +309,7 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 	for _, stale := range changes.StaleEndpoints {
 		for key, r := range m.relays {
 			if key.Port == stale.ServicePort {
-				r.closeFlowsTo(stale.Endpoint.AddrPort())
+				r.closeFlowsTo(stale.Endpoint.AddrPort(), m.steering)
 			}
 		}
 	}
@@ -390,8 +418,19 @@ func (m *Mode) Close() error {
 		r.close(m.alloc)
 		delete(m.relays, key)
 	}
+	var steerErr error
+	if m.steering != nil {
+		steerErr = m.steering.closeRelays()
+	}
 	m.wg.Wait()
-	return errors.Join(m.withdrawPortals(true), m.claimer.Close())
+	err := errors.Join(m.withdrawPortals(true), m.claimer.Close())
+	if m.steering != nil {
+		// Detached only once the routes are gone: a service address left
+		// local without the program would take any socket bound to its
+		// ports, whoever opened it.
+		steerErr = errors.Join(steerErr, m.steering.detach())
+	}
+	return errors.Join(err, steerErr)
 }
 
 // withdrawTimeout bounds how long Close may spend taking the portals away.
@@ -415,7 +454,7 @@ func (m *Mode) withdrawPortals(onlyWritten bool) error {
 			errs = append(errs, fmt.Errorf("withdrawing the %s portals: %w", fam, err))
 		}
 	}
-	if slices.ContainsFunc(m.families, func(f ipfamily.Family) bool { return m.kinds[f] == mode.PortalsLocal }) {
+	if slices.ContainsFunc(m.families, func(f ipfamily.Family) bool { return routesServiceAddresses(m.kinds[f]) }) {
 		local, err := m.cfg.LocalAddresses()
 		if err == nil {
 			err = localroute.Sync(m.cfg.Routes, nil, local)

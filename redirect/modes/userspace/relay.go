@@ -35,8 +35,10 @@ type relaySpec struct {
 	// destination is not one of them did not come through a portal and is
 	// refused.
 	destinations destinations
-	// listen (local portals) are the addresses the relay's sockets are
-	// bound to: the service's own addresses, and NodePorts on node addresses.
+	// listen (local and socket-lookup portals) are the addresses the
+	// relay serves: the service's own addresses, and NodePorts on node
+	// addresses. Local portals bind a socket to each; socket-lookup portals
+	// steer each to the shared sockets.
 	listen []netip.AddrPort
 	// ranged are the LoadBalancer IPs whose clients must come from
 	// sourceRanges (local portals; the REDIRECT portals' firewall chain does
@@ -87,7 +89,7 @@ func (m *Mode) wantedRelays(snap *servicemap.Snapshot, node portal.Node, nodePor
 				}
 				return out
 			}
-			local := m.kinds[fam] == mode.PortalsLocal
+			local := routesServiceAddresses(m.kinds[fam])
 			if internal := withPort(sp.ClusterIPs, sp.Port); len(internal) > 0 {
 				spec := relaySpec{protocol: name.Protocol, port: sp}
 				if local {
@@ -123,10 +125,17 @@ func (m *Mode) wantedRelays(snap *servicemap.Snapshot, node portal.Node, nodePor
 
 // relay is one running relay: the sockets serving one balancer key.
 type relay struct {
-	key   balancer.Key
-	ipv6  bool
+	key  balancer.Key
+	ipv6 bool
+	// local: the relay binds a socket to each listen address (local
+	// portals, and SCTP under socket-lookup portals, which the program
+	// cannot steer).
 	local bool
-	spec  atomic.Pointer[relaySpec]
+	// steered: the relay has no socket of its own; the socket-lookup
+	// program steers its listen addresses to the shared sockets, whose
+	// routes name it (steer.go).
+	steered bool
+	spec    atomic.Pointer[relaySpec]
 	// port is a REDIRECT portal's proxy port, on the wildcard address.
 	port uint16
 	// servers are the listening sockets and what serves each: one on the
@@ -181,8 +190,10 @@ func (r *relay) hasEndpoints(sp *servicemap.ServicePort) bool {
 // REDIRECT to the receiving interface's address, or DNAT to the host IP);
 // a local portal's opens its sockets in syncListeners.
 func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
-	r := &relay{key: key, ipv6: key.Family == ipfamily.IPv6, local: m.kinds[key.Family] == mode.PortalsLocal,
-		servers: map[netip.AddrPort]*server{}}
+	kind := m.kinds[key.Family]
+	r := &relay{key: key, ipv6: key.Family == ipfamily.IPv6, servers: map[netip.AddrPort]*server{}}
+	r.steered = kind == mode.PortalsSKLookup && spec.protocol != v1.ProtocolSCTP
+	r.local = kind == mode.PortalsLocal || (kind == mode.PortalsSKLookup && !r.steered)
 	r.spec.Store(&spec)
 	r.picker = m.balancer.Picker(key)
 	if spec.protocol == v1.ProtocolTCP || spec.protocol == v1.ProtocolSCTP {
@@ -191,7 +202,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
 	}
-	if r.local {
+	if r.local || r.steered {
 		return r, nil
 	}
 	any := netip.IPv4Unspecified()
@@ -229,7 +240,10 @@ func (m *Mode) syncListeners(r *relay, state portal.EndpointState) []error {
 		if !ok {
 			var err error
 			if s, _, err = m.openServer(r, ap); err != nil {
-				errs = append(errs, err)
+				// Another socket holding ap is reported by conflicts.
+				if err = m.conflicts.note(r, ap, err); err != nil {
+					errs = append(errs, err)
+				}
 				continue
 			}
 			r.servers[ap] = s
@@ -380,12 +394,11 @@ func (m *Mode) release(proto ports.Protocol, r *relay, ap netip.AddrPort, port u
 	}
 }
 
-// explainInUse names the usual reason a local portal cannot bind: a
-// program on the node listening on the wildcard address holds the port on
-// every address, service addresses included.
+// explainInUse says a local portal cannot bind because another socket
+// holds its address; portalConflicts names which.
 func explainInUse(err error, ap netip.AddrPort) error {
 	if ap.Port() != 0 && errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("%w: port %d is taken on this node (a socket bound to it on the wildcard address holds it on every address)", err, ap.Port())
+		return fmt.Errorf("%w: another socket on the node holds %s", err, ap)
 	}
 	return err
 }
@@ -430,7 +443,11 @@ func (s *server) setPicker(picker lb.Picker) {
 }
 
 // closeFlowsTo makes UDP flows to a departed endpoint pick again.
-func (r *relay) closeFlowsTo(ep netip.AddrPort) {
+func (r *relay) closeFlowsTo(ep netip.AddrPort, st *steering) {
+	if r.steered {
+		st.closeFlowsTo(r, ep)
+		return
+	}
 	for _, s := range r.servers {
 		if s.udp != nil {
 			s.udp.CloseFlowsTo(ep)
@@ -445,7 +462,7 @@ func (r *relay) close(alloc *ports.Allocator) {
 		s.close()
 		delete(r.servers, ap)
 	}
-	if r.local || r.port == 0 {
+	if r.local || r.steered || r.port == 0 {
 		return
 	}
 	switch r.spec.Load().protocol {

@@ -1,0 +1,255 @@
+package tcprelay
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/selfdial"
+)
+
+// A shared listener is tested without socket-lookup steering: every
+// 127.0.0.0/8 address (and every address of a local route) is local, so a
+// listener bound to a wildcard address on port P, reached through
+// 127.0.0.1:P and 127.0.0.2:P, accepts connections with two different
+// local addresses, as steered connections for two service addresses would
+// have.
+
+// namedBackend serves connections by writing its name, then echoing.
+func namedBackend(t testing.TB, name string) netip.AddrPort {
+	t.Helper()
+	return serveAt(t, "tcp4", "127.0.0.1:0", func(c *net.TCPConn) {
+		if _, err := c.Write([]byte(name)); err == nil {
+			echo(c)
+		}
+	})
+}
+
+// servedBy dials ap and returns the name of the backend that answers, after
+// checking that the relay echoes both ways.
+func servedBy(t testing.TB, ap netip.AddrPort, nameLen int) (string, *net.TCPConn) {
+	t.Helper()
+	c := dial(t, ap)
+	name := make([]byte, nameLen)
+	if _, err := io.ReadFull(c, name); err != nil {
+		t.Fatalf("reading the backend's name through %s: %v", ap, err)
+	}
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping" {
+		t.Fatalf("echo through %s = %q, %v; want ping", ap, got, err)
+	}
+	return string(name), c
+}
+
+// routeSpec describes one route of a test's shared listener.
+type routeSpec struct {
+	backend string // the backend the route's picker picks; "" with empty false: a nil picker
+	empty   bool   // a picker that picks no endpoint
+	admit   func(netip.Addr) bool
+	// loop: the route's endpoint is its own service address, so the
+	// relay's dial comes back into the listener.
+	loop bool
+}
+
+var rejectionReasons = []string{
+	lbmetrics.ReasonNoEndpoints, lbmetrics.ReasonDirect, lbmetrics.ReasonFDExhausted, lbmetrics.ReasonDialFailed,
+	lbmetrics.ReasonSourceRange, lbmetrics.ReasonLoop, lbmetrics.ReasonPortFull,
+}
+
+// TestSharedListenerRoutes serves several service addresses from one
+// listener, each connection by the route of its local address.
+func TestSharedListenerRoutes(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	lab.Run(t, "ip", "-6", "route", "replace", "local", "fd00:18::/64", "dev", "lo")
+	backends := map[string]netip.AddrPort{"a": namedBackend(t, "a"), "b": namedBackend(t, "b")}
+	type dialSpec struct {
+		to      string // the address the client dials, on the listener's port
+		backend string // the backend that must answer; "" : the client is reset
+		refused string // then: the rejection reason counted
+	}
+	loopback := func(a netip.Addr) bool { return a.IsLoopback() }
+	for _, tc := range []struct {
+		name            string
+		network, listen string
+		routes          map[string]routeSpec // by service address, on the listener's port
+		dials           []dialSpec
+		// racing: a reason the case may count or not, as the loops'
+		// events come.
+		racing string
+	}{{
+		name: "two routes, two backends", network: "tcp4", listen: "0.0.0.0:0",
+		routes: map[string]routeSpec{"127.0.0.1": {backend: "a"}, "127.0.0.2": {backend: "b"}},
+		dials:  []dialSpec{{to: "127.0.0.1", backend: "a"}, {to: "127.0.0.2", backend: "b"}, {to: "127.0.0.1", backend: "a"}},
+	}, {
+		name: "no route", network: "tcp4", listen: "0.0.0.0:0",
+		routes: map[string]routeSpec{"127.0.0.1": {backend: "a"}},
+		dials:  []dialSpec{{to: "127.0.0.3", refused: lbmetrics.ReasonDirect}, {to: "127.0.0.1", backend: "a"}},
+	}, {
+		name: "route without endpoints", network: "tcp4", listen: "0.0.0.0:0",
+		routes: map[string]routeSpec{"127.0.0.1": {backend: "a"}, "127.0.0.2": {}, "127.0.0.3": {empty: true}},
+		dials: []dialSpec{{to: "127.0.0.2", refused: lbmetrics.ReasonNoEndpoints},
+			{to: "127.0.0.3", refused: lbmetrics.ReasonNoEndpoints}, {to: "127.0.0.1", backend: "a"}},
+	}, {
+		name: "source ranges per route", network: "tcp4", listen: "0.0.0.0:0",
+		routes: map[string]routeSpec{
+			"127.0.0.1": {backend: "a", admit: loopback},
+			"127.0.0.2": {backend: "b", admit: func(netip.Addr) bool { return false }},
+		},
+		dials: []dialSpec{{to: "127.0.0.2", refused: lbmetrics.ReasonSourceRange}, {to: "127.0.0.1", backend: "a"}},
+	}, {
+		name: "the listener's own address", network: "tcp4", listen: "127.0.0.1:0",
+		routes: map[string]routeSpec{"127.0.0.1": {backend: "a"}},
+		dials:  []dialSpec{{to: "127.0.0.1", refused: lbmetrics.ReasonDirect}},
+	}, {
+		name: "an endpoint leading back into the listener", network: "tcp4", listen: "0.0.0.0:0",
+		routes: map[string]routeSpec{"127.0.0.1": {backend: "a"}, "127.0.0.2": {loop: true}},
+		dials:  []dialSpec{{to: "127.0.0.2", refused: lbmetrics.ReasonLoop}, {to: "127.0.0.1", backend: "a"}},
+		// The refused loop resets the relay's own dial, which its loop
+		// may see before or after the connect completed.
+		racing: lbmetrics.ReasonDialFailed,
+	}, {
+		name: "IPv4 clients of a dual-stack listener", network: "tcp", listen: "[::]:0",
+		routes: map[string]routeSpec{"127.0.0.1": {backend: "a"}, "127.0.0.2": {backend: "b"}},
+		dials:  []dialSpec{{to: "127.0.0.1", backend: "a"}, {to: "127.0.0.2", backend: "b"}, {to: "127.0.0.3", refused: lbmetrics.ReasonDirect}},
+	}, {
+		name: "IPv6", network: "tcp6", listen: "[::]:0",
+		routes: map[string]routeSpec{"::1": {backend: "a"}, "fd00:18::20": {backend: "b"}},
+		dials: []dialSpec{{to: "::1", backend: "a"}, {to: "fd00:18::20", backend: "b"},
+			{to: "fd00:18::21", refused: lbmetrics.ReasonDirect}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen(tc.network, tc.listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := uint16(ln.Addr().(*net.TCPAddr).Port)
+			routes := map[netip.AddrPort]*Route{}
+			for host, spec := range tc.routes {
+				ap := netip.AddrPortFrom(netip.MustParseAddr(host), port)
+				r := &Route{Name: host, Admit: spec.admit}
+				switch {
+				case spec.loop:
+					r.Picker = newPicker(ap)
+				case spec.empty:
+					r.Picker = newPicker()
+				case spec.backend != "":
+					r.Picker = newPicker(backends[spec.backend])
+				}
+				routes[ap] = r
+			}
+			dials := selfdial.New()
+			tp := startProxyOn(t, ln, Config{Direct: true, Dials: dials, Routes: func(local netip.AddrPort) (*Route, bool) {
+				r, ok := routes[local]
+				return r, ok
+			}})
+			want := map[string]float64{}
+			for _, d := range tc.dials {
+				to := netip.AddrPortFrom(netip.MustParseAddr(d.to), port)
+				if d.backend == "" {
+					expectRefused(t, to)
+					want[d.refused]++
+					continue
+				}
+				if got, c := servedBy(t, to, len(d.backend)); got != d.backend {
+					t.Errorf("%s served by backend %q, want %q", to, got, d.backend)
+				} else {
+					c.Close()
+				}
+			}
+			for _, reason := range rejectionReasons {
+				if reason == tc.racing {
+					continue
+				}
+				eventually(t, "rejections counted", func() bool { return counter(tp, "rejected", reason) >= want[reason] })
+				if got := counter(tp, "rejected", reason); got != want[reason] {
+					t.Errorf("rejected %s = %v, want %v", reason, got, want[reason])
+				}
+			}
+			eventually(t, "every dial of the relay forgotten", func() bool { return dials.Len() == 0 })
+		})
+	}
+}
+
+// TestSharedListenerPortBounds: each route's connections count against its
+// own service port's bound, which they release when they end; one service
+// port at its bound refuses its new connections and not another's.
+func TestSharedListenerPortBounds(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	one := fdbudget.PortLimits{Connections: 1, Dialing: 1}
+	portA, err := fdbudget.NewPort(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	portB, err := fdbudget.NewPort(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	addrA := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
+	addrB := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)
+	routes := map[netip.AddrPort]*Route{
+		addrA: {Name: "a", Picker: newPicker(namedBackend(t, "a")), Port: portA},
+		addrB: {Name: "b", Picker: newPicker(namedBackend(t, "b")), Port: portB},
+	}
+	tp := startProxyOn(t, ln, Config{Direct: true, Routes: func(local netip.AddrPort) (*Route, bool) {
+		r, ok := routes[local]
+		return r, ok
+	}})
+
+	_, heldA := servedBy(t, addrA, 1)
+	if held, _ := portA.Held(); held != 1 {
+		t.Fatalf("service port a holds %d connections, want 1", held)
+	}
+	expectRefused(t, addrA)
+	eventually(t, "the full service port's refusal counted", func() bool {
+		return counter(tp, "rejected", lbmetrics.ReasonPortFull) == 1
+	})
+	if name, c := servedBy(t, addrB, 1); name != "b" {
+		t.Errorf("service port b served by %q, want b", name)
+	} else {
+		c.Close()
+	}
+	heldA.Close()
+	eventually(t, "both service ports released", func() bool {
+		a, ad := portA.Held()
+		b, bd := portB.Held()
+		return a+ad+b+bd == 0
+	})
+	if name, c := servedBy(t, addrA, 1); name != "a" {
+		t.Errorf("service port a served by %q after its connection ended, want a", name)
+	} else {
+		c.Close()
+	}
+	if n := counter(tp, "rejected", lbmetrics.ReasonPortFull); n != 1 {
+		t.Errorf("rejected service_port_full = %v, want 1", n)
+	}
+}
+
+// TestSharedListenerNeedsDirect: a shared listener's connections arrive
+// unrewritten, so Routes without Direct is a configuration error.
+func TestSharedListenerNeedsDirect(t *testing.T) {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	routes := func(netip.AddrPort) (*Route, bool) { return nil, false }
+	if _, err := New(Config{Listener: ln, Routes: routes}); err == nil {
+		t.Error("New accepted Routes without Direct")
+	}
+}
