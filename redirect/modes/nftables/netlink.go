@@ -56,46 +56,67 @@ func newNetlinkWriter(fam ipfamily.Family, table string) *netlinkWriter {
 // syncs are rare and go through nft.
 const maxBatch = 1 << 20
 
-// batch is an encoded transaction: the datagram, and each message's
-// sequence number with the operation it stands for (rendered as an nft
-// line only for an error: rendering every one costs more than encoding).
+// batch is an encoded transaction: the datagram, and for each message
+// (numbered consecutively from first) the index in ops of the operation it
+// stands for, rendered as an nft line only for an error: rendering every
+// one costs more than encoding.
 type batch struct {
 	data     []byte
-	lines    map[uint32]op
-	last     uint32
+	ops      []op
+	first    uint32
+	msgOp    []int32
 	addrType string
 	nftFam   knftables.Family
 }
 
+// opOf returns the operation of the message numbered seq.
+func (b *batch) opOf(seq uint32) (op, bool) {
+	i := seq - b.first
+	if seq < b.first || i >= uint32(len(b.msgOp)) {
+		return op{}, false
+	}
+	return b.ops[b.msgOp[i]], true
+}
+
 // encode encodes ops, or says it cannot.
 func (w *netlinkWriter) encode(ops []op) (*batch, bool) {
-	b := &batch{lines: map[uint32]op{}, addrType: w.addrType, nftFam: w.nftFam}
+	size := 64
+	for _, o := range ops {
+		size += o.sizeEstimate()
+	}
+	// One allocation for the datagram (the estimates are generous), and
+	// an index per message rather than a copy of its operation: a batch
+	// of 200 services is a thousand messages.
+	b := &batch{data: make([]byte, 0, min(size, maxBatch+64<<10)), ops: ops, addrType: w.addrType, nftFam: w.nftFam,
+		msgOp: make([]int32, 0, 2*len(ops))}
 	b.data = append(b.data, w.batchMsg(unix.NFNL_MSG_BATCH_BEGIN)...)
+	b.first = w.seq + 1
 	setID := uint32(0)
-	add := func(o op, msgs ...*nl.NetlinkRequest) {
+	index := int32(0)
+	add := func(msgs ...*nl.NetlinkRequest) {
 		for _, m := range msgs {
-			b.lines[m.Seq] = o
-			b.last = m.Seq
+			b.msgOp = append(b.msgOp, index)
 			b.data = append(b.data, m.Serialize()...)
 		}
 	}
-	for _, o := range ops {
+	for i, o := range ops {
+		index = int32(i)
 		switch o.kind {
 		case opFlushChain:
 			m := w.msg(unix.NFT_MSG_DELRULE, 0)
 			m.AddData(strAttr(unix.NFTA_RULE_TABLE, w.table))
 			m.AddData(strAttr(unix.NFTA_RULE_CHAIN, o.chain))
-			add(o, m)
+			add(m)
 		case opAddChain:
 			m := w.msg(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE)
 			m.AddData(strAttr(unix.NFTA_CHAIN_TABLE, w.table))
 			m.AddData(strAttr(unix.NFTA_CHAIN_NAME, o.chain))
-			add(o, m)
+			add(m)
 		case opDeleteChain:
 			m := w.msg(unix.NFT_MSG_DELCHAIN, 0)
 			m.AddData(strAttr(unix.NFTA_CHAIN_TABLE, w.table))
 			m.AddData(strAttr(unix.NFTA_CHAIN_NAME, o.chain))
-			add(o, m)
+			add(m)
 		case opAddRule:
 			if o.rule.DNAT == nil || o.rule.Comment != "" {
 				return nil, false
@@ -105,13 +126,13 @@ func (w *netlinkWriter) encode(ops []op) (*batch, bool) {
 			if !ok {
 				return nil, false
 			}
-			add(o, msgs...)
+			add(msgs...)
 		case opAddElem, opDeleteElem:
 			m, ok := w.element(o.kind == opAddElem, o.elem)
 			if !ok {
 				return nil, false
 			}
-			add(o, m)
+			add(m)
 		default:
 			return nil, false // affinity sets: nft
 		}
@@ -120,7 +141,7 @@ func (w *netlinkWriter) encode(ops []op) (*batch, bool) {
 		}
 	}
 	b.data = append(b.data, w.batchMsg(unix.NFNL_MSG_BATCH_END)...)
-	return b, b.last != 0
+	return b, len(b.msgOp) > 0
 }
 
 func (w *netlinkWriter) msg(typ int, flags int) *nl.NetlinkRequest {
@@ -357,7 +378,7 @@ func (w *netlinkWriter) run(b *batch) (string, error) {
 	if err := unix.Sendto(fd, b.data, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return "", fmt.Errorf("sending an nf_tables batch of %d bytes: %w", len(b.data), err)
 	}
-	pending := len(b.lines)
+	pending := len(b.msgOp)
 	var firstErr error
 	var firstLine string
 	firstSeq := ^uint32(0)
@@ -376,7 +397,7 @@ func (w *netlinkWriter) run(b *batch) (string, error) {
 				continue
 			}
 			seq := binary.NativeEndian.Uint32(m.Data[4+8 : 4+12]) // the refused message's header
-			o, ours := b.lines[seq]
+			o, ours := b.opOf(seq)
 			if !ours {
 				continue
 			}
