@@ -56,12 +56,15 @@ type family struct {
 	// recreated: base chains were deleted and re-added once, as kube-proxy
 	// does at start.
 	recreated bool
-	// backlog are service ports a large partial sync left for the next
-	// syncs (see portsPerChunk).
-	backlog map[servicemap.ServicePortName]bool
+	// backlog are the service ports a large partial sync left for the
+	// next syncs (see chunkedSync), in the order they are to be written.
+	backlog []servicemap.ServicePortName
 	// syncBudget bounds the time one sync spends on a large change before
 	// it leaves the rest to the next; 0 means defaultSyncBudget.
 	syncBudget time.Duration
+	// wrote, when set (tests), is called after each partial write the
+	// kernel took, with the service ports it wrote.
+	wrote func(names []servicemap.ServicePortName)
 	// commits counts the transactions the kernel took from this family
 	// (each moves nf_tables' generation by one); checks the syncs that
 	// compared the table with what was written, repairs the full syncs
@@ -157,9 +160,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	for _, sp := range changes.Removed {
 		names = append(names, sp.Name)
 	}
-	for name := range f.backlog {
-		names = append(names, name)
-	}
+	backlog := f.backlog
 	f.backlog = nil
 	b, shared := f.builder, false
 	if old := f.builder.Config(); !cfg.Equal(old) {
@@ -180,10 +181,10 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 			}
 		}
 	}
-	if shared || len(names) <= portsPerChunk {
-		err = f.partialSync(ctx, snap, names, b, shared)
+	if shared || len(names)+len(backlog) <= portsPerChunk {
+		err = f.partialSync(ctx, snap, append(names, backlog...), b, shared)
 	} else {
-		err = f.chunkedSync(ctx, snap, names, b, start)
+		err = f.chunkedSync(ctx, snap, names, backlog, b, start)
 	}
 	f.metrics.partialDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -193,55 +194,80 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	return nil
 }
 
-// portsPerChunk bounds the service ports of one partial sync's write; a
-// larger change is written in chunks of this many.
-const portsPerChunk = 1000
+// portsPerChunk bounds the service ports of one write of a large partial
+// sync: as many as one netlink batch holds (deferredPerBatch DNAT rules),
+// so that the sync's budget is checked after every batch. A batch of
+// 200 new services costs the kernel about 0.3 s at 20,000 services (each
+// new anonymous map costs walks of the table's sets); larger ones would
+// only make a change queued behind them wait longer.
+const portsPerChunk = deferredPerBatch
 
 // defaultSyncBudget is how long one sync writes chunks of a large change
 // before it returns and leaves the rest (the backlog) to the next syncs,
 // which first write whatever changed meanwhile.
 const defaultSyncBudget = time.Second
 
-// chunkedSync writes a large partial sync in chunks of portsPerChunk ports,
-// the ports kproxy already programs (endpoint changes, removals) first and
-// new ones after, until the sync's time budget is spent; the ports left go
-// to the backlog. A change queued behind a large one (20,000 new services)
-// thus waits for one chunk, not for all of it.
-func (f *family) chunkedSync(ctx context.Context, snap *servicemap.Snapshot, names []servicemap.ServicePortName, b *rules.Builder, start time.Time) error {
+// chunkedSync writes a large partial sync in chunks of at most
+// portsPerChunk ports until the sync's time budget is spent, and leaves the
+// ports not written as the backlog. The ports kproxy already programs
+// (endpoint changes, removals: what traffic reaches now) go first, in
+// chunks of their own, so the sync's first batch carries them and nothing
+// new; then the ports the backlog holds, in its order; then the changes'
+// new ports. A change queued behind a large one (20,000 new services) thus
+// waits for the batch in progress, and the backlog is never sorted again.
+// The kernel's cost of new services is the same in 200-port batches as in
+// a full sync (the walks of the table's sets when a set is created or
+// looked up dominate both), so a large addition is no reason for one.
+func (f *family) chunkedSync(ctx context.Context, snap *servicemap.Snapshot, names, backlog []servicemap.ServicePortName, b *rules.Builder, start time.Time) error {
 	slices.SortFunc(names, servicemap.ServicePortName.Compare)
 	names = slices.Compact(names)
-	slices.SortStableFunc(names, func(x, y servicemap.ServicePortName) int {
-		return boolRank(f.applied[x] == nil) - boolRank(f.applied[y] == nil)
-	})
+	changed := make(map[servicemap.ServicePortName]bool, len(names))
+	for _, name := range names {
+		changed[name] = true
+	}
+	programmed := func(name servicemap.ServicePortName) bool { return f.applied[name] != nil }
+	order := make([]servicemap.ServicePortName, 0, len(names)+len(backlog))
+	for _, name := range names {
+		if programmed(name) {
+			order = append(order, name)
+		}
+	}
+	for _, name := range backlog {
+		if programmed(name) && !changed[name] {
+			order = append(order, name)
+		}
+	}
+	urgent := len(order)
+	for _, name := range backlog {
+		if !programmed(name) && !changed[name] {
+			order = append(order, name)
+		}
+	}
+	for _, name := range names {
+		if !programmed(name) {
+			order = append(order, name)
+		}
+	}
 	budget := f.syncBudget
 	if budget == 0 {
 		budget = defaultSyncBudget
 	}
-	for len(names) > 0 {
-		n := min(portsPerChunk, len(names))
-		if err := f.partialSync(ctx, snap, names[:n], b, false); err != nil {
+	for done := 0; done < len(order); {
+		n := min(portsPerChunk, len(order)-done)
+		if done < urgent {
+			n = min(n, urgent-done)
+		}
+		if err := f.partialSync(ctx, snap, order[done:done+n], b, false); err != nil {
 			return err
 		}
-		names = names[n:]
-		if time.Since(start) >= budget {
+		done += n
+		if time.Since(start) >= budget && done < len(order) {
+			f.backlog = slices.Clone(order[done:])
+			f.logger.V(2).Info("Large change: writing the rest at the next syncs", "left", len(f.backlog))
 			break
 		}
 	}
-	if len(names) > 0 {
-		f.backlog = make(map[servicemap.ServicePortName]bool, len(names))
-		for _, name := range names {
-			f.backlog[name] = true
-		}
-		f.logger.V(2).Info("Large change: writing the rest at the next syncs", "left", len(names))
-	}
 	return nil
-}
-
-func boolRank(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // failed marks the state unknown: the next sync is a full one.
@@ -609,12 +635,18 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 	// flushes before the sets they referred to go, sets before the rules
 	// using them, chains before the elements pointing to them.
 	var flushes, setDeletes, setAdds, chainOps []op
-	// The same chain writes, one group per chain (its flush with its new
-	// rules), for a sync split into several netlink batches: a chain
-	// never shows empty between two of them.
-	var chainGroups [][]op
+	// The same writes in groups, for a sync split into several netlink
+	// batches: one per chain (its flush with its new rules: a chain never
+	// shows empty between two batches) and one per element (a changed
+	// value's delete with its add), listed per port, each element after
+	// the chains of the last port touching it. A port's chains and
+	// elements thus go in one batch, as a full sync's do.
+	portGroups := make([][][]op, len(names))
+	lastPort := map[string]int{}
+	port := 0
 	prev := map[string]*rules.Element{} // element IDs touched, as applied before
 	touch := func(id string) {
+		lastPort[id] = port
 		if _, ok := prev[id]; ok {
 			return
 		}
@@ -628,7 +660,8 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 	now := f.now()
 	newStale := map[string]bool{}
 	wanted := map[string]bool{} // chains this sync (re)writes
-	for _, name := range names {
+	for i, name := range names {
+		port = i
 		old, cur := f.applied[name], want[name]
 		if old == cur {
 			continue
@@ -667,7 +700,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 			for _, r := range c.Rules {
 				chainOps = append(chainOps, op{kind: opAddRule, chain: c.Name, rule: r})
 			}
-			chainGroups = append(chainGroups, append(group, chainOps[start:]...))
+			portGroups[i] = append(portGroups[i], append(group, chainOps[start:]...))
 			delete(newStale, c.Name)
 			wanted[c.Name] = true
 		}
@@ -706,27 +739,29 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 
 	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps)
 	var adds []op
-	// Element changes, one group per element (a changed value's delete
-	// with its add), after the chains they point to.
-	var elemGroups [][]op
+	// Element changes, after the chains they point to.
 	for _, id := range slices.Sorted(maps.Keys(prev)) {
 		before := prev[id]
 		st := f.elems[id]
 		live := st != nil && st.refs > 0
+		var group []op
 		switch {
 		case before != nil && !live:
 			ops = append(ops, op{kind: opDeleteElem, elem: *before})
-			elemGroups = append(elemGroups, []op{{kind: opDeleteElem, elem: *before}})
+			group = []op{{kind: opDeleteElem, elem: *before}}
 			delete(f.elems, id)
 		case before == nil && live:
 			adds = append(adds, op{kind: opAddElem, elem: st.elem})
-			elemGroups = append(elemGroups, []op{{kind: opAddElem, elem: st.elem}})
+			group = []op{{kind: opAddElem, elem: st.elem}}
 		case before != nil && live && !elementEqual(*before, st.elem):
 			ops = append(ops, op{kind: opDeleteElem, elem: *before})
 			adds = append(adds, op{kind: opAddElem, elem: st.elem})
-			elemGroups = append(elemGroups, []op{{kind: opDeleteElem, elem: *before}, {kind: opAddElem, elem: st.elem}})
+			group = []op{{kind: opDeleteElem, elem: *before}, {kind: opAddElem, elem: st.elem}}
 		case !live:
 			delete(f.elems, id)
+		}
+		if group != nil {
+			portGroups[lastPort[id]] = append(portGroups[lastPort[id]], group)
 		}
 	}
 	ops = append(ops, adds...)
@@ -735,7 +770,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		if len(setDeletes)+len(setAdds) == 0 {
 			// Flushes of chains gone stale go last: nothing points to
 			// them once the element groups ran.
-			groups = slices.Concat(chainGroups, elemGroups)
+			groups = slices.Concat(portGroups...)
 			for _, c := range slices.Sorted(maps.Keys(newStale)) {
 				groups = append(groups, []op{{kind: opFlushChain, chain: c}})
 			}
@@ -745,6 +780,9 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		}
 	}
 	f.commit(want, newStale, now, f.deleteStale(ctx, b, newStale, wanted))
+	if f.wrote != nil {
+		f.wrote(names)
+	}
 	return nil
 }
 
@@ -839,16 +877,19 @@ func (f *family) runSplit(groups [][]op) (done bool, err error) {
 		return true
 	}
 	for _, g := range groups {
+		gRules, gSize := 0, 0
 		for _, o := range g {
 			if o.kind == opAddRule {
-				rules++
+				gRules++
 			}
-			size += opSizeEstimate
+			gSize += o.sizeEstimate()
 		}
-		cur = append(cur, g...)
-		if (rules >= deferredPerBatch || size >= maxBatch/4) && !flush() {
+		// A new batch before the group that would overfill this one.
+		if (rules+gRules > deferredPerBatch || size+gSize > maxBatch/2) && !flush() {
 			return false, nil
 		}
+		cur = append(cur, g...)
+		rules, size = rules+gRules, size+gSize
 	}
 	if !flush() {
 		return false, nil
@@ -878,10 +919,6 @@ func (f *family) runSplit(groups [][]op) (done bool, err error) {
 // splitAbove is the size (in operations) past which a partial sync goes
 // over netlink in several batches rather than one.
 const splitAbove = 2 * deferredPerBatch
-
-// opSizeEstimate is a generous size of one encoded operation, to keep a
-// split batch well under maxBatch before encoding it.
-const opSizeEstimate = 512
 
 // commit records a successful partial sync.
 func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStale map[string]bool, now time.Time, deleted []string) {

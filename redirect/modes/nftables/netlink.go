@@ -56,79 +56,92 @@ func newNetlinkWriter(fam ipfamily.Family, table string) *netlinkWriter {
 // syncs are rare and go through nft.
 const maxBatch = 1 << 20
 
-// batch is an encoded transaction: the datagram, and each message's
-// sequence number with the operation it stands for (rendered as an nft
-// line only for an error: rendering every one costs more than encoding).
+// batch is an encoded transaction: the datagram, and for each message
+// (numbered consecutively from first) the index in ops of the operation it
+// stands for, rendered as an nft line only for an error: rendering every
+// one costs more than encoding.
 type batch struct {
 	data     []byte
-	lines    map[uint32]op
-	last     uint32
+	ops      []op
+	first    uint32
+	msgOp    []int32
 	addrType string
 	nftFam   knftables.Family
 }
 
+// opOf returns the operation of the message numbered seq.
+func (b *batch) opOf(seq uint32) (op, bool) {
+	i := seq - b.first
+	if seq < b.first || i >= uint32(len(b.msgOp)) {
+		return op{}, false
+	}
+	return b.ops[b.msgOp[i]], true
+}
+
 // encode encodes ops, or says it cannot.
 func (w *netlinkWriter) encode(ops []op) (*batch, bool) {
-	b := &batch{lines: map[uint32]op{}, addrType: w.addrType, nftFam: w.nftFam}
-	b.data = append(b.data, w.batchMsg(unix.NFNL_MSG_BATCH_BEGIN)...)
-	setID := uint32(0)
-	add := func(o op, msgs ...*nl.NetlinkRequest) {
-		for _, m := range msgs {
-			b.lines[m.Seq] = o
-			b.last = m.Seq
-			b.data = append(b.data, m.Serialize()...)
-		}
-	}
+	size := 64
 	for _, o := range ops {
+		size += o.sizeEstimate()
+	}
+	// One allocation for the datagram (the estimates are generous), and
+	// an index per message rather than a copy of its operation: a batch
+	// of 200 services is a thousand messages.
+	b := &batch{data: make([]byte, 0, min(size, maxBatch+64<<10)), ops: ops, addrType: w.addrType, nftFam: w.nftFam,
+		msgOp: make([]int32, 0, 2*len(ops))}
+	b.data = append(b.data, w.batchMsg(unix.NFNL_MSG_BATCH_BEGIN)...)
+	b.first = w.seq + 1
+	m := &msgBuf{data: b.data}
+	setID := uint32(0)
+	for i, o := range ops {
+		before := w.seq
 		switch o.kind {
 		case opFlushChain:
-			m := w.msg(unix.NFT_MSG_DELRULE, 0)
-			m.AddData(strAttr(unix.NFTA_RULE_TABLE, w.table))
-			m.AddData(strAttr(unix.NFTA_RULE_CHAIN, o.chain))
-			add(o, m)
+			w.begin(m, unix.NFT_MSG_DELRULE, 0)
+			m.str(unix.NFTA_RULE_TABLE, w.table)
+			m.str(unix.NFTA_RULE_CHAIN, o.chain)
+			m.end()
 		case opAddChain:
-			m := w.msg(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE)
-			m.AddData(strAttr(unix.NFTA_CHAIN_TABLE, w.table))
-			m.AddData(strAttr(unix.NFTA_CHAIN_NAME, o.chain))
-			add(o, m)
+			w.begin(m, unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE)
+			m.str(unix.NFTA_CHAIN_TABLE, w.table)
+			m.str(unix.NFTA_CHAIN_NAME, o.chain)
+			m.end()
 		case opDeleteChain:
-			m := w.msg(unix.NFT_MSG_DELCHAIN, 0)
-			m.AddData(strAttr(unix.NFTA_CHAIN_TABLE, w.table))
-			m.AddData(strAttr(unix.NFTA_CHAIN_NAME, o.chain))
-			add(o, m)
+			w.begin(m, unix.NFT_MSG_DELCHAIN, 0)
+			m.str(unix.NFTA_CHAIN_TABLE, w.table)
+			m.str(unix.NFTA_CHAIN_NAME, o.chain)
+			m.end()
 		case opAddRule:
 			if o.rule.DNAT == nil || o.rule.Comment != "" {
 				return nil, false
 			}
 			setID++
-			msgs, ok := w.dnatRule(o.chain, o.rule.DNAT, setID)
-			if !ok {
+			if !w.dnatRule(m, o.chain, o.rule.DNAT, setID) {
 				return nil, false
 			}
-			add(o, msgs...)
 		case opAddElem, opDeleteElem:
-			m, ok := w.element(o.kind == opAddElem, o.elem)
-			if !ok {
+			if !w.element(m, o.kind == opAddElem, o.elem) {
 				return nil, false
 			}
-			add(o, m)
 		default:
 			return nil, false // affinity sets: nft
 		}
-		if len(b.data) > maxBatch {
+		for range w.seq - before {
+			b.msgOp = append(b.msgOp, int32(i))
+		}
+		if len(m.data) > maxBatch {
 			return nil, false
 		}
 	}
+	b.data = m.data
 	b.data = append(b.data, w.batchMsg(unix.NFNL_MSG_BATCH_END)...)
-	return b, b.last != 0
+	return b, len(b.msgOp) > 0
 }
 
-func (w *netlinkWriter) msg(typ int, flags int) *nl.NetlinkRequest {
+// begin starts the next message of the batch in m.
+func (w *netlinkWriter) begin(m *msgBuf, typ, flags int) {
 	w.seq++
-	m := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|typ, flags|unix.NLM_F_ACK)
-	m.Seq = w.seq
-	m.AddData(&nl.Nfgenmsg{NfgenFamily: w.nfproto, Version: nl.NFNETLINK_V0})
-	return m
+	m.begin(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|flags|unix.NLM_F_ACK, w.seq, w.nfproto)
 }
 
 func (w *netlinkWriter) batchMsg(typ int) []byte {
@@ -142,15 +155,74 @@ func (w *netlinkWriter) batchMsg(typ int) []byte {
 	return m.Serialize()
 }
 
-func strAttr(typ int, s string) *nl.RtAttr { return nl.NewRtAttr(typ, nl.ZeroTerminated(s)) }
-
-func u32Attr(typ int, v uint32) *nl.RtAttr {
-	b := make([]byte, 4)
-	binary.BigEndian.PutUint32(b, v)
-	return nl.NewRtAttr(typ, b)
+// msgBuf appends netlink messages to a batch's datagram as they are
+// written, attribute by attribute: no tree of attributes per message to
+// build and serialize (the garbage of a 20,000-service addition would
+// otherwise be mostly that, collected while the kernel works).
+type msgBuf struct {
+	data []byte
+	msg  int   // offset of the message being written
+	open []int // offsets of the nested attributes being written
 }
 
-func nested(typ int) *nl.RtAttr { return nl.NewRtAttr(typ|unix.NLA_F_NESTED, nil) }
+// begin starts a message: the netlink header and nfgenmsg.
+func (m *msgBuf) begin(typ, flags int, seq uint32, family uint8) {
+	m.msg = len(m.data)
+	m.data = binary.NativeEndian.AppendUint32(m.data, 0) // length, set by end
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(typ))
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(flags))
+	m.data = binary.NativeEndian.AppendUint32(m.data, seq)
+	m.data = binary.NativeEndian.AppendUint32(m.data, 0) // port ID: the kernel's
+	m.data = append(m.data, family, nl.NFNETLINK_V0, 0, 0)
+}
+
+// end sets the message's length.
+func (m *msgBuf) end() {
+	binary.NativeEndian.PutUint32(m.data[m.msg:], uint32(len(m.data)-m.msg))
+}
+
+// bytes appends an attribute holding v, padded to 4 bytes.
+func (m *msgBuf) bytes(typ int, v []byte) {
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(4+len(v)))
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(typ))
+	m.data = append(m.data, v...)
+	m.pad()
+}
+
+// str appends a NUL-terminated string attribute.
+func (m *msgBuf) str(typ int, s string) {
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(4+len(s)+1))
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(typ))
+	m.data = append(m.data, s...)
+	m.data = append(m.data, 0)
+	m.pad()
+}
+
+// u32 appends a big-endian 32-bit attribute.
+func (m *msgBuf) u32(typ int, v uint32) {
+	m.data = binary.NativeEndian.AppendUint16(m.data, 8)
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(typ))
+	m.data = binary.BigEndian.AppendUint32(m.data, v)
+}
+
+// nest opens a nested attribute; unnest closes the last one opened.
+func (m *msgBuf) nest(typ int) {
+	m.open = append(m.open, len(m.data))
+	m.data = binary.NativeEndian.AppendUint16(m.data, 0)
+	m.data = binary.NativeEndian.AppendUint16(m.data, uint16(typ|unix.NLA_F_NESTED))
+}
+
+func (m *msgBuf) unnest() {
+	at := m.open[len(m.open)-1]
+	m.open = m.open[:len(m.open)-1]
+	binary.NativeEndian.PutUint16(m.data[at:], uint16(len(m.data)-at))
+}
+
+func (m *msgBuf) pad() {
+	for len(m.data)%4 != 0 {
+		m.data = append(m.data, 0)
+	}
+}
 
 func protoNumber(p string) (byte, bool) {
 	switch p {
@@ -167,14 +239,19 @@ func protoNumber(p string) (byte, bool) {
 // dnatRule encodes "meta l4proto P dnat ip addr . port to numgen random
 // mod N map { … }" as nft does: an anonymous constant map from the numgen
 // value to address and port, its elements, then the rule looking it up.
-func (w *netlinkWriter) dnatRule(chain string, d *rules.DNATMap, setID uint32) ([]*nl.NetlinkRequest, bool) {
+func (w *netlinkWriter) dnatRule(m *msgBuf, chain string, d *rules.DNATMap, setID uint32) bool {
 	proto, ok := protoNumber(d.Proto)
 	if !ok || len(d.Targets) == 0 {
-		return nil, false
+		return false
 	}
 	addrLen, dataType, protoReg := 4, uint32(7<<6|13), uint32(9) // ipv4_addr . inet_service; port in reg 1's second word
 	if w.fam == ipfamily.IPv6 {
 		addrLen, dataType, protoReg = 16, 8<<6|13, 2 // ipv6_addr . inet_service; port in reg 2
+	}
+	for _, t := range d.Targets {
+		if (addrLen == 16) != t.Addr().Unmap().Is6() {
+			return false
+		}
 	}
 	dataLen := addrLen + 4
 	w.maps++
@@ -182,79 +259,104 @@ func (w *netlinkWriter) dnatRule(chain string, d *rules.DNATMap, setID uint32) (
 	// table's list, and names that differ early (or in length) compare
 	// fast.
 	name := "__map" + strconv.FormatUint(w.maps, 10) + w.mapPrefix
-	set := w.msg(unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE)
-	set.AddData(strAttr(unix.NFTA_SET_TABLE, w.table))
-	set.AddData(strAttr(unix.NFTA_SET_NAME, name))
-	set.AddData(u32Attr(unix.NFTA_SET_FLAGS, unix.NFT_SET_ANONYMOUS|unix.NFT_SET_CONSTANT|unix.NFT_SET_MAP))
-	set.AddData(u32Attr(unix.NFTA_SET_KEY_TYPE, 4)) // integer
-	set.AddData(u32Attr(unix.NFTA_SET_KEY_LEN, 4))
-	set.AddData(u32Attr(unix.NFTA_SET_DATA_TYPE, dataType))
-	set.AddData(u32Attr(unix.NFTA_SET_DATA_LEN, uint32(dataLen)))
-	set.AddData(u32Attr(unix.NFTA_SET_ID, setID))
-	desc := nested(unix.NFTA_SET_DESC)
-	desc.AddChild(u32Attr(unix.NFTA_SET_DESC_SIZE, uint32(len(d.Targets))))
-	set.AddData(desc)
+	w.begin(m, unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE)
+	m.str(unix.NFTA_SET_TABLE, w.table)
+	m.str(unix.NFTA_SET_NAME, name)
+	m.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_ANONYMOUS|unix.NFT_SET_CONSTANT|unix.NFT_SET_MAP)
+	m.u32(unix.NFTA_SET_KEY_TYPE, 4) // integer
+	m.u32(unix.NFTA_SET_KEY_LEN, 4)
+	m.u32(unix.NFTA_SET_DATA_TYPE, dataType)
+	m.u32(unix.NFTA_SET_DATA_LEN, uint32(dataLen))
+	m.u32(unix.NFTA_SET_ID, setID)
+	m.nest(unix.NFTA_SET_DESC)
+	m.u32(unix.NFTA_SET_DESC_SIZE, uint32(len(d.Targets)))
+	m.unnest()
 	// nft's set user data: key byte order host, data byte order unset,
 	// merge-elements unset.
-	set.AddData(nl.NewRtAttr(unix.NFTA_SET_USERDATA, []byte{0, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 6, 4, 0, 0, 0, 0}))
+	m.bytes(unix.NFTA_SET_USERDATA, []byte{0, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 6, 4, 0, 0, 0, 0})
+	m.end()
 
-	elems := w.msg(unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE)
-	elems.AddData(strAttr(unix.NFTA_SET_ELEM_LIST_TABLE, w.table))
+	w.begin(m, unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE)
+	m.str(unix.NFTA_SET_ELEM_LIST_TABLE, w.table)
 	// By ID only: the kernel then finds the set in this batch's few
 	// operations instead of walking every set of the table.
-	elems.AddData(u32Attr(unix.NFTA_SET_ELEM_LIST_SET_ID, setID))
-	list := nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+	m.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, setID)
+	m.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+	var k [4]byte
+	var v [20]byte
 	for i, t := range d.Targets {
+		m.nest(unix.NFTA_LIST_ELEM)
+		m.nest(unix.NFTA_SET_ELEM_KEY)
+		binary.NativeEndian.PutUint32(k[:], uint32(i))
+		m.bytes(unix.NFTA_DATA_VALUE, k[:])
+		m.unnest()
+		m.nest(unix.NFTA_SET_ELEM_DATA)
 		a := t.Addr().Unmap()
-		if (addrLen == 16) != a.Is6() {
-			return nil, false
+		if addrLen == 16 {
+			a16 := a.As16()
+			copy(v[:], a16[:])
+		} else {
+			a4 := a.As4()
+			copy(v[:], a4[:])
 		}
-		e := nested(unix.NFTA_LIST_ELEM)
-		key := nested(unix.NFTA_SET_ELEM_KEY)
-		k := make([]byte, 4)
-		binary.NativeEndian.PutUint32(k, uint32(i))
-		key.AddChild(nl.NewRtAttr(unix.NFTA_DATA_VALUE, k))
-		e.AddChild(key)
-		data := nested(unix.NFTA_SET_ELEM_DATA)
-		v := append(a.AsSlice(), 0, 0, 0, 0)
 		binary.BigEndian.PutUint16(v[addrLen:], t.Port())
-		data.AddChild(nl.NewRtAttr(unix.NFTA_DATA_VALUE, v))
-		e.AddChild(data)
-		list.AddChild(e)
+		v[addrLen+2], v[addrLen+3] = 0, 0
+		m.bytes(unix.NFTA_DATA_VALUE, v[:dataLen])
+		m.unnest()
+		m.unnest()
 	}
-	elems.AddData(list)
+	m.unnest()
+	m.end()
 
-	rule := w.msg(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND)
-	rule.AddData(strAttr(unix.NFTA_RULE_TABLE, w.table))
-	rule.AddData(strAttr(unix.NFTA_RULE_CHAIN, chain))
-	exprs := nested(unix.NFTA_RULE_EXPRESSIONS)
-	expr := func(name string, attrs ...*nl.RtAttr) {
-		e := nested(unix.NFTA_LIST_ELEM)
-		e.AddChild(strAttr(unix.NFTA_EXPR_NAME, name))
-		data := nested(unix.NFTA_EXPR_DATA)
-		for _, a := range attrs {
-			data.AddChild(a)
-		}
-		e.AddChild(data)
-		exprs.AddChild(e)
+	w.begin(m, unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND)
+	m.str(unix.NFTA_RULE_TABLE, w.table)
+	m.str(unix.NFTA_RULE_CHAIN, chain)
+	m.nest(unix.NFTA_RULE_EXPRESSIONS)
+	expr := func(name string, attrs func()) {
+		m.nest(unix.NFTA_LIST_ELEM)
+		m.str(unix.NFTA_EXPR_NAME, name)
+		m.nest(unix.NFTA_EXPR_DATA)
+		attrs()
+		m.unnest()
+		m.unnest()
 	}
-	expr("meta", u32Attr(unix.NFTA_META_DREG, unix.NFT_REG_1), u32Attr(unix.NFTA_META_KEY, unix.NFT_META_L4PROTO))
-	cmpData := nested(unix.NFTA_CMP_DATA)
-	cmpData.AddChild(nl.NewRtAttr(unix.NFTA_DATA_VALUE, []byte{proto}))
-	expr("cmp", u32Attr(unix.NFTA_CMP_SREG, unix.NFT_REG_1), u32Attr(unix.NFTA_CMP_OP, unix.NFT_CMP_EQ), cmpData)
-	expr("numgen", u32Attr(unix.NFTA_NG_DREG, unix.NFT_REG_1), u32Attr(unix.NFTA_NG_MODULUS, uint32(len(d.Targets))),
-		u32Attr(unix.NFTA_NG_TYPE, unix.NFT_NG_RANDOM), u32Attr(unix.NFTA_NG_OFFSET, 0))
-	expr("lookup", u32Attr(unix.NFTA_LOOKUP_SREG, unix.NFT_REG_1), u32Attr(unix.NFTA_LOOKUP_DREG, unix.NFT_REG_1),
-		strAttr(unix.NFTA_LOOKUP_SET, name), u32Attr(unix.NFTA_LOOKUP_SET_ID, setID))
-	expr("nat", u32Attr(unix.NFTA_NAT_TYPE, unix.NFT_NAT_DNAT), u32Attr(unix.NFTA_NAT_FAMILY, uint32(w.nfproto)),
-		u32Attr(unix.NFTA_NAT_REG_ADDR_MIN, unix.NFT_REG_1), u32Attr(unix.NFTA_NAT_REG_PROTO_MIN, protoReg))
-	rule.AddData(exprs)
-	return []*nl.NetlinkRequest{set, elems, rule}, true
+	expr("meta", func() {
+		m.u32(unix.NFTA_META_DREG, unix.NFT_REG_1)
+		m.u32(unix.NFTA_META_KEY, unix.NFT_META_L4PROTO)
+	})
+	expr("cmp", func() {
+		m.u32(unix.NFTA_CMP_SREG, unix.NFT_REG_1)
+		m.u32(unix.NFTA_CMP_OP, unix.NFT_CMP_EQ)
+		m.nest(unix.NFTA_CMP_DATA)
+		m.bytes(unix.NFTA_DATA_VALUE, []byte{proto})
+		m.unnest()
+	})
+	expr("numgen", func() {
+		m.u32(unix.NFTA_NG_DREG, unix.NFT_REG_1)
+		m.u32(unix.NFTA_NG_MODULUS, uint32(len(d.Targets)))
+		m.u32(unix.NFTA_NG_TYPE, unix.NFT_NG_RANDOM)
+		m.u32(unix.NFTA_NG_OFFSET, 0)
+	})
+	expr("lookup", func() {
+		m.u32(unix.NFTA_LOOKUP_SREG, unix.NFT_REG_1)
+		m.u32(unix.NFTA_LOOKUP_DREG, unix.NFT_REG_1)
+		m.str(unix.NFTA_LOOKUP_SET, name)
+		m.u32(unix.NFTA_LOOKUP_SET_ID, setID)
+	})
+	expr("nat", func() {
+		m.u32(unix.NFTA_NAT_TYPE, unix.NFT_NAT_DNAT)
+		m.u32(unix.NFTA_NAT_FAMILY, uint32(w.nfproto))
+		m.u32(unix.NFTA_NAT_REG_ADDR_MIN, unix.NFT_REG_1)
+		m.u32(unix.NFTA_NAT_REG_PROTO_MIN, protoReg)
+	})
+	m.unnest()
+	m.end()
+	return true
 }
 
 // element encodes an element add or delete in one of the shared sets and
 // maps; keys are concatenations whose fields nft pads to 4 bytes.
-func (w *netlinkWriter) element(add bool, e rules.Element) (*nl.NetlinkRequest, bool) {
+func (w *netlinkWriter) element(m *msgBuf, add bool, e rules.Element) bool {
 	var fields []string // the key's field types, in order
 	switch e.Container {
 	case rules.ClusterIPsSet:
@@ -266,10 +368,10 @@ func (w *netlinkWriter) element(add bool, e rules.Element) (*nl.NetlinkRequest, 
 	case rules.ServiceNodePortsMap, rules.NoEndpointNodePortsMap:
 		fields = []string{"proto", "port"}
 	default:
-		return nil, false
+		return false
 	}
 	if len(e.Key) != len(fields) {
-		return nil, false
+		return false
 	}
 	var key []byte
 	for i, f := range fields {
@@ -277,19 +379,19 @@ func (w *netlinkWriter) element(add bool, e rules.Element) (*nl.NetlinkRequest, 
 		case "addr":
 			a, err := netip.ParseAddr(e.Key[i])
 			if err != nil || a.Is6() != (w.fam == ipfamily.IPv6) {
-				return nil, false
+				return false
 			}
 			key = append(key, a.AsSlice()...)
 		case "proto":
 			p, ok := protoNumber(e.Key[i])
 			if !ok {
-				return nil, false
+				return false
 			}
 			key = append(key, p, 0, 0, 0)
 		case "port":
 			n, err := strconv.ParseUint(e.Key[i], 10, 16)
 			if err != nil {
-				return nil, false
+				return false
 			}
 			key = append(key, byte(n>>8), byte(n), 0, 0)
 		}
@@ -298,39 +400,44 @@ func (w *netlinkWriter) element(add bool, e rules.Element) (*nl.NetlinkRequest, 
 	if add {
 		typ, flags = unix.NFT_MSG_NEWSETELEM, unix.NLM_F_CREATE
 	}
-	m := w.msg(typ, flags)
-	m.AddData(strAttr(unix.NFTA_SET_ELEM_LIST_TABLE, w.table))
-	m.AddData(strAttr(unix.NFTA_SET_ELEM_LIST_SET, e.Container))
-	list := nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
-	el := nested(unix.NFTA_LIST_ELEM)
-	k := nested(unix.NFTA_SET_ELEM_KEY)
-	k.AddChild(nl.NewRtAttr(unix.NFTA_DATA_VALUE, key))
-	el.AddChild(k)
+	if add && e.Map && e.Value != "drop" && !(len(e.Value) > 5 && e.Value[:5] == "goto ") {
+		return false
+	}
+	if add && len(e.Comment) > 254 {
+		return false
+	}
+	w.begin(m, typ, flags)
+	m.str(unix.NFTA_SET_ELEM_LIST_TABLE, w.table)
+	m.str(unix.NFTA_SET_ELEM_LIST_SET, e.Container)
+	m.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+	m.nest(unix.NFTA_LIST_ELEM)
+	m.nest(unix.NFTA_SET_ELEM_KEY)
+	m.bytes(unix.NFTA_DATA_VALUE, key)
+	m.unnest()
 	if add && e.Map {
-		verdict := nested(unix.NFTA_DATA_VERDICT)
-		switch {
-		case e.Value == "drop":
-			verdict.AddChild(u32Attr(unix.NFTA_VERDICT_CODE, 0)) // NF_DROP
-		case len(e.Value) > 5 && e.Value[:5] == "goto ":
-			verdict.AddChild(u32Attr(unix.NFTA_VERDICT_CODE, uint32(0xfffffffc))) // NFT_GOTO, -4
-			verdict.AddChild(strAttr(unix.NFTA_VERDICT_CHAIN, e.Value[5:]))
-		default:
-			return nil, false
+		m.nest(unix.NFTA_SET_ELEM_DATA)
+		m.nest(unix.NFTA_DATA_VERDICT)
+		if e.Value == "drop" {
+			m.u32(unix.NFTA_VERDICT_CODE, 0) // NF_DROP
+		} else {
+			m.u32(unix.NFTA_VERDICT_CODE, uint32(0xfffffffc)) // NFT_GOTO, -4
+			m.str(unix.NFTA_VERDICT_CHAIN, e.Value[5:])
 		}
-		data := nested(unix.NFTA_SET_ELEM_DATA)
-		data.AddChild(verdict)
-		el.AddChild(data)
+		m.unnest()
+		m.unnest()
 	}
 	if add && e.Comment != "" {
-		if len(e.Comment) > 254 {
-			return nil, false
-		}
-		ud := append([]byte{0, byte(len(e.Comment) + 1)}, e.Comment...)
-		el.AddChild(nl.NewRtAttr(unix.NFTA_SET_ELEM_USERDATA, append(ud, 0)))
+		m.data = binary.NativeEndian.AppendUint16(m.data, uint16(4+2+len(e.Comment)+1))
+		m.data = binary.NativeEndian.AppendUint16(m.data, unix.NFTA_SET_ELEM_USERDATA)
+		m.data = append(m.data, 0, byte(len(e.Comment)+1))
+		m.data = append(m.data, e.Comment...)
+		m.data = append(m.data, 0)
+		m.pad()
 	}
-	list.AddChild(el)
-	m.AddData(list)
-	return m, true
+	m.unnest()
+	m.unnest()
+	m.end()
+	return true
 }
 
 // run sends the batch and waits for the kernel's answer to every message.
@@ -357,7 +464,7 @@ func (w *netlinkWriter) run(b *batch) (string, error) {
 	if err := unix.Sendto(fd, b.data, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return "", fmt.Errorf("sending an nf_tables batch of %d bytes: %w", len(b.data), err)
 	}
-	pending := len(b.lines)
+	pending := len(b.msgOp)
 	var firstErr error
 	var firstLine string
 	firstSeq := ^uint32(0)
@@ -376,7 +483,7 @@ func (w *netlinkWriter) run(b *batch) (string, error) {
 				continue
 			}
 			seq := binary.NativeEndian.Uint32(m.Data[4+8 : 4+12]) // the refused message's header
-			o, ours := b.lines[seq]
+			o, ours := b.opOf(seq)
 			if !ours {
 				continue
 			}

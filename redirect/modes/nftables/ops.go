@@ -66,3 +66,20 @@ func (o op) text(addrType string, fam knftables.Family) string {
 	}
 	return s
 }
+
+// sizeEstimate is a generous size of the operation's netlink messages
+// (a DNAT rule of 10 endpoints encodes in about 840 bytes, an element in
+// 70 to 140), to fill a batch without encoding it first.
+func (o op) sizeEstimate() int {
+	switch o.kind {
+	case opAddRule:
+		n := 0
+		if o.rule.DNAT != nil {
+			n = len(o.rule.DNAT.Targets)
+		}
+		return 512 + len(o.rule.Text) + 64*n
+	case opAddElem, opDeleteElem:
+		return 192 + len(o.elem.Comment)
+	}
+	return 128
+}
