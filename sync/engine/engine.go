@@ -108,13 +108,13 @@ type Engine struct {
 	fullSyncPeriod time.Duration
 
 	// Owned by the sync function, which the runner never runs concurrently.
-	failed   *servicemap.ChangeSet // changes of a failed sync, to merge into the next
+	failed *servicemap.ChangeSet // changes of a failed sync, to merge into the next
 	// backlogged merges the changes of the syncs that left a backlog, for
 	// the observers to see again once it is written.
 	backlogged *servicemap.ChangeSet
-	sawNode  bool                  // a Node object was seen in some snapshot
-	modeSeen bool                  // the mode has had one successful sync
-	lastFull time.Time             // end of the last successful full sync
+	sawNode    bool      // a Node object was seen in some snapshot
+	modeSeen   bool      // the mode has had one successful sync
+	lastFull   time.Time // end of the last successful full sync
 
 	mu       sync.Mutex
 	lastGood *servicemap.Snapshot
