@@ -130,7 +130,9 @@ const (
 )
 
 // AllPortals lists the values --userspace-portals accepts.
-func AllPortals() []Portals { return []Portals{PortalsAuto, PortalsRedirect, PortalsLocal, PortalsSKLookup} }
+func AllPortals() []Portals {
+	return []Portals{PortalsAuto, PortalsRedirect, PortalsLocal, PortalsSKLookup}
+}
 
 // Deps are what a mode is given besides its settings.
 type Deps struct {
