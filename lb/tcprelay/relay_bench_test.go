@@ -179,17 +179,7 @@ func BenchmarkRelayConnect(b *testing.B) {
 	for _, v := range variants {
 		start := time.Now()
 		for range b.N {
-			c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(v.addr))
-			if err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			if _, err := c.Write(buf); err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			if _, err := io.ReadFull(c, buf); err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			c.Close()
+			connectRoundTrip(b, v.name, v.addr, buf)
 		}
 		results[v.name] = float64(b.N) / time.Since(start).Seconds()
 	}
@@ -253,17 +243,7 @@ func BenchmarkRelayConnectShared(b *testing.B) {
 	for range b.N {
 		for i, v := range variants {
 			start := time.Now()
-			c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(v.addr))
-			if err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			if _, err := c.Write(buf); err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			if _, err := io.ReadFull(c, buf); err != nil {
-				b.Fatalf("%s: %v", v.name, err)
-			}
-			c.Close()
+			connectRoundTrip(b, v.name, v.addr, buf)
 			took[i] += time.Since(start)
 		}
 	}
@@ -327,5 +307,22 @@ func BenchmarkSharedRouteLookup(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// connectRoundTrip opens a connection to addr, sends buf and reads as much
+// back, and closes it: one new connection's work.
+func connectRoundTrip(b *testing.B, name string, addr netip.AddrPort, buf []byte) {
+	b.Helper()
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addr))
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	defer c.Close()
+	if _, err := c.Write(buf); err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		b.Fatalf("%s: %v", name, err)
 	}
 }
