@@ -180,7 +180,7 @@ func TestNoNetfilterModules(t *testing.T) {
 }
 
 func TestModulesToLoad(t *testing.T) {
-	withoutNF := []string{"ipv6", "sctp", "hmac", "veth", "bridge"}
+	withoutNF := []string{"ipv6", "sctp", "hmac", "veth", "bridge", "udp_diag"}
 	for _, tc := range []struct {
 		name        string
 		extra       []string
