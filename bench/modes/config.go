@@ -42,7 +42,7 @@ const endpointsPerService = 10
 
 // HostModes lists the host section's modes, in table order.
 func HostModes() []string {
-	return []string{ModeUserspaceRedirect, ModeUserspaceLocal, ModeKproxyIPTablesNFT, ModeKproxyIPTablesLegacy,
+	return []string{ModeUserspaceRedirect, ModeUserspaceLocal, ModeUserspaceSKLookup, ModeKproxyIPTablesNFT, ModeKproxyIPTablesLegacy,
 		ModeKproxyNFTables, ModeKubeProxyIPTables, ModeKubeProxyIPTablesLegacy, ModeKubeProxyNFTables}
 }
 

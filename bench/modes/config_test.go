@@ -82,6 +82,7 @@ func TestHostModes(t *testing.T) {
 func TestSkipReason(t *testing.T) {
 	userspace, _ := hostModeOf(ModeUserspaceLocal)
 	nft, _ := hostModeOf(ModeKproxyNFTables)
+	steered, _ := hostModeOf(ModeUserspaceSKLookup)
 	tests := []struct {
 		mode     hostMode
 		services int
@@ -92,6 +93,8 @@ func TestSkipReason(t *testing.T) {
 		{userspace, 5000, false},
 		{userspace, 10000, true}, // 3 descriptors per port: 30,000 > 20,000
 		{nft, 10000, false},
+		{steered, 10000, false}, // a few sockets whatever the number of services
+		{steered, 30000, false},
 	}
 	for _, tt := range tests {
 		got := skipReason(tt.mode, tt.services, 20000, 2)

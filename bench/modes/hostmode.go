@@ -23,6 +23,8 @@ func hostModeOf(id string) (hostMode, error) {
 		return hostMode{id, kp, syncscale.UserspaceRedirect}, nil
 	case ModeUserspaceLocal:
 		return hostMode{id, kp, syncscale.UserspaceLocal}, nil
+	case ModeUserspaceSKLookup:
+		return hostMode{id, kp, syncscale.UserspaceSKLookup}, nil
 	case ModeKproxyIPTablesNFT:
 		return hostMode{id, kp, syncscale.IPTablesNFT}, nil
 	case ModeKproxyIPTablesLegacy:
@@ -61,7 +63,9 @@ func relayDescriptors(ports, loops int) int { return ports*(1+loops) + 3000 }
 // The userspace mode needs descriptors per service port, and RLIMIT_NOFILE
 // cannot be raised past its hard limit without CAP_SYS_RESOURCE.
 func skipReason(m hostMode, services, noFileLimit, loops int) string {
-	if _, userspace := m.Mode.Portals(); !userspace {
+	if portals, userspace := m.Mode.Portals(); !userspace || portals == "sklookup" {
+		// Socket-lookup portals hold a few sockets whatever the number
+		// of services.
 		return ""
 	}
 	// The bulk services' one port each, the measured service's two, the

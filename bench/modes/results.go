@@ -85,6 +85,7 @@ const (
 	ModeDNAT                 = "dnat" // a hand-written nat PREROUTING DNAT rule
 	ModeUserspaceRedirect    = "kproxy-userspace-redirect"
 	ModeUserspaceLocal       = "kproxy-userspace-local"
+	ModeUserspaceSKLookup    = "kproxy-userspace-sklookup"
 	ModeKproxyIPTablesNFT    = "kproxy-iptables-nft"
 	ModeKproxyIPTablesLegacy = "kproxy-iptables-legacy"
 	ModeKproxyNFTables       = "kproxy-nftables"

@@ -21,6 +21,7 @@ const (
 	// package's table.
 	UserspaceRedirect Mode = "userspace-redirect"
 	UserspaceLocal    Mode = "userspace-local"
+	UserspaceSKLookup Mode = "userspace-sklookup"
 )
 
 // Modes lists every mode, in table order.
@@ -46,7 +47,7 @@ func (m Mode) ProxyMode() string {
 	switch m {
 	case NFTables:
 		return "nftables"
-	case UserspaceRedirect, UserspaceLocal:
+	case UserspaceRedirect, UserspaceLocal, UserspaceSKLookup:
 		return "userspace"
 	}
 	return "iptables"
@@ -60,6 +61,8 @@ func (m Mode) Portals() (portals string, ok bool) {
 		return "redirect", true
 	case UserspaceLocal:
 		return "local", true
+	case UserspaceSKLookup:
+		return "sklookup", true
 	}
 	return "", false
 }

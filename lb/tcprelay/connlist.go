@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/fdbudget"
 )
 
 // closeSide closes s's socket (which takes it out of the epoll set: the
@@ -77,6 +78,18 @@ func (l *loop) link(c *conn) {
 func (l *loop) abortAll() {
 	for l.conns.next != &l.conns {
 		l.release(l.conns.next, true, true)
+	}
+}
+
+// resetPort resets the loop's connections of the service port whose bound
+// is port (ResetPort).
+func (l *loop) resetPort(port *fdbudget.Port) {
+	for c := l.conns.next; c != &l.conns; {
+		next := c.next
+		if c.port == port {
+			l.release(c, true, true)
+		}
+		c = next
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/fdbudget"
 )
 
 const (
@@ -67,7 +68,9 @@ type loop struct {
 	migrants []*conn // connections another loop hands over (saturation.go)
 	detach   bool    // stop taking new connections
 	abort    bool    // reset every connection (CloseAll)
-	dead     bool    // the loop has exited: posts are refused
+	// resetPorts are service ports whose connections to reset (ResetPort).
+	resetPorts []*fdbudget.Port
+	dead       bool // the loop has exited: posts are refused
 }
 
 // adopted is a connection accepted outside the loop (a listener that is not

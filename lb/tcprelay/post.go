@@ -29,9 +29,12 @@ func (l *loop) handOver(a adopted) {
 // takePosted serves what other goroutines posted (the poller was woken).
 func (l *loop) takePosted() {
 	l.mu.Lock()
-	inbox, migrants, detach, abort := l.inbox, l.migrants, l.detach, l.abort
-	l.inbox, l.migrants, l.abort = nil, nil, false
+	inbox, migrants, detach, abort, resetPorts := l.inbox, l.migrants, l.detach, l.abort, l.resetPorts
+	l.inbox, l.migrants, l.abort, l.resetPorts = nil, nil, false, nil
 	l.mu.Unlock()
+	for _, port := range resetPorts {
+		l.resetPort(port)
+	}
 	for _, c := range migrants {
 		l.load.Add(-1) // adopt counts it again
 		l.adopt(c)

@@ -255,6 +255,17 @@ func (p *Proxy) SetPicker(pk lb.Picker) {
 	p.route.Store(&Route{Name: p.name, Picker: pk, Admit: p.cfg.Admit, Port: p.cfg.Port})
 }
 
+// ResetPort resets the connections of one service port of a shared
+// listener, those holding port (its Route's): the service is gone, and so
+// are its endpoints. Connections accepted meanwhile find no route if the
+// caller removed it first.
+func (p *Proxy) ResetPort(port *fdbudget.Port) {
+	if port == nil {
+		return
+	}
+	p.postAll(func(l *loop) { l.resetPorts = append(l.resetPorts, port) })
+}
+
 // ActiveConnections is the number of connections currently relayed.
 func (p *Proxy) ActiveConnections() int { return int(p.active.Load()) }
 

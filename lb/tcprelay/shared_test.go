@@ -1,10 +1,13 @@
 package tcprelay
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"testing"
+	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/lb/fdbudget"
@@ -252,4 +255,62 @@ func TestSharedListenerNeedsDirect(t *testing.T) {
 	if _, err := New(Config{Listener: ln, Routes: routes}); err == nil {
 		t.Error("New accepted Routes without Direct")
 	}
+}
+
+// TestSharedListenerResetPort: a departed service's established
+// connections are reset, another service's keep relaying.
+func TestSharedListenerResetPort(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	limits := fdbudget.PortLimits{Connections: 8, Dialing: 8}
+	portA, err := fdbudget.NewPort(limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	portB, err := fdbudget.NewPort(limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	addrA := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
+	addrB := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)
+	routes := map[netip.AddrPort]*Route{
+		addrA: {Name: "a", Picker: newPicker(namedBackend(t, "a")), Port: portA},
+		addrB: {Name: "b", Picker: newPicker(namedBackend(t, "b")), Port: portB},
+	}
+	tp := startProxyOn(t, ln, Config{Direct: true, Loops: 2, Routes: func(local netip.AddrPort) (*Route, bool) {
+		r, ok := routes[local]
+		return r, ok
+	}})
+	var connsA []*net.TCPConn
+	for range 3 {
+		_, c := servedBy(t, addrA, 1)
+		connsA = append(connsA, c)
+	}
+	_, connB := servedBy(t, addrB, 1)
+
+	tp.ResetPort(portA)
+	for i, c := range connsA {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 8)); n > 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("connection %d of the reset service port: read %d bytes, %v; want it reset", i, n, err)
+		}
+	}
+	if _, err := connB.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	_ = connB.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(connB, got); err != nil || string(got) != "pong" {
+		t.Errorf("the other service port's connection after the reset: %q, %v; want it relaying", got, err)
+	}
+	eventually(t, "the reset service port released", func() bool {
+		held, dialing := portA.Held()
+		return held+dialing == 0
+	})
 }

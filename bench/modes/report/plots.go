@@ -132,6 +132,8 @@ func modeStyle(mode string) (color.Color, []vg.Length, draw.GlyphDrawer) {
 		c = color.RGBA{R: 230, G: 159, A: 255}
 	case modes.ModeUserspaceLocal:
 		c = color.RGBA{R: 204, G: 121, B: 167, A: 255}
+	case modes.ModeUserspaceSKLookup:
+		c = color.RGBA{R: 240, G: 228, B: 66, A: 255}
 	case modes.ModeKproxyIPTablesNFT, modes.ModeKubeProxyIPTables:
 		c = color.RGBA{G: 114, B: 178, A: 255}
 	case modes.ModeKproxyIPTablesLegacy:

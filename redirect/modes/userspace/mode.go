@@ -293,7 +293,7 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 	for key, r := range m.relays {
 		if _, ok := want[key]; !ok {
 			if r.steered {
-				m.steering.closeFlowsTo(r, netip.AddrPort{})
+				m.steering.forget(r)
 			}
 			r.close(m.alloc)
 			delete(m.relays, key)

@@ -279,6 +279,16 @@ func (st *steering) closeFlowsTo(r *relay, ep netip.AddrPort) {
 	}
 }
 
+// forget ends what a departed steered relay left in the shared relays: its
+// UDP flows, and its TCP connections (reset, as the relays of other portal
+// kinds reset theirs: the service's endpoints are gone).
+func (st *steering) forget(r *relay) {
+	st.closeFlowsTo(r, netip.AddrPort{})
+	for _, p := range st.tcp {
+		p.ResetPort(r.limit)
+	}
+}
+
 // closeRelays stops the shared relays, resetting their connections.
 func (st *steering) closeRelays() error {
 	var errs []error
