@@ -75,17 +75,33 @@ func (m *Mode) startSteering(fams []ipfamily.Family) (err error) {
 		}
 	}()
 	for _, fam := range fams {
-		if err := m.openSharedTCP(st, fam); err != nil {
-			return fmt.Errorf("socket-lookup portals, %s TCP socket: %w", fam, err)
+		err := m.openShared(st, fam)
+		if fam == ipfamily.IPv6 && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)) {
+			// A node with IPv6 turned off (no ::1): IPv4 alone is served.
+			m.logger.Info("Not proxying this IP family: its loopback address is unavailable", "family", fam, "err", err)
+			m.dropFamily(fam)
+			continue
 		}
-		if err := m.openSharedUDP(st, fam); err != nil {
-			return fmt.Errorf("socket-lookup portals, %s UDP socket: %w", fam, err)
-		}
-		if err := m.openDiscarding(st, fam); err != nil {
-			return fmt.Errorf("socket-lookup portals, %s discarding sockets: %w", fam, err)
+		if err != nil {
+			return fmt.Errorf("socket-lookup portals: %w", err)
 		}
 	}
 	m.steering = st
+	return nil
+}
+
+// openShared opens fam's shared and discarding sockets and starts their
+// relays.
+func (m *Mode) openShared(st *steering, fam ipfamily.Family) error {
+	if err := m.openSharedTCP(st, fam); err != nil {
+		return fmt.Errorf("%s TCP socket: %w", fam, err)
+	}
+	if err := m.openSharedUDP(st, fam); err != nil {
+		return fmt.Errorf("%s UDP socket: %w", fam, err)
+	}
+	if err := m.openDiscarding(st, fam); err != nil {
+		return fmt.Errorf("%s discarding sockets: %w", fam, err)
+	}
 	return nil
 }
 
@@ -329,4 +345,13 @@ func (m *Mode) steeredFamilies() []ipfamily.Family {
 		}
 	}
 	return out
+}
+
+// dropFamily stops proxying fam: no relay, route or portal of it is made.
+func (m *Mode) dropFamily(fam ipfamily.Family) {
+	if m.portalKinds != nil {
+		m.portalKinds.DeleteLabelValues(string(fam), string(m.kinds[fam]))
+	}
+	m.families = slices.DeleteFunc(m.families, func(f ipfamily.Family) bool { return f == fam })
+	delete(m.kinds, fam)
 }
