@@ -269,7 +269,7 @@ func TestServicesFileRefusesWhatTheAPIServerRefuses(t *testing.T) {
 		})
 		// Let the reload's sync finish before probing (not through the
 		// sync count: a cluster IP of 127.0.0.1 may have taken /metrics).
-		time.Sleep(changeBound)
+		time.Sleep(2 * time.Second)
 
 		if got, err := lab.TCPGreeting(l.topo.Client, leakVIP+":22"); got == "localhost-only" {
 			t.Errorf("the node's localhost-only port answered another host through a 127.0.0.1 endpoint (error %v)", err)
