@@ -37,7 +37,7 @@ const ToolsBinEnv = "KPROXY_TOOLS_BIN"
 const ServiceCIDR = "198.18.0.0/16"
 
 const (
-	adminToken   = "kproxy-lab-admin-token"
+	adminToken = "kproxy-lab-admin-token"
 	// readyTimeout bounds etcd's and kube-apiserver's start: set-up, not
 	// what a case measures. In the guest kernel with the host's cores busy
 	// kube-apiserver took longer than 90 s.
