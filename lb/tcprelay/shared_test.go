@@ -182,6 +182,40 @@ func TestSharedListenerRoutes(t *testing.T) {
 	}
 }
 
+// servicePort is one route of twoServicePorts: the address it is reached
+// at and its service port's bound.
+type servicePort struct {
+	addr netip.AddrPort
+	port *fdbudget.Port
+}
+
+// twoServicePorts starts a shared listener with two routes, a (reached at
+// 127.0.0.1) and b (127.0.0.2), each to its own named backend and with its
+// own bound of limits; loops is Config.Loops.
+func twoServicePorts(t *testing.T, limits fdbudget.PortLimits, loops int) (*testProxy, servicePort, servicePort) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listenPort := uint16(ln.Addr().(*net.TCPAddr).Port)
+	routes := map[netip.AddrPort]*Route{}
+	var sps [2]servicePort
+	for i, name := range []string{"a", "b"} {
+		bound, err := fdbudget.NewPort(limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sps[i] = servicePort{netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(i + 1)}), listenPort), bound}
+		routes[sps[i].addr] = &Route{Name: name, Picker: newPicker(namedBackend(t, name)), Port: bound}
+	}
+	tp := startProxyOn(t, ln, Config{Direct: true, Loops: loops, Routes: func(local netip.AddrPort) (*Route, bool) {
+		r, ok := routes[local]
+		return r, ok
+	}})
+	return tp, sps[0], sps[1]
+}
+
 // TestSharedListenerPortBounds: each route's connections count against its
 // own service port's bound, which they release when they end; one service
 // port at its bound refuses its new connections and not another's.
@@ -189,30 +223,8 @@ func TestSharedListenerPortBounds(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	one := fdbudget.PortLimits{Connections: 1, Dialing: 1}
-	portA, err := fdbudget.NewPort(one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	portB, err := fdbudget.NewPort(one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
-	addrA := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
-	addrB := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)
-	routes := map[netip.AddrPort]*Route{
-		addrA: {Name: "a", Picker: newPicker(namedBackend(t, "a")), Port: portA},
-		addrB: {Name: "b", Picker: newPicker(namedBackend(t, "b")), Port: portB},
-	}
-	tp := startProxyOn(t, ln, Config{Direct: true, Routes: func(local netip.AddrPort) (*Route, bool) {
-		r, ok := routes[local]
-		return r, ok
-	}})
+	tp, a, b := twoServicePorts(t, fdbudget.PortLimits{Connections: 1, Dialing: 1}, 0)
+	addrA, portA, addrB, portB := a.addr, a.port, b.addr, b.port
 
 	_, heldA := servedBy(t, addrA, 1)
 	if held, _ := portA.Held(); held != 1 {
@@ -263,30 +275,8 @@ func TestSharedListenerResetPort(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	limits := fdbudget.PortLimits{Connections: 8, Dialing: 8}
-	portA, err := fdbudget.NewPort(limits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	portB, err := fdbudget.NewPort(limits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
-	addrA := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
-	addrB := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)
-	routes := map[netip.AddrPort]*Route{
-		addrA: {Name: "a", Picker: newPicker(namedBackend(t, "a")), Port: portA},
-		addrB: {Name: "b", Picker: newPicker(namedBackend(t, "b")), Port: portB},
-	}
-	tp := startProxyOn(t, ln, Config{Direct: true, Loops: 2, Routes: func(local netip.AddrPort) (*Route, bool) {
-		r, ok := routes[local]
-		return r, ok
-	}})
+	tp, a, b := twoServicePorts(t, fdbudget.PortLimits{Connections: 8, Dialing: 8}, 2)
+	addrA, portA, addrB := a.addr, a.port, b.addr
 	var connsA []*net.TCPConn
 	for range 3 {
 		_, c := servedBy(t, addrA, 1)
