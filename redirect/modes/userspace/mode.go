@@ -257,9 +257,8 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
 	m.conflicts.settle()
 	steered := m.steeredServiceAddresses(snap, node)
-	steerErr := m.syncSteering(steered, true)
-	routesErr := m.syncRoutes(snap, node)
-	steerErr = errors.Join(steerErr, m.syncSteering(steered, false))
+	var routesErr error
+	steerErr := m.syncSteering(steered, func() { routesErr = m.syncRoutes(snap, node) })
 	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full, changes.Periodic)
 	portErrs = append(portErrs, buildErrs...)
 	portErrs = append(portErrs, m.armGuardedRelays(applied)...)

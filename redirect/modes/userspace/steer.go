@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"runtime"
@@ -223,12 +224,13 @@ func (m *Mode) openDiscarding(st *steering, fam ipfamily.Family) error {
 // unreachable, as kube-proxy's REJECT); a Local policy without local
 // endpoints goes to a socket that discards it (clients retry, as behind
 // kube-proxy's DROP). guarded are the service addresses, on whose other
-// ports the program refuses everything. keepOld keeps what the last
-// sync steered and guarded besides: the routes of departed services go
-// first.
-func (m *Mode) syncSteering(guarded []netip.Addr, keepOld bool) error {
+// ports the program refuses everything. It writes the program twice,
+// around syncRoutes: first what the last sync steered and guarded besides
+// the new, then the new alone, so the routes of departed services go first.
+func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
 	st := m.steering
 	if st == nil {
+		syncRoutes()
 		return nil
 	}
 	tcpRoutes := map[netip.AddrPort]*tcprelay.Route{}
@@ -262,26 +264,29 @@ func (m *Mode) syncSteering(guarded []netip.Addr, keepOld bool) error {
 			targets[sklookup.Target{Protocol: proto, Addr: ap}] = action
 		}
 	}
-	if keepOld {
-		for t, a := range st.targets {
-			if _, ok := targets[t]; !ok {
-				targets[t] = a
-			}
+	withOld := maps.Clone(targets)
+	for t, a := range st.targets {
+		if _, ok := withOld[t]; !ok {
+			withOld[t] = a
 		}
-		guarded = append(slices.Clone(guarded), st.guarded...)
 	}
-	// Routes first: a connection steered before its route is in would be
-	// refused. (A departed service's route goes at once; its connections
-	// meanwhile are refused, as it has no endpoints to give them.)
+	// Relay routes first: a connection steered before its route is in
+	// would be refused. (A departed service's route goes at once; its
+	// connections meanwhile are refused, as it has no endpoints to give
+	// them.)
 	st.tcpRoutes.Store(&tcpRoutes)
 	st.udpRoutes.Store(&udpRoutes)
-	if err := st.program.Sync(targets, guarded); err != nil {
-		return fmt.Errorf("socket-lookup portals: %w", err)
+	var errs []error
+	if err := st.program.Sync(withOld, append(slices.Clone(guarded), st.guarded...)); err != nil {
+		errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
 	}
-	if !keepOld {
+	syncRoutes()
+	if err := st.program.Sync(targets, guarded); err != nil {
+		errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
+	} else {
 		st.targets, st.guarded = targets, guarded
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // closeFlowsTo makes a steered relay's UDP flows to a departed endpoint
