@@ -11,17 +11,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/sync/engine"
 )
 
 // Polling: metrics are cheap to scrape, so a full sync's end is seen
 // within metricsPoll.
 const (
 	metricsPoll = 50 * time.Millisecond
-	// quietFor is how long the sync count must stay put before a
-	// measurement starts, so it does not queue behind a sync in progress;
-	// longer than the default minimum sync period, so the change is
-	// synced as soon as it arrives.
-	quietFor = 1500 * time.Millisecond
+	// quietPoll is waitQuiet's polling, coarser: it waits seconds.
+	quietPoll = 250 * time.Millisecond
+	// quietFloor is the least time the sync count must stay put before a
+	// measurement starts, so it does not queue behind a sync in progress.
+	quietFloor = 1500 * time.Millisecond
 	// metricsLag bounds the wait for a sync that is visibly done (its rule
 	// is in the kernel, its client got an answer) to show in the metrics.
 	metricsLag = 30 * time.Second
@@ -182,14 +183,25 @@ func (l *RowLab) waitQuiet(ctx context.Context, proc *lab.Process) (Samples, err
 		n := ss.Histogram(SyncDuration, AnyFamily).Count
 		if n != last {
 			last, since = n, time.Now()
-		} else if time.Since(since) >= quietFor {
+		} else if time.Since(since) >= quietFor(l.Settings) {
 			return ss, nil
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("still syncing (%v syncs so far) after %v", n, bound)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(quietPoll)
 	}
+}
+
+// quietFor is how long waitQuiet wants the proxy idle: long enough for
+// its whole burst of syncs (engine.DefaultBurst, as kube-proxy's) to come back at
+// one per minimum sync period. A new service takes two syncs when its
+// EndpointSlice lands after the first (a fast mode's sync ends before the
+// slice arrives); measured sooner, the second would wait for a token the
+// previous measurement spent, and the figure would time the benchmark's
+// own pace rather than a service created on an idle node.
+func quietFor(s Settings) time.Duration {
+	return max(quietFloor, engine.DefaultBurst*s.MinSyncPeriod+quietPoll)
 }
 
 // waitSyncs waits until the IPv4 sync count has grown past before's.
