@@ -42,6 +42,28 @@ type Routes interface {
 // it became the node's is removed. Every address is tried; the error joins
 // the failures, each naming its address.
 func Sync(r Routes, want, nodeAddrs []netip.Addr) error {
+	return NewTable(r).Sync(want, nodeAddrs, true)
+}
+
+// Table is Sync with a memory of what its last sync left: a sync that does
+// not verify touches the kernel only for the addresses that changed, where
+// Sync lists every kproxy route first (at 10,000 services that dump was a
+// quarter of the userspace mode's sync).
+type Table struct {
+	routes Routes
+	// local holds the addresses the last sync left local, through kproxy's
+	// route or another's; nil when nothing is known (no sync yet, or the
+	// last one failed somewhere).
+	local map[netip.Addr]bool
+}
+
+// NewTable returns a Table that knows nothing yet: its first sync lists.
+func NewTable(r Routes) *Table { return &Table{routes: r} }
+
+// Sync is the package's Sync. With verify false it trusts what its last
+// sync left, so a route someone else deleted since comes back at the next
+// verifying sync (the modes verify on full and periodic syncs).
+func (t *Table) Sync(want, nodeAddrs []netip.Addr, verify bool) error {
 	wanted := map[netip.Addr]bool{}
 	for _, a := range want {
 		a = a.Unmap()
@@ -49,28 +71,23 @@ func Sync(r Routes, want, nodeAddrs []netip.Addr) error {
 			wanted[a] = true
 		}
 	}
-	var errs []error
-	have := map[netip.Addr]bool{}
-	for _, fam := range ipfamily.All() {
-		addrs, err := r.List(fam)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing %s local routes: %w", fam, err))
+	have, errs := t.local, []error(nil)
+	if verify || have == nil {
+		have, errs = t.list()
+	}
+	for a := range have {
+		if wanted[a] {
 			continue
 		}
-		for _, a := range addrs {
-			have[a] = true
-			if !wanted[a] {
-				if err := r.Delete(a); err != nil && !errors.Is(err, syscall.ESRCH) {
-					errs = append(errs, fmt.Errorf("deleting the local route for %s: %w", a, err))
-				}
-			}
+		if err := t.routes.Delete(a); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("deleting the local route for %s: %w", a, err))
 		}
 	}
 	for a := range wanted {
 		if have[a] {
 			continue
 		}
-		switch err := r.Add(a); {
+		switch err := t.routes.Add(a); {
 		case err == nil:
 		case errors.Is(err, syscall.EEXIST):
 			// Someone else's route makes the address local already; it is
@@ -79,7 +96,28 @@ func Sync(r Routes, want, nodeAddrs []netip.Addr) error {
 			errs = append(errs, fmt.Errorf("adding a local route for %s: %w", a, err))
 		}
 	}
+	t.local = wanted
+	if len(errs) > 0 {
+		t.local = nil
+	}
 	return errors.Join(errs...)
+}
+
+// list returns the addresses with a kproxy route, in both families.
+func (t *Table) list() (map[netip.Addr]bool, []error) {
+	have := map[netip.Addr]bool{}
+	var errs []error
+	for _, fam := range ipfamily.All() {
+		addrs, err := t.routes.List(fam)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing %s local routes: %w", fam, err))
+			continue
+		}
+		for _, a := range addrs {
+			have[a] = true
+		}
+	}
+	return have, errs
 }
 
 // Clean deletes every local route of Protocol in both families.

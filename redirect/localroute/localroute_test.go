@@ -47,7 +47,62 @@ func steps() []step {
 
 func TestSyncOnFake(t *testing.T) {
 	r := fakeroutes.New(nodeIP, foreign)
-	runSteps(t, r, r.Ours)
+	runSteps(t, localroute.NewTable(r), true, r.Ours)
+}
+
+// A Table that does not verify reaches the same routes, listing the
+// kernel's only on its first sync.
+func TestTableOnFake(t *testing.T) {
+	r := fakeroutes.New(nodeIP, foreign)
+	runSteps(t, localroute.NewTable(r), false, r.Ours)
+	if got, want := r.Lists(), len(ipfamily.All()); got != want {
+		t.Errorf("%d List calls in %d syncs, want %d (the first sync's, one per family)", got, len(steps()), want)
+	}
+}
+
+func TestTableRepairsAtVerifyingSyncs(t *testing.T) {
+	r := fakeroutes.New()
+	table := localroute.NewTable(r)
+	want := []netip.Addr{vip4, vip6}
+	if err := table.Sync(want, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	// Someone deletes kproxy's route behind its back.
+	if err := r.Delete(vip4); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Sync(want, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Ours(); !slices.Equal(got, []netip.Addr{vip6}) {
+		t.Fatalf("after a sync that does not verify: routes %v, want only %v (it trusts its last sync)", got, vip6)
+	}
+	if err := table.Sync(want, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Ours(); !slices.Equal(got, want) {
+		t.Fatalf("after a verifying sync: routes %v, want %v", got, want)
+	}
+}
+
+func TestTableListsAgainAfterAFailure(t *testing.T) {
+	r := fakeroutes.New()
+	table := localroute.NewTable(r)
+	r.FailAdd(vip4, syscall.ENETDOWN)
+	if err := table.Sync([]netip.Addr{vip4}, nil, false); !errors.Is(err, syscall.ENETDOWN) {
+		t.Fatalf("Sync = %v, want ENETDOWN", err)
+	}
+	r.FailAdd(vip4, nil)
+	lists := r.Lists()
+	if err := table.Sync([]netip.Addr{vip4}, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if r.Lists() == lists {
+		t.Error("the sync after a failed one trusted what the failed one left")
+	}
+	if got := r.Ours(); !slices.Equal(got, []netip.Addr{vip4}) {
+		t.Errorf("routes %v, want %v", got, vip4)
+	}
 }
 
 func TestSyncOnKernel(t *testing.T) {
@@ -60,7 +115,7 @@ func TestSyncOnKernel(t *testing.T) {
 	// A local route kproxy did not add, as another program would.
 	run(t, "ip", "route", "add", "local", foreign.String()+"/32", "dev", "lo", "table", "local")
 	r := localroute.Netlink{}
-	runSteps(t, r, func() []netip.Addr {
+	runSteps(t, localroute.NewTable(r), false, func() []netip.Addr {
 		var all []netip.Addr
 		for _, fam := range ipfamily.All() {
 			addrs, err := r.List(fam)
@@ -99,10 +154,11 @@ func TestRouteMakesAddressBindableAndLocal(t *testing.T) {
 	c.Close()
 }
 
-func runSteps(t *testing.T, r localroute.Routes, ours func() []netip.Addr) {
+// runSteps syncs table through steps(); verify is every sync's.
+func runSteps(t *testing.T, table *localroute.Table, verify bool, ours func() []netip.Addr) {
 	t.Helper()
 	for _, s := range steps() {
-		if err := localroute.Sync(r, s.want, s.nodeAddrs); err != nil {
+		if err := table.Sync(s.want, s.nodeAddrs, verify); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		if got := ours(); !slices.Equal(got, s.wantOurs) {

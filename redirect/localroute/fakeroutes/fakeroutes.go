@@ -18,6 +18,7 @@ type Routes struct {
 	ours    map[netip.Addr]bool
 	foreign map[netip.Addr]bool
 	fail    map[netip.Addr]error
+	lists   int
 }
 
 // New returns a table where the foreign addresses (the node's own) already
@@ -49,7 +50,17 @@ func (r *Routes) Ours() []netip.Addr {
 	return out
 }
 
+// Lists counts the List calls so far.
+func (r *Routes) Lists() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lists
+}
+
 func (r *Routes) List(fam ipfamily.Family) ([]netip.Addr, error) {
+	r.mu.Lock()
+	r.lists++
+	r.mu.Unlock()
 	var out []netip.Addr
 	for _, a := range r.Ours() {
 		if ipfamily.Of(a) == fam {

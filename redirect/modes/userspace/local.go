@@ -11,7 +11,6 @@ import (
 
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
-	"kproxy.dev/kproxy/redirect/localroute"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -110,12 +109,14 @@ func strictARP(logger klog.Logger, s sysctl.Sysctls) {
 // syncRoutes makes the addresses of the local-portal and socket-lookup
 // families' services local: cluster IPs, externalIPs and LoadBalancer IPs.
 // A family the node has no address of gets none, as it gets no relays.
-func (m *Mode) syncRoutes(snap *servicemap.Snapshot, node portal.Node) error {
+// verify (full and periodic syncs) reads the kernel's routes first, so one
+// deleted behind kproxy's back comes back; other syncs write the difference.
+func (m *Mode) syncRoutes(snap *servicemap.Snapshot, node portal.Node, verify bool) error {
 	routed := m.familiesWith(node, routesServiceAddresses)
 	if len(routed) == 0 {
 		return nil
 	}
-	if err := localroute.Sync(m.cfg.Routes, serviceAddresses(snap, routed, m.cfg.Features.SCTP.Present), node.LocalAddresses); err != nil {
+	if err := m.routes.Sync(serviceAddresses(snap, routed, m.cfg.Features.SCTP.Present), node.LocalAddresses, verify); err != nil {
 		return fmt.Errorf("local portals: %w", err)
 	}
 	return nil

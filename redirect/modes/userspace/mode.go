@@ -116,6 +116,9 @@ type Mode struct {
 	appliers      map[ipfamily.Family]Applier
 	// conflicts are the service addresses other sockets hold.
 	conflicts *portalConflicts
+	// routes are the local routes of the local-portal and socket-lookup
+	// families' service addresses.
+	routes *localroute.Table
 
 	// ctx scopes the relays' Serve loops; cancel stops them all.
 	ctx    context.Context
@@ -169,6 +172,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if m.cfg.Routes == nil {
 		m.cfg.Routes = localroute.Netlink{}
 	}
+	m.routes = localroute.NewTable(m.cfg.Routes)
 	for _, fam := range ipfamily.All() {
 		kind, reason := portalsFor(cfg.Portals, cfg.Features.Chosen(fam), cfg.Features.SKLookup)
 		if kind == "" {
@@ -258,7 +262,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	m.conflicts.settle()
 	steered := m.steeredServiceAddresses(snap, node)
 	var routesErr error
-	steerErr := m.syncSteering(steered, func() { routesErr = m.syncRoutes(snap, node) })
+	steerErr := m.syncSteering(steered, func() { routesErr = m.syncRoutes(snap, node, changes.Full || changes.Periodic) })
 	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full, changes.Periodic)
 	portErrs = append(portErrs, buildErrs...)
 	portErrs = append(portErrs, m.armGuardedRelays(applied)...)
@@ -456,7 +460,7 @@ func (m *Mode) withdrawPortals(onlyWritten bool) error {
 	if slices.ContainsFunc(m.families, func(f ipfamily.Family) bool { return routesServiceAddresses(m.kinds[f]) }) {
 		local, err := m.cfg.LocalAddresses()
 		if err == nil {
-			err = localroute.Sync(m.cfg.Routes, nil, local)
+			err = m.routes.Sync(nil, local, true)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("withdrawing the local portals' routes: %w", err))

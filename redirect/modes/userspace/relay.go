@@ -158,6 +158,10 @@ type relay struct {
 	picker    lb.Picker
 	usableFor *servicemap.ServicePort
 	usable    bool
+
+	// routes are a steered relay's routes in the shared relays
+	// (steer.go); only Sync touches them.
+	routes steeredRoutes
 }
 
 // server is one listening socket and the protocol relay serving it.

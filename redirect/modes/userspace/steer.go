@@ -14,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/rawudp"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/lb/udprelay"
@@ -224,9 +225,10 @@ func (m *Mode) openDiscarding(st *steering, fam ipfamily.Family) error {
 // unreachable, as kube-proxy's REJECT); a Local policy without local
 // endpoints goes to a socket that discards it (clients retry, as behind
 // kube-proxy's DROP). guarded are the service addresses, on whose other
-// ports the program refuses everything. It writes the program twice,
-// around syncRoutes: first what the last sync steered and guarded besides
-// the new, then the new alone, so the routes of departed services go first.
+// ports the program refuses everything. It writes the program around
+// syncRoutes: when something departed, first what the last sync steered and
+// guarded besides the new, then the new alone, so the routes of departed
+// services go first; else the new once, before the routes.
 func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
 	st := m.steering
 	if st == nil {
@@ -253,22 +255,28 @@ func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
 		if spec.protocol == v1.ProtocolUDP {
 			proto = sklookup.UDP
 		}
+		rt := r.steeredRoutes(spec)
+		maps.Copy(tcpRoutes, rt.tcp)
+		maps.Copy(udpRoutes, rt.udp)
 		for _, ap := range spec.listen {
-			admit := func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
-			switch spec.protocol {
-			case v1.ProtocolTCP:
-				tcpRoutes[ap] = &tcprelay.Route{Name: key.String(), Picker: r.picker, Admit: admit, Port: r.limit}
-			case v1.ProtocolUDP:
-				udpRoutes[ap] = &udprelay.Route{Name: key.String(), Picker: r.picker, Admit: admit}
-			}
 			targets[sklookup.Target{Protocol: proto, Addr: ap}] = action
 		}
 	}
-	withOld := maps.Clone(targets)
+	withOld, departed := targets, false
 	for t, a := range st.targets {
-		if _, ok := withOld[t]; !ok {
+		if _, ok := targets[t]; !ok {
+			if !departed {
+				withOld, departed = maps.Clone(targets), true
+			}
 			withOld[t] = a
 		}
+	}
+	if !departed {
+		isGuarded := make(map[netip.Addr]bool, len(guarded))
+		for _, a := range guarded {
+			isGuarded[a] = true
+		}
+		departed = slices.ContainsFunc(st.guarded, func(a netip.Addr) bool { return !isGuarded[a] })
 	}
 	// Relay routes first: a connection steered before its route is in
 	// would be refused. (A departed service's route goes at once; its
@@ -277,16 +285,55 @@ func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
 	st.tcpRoutes.Store(&tcpRoutes)
 	st.udpRoutes.Store(&udpRoutes)
 	var errs []error
-	if err := st.program.Sync(withOld, append(slices.Clone(guarded), st.guarded...)); err != nil {
-		errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
+	if departed {
+		if err := st.program.Sync(withOld, append(slices.Clone(guarded), st.guarded...)); err != nil {
+			errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
+		}
+		syncRoutes()
 	}
-	syncRoutes()
 	if err := st.program.Sync(targets, guarded); err != nil {
 		errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
 	} else {
 		st.targets, st.guarded = targets, guarded
 	}
+	if !departed {
+		syncRoutes()
+	}
 	return errors.Join(errs...)
+}
+
+// steeredRoutes are one relay's routes in the shared relays, per listen
+// address, and what they were made from.
+type steeredRoutes struct {
+	picker lb.Picker
+	listen []netip.AddrPort
+	tcp    map[netip.AddrPort]*tcprelay.Route
+	udp    map[netip.AddrPort]*udprelay.Route
+}
+
+// steeredRoutes returns r's routes for spec, made again only when its picker
+// or addresses changed: most syncs change a few service ports of many, and
+// the routes are shared with the relays' loops, so never modified.
+func (r *relay) steeredRoutes(spec *relaySpec) steeredRoutes {
+	rt := &r.routes
+	if rt.tcp != nil && rt.picker == r.picker && slices.Equal(rt.listen, spec.listen) {
+		return *rt
+	}
+	*rt = steeredRoutes{picker: r.picker, listen: spec.listen,
+		tcp: map[netip.AddrPort]*tcprelay.Route{}, udp: map[netip.AddrPort]*udprelay.Route{}}
+	name := r.key.String()
+	for _, ap := range spec.listen {
+		// The admission reads the relay's spec of the moment: source
+		// ranges change without a new route.
+		admit := func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
+		switch spec.protocol {
+		case v1.ProtocolTCP:
+			rt.tcp[ap] = &tcprelay.Route{Name: name, Picker: r.picker, Admit: admit, Port: r.limit}
+		case v1.ProtocolUDP:
+			rt.udp[ap] = &udprelay.Route{Name: name, Picker: r.picker, Admit: admit}
+		}
+	}
+	return *rt
 }
 
 // closeFlowsTo makes a steered relay's UDP flows to a departed endpoint
