@@ -305,6 +305,7 @@ func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
 // steeredRoutes are one relay's routes in the shared relays, per listen
 // address, and what they were made from.
 type steeredRoutes struct {
+	made   bool
 	picker lb.Picker
 	listen []netip.AddrPort
 	tcp    map[netip.AddrPort]*tcprelay.Route
@@ -316,11 +317,10 @@ type steeredRoutes struct {
 // the routes are shared with the relays' loops, so never modified.
 func (r *relay) steeredRoutes(spec *relaySpec) steeredRoutes {
 	rt := &r.routes
-	if rt.tcp != nil && rt.picker == r.picker && slices.Equal(rt.listen, spec.listen) {
+	if rt.made && rt.picker == r.picker && slices.Equal(rt.listen, spec.listen) {
 		return *rt
 	}
-	*rt = steeredRoutes{picker: r.picker, listen: spec.listen,
-		tcp: map[netip.AddrPort]*tcprelay.Route{}, udp: map[netip.AddrPort]*udprelay.Route{}}
+	*rt = steeredRoutes{made: true, picker: r.picker, listen: spec.listen}
 	name := r.key.String()
 	for _, ap := range spec.listen {
 		// The admission reads the relay's spec of the moment: source
@@ -328,8 +328,14 @@ func (r *relay) steeredRoutes(spec *relaySpec) steeredRoutes {
 		admit := func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
 		switch spec.protocol {
 		case v1.ProtocolTCP:
+			if rt.tcp == nil {
+				rt.tcp = make(map[netip.AddrPort]*tcprelay.Route, len(spec.listen))
+			}
 			rt.tcp[ap] = &tcprelay.Route{Name: name, Picker: r.picker, Admit: admit, Port: r.limit}
 		case v1.ProtocolUDP:
+			if rt.udp == nil {
+				rt.udp = make(map[netip.AddrPort]*udprelay.Route, len(spec.listen))
+			}
 			rt.udp[ap] = &udprelay.Route{Name: name, Picker: r.picker, Admit: admit}
 		}
 	}
