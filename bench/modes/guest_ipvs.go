@@ -112,11 +112,17 @@ func (g *guestLab) dnatCell(ctx context.Context, n int) (Cell, error) {
 
 // measureData measures the data plane through BenchVIP; when a workload
 // fails, the error also says what the node held for the VIP then
-// (dataPlaneState), in lines after the first.
+// (dataPlaneState), in lines after the first, and so does progress (the
+// end of the guest's output that a failed run shows may not reach it).
 func (g *guestLab) measureData(ctx context.Context, alive func() error) (map[string]Workload, error) {
 	data, err := g.d.MeasureData(ctx, BenchVIP, g.settings.RunFor, g.settings.Repeats, alive)
 	if err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, g.d.dataPlaneState(ctx, BenchVIP))
+		state := g.d.dataPlaneState(ctx, BenchVIP)
+		g.progress(fmt.Sprintf("a workload through %s failed (%s); the node then:", BenchVIP, firstLine(err.Error())))
+		for _, line := range strings.Split(state, "\n") {
+			g.progress("  " + line)
+		}
+		return nil, fmt.Errorf("%w\n%s", err, state)
 	}
 	return data, nil
 }
