@@ -294,6 +294,16 @@ func TestDataLab(t *testing.T) {
 		}
 		t.Logf("DNAT, 1 s each: %+v", data)
 
+		// What a failed workload's error says about the node.
+		state := d.dataPlaneState(ctx, BenchVIP)
+		t.Logf("the data plane's state:\n%s", state)
+		for _, want := range []string{"node: conntrack=", "IPVS connections", "conntrack TCP entries to " + BenchVIP.String() + ": ",
+			"client (", "TCP counters: ", "fresh connections from the client now: 4 of 4 opened"} {
+			if !strings.Contains(state, want) {
+				t.Errorf("the data plane's state lacks %q:\n%s", want, state)
+			}
+		}
+
 		died := errors.New("the proxy died")
 		_, err = d.MeasureData(ctx, BenchVIP, 200*time.Millisecond, 2, func() error { return died })
 		if !errors.Is(err, died) {
@@ -329,6 +339,9 @@ func TestDataLab(t *testing.T) {
 			t.Errorf("MeasureData took %v to fail", took)
 		}
 		t.Logf("failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		if state := d.dataPlaneState(ctx, BenchVIP); !strings.Contains(state, "fresh connections from the client now: 0 of 4 opened") {
+			t.Errorf("the data plane's state through a VIP nothing serves:\n%s", state)
+		}
 	})
 }
 

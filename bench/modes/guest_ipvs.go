@@ -103,11 +103,28 @@ func (g *guestLab) dnatCell(ctx context.Context, n int) (Cell, error) {
 	if err != nil {
 		return Cell{}, err
 	}
-	data, err := g.d.MeasureData(ctx, BenchVIP, g.settings.RunFor, g.settings.Repeats, nil)
+	data, err := g.measureData(ctx, nil)
 	if err := errors.Join(err, remove()); err != nil {
 		return Cell{}, err
 	}
 	return Cell{Mode: ModeDNAT, Services: n, Data: data}, nil
+}
+
+// measureData measures the data plane through BenchVIP; when a workload
+// fails, the error also says what the node held for the VIP then
+// (dataPlaneState), in lines after the first, and so does progress (the
+// end of the guest's output that a failed run shows may not reach it).
+func (g *guestLab) measureData(ctx context.Context, alive func() error) (map[string]Workload, error) {
+	data, err := g.d.MeasureData(ctx, BenchVIP, g.settings.RunFor, g.settings.Repeats, alive)
+	if err != nil {
+		state := g.d.dataPlaneState(ctx, BenchVIP)
+		g.progress(fmt.Sprintf("a workload through %s failed (%s); the node then:", BenchVIP, firstLine(err.Error())))
+		for _, line := range strings.Split(state, "\n") {
+			g.progress("  " + line)
+		}
+		return nil, fmt.Errorf("%w\n%s", err, state)
+	}
+	return data, nil
 }
 
 // syncBound bounds a first sync at n services in the guest: generous, it
@@ -155,7 +172,7 @@ func (g *guestLab) kproxyCell(ctx context.Context, n int) (Cell, error) {
 	ctl.RSS, ctl.CPU = rss, (cpu.Self + cpu.Children).Seconds()
 	g.progress(fmt.Sprintf("%d services: kproxy-ipvs first sync %.2f s, CPU %.2f s, RSS %.1f MiB", n, ctl.FirstSync, ctl.CPU, float64(rss)/(1<<20)))
 
-	data, err := g.d.MeasureData(ctx, BenchVIP, g.settings.RunFor, g.settings.Repeats, alive)
+	data, err := g.measureData(ctx, alive)
 	if err != nil {
 		return Cell{}, err
 	}
@@ -271,7 +288,7 @@ func (g *guestLab) kubeProxyCell(ctx context.Context, n int) (Cell, error) {
 		ctl.RSS = ru.Maxrss << 10 // kB
 	}
 	g.progress(fmt.Sprintf("%d services: kube-proxy-ipvs sync (the whole ipvsref run) %.2f s, CPU %.2f s, peak RSS %.1f MiB", n, ctl.FirstSync, ctl.CPU, float64(ctl.RSS)/(1<<20)))
-	data, err := g.d.MeasureData(ctx, BenchVIP, g.settings.RunFor, g.settings.Repeats, nil)
+	data, err := g.measureData(ctx, nil)
 	if err != nil {
 		return Cell{}, err
 	}
@@ -330,7 +347,39 @@ func (g *guestLab) cleanUp() error {
 	if len(left) > 0 {
 		return fmt.Errorf("%d IPVS virtual servers left after kproxy --cleanup (the first: %s:%d)", len(left), left[0].Address, left[0].Port)
 	}
-	return nil
+	return waitNoIPVSConns(BenchVIP, ipvsConnsBound)
+}
+
+// ipvsConnsBound bounds the wait for IPVS's connection entries of a
+// deleted service to go: with expire_nodest_conn=1 (both proxies set it)
+// the kernel drops them in a work queued when the real servers are
+// deleted, about a second later.
+const ipvsConnsBound = time.Minute
+
+// waitNoIPVSConns waits until IPVS holds no connection entry to vip. An
+// entry left by one cell (TIME_WAIT lasts 2 minutes in IPVS) would meet
+// the next cell's new connections from a reused client port and could
+// drop their SYNs (ip_vs_in_hook's conn_reuse_mode and unavailable real
+// server paths): the cells must not measure each other's leftovers.
+func waitNoIPVSConns(vip netip.Addr, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		table, err := os.ReadFile("/proc/net/ip_vs_conn")
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // IPVS not loaded: no entries
+		}
+		if err != nil {
+			return fmt.Errorf("reading IPVS's connections: %w", err)
+		}
+		n, left := summarizeIPVSConns(string(table), vip)
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("IPVS still holds connections to %s %v after the cleanup: %s", vip, bound, left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // metricsPoll is how often kproxy's sync count is read, ipvsPoll how often

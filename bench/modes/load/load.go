@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/dataplane"
+	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/bench/lab"
 )
 
@@ -53,10 +54,16 @@ const (
 	udpFlowPortLo  = 10000
 	udpFlowPortHi  = 65000
 	// wrkGrace and flowGrace bound a load generator process beyond its
-	// run: one still running then is killed and the run is an error. wrk
-	// never ends when none of its connections opens (a VIP that drops or
-	// loops SYNs).
-	wrkGrace  = 3 * time.Second
+	// run: one still running then is killed and the run is an error.
+	// Before its run wrk opens one connection and waits for it (its
+	// address check, a blocking connect): each SYN lost there costs a
+	// retransmission timeout (1 s, then 2 s, 4 s on the guest's kernel),
+	// and a VIP that drops or loops every SYN keeps it there for minutes.
+	// The grace covers three lost SYNs and the process's start and exit
+	// on a busy machine: in the guest kernel on a loaded host, wrk's
+	// one-second runs took up to 3.1 s with no SYN lost. It is scaled in
+	// the guest (guest.Scale).
+	wrkGrace  = 10 * time.Second
 	flowGrace = 10 * time.Second
 )
 
@@ -168,21 +175,32 @@ func machineCPU() (dataplane.MachineCPU, error) {
 // wrkArgs are wrk's arguments for a run of d (whole seconds, at least one:
 // wrk takes no fractions).
 func wrkArgs(to netip.AddrPort, d time.Duration, newConnections bool) []string {
-	secs := int((d + time.Second - 1) / time.Second)
-	secs = max(secs, 1)
-	args := []string{"-t", strconv.Itoa(wrkThreads), "-c", strconv.Itoa(wrkConns), "-d", strconv.Itoa(secs) + "s", "--latency"}
+	args := []string{"-t", strconv.Itoa(wrkThreads), "-c", strconv.Itoa(wrkConns), "-d", strconv.Itoa(wrkSeconds(d)) + "s", "--latency"}
 	if newConnections {
 		args = append(args, "-H", "Connection: close")
 	}
 	return append(args, "http://"+to.String()+"/")
 }
 
+// wrkSeconds is how long wrk runs for a run of d: whole seconds, at
+// least one (wrk takes no fractions).
+func wrkSeconds(d time.Duration) int {
+	return max(int((d+time.Second-1)/time.Second), 1)
+}
+
+// wrkLimit is how long a wrk run of d may take before it is killed: the
+// run wrk makes (whole seconds, not d) and wrkGrace, scaled in the guest.
+func wrkLimit(d time.Duration) time.Duration {
+	return time.Duration(wrkSeconds(d))*time.Second + guest.Scale(wrkGrace)
+}
+
 func runWrk(ctx context.Context, t Target, d time.Duration, newConnections bool) (Result, error) {
 	start := time.Now()
-	out, err := runCommand(ctx, t.Client, d+wrkGrace, "wrk", wrkArgs(t.HTTP, d, newConnections)...)
+	out, err := runCommand(ctx, t.Client, wrkLimit(d), "wrk", wrkArgs(t.HTTP, d, newConnections)...)
 	elapsed := time.Since(start)
 	if errors.Is(err, errOverran) {
-		return Result{Elapsed: elapsed}, fmt.Errorf("nothing answered? (wrk never ends when none of its connections opens): %w", err)
+		return Result{Elapsed: elapsed}, fmt.Errorf("nothing answered? (wrk's own first connection never opened, or the machine is too slow for a %d s run): %w",
+			wrkSeconds(d), err)
 	}
 	if err != nil {
 		return Result{Elapsed: elapsed}, err
