@@ -73,13 +73,6 @@ func (p *Poller) Add(fd int, events uint32, data int32) error {
 	return EpollCtl(p.fd, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
-// Mod changes the events watched on fd; with EPOLLET, one that is ready
-// already is reported as if it had just happened.
-func (p *Poller) Mod(fd int, events uint32, data int32) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(fd), Pad: data}
-	return EpollCtl(p.fd, unix.EPOLL_CTL_MOD, fd, &ev)
-}
-
 // Del stops watching fd. Closing fd does that too, unless another
 // descriptor of the same socket stays open.
 func (p *Poller) Del(fd int) error {

@@ -49,7 +49,6 @@ type side struct {
 	finSeen, broken bool
 	eof             bool // reading from this side is over: its FIN was read
 	shut            bool // this side was sent our FIN (shutdown SHUT_WR)
-	outWatched      bool // EPOLLOUT is in the socket's registration
 
 	// Bytes read from the other side that this side's send buffer could not
 	// take yet: a remainder in a pooled buffer (read/write copying) or the

@@ -79,7 +79,7 @@ func (l *loop) pump(c *conn, d direction) bool {
 		l.count(d, w)
 		c.moved[d] += int64(n)
 		if w < n {
-			l.stash(c, dst, buf[w:n])
+			l.stash(dst, buf[w:n])
 			return true // an end of stream is passed on once dst drains
 		}
 		if src.eof {
@@ -114,7 +114,7 @@ func (l *loop) flush(c *conn, d direction) bool {
 		l.count(d, w)
 		dst.out = dst.out[w:]
 		if len(dst.out) > 0 {
-			l.waitWritable(c, dst)
+			dst.writable = false
 			return true
 		}
 		l.p.pools.putBuf(dst.outBuf)
@@ -128,27 +128,10 @@ func (l *loop) flush(c *conn, d direction) bool {
 
 // stash keeps what dst's send buffer did not take, in a buffer of its own
 // (the loop's buffer serves the next read), until EPOLLOUT.
-func (l *loop) stash(c *conn, dst *side, rest []byte) {
+func (l *loop) stash(dst *side, rest []byte) {
 	dst.outBuf = l.p.pools.getBuf()
 	dst.out = (*dst.outBuf)[:copy(*dst.outBuf, rest)]
-	l.waitWritable(c, dst)
-}
-
-// waitWritable notes that dst's send buffer is full: writing to it waits
-// for EPOLLOUT, which a client's socket is first made to report here
-// (clientEvents). Should that fail, c is served again at the end of every
-// turn until the buffer drains, rather than never.
-func (l *loop) waitWritable(c *conn, dst *side) {
 	dst.writable = false
-	if dst.outWatched {
-		return
-	}
-	if err := l.poll.Mod(dst.fd, connEvents, int32(dst.gen)); err != nil {
-		dst.writable = true
-		l.serveLater(c)
-		return
-	}
-	dst.outWatched = true
 }
 
 // passEOF passes direction d's end of stream on: a FIN to the destination

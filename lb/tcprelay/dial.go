@@ -85,7 +85,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		route:     route,
 		endpoints: endpoints[:min(len(endpoints), p.cfg.MaxAttempts)],
 	}
-	if err := l.register(c, &c.client, clientEvents); err != nil {
+	if err := l.register(c, &c.client); err != nil {
 		p.log.Error(err, "Cannot relay connection", p.routeKV(route, "client", peer)...)
 		route.Port.Release(true)
 		eventloop.CloseWithReset(fd)
@@ -105,7 +105,7 @@ func (l *loop) dialNext(c *conn) {
 		if err == nil {
 			c.backend = side{fd: fd, writable: true}
 			l.rememberDial(c, &c.backend, ep)
-			if err = l.register(c, &c.backend, connEvents); err != nil {
+			if err = l.register(c, &c.backend); err != nil {
 				l.closeSide(&c.backend, false)
 			}
 		}

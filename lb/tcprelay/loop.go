@@ -17,15 +17,9 @@ const (
 	// maxEvents is the epoll_wait batch.
 	maxEvents = 128
 	// connEvents: edge-triggered, so a socket whose reading is paused for
-	// backpressure costs nothing until it is resumed.
+	// backpressure costs nothing until it is resumed, and no epoll_ctl is
+	// ever needed after registration.
 	connEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
-	// clientEvents: a client's socket is registered without EPOLLOUT. It
-	// is writable when accepted, and an edge-triggered registration
-	// reports what is ready at once: EPOLLOUT would cost every new
-	// connection a turn that learns nothing. EPOLLOUT is added the first
-	// time the client's send buffer fills (waitWritable), one epoll_ctl on
-	// the few connections that ever fill it.
-	clientEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
 	// listenerGen tags the listener's events; connections' generations
 	// skip it.
 	listenerGen = 0
@@ -200,17 +194,15 @@ func (l *loop) handle(ev *unix.EpollEvent) {
 	}
 }
 
-// register adds s's socket to the epoll set for c, under a new generation,
-// watching events (connEvents or clientEvents).
-func (l *loop) register(c *conn, s *side, events uint32) error {
+// register adds s's socket to the epoll set for c, under a new generation.
+func (l *loop) register(c *conn, s *side) error {
 	if l.gen++; l.gen == listenerGen {
 		l.gen++
 	}
 	s.gen = l.gen
-	if err := l.poll.Add(s.fd, events, int32(s.gen)); err != nil {
+	if err := l.poll.Add(s.fd, connEvents, int32(s.gen)); err != nil {
 		return fmt.Errorf("watching a socket: %w", err)
 	}
-	s.outWatched = events&unix.EPOLLOUT != 0
 	for s.fd >= len(l.byFD) {
 		l.byFD = append(l.byFD, make([]*conn, max(64, len(l.byFD)))...)
 	}

@@ -112,7 +112,7 @@ func (l *loop) unregister(c *conn) {
 func (l *loop) adopt(c *conn) {
 	l.link(c)
 	for _, s := range [2]*side{&c.client, &c.backend} {
-		if err := l.register(c, s, connEvents); err != nil {
+		if err := l.register(c, s); err != nil {
 			l.p.log.Error(err, "Cannot move a connection to another event loop; resetting it", "client", c.clientIP)
 			l.release(c, true, true)
 			return

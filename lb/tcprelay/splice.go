@@ -71,7 +71,7 @@ func (l *loop) flushPipe(c *conn, d direction) bool {
 	for dst.inPipe > 0 {
 		n, err := spliceFD(dst.pipe.r, dst.fd, dst.inPipe)
 		if err == unix.EAGAIN {
-			l.waitWritable(c, dst)
+			dst.writable = false
 			return true
 		}
 		if err == nil && n == 0 {
