@@ -34,7 +34,9 @@
 //	sudo go test -run '^$' -bench '^BenchmarkDataPlane$' -benchtime 1x ./bench/dataplane/
 //
 // Comparing variants of a relay (compare.go, extra.go): KPROXY_DATAPLANE_EXTRA
-// adds proxy binaries as columns of their own, KPROXY_DATAPLANE_PATHS
+// adds proxy binaries as columns of their own (tcprelayspec builds one that
+// serves the specs with lb/tcprelay alone, so two trees' relays can share a
+// run), KPROXY_DATAPLANE_PATHS
 // measures some paths only, and KPROXY_DATAPLANE_ROUNDS repeats every row with
 // the paths in a rotated order, printing every round's values and ratios and
 // putting medians in the table. The wrk and iperf3 rows also report each

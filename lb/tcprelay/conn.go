@@ -81,10 +81,14 @@ type conn struct {
 	route     *Route
 	endpoints []netip.AddrPort
 	attempt   int
-	deadline  time.Time
+	// deadline: while dialing, the connect's; while keepAlivePending,
+	// when the dialed socket gets its keep-alive options.
+	deadline time.Time
+	// keepAlivePending: relaying, and on the loop's unarmed queue.
+	keepAlivePending bool
 
 	prev, next   *conn // the loop's connections
-	dprev, dnext *conn // the loop's dial queue
+	dprev, dnext *conn // the loop's dials or unarmed queue (connQueue)
 	deferred     bool  // on the loop's list of connections with more to move
 }
 

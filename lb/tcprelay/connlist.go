@@ -51,8 +51,11 @@ func (l *loop) release(c *conn, resetClient, resetBackend bool) {
 		c.port.Release(c.state == dialing)
 		c.portHeld = false
 	}
+	if c.state == dialing {
+		l.dials.remove(c)
+	}
+	l.dropKeepAlive(c)
 	c.state = released
-	l.dials.remove(c)
 	l.closeSide(&c.client, resetClient)
 	l.closeSide(&c.backend, resetBackend)
 	c.prev.next, c.next.prev = c.next, c.prev

@@ -192,6 +192,7 @@ func (l *loop) connected(c *conn) {
 	c.route, c.endpoints = nil, nil
 	c.state = relaying
 	l.p.connStarted()
+	l.deferKeepAlive(c)
 	l.service(c)
 }
 
@@ -223,11 +224,15 @@ func (l *loop) expireDials(now time.Time) {
 	}
 }
 
-// dialQueue is the loop's connections with a connect in progress, oldest
-// first.
-type dialQueue struct{ head, tail *conn }
+// connQueue is a queue of the loop's connections waiting for a deadline
+// (conn.deadline), oldest first: every connection in one queue waits as
+// long, so pushing at the tail keeps it in deadline order. A loop has two:
+// connects in progress (dials) and relaying connections whose dialed
+// socket has no keep-alive yet (unarmed); a connection is in one at most,
+// by its state, and they share its links.
+type connQueue struct{ head, tail *conn }
 
-func (q *dialQueue) push(c *conn) {
+func (q *connQueue) push(c *conn) {
 	c.dprev, c.dnext = q.tail, nil
 	if q.tail != nil {
 		q.tail.dnext = c
@@ -238,7 +243,7 @@ func (q *dialQueue) push(c *conn) {
 }
 
 // remove takes c off the queue; it is a no-op if c is not on it.
-func (q *dialQueue) remove(c *conn) {
+func (q *connQueue) remove(c *conn) {
 	if c.dprev == nil && q.head != c {
 		return
 	}

@@ -36,14 +36,15 @@ type loop struct {
 	// Owned by the loop goroutine.
 	byFD      []*conn // by either socket's descriptor
 	gen       uint32
-	conns     conn // list head: every connection of this loop
-	nconns    int  // len(conns list)
-	dials     dialQueue
-	later     []*conn // connections with more to move this turn
-	buf       *[]byte // this turn's read buffer
-	listenFD  int     // the Proxy's listener while this loop accepts from it, else -1
-	accepting bool    // listenFD is in the epoll set (not backing off)
-	attached  bool    // new connections may still come (listener or acceptor)
+	conns     conn      // list head: every connection of this loop
+	nconns    int       // len(conns list)
+	dials     connQueue // connects in progress
+	unarmed   connQueue // dialed sockets still without keep-alive (timers.go)
+	later     []*conn   // connections with more to move this turn
+	buf       *[]byte   // this turn's read buffer
+	listenFD  int       // the Proxy's listener while this loop accepts from it, else -1
+	accepting bool      // listenFD is in the epoll set (not backing off)
+	attached  bool      // new connections may still come (listener or acceptor)
 	backoff   time.Duration
 	resumeAt  time.Time // when accepting resumes after an error; zero when not paused
 
@@ -131,7 +132,7 @@ func (l *loop) run() {
 		if l.poll.Woken() {
 			l.takePosted()
 		}
-		if l.dials.head != nil || !l.resumeAt.IsZero() {
+		if l.dials.head != nil || l.unarmed.head != nil || !l.resumeAt.IsZero() {
 			l.runTimers(time.Now())
 		}
 		l.checkSaturation()

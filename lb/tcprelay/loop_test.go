@@ -445,7 +445,7 @@ func TestLoopsExitAfterClose(t *testing.T) {
 
 func TestDialQueue(t *testing.T) {
 	a, b, c := &conn{}, &conn{}, &conn{}
-	order := func(q *dialQueue) []*conn {
+	order := func(q *connQueue) []*conn {
 		var out []*conn
 		for x := q.head; x != nil; x = x.dnext {
 			out = append(out, x)
@@ -465,7 +465,7 @@ func TestDialQueue(t *testing.T) {
 		{"all", []*conn{c, a, b}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var q dialQueue
+			var q connQueue
 			for _, x := range []*conn{a, b, c} {
 				*x = conn{}
 				q.push(x)

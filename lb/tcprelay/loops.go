@@ -146,16 +146,28 @@ func (p *Proxy) listenerReleased() {
 func (p *Proxy) loopDone() { p.running.Done() }
 
 // dupListener returns a non-blocking descriptor of the listening socket for
-// the loops, with the relay's socket options set on it so that accepted
-// sockets inherit them.
+// the loops.
 func dupListener(tl *net.TCPListener) (int, error) {
 	fd, err := eventloop.Dup(tl)
 	if err != nil {
 		return -1, fmt.Errorf("listener: %w", err)
 	}
-	if err := setRelayOptions(fd); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("listener: %w", err)
-	}
 	return fd, nil
+}
+
+// optionsOnListener sets the relay's socket options on the listening
+// socket, so that the sockets it accepts inherit them.
+func optionsOnListener(tl *net.TCPListener) error {
+	rc, err := tl.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("listener: %w", err)
+	}
+	var setErr error
+	if err := rc.Control(func(fd uintptr) { setErr = setListenerOptions(int(fd)) }); err != nil {
+		return fmt.Errorf("listener: %w", err)
+	}
+	if setErr != nil {
+		return fmt.Errorf("listener: %w", setErr)
+	}
+	return nil
 }

@@ -128,6 +128,9 @@ type Config struct {
 	// saturatedTurns and saturatedFor. Tests lower them.
 	saturatedTurns int
 	saturatedFor   time.Duration
+	// keepAliveDelay replaces defaultKeepAliveDelay when set; tests
+	// change it.
+	keepAliveDelay time.Duration
 }
 
 // Route is what serves one service address of a shared listener.
@@ -214,9 +217,19 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.saturatedFor == 0 {
 		cfg.saturatedFor = saturatedFor
 	}
+	if cfg.keepAliveDelay == 0 {
+		cfg.keepAliveDelay = defaultKeepAliveDelay
+	}
 	name := cfg.Name
 	if name == "" {
 		name = cfg.Listener.Addr().String()
+	}
+	if tl, ok := cfg.Listener.(*net.TCPListener); ok {
+		// Now rather than in Serve: a connection that completes its
+		// handshake in between would not inherit them.
+		if err := optionsOnListener(tl); err != nil {
+			return nil, fmt.Errorf("tcprelay %s: %w", name, err)
+		}
 	}
 	var port uint16
 	var listenAddr netip.AddrPort

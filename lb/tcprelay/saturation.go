@@ -94,6 +94,7 @@ func (l *loop) rebalance() {
 // unregister takes a relaying connection off the loop without closing it,
 // for another loop to adopt.
 func (l *loop) unregister(c *conn) {
+	l.armKeepAlive(c) // now rather than queued on two loops
 	for _, s := range [2]*side{&c.client, &c.backend} {
 		_ = l.poll.Del(s.fd)
 		l.byFD[s.fd] = nil

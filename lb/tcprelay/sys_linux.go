@@ -14,31 +14,56 @@ import (
 // sets on the connections it dials and accepts, which the relay used before
 // it managed its sockets itself: no Nagle delay (the relay must not hold
 // back a small write waiting for an ACK) and TCP keep-alive probes after
-// 15 s idle, every 15 s, so a vanished peer ends its connection.
+// 15 s idle, every 15 s, so a vanished peer ends its connection. A dialed
+// socket gets the keep-alive options once it has relayed a while (lazy
+// keep-alive, timers.go).
 const (
 	keepAliveIdle     = 15 * time.Second
 	keepAliveInterval = 15 * time.Second
 )
 
-// setRelayOptions sets the options above on fd. Accepted sockets inherit
-// them from the listening socket, so only the listener and dialed sockets
-// need the calls.
-func setRelayOptions(fd int) error {
-	for _, o := range []struct {
-		level, opt, value int
-		name              string
-	}{
-		{unix.IPPROTO_TCP, unix.TCP_NODELAY, 1, "TCP_NODELAY"},
+// defaultKeepAliveDelay is how long a dialed socket relays before it gets
+// its keep-alive options (lazy keep-alive, timers.go). Below keepAliveIdle,
+// the first probe comes exactly when it would have with the options set at
+// connect; above a request's usual life, short connections never pay the
+// three system calls.
+const defaultKeepAliveDelay = 5 * time.Second
+
+type sockopt struct {
+	level, opt, value int
+	name              string
+}
+
+var (
+	noDelay = sockopt{unix.IPPROTO_TCP, unix.TCP_NODELAY, 1, "TCP_NODELAY"}
+	// keepAlive: SO_KEEPALIVE first and TCP_KEEPIDLE last. Setting the
+	// idle time on a socket with keep-alive on re-arms its timer from the
+	// last segment received, so options set after a connection has been
+	// idle a while still probe on time.
+	keepAlive = []sockopt{
 		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(keepAliveIdle / time.Second), "TCP_KEEPIDLE"},
 		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(keepAliveInterval / time.Second), "TCP_KEEPINTVL"},
-	} {
+		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(keepAliveIdle / time.Second), "TCP_KEEPIDLE"},
+	}
+)
+
+func setOptions(fd int, opts ...sockopt) error {
+	for _, o := range opts {
 		if err := eventloop.SetsockoptInt(fd, o.level, o.opt, o.value); err != nil {
 			return fmt.Errorf("setting %s: %w", o.name, err)
 		}
 	}
 	return nil
 }
+
+// setListenerOptions sets every option above on a listening socket; the
+// sockets it accepts inherit them, with no system call of their own.
+func setListenerOptions(fd int) error {
+	return setOptions(fd, append([]sockopt{noDelay}, keepAlive...)...)
+}
+
+// setKeepAlive turns keep-alive probes on for a dialed socket.
+func setKeepAlive(fd int) error { return setOptions(fd, keepAlive...) }
 
 // accept takes one connection off a non-blocking listening socket, returning
 // a non-blocking close-on-exec descriptor and the peer's address, decoded in
@@ -67,10 +92,11 @@ func localAddr(fd int) (netip.AddrPort, error) {
 	return sa.AddrPort()
 }
 
-// startConnect opens a non-blocking socket with the relay's options and
-// starts connecting it to ep. done reports a connection already complete
-// (connect(2) may finish at once); otherwise completion is signalled by
-// writability. On error no descriptor is left open.
+// startConnect opens a non-blocking socket without Nagle's delay and
+// starts connecting it to ep (keep-alive comes later, timers.go). done
+// reports a connection already complete (connect(2) may finish at once);
+// otherwise completion is signalled by writability. On error no descriptor
+// is left open.
 func startConnect(ep netip.AddrPort) (fd int, done bool, err error) {
 	sa, err := eventloop.SockaddrOf(ep)
 	if err != nil {
@@ -80,7 +106,7 @@ func startConnect(ep netip.AddrPort) (fd int, done bool, err error) {
 	if err != nil {
 		return -1, false, fmt.Errorf("creating socket: %w", err)
 	}
-	if err := setRelayOptions(fd); err != nil {
+	if err := setOptions(fd, noDelay); err != nil {
 		eventloop.Close(fd)
 		return -1, false, err
 	}
