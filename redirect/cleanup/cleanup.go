@@ -55,7 +55,7 @@ func New() *Cleaner {
 		Links:    netlinkLinks{},
 		IPSets:   netlinkIPSets{},
 		NFTables: netlinkNFTables{},
-		Routes:   localroute.Netlink{},
+		Routes:   &localroute.Netlink{},
 		OpenIPVS: func() (IPVS, error) {
 			h, err := ipvs.New("")
 			if err != nil {

@@ -114,7 +114,7 @@ func TestSyncOnKernel(t *testing.T) {
 	run(t, "ip", "link", "set", "eth0", "up")
 	// A local route kproxy did not add, as another program would.
 	run(t, "ip", "route", "add", "local", foreign.String()+"/32", "dev", "lo", "table", "local")
-	r := localroute.Netlink{}
+	r := &localroute.Netlink{}
 	runSteps(t, localroute.NewTable(r), false, func() []netip.Addr {
 		var all []netip.Addr
 		for _, fam := range ipfamily.All() {
@@ -136,7 +136,7 @@ func TestRouteMakesAddressBindableAndLocal(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	if err := localroute.Sync(localroute.Netlink{}, []netip.Addr{vip4}, nil); err != nil {
+	if err := localroute.Sync(&localroute.Netlink{}, []netip.Addr{vip4}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if out := run(t, "ip", "route", "show", "table", "local", "proto", "107"); !strings.Contains(out, "local "+vip4.String()+" dev lo") {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -11,18 +12,43 @@ import (
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
-// Netlink is Routes on the real kernel, in the current network namespace.
-type Netlink struct{}
+// Netlink is Routes on the real kernel, in the network namespace it is
+// first used in. It keeps one netlink socket: the package-level functions
+// of the netlink library open one per request, which at 30,000 routes was
+// most of the first sync's route work.
+type Netlink struct {
+	once   sync.Once
+	handle *netlink.Handle
+	err    error
+}
 
-var _ Routes = Netlink{}
+var _ Routes = (*Netlink)(nil)
 
-func (Netlink) List(fam ipfamily.Family) ([]netip.Addr, error) {
+// loopbackIndex is the kernel's LOOPBACK_IFINDEX: lo's index in every
+// network namespace.
+const loopbackIndex = 1
+
+func (n *Netlink) open() (*netlink.Handle, error) {
+	n.once.Do(func() {
+		n.handle, n.err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		if n.err != nil {
+			n.err = fmt.Errorf("opening a route netlink socket: %w", n.err)
+		}
+	})
+	return n.handle, n.err
+}
+
+func (n *Netlink) List(fam ipfamily.Family) ([]netip.Addr, error) {
+	h, err := n.open()
+	if err != nil {
+		return nil, err
+	}
 	nf := netlink.FAMILY_V4
 	if fam == ipfamily.IPv6 {
 		nf = netlink.FAMILY_V6
 	}
 	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Protocol: Protocol, Type: unix.RTN_LOCAL}
-	routes, err := netlink.RouteListFiltered(nf, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TYPE)
+	routes, err := h.RouteListFiltered(nf, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TYPE)
 	if err != nil {
 		return nil, err
 	}
@@ -41,36 +67,32 @@ func (Netlink) List(fam ipfamily.Family) ([]netip.Addr, error) {
 	return out, nil
 }
 
-func (Netlink) Add(addr netip.Addr) error {
-	r, err := route(addr)
+func (n *Netlink) Add(addr netip.Addr) error {
+	h, err := n.open()
 	if err != nil {
 		return err
 	}
-	return netlink.RouteAdd(r)
+	return h.RouteAdd(route(addr))
 }
 
-func (Netlink) Delete(addr netip.Addr) error {
-	r, err := route(addr)
+func (n *Netlink) Delete(addr netip.Addr) error {
+	h, err := n.open()
 	if err != nil {
 		return err
 	}
-	return netlink.RouteDel(r)
+	return h.RouteDel(route(addr))
 }
 
 // route is the local route for addr: on lo, in the local table, scope host,
 // as the kernel's own local routes are.
-func route(addr netip.Addr) (*netlink.Route, error) {
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return nil, fmt.Errorf("finding the loopback link: %w", err)
-	}
+func route(addr netip.Addr) *netlink.Route {
 	addr = addr.Unmap()
 	return &netlink.Route{
-		LinkIndex: lo.Attrs().Index,
+		LinkIndex: loopbackIndex,
 		Dst:       &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(addr.BitLen(), addr.BitLen())},
 		Table:     unix.RT_TABLE_LOCAL,
 		Type:      unix.RTN_LOCAL,
 		Scope:     netlink.SCOPE_HOST,
 		Protocol:  Protocol,
-	}, nil
+	}
 }

@@ -170,7 +170,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	}
 
 	if m.cfg.Routes == nil {
-		m.cfg.Routes = localroute.Netlink{}
+		m.cfg.Routes = &localroute.Netlink{}
 	}
 	m.routes = localroute.NewTable(m.cfg.Routes)
 	for _, fam := range ipfamily.All() {
