@@ -168,11 +168,31 @@ func TestLocalPortals(t *testing.T) {
 		t.Errorf("the deleted service's routes stay: %v", got)
 	}
 
+	// A route deleted behind kproxy's back: a change's sync writes only
+	// what changed; the periodic sync reads the routes back and restores it.
+	vip := netip.MustParseAddr("198.18.0.99")
+	if err := routes.Delete(vip); err != nil {
+		t.Fatal(err)
+	}
+	tr.OnServiceUpdate(service("other", "198.18.0.30", v1.ProtocolTCP, 0))
+	sync()
+	if slices.Contains(routes.Ours(), vip) {
+		t.Fatalf("a change's sync listed the routes (expected only at full and periodic syncs)")
+	}
+	snap, changes := tr.Snapshot()
+	changes.Periodic = true
+	if err := m.Sync(context.Background(), snap, changes); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(routes.Ours(), vip) {
+		t.Errorf("the periodic sync did not restore the route deleted behind kproxy's back: %v", routes.Ours())
+	}
+
 	// A route that cannot be added fails the sync, naming the address, and
 	// leaves the other services served.
 	routes.FailAdd(netip.MustParseAddr("198.18.0.20"), syscall.ENOBUFS)
 	tr.OnServiceUpdate(service("late", "198.18.0.20", v1.ProtocolTCP, 0))
-	snap, changes := tr.Snapshot()
+	snap, changes = tr.Snapshot()
 	if err := m.Sync(context.Background(), snap, changes); err == nil || !errorMentions(err, "198.18.0.20") {
 		t.Errorf("sync with a failing route = %v, want an error naming 198.18.0.20", err)
 	}
