@@ -17,9 +17,8 @@ import (
 // of the netlink library open one per request, which at 30,000 routes was
 // most of the first sync's route work.
 type Netlink struct {
-	once   sync.Once
+	mu     sync.Mutex
 	handle *netlink.Handle
-	err    error
 }
 
 var _ Routes = (*Netlink)(nil)
@@ -28,14 +27,19 @@ var _ Routes = (*Netlink)(nil)
 // network namespace.
 const loopbackIndex = 1
 
+// open returns the socket, opening it on first use; a failed open is
+// tried again on the next call.
 func (n *Netlink) open() (*netlink.Handle, error) {
-	n.once.Do(func() {
-		n.handle, n.err = netlink.NewHandle(unix.NETLINK_ROUTE)
-		if n.err != nil {
-			n.err = fmt.Errorf("opening a route netlink socket: %w", n.err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.handle == nil {
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return nil, fmt.Errorf("opening a route netlink socket: %w", err)
 		}
-	})
-	return n.handle, n.err
+		n.handle = h
+	}
+	return n.handle, nil
 }
 
 func (n *Netlink) List(fam ipfamily.Family) ([]netip.Addr, error) {
