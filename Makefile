@@ -111,7 +111,7 @@ demo: deps
 	@cat $(DATAPLANE_TABLE)
 
 # Micro-benchmarks of every package, then the data-plane table (direct, DNAT,
-# kproxy userspace with REDIRECT and with local portals, a Go io.Copy relay
+# kproxy userspace with REDIRECT, local and socket-lookup portals, a Go io.Copy relay
 # and HAProxy in one lab; medians of
 # DATAPLANE_ROUNDS rounds, about 7 minutes for 3; make demo measures one),
 # printed and kept in bin/dataplane-table.md,

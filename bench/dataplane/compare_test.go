@@ -69,8 +69,9 @@ func TestSelectedPathsKeepDNAT(t *testing.T) {
 		c    comparison
 		want []Path
 	}{
-		{comparison{}, []Path{Direct, DNAT, Kproxy, KproxyLocal, IOCopy, HAProxy, "old"}},
+		{comparison{}, []Path{Direct, DNAT, Kproxy, KproxyLocal, KproxySKLookup, IOCopy, HAProxy, "old"}},
 		{comparison{paths: []string{"kproxy-local"}}, []Path{DNAT, KproxyLocal}},
+		{comparison{paths: []string{"kproxy-local", "kproxy-sklookup", "haproxy"}}, []Path{DNAT, KproxyLocal, KproxySKLookup, HAProxy}},
 		{comparison{paths: []string{"kproxy"}}, []Path{DNAT, Kproxy}},
 		{comparison{paths: []string{"haproxy", "old"}}, []Path{DNAT, HAProxy, "old"}},
 	} {
@@ -145,8 +146,8 @@ func TestTableExtraColumns(t *testing.T) {
 	tab.Set("rate", "old", 60)
 	md := tab.Markdown()
 	for _, want := range []string{
-		"| measurement | direct | iptables DNAT | kproxy userspace, REDIRECT portals | kproxy userspace, local portals | Go io.Copy relay | HAProxy splice-auto | old | kproxy REDIRECT target | kproxy REDIRECT vs HAProxy |",
-		"| rate (req/s) | — | 100 | 80 (80%) | — | — | — | 60 (60%) | ≥ 70% of DNAT: 80% ✓ | — |",
+		"| measurement | direct | iptables DNAT | kproxy userspace, REDIRECT portals | kproxy userspace, local portals | kproxy userspace, socket-lookup portals | Go io.Copy relay | HAProxy splice-auto | old | kproxy REDIRECT target | kproxy REDIRECT vs HAProxy |",
+		"| rate (req/s) | — | 100 | 80 (80%) | — | — | — | — | 60 (60%) | ≥ 70% of DNAT: 80% ✓ | — |",
 	} {
 		if !strings.Contains(md, want+"\n") {
 			t.Errorf("table lacks the line\n%s\nin:\n%s", want, md)

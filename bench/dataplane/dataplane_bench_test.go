@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/redirect/sklookup"
 )
 
 // relayProcessArg makes the test binary run the reference relay instead of
@@ -107,8 +109,9 @@ var (
 	iocopyVIP  = netip.MustParseAddr("198.18.3.1")
 	haproxyVIP = netip.MustParseAddr("198.18.4.1")
 	// kproxyLocalVIP is the local-portal kproxy's, past the extra
-	// proxies' 198.18.5-8.1.
-	kproxyLocalVIP = netip.MustParseAddr("198.18.10.1")
+	// proxies' 198.18.5-8.1, and kproxySKLookupVIP the socket-lookup one's.
+	kproxyLocalVIP    = netip.MustParseAddr("198.18.10.1")
+	kproxySKLookupVIP = netip.MustParseAddr("198.18.11.1")
 )
 
 // timeWaitBuckets caps each lab host's TIME_WAIT sockets (see setUp).
@@ -126,8 +129,8 @@ type dataPath struct {
 	vip   netip.Addr
 	udp   bool // the path relays UDP (HAProxy does not)
 	proxy *lab.Process
-	// start, when set, starts the path's proxy on demand: the two
-	// userspace kproxy paths take turns on the node (see bench.activate).
+	// start, when set, starts the path's proxy on demand: the userspace
+	// kproxy paths take turns on the node (see bench.activate).
 	start func(b *testing.B) *lab.Process
 	// stop removes what the path's proxy leaves behind once stopped.
 	stop func(b *testing.B)
@@ -356,11 +359,30 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		{path: DNAT, vip: dnatVIP, udp: true},
 		{path: kproxyPath, vip: kproxyVIP, udp: true},
 	}
-	// Binaries from before local portals (KPROXY_BINARY) have REDIRECT
-	// portals only: no local-portal column then.
 	portals := hasPortalsFlag(kproxyBin)
-	if kproxyPath == Kproxy && portals {
-		bn.paths = append(bn.paths, &dataPath{path: KproxyLocal, vip: kproxyLocalVIP, udp: true})
+	// The other portal kinds' columns, or why one is missing.
+	var portalNotes []string
+	var absent []Path
+	if kproxyPath == Kproxy {
+		for _, kind := range []struct {
+			path    Path
+			vip     netip.Addr
+			missing string
+		}{
+			{KproxyLocal, kproxyLocalVIP, localPortalsMissing(portals)},
+			{KproxySKLookup, kproxySKLookupVIP, skLookupPortalsMissing(kproxyBin)},
+		} {
+			if kind.missing != "" {
+				absent = append(absent, kind.path)
+				portalNotes = append(portalNotes, fmt.Sprintf("No %s column: %s.", kind.path.Title(), kind.missing))
+				continue
+			}
+			bn.paths = append(bn.paths, &dataPath{path: kind.path, vip: kind.vip, udp: true})
+			portalNotes = append(portalNotes, portalNote(kind.path))
+		}
+		if len(absent) < 2 {
+			portalNotes = append(portalNotes, "The kproxy columns take turns: one kproxy runs at a time, started when its path is measured and stopped before any other path is (the socket-lookup program would otherwise run on every local socket lookup of the node, and its UDP reply socket see every datagram the node receives).")
+		}
 	}
 	bn.paths = append(bn.paths, &dataPath{path: IOCopy, vip: iocopyVIP, udp: true}, &dataPath{path: HAProxy, vip: haproxyVIP})
 	var nat []string
@@ -421,10 +443,10 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		// measure.
 		startKproxy(b, bn.topo, kproxyBin, b.TempDir(), kproxyPath, kproxyVIP, backend, portals)
 	} else {
-		// The two userspace kproxys take turns: each would remove the
-		// other portal kind's rules or routes at start.
+		// The userspace kproxys take turns: each would remove the other
+		// portal kinds' rules or routes at start.
 		for _, dp := range bn.paths {
-			if dp.path == Kproxy || dp.path == KproxyLocal {
+			if portalKind(dp.path) != "" {
 				// The top-level benchmark's temporary directory: a
 				// sub-benchmark's goes when it ends, kproxy may not.
 				dir := b.TempDir()
@@ -432,13 +454,13 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 					return startKproxy(b, bn.topo, kproxyBin, dir, dp.path, dp.vip, backend, portals)
 				}
 			}
-			if dp.path == KproxyLocal {
+			if routesServiceAddresses(dp.path) {
 				dp.stop = func(b *testing.B) { flushKproxyRoutes(b, bn.topo.Node) }
 			}
 		}
 		b.Cleanup(func() {
-			if local := bn.pathOf(KproxyLocal); local != nil {
-				bn.deactivate(b, local)
+			for _, dp := range bn.paths {
+				bn.deactivate(b, dp)
 			}
 		})
 	}
@@ -484,12 +506,9 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 		fmt.Sprintf("RSS: VmRSS of the proxy process with %d idle keep-alive connections (one request each, then idle) minus VmRSS before, divided by %d. Percentages are of the iptables DNAT path in this run.", bn.idleConns, bn.idleConns),
 		"The Go io.Copy relay and HAProxy sit behind the same kind of REDIRECT rule kproxy writes (plus its conntrack --ctstate DNAT guard); HAProxy has no UDP.",
 	}
-	if bn.pathOf(KproxyLocal) != nil {
-		bn.table.Notes = append(bn.table.Notes,
-			"kproxy userspace, local portals: `--userspace-portals=local` on a VIP of its own: kproxy makes the VIP local with a route (`local VIP/32 dev lo table local proto 107`) and its relays listen on VIP:port; the harness adds no rule for the path. The node still holds the other paths' rules, so the path's packets pass conntrack and the nat table's few rules here; the scale table runs it on a node without any. The two kproxy columns take turns: one kproxy runs at a time, restarted when the other path is measured.")
-	} else if kproxyPath == Kproxy {
-		bn.table.Columns = slices.DeleteFunc(append(Paths(), bn.table.Extra...), func(p Path) bool { return p == KproxyLocal })
-		bn.table.Notes = append(bn.table.Notes, "No local-portal column: this kproxy binary has no --userspace-portals flag.")
+	bn.table.Notes = append(bn.table.Notes, portalNotes...)
+	if len(absent) > 0 {
+		bn.table.Columns = slices.DeleteFunc(append(Paths(), bn.table.Extra...), func(p Path) bool { return slices.Contains(absent, p) })
 	}
 	switch kproxyPath {
 	case KproxyIPTables:
@@ -500,6 +519,47 @@ func setUp(b *testing.B, kproxyBin string) *bench {
 			"kproxy nftables mode: kube-proxy v1.36's nftables ruleset written by kproxy (table ip kube-proxy: the services chain's verdict map of service addresses → the service chain, whose numgen map DNATs to the endpoint; the filter chains' endpoint, firewall and cluster-IP checks on every new connection) against one hand-written iptables PREROUTING DNAT rule (nf_tables underneath too); both are kernel NAT, so the target is parity within noise.")
 	}
 	return bn
+}
+
+// localPortalsMissing says why there is no local-portal column, "" when
+// there is one: binaries from before local portals (KPROXY_BINARY) have
+// REDIRECT portals only.
+func localPortalsMissing(portalsFlag bool) string {
+	if !portalsFlag {
+		return "this kproxy binary has no --userspace-portals flag"
+	}
+	return ""
+}
+
+// skLookupPortalsMissing says why there is no socket-lookup column, ""
+// when there is one: the binary must offer the kind and the kernel run its
+// program (kproxy refuses to start with --userspace-portals=sklookup
+// otherwise).
+func skLookupPortalsMissing(bin string) string {
+	if !hasSKLookupPortals(bin) {
+		return "this kproxy binary has no --userspace-portals=sklookup"
+	}
+	// The probe attaches to the calling thread's namespace: the node's,
+	// as every thread of this process is in it.
+	runtime.LockOSThread()
+	err := sklookup.Probe()
+	runtime.UnlockOSThread()
+	if err != nil {
+		return fmt.Sprintf("this kernel cannot run kproxy's socket-lookup program (%v)", err)
+	}
+	return ""
+}
+
+// portalNote describes how the path of a portal kind other than REDIRECT
+// reaches its relays.
+func portalNote(p Path) string {
+	switch p {
+	case KproxyLocal:
+		return "kproxy userspace, local portals: `--userspace-portals=local` on a VIP of its own: kproxy makes the VIP local with a route (`local VIP/32 dev lo table local proto 107`) and its relays listen on VIP:port; the harness adds no rule for the path. The node still holds the other paths' rules, so the path's packets pass conntrack and the nat table's few rules here; the scale table runs it on a node without any."
+	case KproxySKLookup:
+		return "kproxy userspace, socket-lookup portals: `--userspace-portals=sklookup` on a VIP of its own: kproxy makes the VIP local with a route as for local portals, and a BPF sk_lookup program attached to the node's network namespace hands the VIP's service ports to one relay socket per protocol (a TCP listener and a UDP socket on loopback), the relays telling services apart by the connection's or datagram's destination; UDP replies leave through a raw socket. No rule for the path either; its packets pass conntrack and the nat table as the local-portal path's do. Every row of the local-portal column applies: the relays hold the connections (RSS, descriptors) as they do there."
+	}
+	return ""
 }
 
 func (bn *bench) pathOf(p Path) *dataPath {
@@ -584,7 +644,7 @@ func startKproxy(b *testing.B, topo *lab.Topology, bin, dir string, p Path, vip,
 		default:
 		}
 		var state string
-		if p == KproxyLocal {
+		if routesServiceAddresses(p) {
 			state = strings.Join(kproxyRoutes(b, topo.Node), "\n")
 			if strings.Contains(state, "local "+vip.String()+" ") {
 				return kp
@@ -609,18 +669,16 @@ func startKproxy(b *testing.B, topo *lab.Topology, bin, dir string, p Path, vip,
 	}
 }
 
-// activate starts p's proxy if it starts on demand, stopping the other
-// on-demand path's first.
+// activate readies p for a measurement: every other path's on-demand proxy
+// is stopped, and p's started if it starts on demand. So one userspace
+// kproxy runs at a time, and none beside another path's measurement.
 func (bn *bench) activate(b *testing.B, p *dataPath) {
-	if p.start == nil {
-		return
-	}
 	for _, o := range bn.paths {
 		if o != p && o.start != nil {
 			bn.deactivate(b, o)
 		}
 	}
-	if p.proxy == nil {
+	if p.start != nil && p.proxy == nil {
 		p.proxy = p.start(b)
 		bn.checkPath(b, p)
 		// The probes' connections close in the relay a moment later;
@@ -638,7 +696,7 @@ func (bn *bench) activate(b *testing.B, p *dataPath) {
 
 // deactivate stops p's on-demand proxy and removes what it leaves.
 func (bn *bench) deactivate(b *testing.B, p *dataPath) {
-	if p.proxy == nil {
+	if p.start == nil || p.proxy == nil {
 		return
 	}
 	if err := p.proxy.Stop(); err != nil {
@@ -917,17 +975,9 @@ func (bn *bench) idleRSS(b *testing.B, p *dataPath, record func(string, float64,
 	// low: the path's highest count so far budgets the descriptors.
 	fdsPerConn = max(fdsPerConn, 2, bn.fdsPerConn[p.path])
 	bn.fdsPerConn[p.path] = fdsPerConn
-	n := bn.idleConns
-	// Beyond its two sockets a proxy may hold pooled descriptors the
-	// calibration reused rather than opened (Go's splice pipes), so extras
-	// are budgeted at half as much again.
-	budget := fdsPerConn
-	if fdsPerConn > 2.05 {
-		budget = 2 + 1.5*(fdsPerConn-2) + 1
-	}
-	if fit := int(float64(limit-fdsBefore-fdHeadroom/2) / budget); fit < n {
-		n = fit
-		note := fmt.Sprintf("with %d connections: %.1f descriptors each, RLIMIT_NOFILE %d", n, fdsPerConn, limit)
+	n, why := idleConnections(bn.idleConns, limit, fdsBefore, fdsPerConn, portalKind(p.path) != "")
+	if n < bn.idleConns {
+		note := fmt.Sprintf("with %d connections: %s", n, why)
 		bn.table.Annotate("idle-conn-rss", p.path, note)
 		b.Logf("%s: measured %s", p.proxy, note)
 	}
@@ -949,6 +999,31 @@ func (bn *bench) idleRSS(b *testing.B, p *dataPath, record func(string, float64,
 		p.proxy, fdsBefore, fdsPerConn, before, after, n, perConn)
 	record("idle-conn-rss", perConn, "KiB/conn")
 	record("idle-conn-fds", fdsPerConn, "fds/conn")
+}
+
+// idleConnections is how many of the wanted idle connections the RSS row
+// opens through a proxy that may open limit descriptors, holds fdsBefore
+// and takes fdsPerConn for each connection, and why it is fewer. kproxy
+// (kproxyShare) also admits no more on one service port than the port's
+// share of its RLIMIT_NOFILE (lb/fdbudget), less some slack for the
+// calibration's connections still closing.
+func idleConnections(want, limit, fdsBefore int, fdsPerConn float64, kproxyShare bool) (int, string) {
+	n, why := want, ""
+	// Beyond its two sockets a proxy may hold pooled descriptors the
+	// calibration reused rather than opened (Go's splice pipes), so extras
+	// are budgeted at half as much again.
+	budget := fdsPerConn
+	if fdsPerConn > 2.05 {
+		budget = 2 + 1.5*(fdsPerConn-2) + 1
+	}
+	if fit := int(float64(limit-fdsBefore-fdHeadroom/2) / budget); fit < n {
+		n, why = fit, fmt.Sprintf("%.1f descriptors each, RLIMIT_NOFILE %d", fdsPerConn, limit)
+	}
+	const closingSlack = 64
+	if share := fdbudget.PortLimitsFor(uint64(max(limit, 0))).Connections - closingSlack; kproxyShare && share < n {
+		n, why = share, fmt.Sprintf("kproxy's share per service port of RLIMIT_NOFILE %d", limit)
+	}
+	return n, why
 }
 
 // openIdle opens n connections from the client through the path and makes

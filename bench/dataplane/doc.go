@@ -1,5 +1,5 @@
 // Package dataplane holds the data-plane benchmark of issue 3: one lab
-// (bench/lab: a client, the node, one backend) and six ways from the client
+// (bench/lab: a client, the node, one backend) and seven ways from the client
 // to the backend's servers, each on its own service VIP so they coexist:
 //
 //   - direct: the client addresses the backend itself (routed by the node);
@@ -10,9 +10,16 @@
 //   - kproxy userspace, local portals: the same with
 //     --userspace-portals=local on a VIP of its own: kproxy adds a local
 //     route for the VIP (proto 107) and its relays listen on it; the
-//     benchmark adds no rule for it. The two kproxys take turns on the node
-//     (each would remove the other portal kind's rules or routes at start);
-//     binaries without the flag get no local-portal column;
+//     benchmark adds no rule for it; binaries without the flag get no
+//     local-portal column;
+//   - kproxy userspace, socket-lookup portals: the same with
+//     --userspace-portals=sklookup on a VIP of its own: the VIP gets a local
+//     route as above, and kproxy's BPF sk_lookup program hands its service
+//     ports to one relay socket per protocol; binaries without the kind, or
+//     kernels that cannot run the program, get no column. The three kproxys
+//     take turns on the node (each would remove the other portal kinds'
+//     rules or routes at start): one runs while its path is measured, none
+//     while another path is;
 //   - Go io.Copy relay: the naive Go proxy (accept, dial, two io.Copy
 //     goroutines; a per-flow UDP relay), run as its own process behind a
 //     REDIRECT rule of the kind kproxy writes;

@@ -423,19 +423,25 @@ func kproxyArgs(p Path, file string, portals bool) []string {
 		return append(args, "--proxy-mode=iptables")
 	case KproxyNFTables:
 		return append(args, "--proxy-mode=nftables")
-	case KproxyLocal:
-		return append(args, "--proxy-mode=userspace", "--userspace-portals=local")
 	}
-	if portals {
-		args = append(args, "--userspace-portals=redirect")
+	// Binaries from before local portals take REDIRECT portals only, and
+	// without the flag.
+	if portals || p != Kproxy {
+		args = append(args, "--userspace-portals="+portalKind(p))
 	}
 	return append(args, "--proxy-mode=userspace")
 }
 
 // hasPortalsFlag reports whether the kproxy binary has --userspace-portals.
-func hasPortalsFlag(bin string) bool {
+func hasPortalsFlag(bin string) bool { return kproxyHelpMentions(bin, "--userspace-portals") }
+
+// hasSKLookupPortals reports whether the kproxy binary offers socket-lookup
+// portals (--userspace-portals=sklookup).
+func hasSKLookupPortals(bin string) bool { return kproxyHelpMentions(bin, "'sklookup'") }
+
+func kproxyHelpMentions(bin, text string) bool {
 	out, _ := exec.Command(bin, "--help").CombinedOutput()
-	return bytes.Contains(out, []byte("--userspace-portals"))
+	return bytes.Contains(out, []byte(text))
 }
 
 // raiseNoFileQuietly raises RLIMIT_NOFILE as far as this process may and

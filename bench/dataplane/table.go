@@ -20,6 +20,11 @@ const (
 	// addresses made local by routes, the relays listening on them, no
 	// netfilter rule on the node for the path.
 	KproxyLocal Path = "kproxy-local"
+	// KproxySKLookup is the userspace mode with socket-lookup portals:
+	// service addresses made local by routes as for local portals, and a
+	// BPF sk_lookup program on the node's network namespace handing their
+	// service ports to one relay socket per protocol and family.
+	KproxySKLookup Path = "kproxy-sklookup"
 	// KproxyIPTables is kproxy in --proxy-mode=iptables: kernel DNAT from
 	// kube-proxy's rule model. It runs in a table of its own (see
 	// KproxyModeEnv), as kproxy's modes remove each other's rules at start.
@@ -33,7 +38,9 @@ const (
 )
 
 // Paths lists the paths in table column order.
-func Paths() []Path { return []Path{Direct, DNAT, Kproxy, KproxyLocal, IOCopy, HAProxy} }
+func Paths() []Path {
+	return []Path{Direct, DNAT, Kproxy, KproxyLocal, KproxySKLookup, IOCopy, HAProxy}
+}
 
 // Title is the path's column heading.
 func (p Path) Title() string {
@@ -46,6 +53,8 @@ func (p Path) Title() string {
 		return "kproxy userspace, REDIRECT portals"
 	case KproxyLocal:
 		return "kproxy userspace, local portals"
+	case KproxySKLookup:
+		return "kproxy userspace, socket-lookup portals"
 	case KproxyIPTables:
 		return "kproxy iptables mode"
 	case KproxyNFTables:
@@ -57,6 +66,25 @@ func (p Path) Title() string {
 	}
 	return string(p)
 }
+
+// portalKind is the --userspace-portals kind a userspace kproxy path runs
+// with, "" for the other paths.
+func portalKind(p Path) string {
+	switch p {
+	case Kproxy:
+		return "redirect"
+	case KproxyLocal:
+		return "local"
+	case KproxySKLookup:
+		return "sklookup"
+	}
+	return ""
+}
+
+// routesServiceAddresses says whether p's kproxy makes service addresses
+// local with routes (proto 107 in the local table), which the harness waits
+// for at start and removes should a stopped kproxy leave them.
+func routesServiceAddresses(p Path) bool { return p == KproxyLocal || p == KproxySKLookup }
 
 // Row is one measured quantity.
 type Row struct {
