@@ -17,9 +17,13 @@
 // would let a corrupted payload through; the cost is measured in
 // BenchmarkChecksum. The IPv6 checksum is the kernel's (IPV6_CHECKSUM).
 //
-// A raw UDP socket is also handed a copy of every UDP datagram the host
-// receives; a drop-all socket filter and the smallest receive buffer keep
-// it from queueing any. Opening the sockets needs CAP_NET_RAW.
+// An unbound raw UDP socket is also handed a copy of every UDP datagram the
+// host receives: a clone and a filter run per datagram, for every service's
+// traffic and the node's own. So each socket is bound to an address no
+// datagram is ever sent to (sending is unaffected: the source comes from the
+// control message); where that bind fails, a drop-all socket filter and the
+// smallest receive buffer still keep it from queueing any. Opening the
+// sockets needs CAP_NET_RAW.
 package rawudp
 
 import (
@@ -79,7 +83,24 @@ func openRaw(family int) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
+	// Best effort: the filter alone keeps a socket that cannot be bound empty.
+	_ = bindAway(fd, family)
 	return fd, nil
+}
+
+// bindAway binds fd to an address of its family that no datagram is sent
+// to, so the kernel hands it no copies: 0.0.0.1 (0.0.0.0/8 is never a
+// destination; the kernel drops it as martian) or 100::1 (100::/64 is IPv6's
+// discard-only prefix, RFC 6666). Neither is local, hence freebind.
+func bindAway(fd, family int) error {
+	if family == unix.AF_INET6 {
+		// IPV6_FREEBIND is already set: IPV6_PKTINFO needs it too.
+		return unix.Bind(fd, &unix.SockaddrInet6{Addr: [16]byte{0x01, 0x00, 15: 1}})
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_FREEBIND, 1); err != nil {
+		return err
+	}
+	return unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{0, 0, 0, 1}})
 }
 
 func configure(fd, family int) error {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -191,34 +192,8 @@ func TestRawSocketQueuesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for _, network := range []string{"udp4", "udp6"} {
-		lo := "127.0.0.1:0"
-		if network == "udp6" {
-			lo = "[::1]:0"
-		}
-		sink, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(lo)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sink.Close()
-		c, err := net.DialUDP(network, nil, sink.LocalAddr().(*net.UDPAddr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		for range 100 {
-			if _, err := c.Write(make([]byte, 100)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		buf := make([]byte, 200)
-		for range 100 { // every datagram went through the host's receive path
-			_ = sink.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := sink.Read(buf); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	exchangeOnLoopback(t, "udp4", "127.0.0.1:0", 100)
+	exchangeOnLoopback(t, "udp6", "[::1]:0", 100)
 	for _, file := range []string{"/proc/net/raw", "/proc/net/raw6"} {
 		queues := rawQueues(t, file)
 		if len(queues) != 1 {
@@ -228,6 +203,115 @@ func TestRawSocketQueuesNothing(t *testing.T) {
 			t.Errorf("%s: our raw socket queued %d bytes", file, queues[0])
 		}
 	}
+}
+
+// TestRawSocketIsHandedNoCopies checks that the kernel clones no datagram
+// to the raw sockets at all: with their filter detached and a receive buffer
+// to queue into, none of the host's UDP datagrams reaches them.
+func TestRawSocketIsHandedNoCopies(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	s, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, fd := range []int{s.v4, s.v6} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0); err != nil {
+			t.Fatalf("detaching the filter: %v", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		network, addr string
+		raw           int
+	}{{"udp4", "127.0.0.1:0", s.v4}, {"udp6", "[::1]:0", s.v6}} {
+		exchangeOnLoopback(t, c.network, c.addr, 100)
+		buf := make([]byte, 2048)
+		if n, _, err := unix.Recvfrom(c.raw, buf, unix.MSG_DONTWAIT); !errors.Is(err, unix.EAGAIN) {
+			t.Errorf("%s: the raw socket was handed a copy of a datagram (%d bytes, %v)", c.network, n, err)
+		}
+	}
+}
+
+// exchangeOnLoopback sends n datagrams to a socket bound to addr and reads
+// them, so each went through the host's receive path.
+func exchangeOnLoopback(tb testing.TB, network, addr string, n int) {
+	tb.Helper()
+	sink, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer sink.Close()
+	c, err := net.DialUDP(network, nil, sink.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	out, in := make([]byte, 100), make([]byte, 200)
+	for range n {
+		if _, err := c.Write(out); err != nil {
+			tb.Fatal(err)
+		}
+		_ = sink.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := sink.Read(in); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoopbackDatagramBesideRawSocket is the price every UDP datagram
+// on the host pays for the raw reply sockets: one loopback datagram sent and
+// read, with no raw socket, with an unbound one (a clone and a filter run
+// per datagram) and with Open's (bound where nothing is sent).
+func BenchmarkLoopbackDatagramBesideRawSocket(b *testing.B) {
+	if lab.InFreshNetns(b) {
+		return
+	}
+	for _, c := range []struct {
+		name string
+		open func() (*Socket, error)
+	}{
+		{"none", func() (*Socket, error) { return nil, nil }},
+		{"unbound", openUnbound},
+		{"bound", Open},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s, err := c.open()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if s != nil {
+				defer s.Close()
+			}
+			b.ResetTimer()
+			exchangeOnLoopback(b, "udp4", "127.0.0.1:0", b.N)
+		})
+	}
+}
+
+// openUnbound is Open without the bind: raw sockets as they were before it.
+func openUnbound() (*Socket, error) {
+	s := &Socket{v4: -1, v6: -1}
+	for _, f := range []struct {
+		fd     *int
+		family int
+	}{{&s.v4, unix.AF_INET}, {&s.v6, unix.AF_INET6}} {
+		fd, err := eventloop.Socket(f.family, unix.SOCK_RAW, unix.IPPROTO_UDP)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		*f.fd = fd
+		if err := configure(fd, f.family); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // rawQueues reads the receive queue (bytes) of every socket in a
