@@ -130,11 +130,7 @@ func TestRepliesComeFromTheChosenAddress(t *testing.T) {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	s, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSockets(t)
 	for _, c := range []struct {
 		name, client, from string
 		size               int
@@ -181,17 +177,24 @@ func TestRepliesComeFromTheChosenAddress(t *testing.T) {
 	}
 }
 
+// openSockets opens the raw sockets for t and closes them when it ends.
+func openSockets(t *testing.T) *Socket {
+	t.Helper()
+	s, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // TestRawSocketQueuesNothing checks that the raw sockets, which the kernel
 // hands every UDP datagram, keep none of them.
 func TestRawSocketQueuesNothing(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	s, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	openSockets(t)
 	exchangeOnLoopback(t, "udp4", "127.0.0.1:0", 100)
 	exchangeOnLoopback(t, "udp6", "[::1]:0", 100)
 	for _, file := range []string{"/proc/net/raw", "/proc/net/raw6"} {
@@ -212,11 +215,7 @@ func TestRawSocketIsHandedNoCopies(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	s, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSockets(t)
 	for _, fd := range []int{s.v4, s.v6} {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0); err != nil {
 			t.Fatalf("detaching the filter: %v", err)
