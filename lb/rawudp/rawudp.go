@@ -58,13 +58,17 @@ type Socket struct {
 
 // Open opens the raw sockets. IPv6 may be missing (a kernel without it);
 // IPv4 may not. It needs CAP_NET_RAW, which kproxy has as it runs as root.
-func Open() (*Socket, error) {
+func Open() (*Socket, error) { return open(true) }
+
+// open is Open; bind false leaves the sockets unbound, as the benchmark of
+// what binding them saves needs.
+func open(bind bool) (*Socket, error) {
 	s := &Socket{v4: -1, v6: -1}
 	var err error
-	if s.v4, err = openRaw(unix.AF_INET); err != nil {
+	if s.v4, err = openRaw(unix.AF_INET, bind); err != nil {
 		return nil, fmt.Errorf("raw UDP socket for IPv4 replies (needs CAP_NET_RAW): %w", err)
 	}
-	if s.v6, err = openRaw(unix.AF_INET6); err != nil {
+	if s.v6, err = openRaw(unix.AF_INET6, bind); err != nil {
 		if !errors.Is(err, unix.EAFNOSUPPORT) {
 			unix.Close(s.v4)
 			return nil, fmt.Errorf("raw UDP socket for IPv6 replies (needs CAP_NET_RAW): %w", err)
@@ -74,7 +78,7 @@ func Open() (*Socket, error) {
 	return s, nil
 }
 
-func openRaw(family int) (int, error) {
+func openRaw(family int, bind bool) (int, error) {
 	fd, err := eventloop.Socket(family, unix.SOCK_RAW, unix.IPPROTO_UDP)
 	if err != nil {
 		return -1, err
@@ -83,8 +87,10 @@ func openRaw(family int) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	// Best effort: the filter alone keeps a socket that cannot be bound empty.
-	_ = bindAway(fd, family)
+	if bind {
+		// Best effort: the filter alone keeps a socket that cannot be bound empty.
+		_ = bindAway(fd, family)
+	}
 	return fd, nil
 }
 

@@ -275,7 +275,7 @@ func BenchmarkLoopbackDatagramBesideRawSocket(b *testing.B) {
 		open func() (*Socket, error)
 	}{
 		{"none", func() (*Socket, error) { return nil, nil }},
-		{"unbound", openUnbound},
+		{"unbound", func() (*Socket, error) { return open(false) }},
 		{"bound", Open},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -290,27 +290,6 @@ func BenchmarkLoopbackDatagramBesideRawSocket(b *testing.B) {
 			exchangeOnLoopback(b, "udp4", "127.0.0.1:0", b.N)
 		})
 	}
-}
-
-// openUnbound is Open without the bind: raw sockets as they were before it.
-func openUnbound() (*Socket, error) {
-	s := &Socket{v4: -1, v6: -1}
-	for _, f := range []struct {
-		fd     *int
-		family int
-	}{{&s.v4, unix.AF_INET}, {&s.v6, unix.AF_INET6}} {
-		fd, err := eventloop.Socket(f.family, unix.SOCK_RAW, unix.IPPROTO_UDP)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		*f.fd = fd
-		if err := configure(fd, f.family); err != nil {
-			s.Close()
-			return nil, err
-		}
-	}
-	return s, nil
 }
 
 // rawQueues reads the receive queue (bytes) of every socket in a
