@@ -115,7 +115,7 @@ func TestAPIServer(t *testing.T) {
 		twoBackends := l.backendsExcept("backend-3")
 		wantTwo := func(t *testing.T, when string) {
 			t.Helper()
-			seen, err := trySpread(12, askWeb)
+			seen, err := spreadOver(2, askWeb)
 			if err != nil || len(seen) != 2 || seen["backend-3"] != 0 {
 				t.Fatalf("web %s reached %v (%v), want backend-1 and backend-2", when, seen, err)
 			}
@@ -124,7 +124,7 @@ func TestAPIServer(t *testing.T) {
 		t.Run("an endpoint removal takes effect within seconds", func(t *testing.T) {
 			setWebBackends(t, twoBackends)
 			lab.Within(t, changeBound, "backend-3 leaving the rotation", func() (bool, string) {
-				seen, err := trySpread(12, askWeb)
+				seen, err := spreadOver(2, askWeb)
 				return err == nil && len(seen) == 2 && seen["backend-3"] == 0, fmt.Sprint(seen, err)
 			})
 		})
@@ -169,7 +169,7 @@ func TestAPIServer(t *testing.T) {
 			changed := time.Now()
 			lab.Within(t, reconnectBound, "an endpoint addition and a new service after the API server came back", func() (bool, string) {
 				l.alive(t)
-				web, err := trySpread(12, askWeb)
+				web, err := spreadOver(3, askWeb)
 				if err != nil {
 					return false, fmt.Sprint(web, err)
 				}

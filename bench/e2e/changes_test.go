@@ -71,14 +71,14 @@ func TestAffinityAndEndpointChanges(t *testing.T) {
 			c.webBackends = l.backendsExcept("backend-3")
 			l.write(t, c.render())
 			lab.Within(t, changeBound, "backend-3 leaving the rotation", func() (bool, string) {
-				seen, err := trySpread(12, askWeb)
+				seen, err := spreadOver(2, askWeb)
 				return err == nil && len(seen) == 2 && seen["backend-3"] == 0, fmt.Sprint(seen, err)
 			})
 		})
 		t.Run("an added endpoint gets traffic", func(t *testing.T) {
 			l.write(t, core(l.backends).render())
 			lab.Within(t, changeBound, "backend-3 rejoining the rotation", func() (bool, string) {
-				seen, err := trySpread(12, askWeb)
+				seen, err := spreadOver(3, askWeb)
 				return err == nil && len(seen) == 3, fmt.Sprint(seen, err)
 			})
 		})

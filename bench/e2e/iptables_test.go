@@ -54,7 +54,7 @@ func TestFlushedRulesAreRestored(t *testing.T) {
 			if !strings.Contains(save, webVIP+"/32") || !regexp.MustCompile(`(?m)^-A PREROUTING .*-j KUBE-SERVICES$`).MatchString(save) {
 				return false, save
 			}
-			seen, err := trySpread(12, askWeb)
+			seen, err := spreadOver(3, askWeb)
 			return err == nil && len(seen) == 3, fmt.Sprint(seen, err)
 		})
 		t.Logf("traffic flowed again %v after the flush", time.Since(flushed))
@@ -157,7 +157,7 @@ func TestRestoreFailureKeepsRules(t *testing.T) {
 				t.Fatal(err)
 			}
 			lab.Eventually(t, "backend-3 leaving the rotation", func() (bool, string) {
-				seen, err := trySpread(12, askWeb)
+				seen, err := spreadOver(2, askWeb)
 				return err == nil && len(seen) == 2 && seen["backend-3"] == 0, fmt.Sprint(seen, err)
 			})
 		})

@@ -133,7 +133,7 @@ func TestGracefulTermination(t *testing.T) {
 			w, out := l.realServerWeight(t, webVIP+":80", pinnedIP)
 			return w == 0, out
 		})
-		seen, err := trySpread(12, askHTTP(l.topo.Client, "http://"+webVIP+"/"))
+		seen, err := spreadOver(2, askHTTP(l.topo.Client, "http://"+webVIP+"/"))
 		if err != nil || seen[pinned] != 0 || len(seen) != 2 {
 			t.Fatalf("new connections while %s drains: %v, %v; want only the two others", pinned, seen, err)
 		}

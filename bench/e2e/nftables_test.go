@@ -167,7 +167,7 @@ func TestNFTablesTableRestored(t *testing.T) {
 					if tc.family != "ip" {
 						return true, ""
 					}
-					seen, err := trySpread(12, askWeb)
+					seen, err := spreadOver(3, askWeb)
 					return err == nil && len(seen) == 3, fmt.Sprint(seen, err)
 				})
 				t.Logf("the %s table was whole again %v after nft %s table", tc.family, time.Since(broken).Round(time.Millisecond), tc.verb)
@@ -241,7 +241,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 			nftScript(t, node, fmt.Sprintf("flush chain ip %[1]s audit-sticky\ndelete chain ip %[1]s audit-sticky\n", nftTable))
 			lab.Within(t, 2*nftResyncPeriod+changeBound, "backend-3 leaving the rotation once the set is free", func() (bool, string) {
 				l.alive(t)
-				seen, err := trySpread(12, askWeb)
+				seen, err := spreadOver(2, askWeb)
 				return err == nil && len(seen) == 2 && seen["backend-3"] == 0, fmt.Sprint(seen, err)
 			})
 			settled := nftFamilyCounter(t, nftSyncFailuresMetric)
@@ -293,7 +293,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 				t.Logf("logged: %s", lines[0])
 			}
 			l.wantBalanced(t, "UDP ClusterIP while the stale chain cannot go", askEcho)
-			if seen, err := trySpread(12, askWeb); err != nil || len(seen) != 2 || seen["backend-3"] != 0 {
+			if seen, err := spreadOver(2, askWeb); err != nil || len(seen) != 2 || seen["backend-3"] != 0 {
 				t.Errorf("web reached %v (%v) while the stale chain cannot go, want backend-1 and backend-2", seen, err)
 			}
 			// A chain someone else holds must not hold up the other
@@ -302,7 +302,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 			l.write(t, coreServices{backends: l.backends, stickyTimeout: 60, withoutGone: true}.render())
 			lab.Within(t, 2*nftResyncPeriod+changeBound, "backend-3 rejoining web while the stale chain cannot go", func() (bool, string) {
 				l.alive(t)
-				seen, err := trySpread(12, askWeb)
+				seen, err := spreadOver(3, askWeb)
 				return err == nil && len(seen) == 3, fmt.Sprint(seen, err)
 			})
 
@@ -531,7 +531,7 @@ func TestNFTablesMapDamageRepaired(t *testing.T) {
 					if !sameTokens(table, before) {
 						return false, table
 					}
-					seen, err := trySpread(12, tc.ask)
+					seen, err := spreadOver(3, tc.ask)
 					return err == nil && len(seen) == 3, fmt.Sprint(seen, err)
 				})
 				t.Logf("traffic and table whole again %v after nft %s", time.Since(broken).Round(time.Millisecond), strings.Join(tc.damage, " "))

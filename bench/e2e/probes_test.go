@@ -121,6 +121,27 @@ func (l *e2eLab) wantBackends(t *testing.T, what string, seen map[string]int, n 
 	}
 }
 
+// spreadMinAsks is how many requests spreadOver always makes, so that a
+// backend that should be out of the rotation has its chances to answer.
+const spreadMinAsks = 12
+
+// spreadOver asks spreadMinAsks times, and on up to randomTries while fewer
+// than distinct answers came back: a random pick between two backends misses
+// one in 12 tries once in 2,048 calls, which a suite asking dozens of times a
+// run turns into a flake; in 30 tries once in 500 million. A failed request
+// is returned, not fatal.
+func spreadOver(distinct int, ask func() (string, error)) (map[string]int, error) {
+	seen := map[string]int{}
+	for i := 0; i < randomTries && (i < spreadMinAsks || len(seen) < distinct); i++ {
+		got, err := ask()
+		if err != nil {
+			return seen, err
+		}
+		seen[got]++
+	}
+	return seen, nil
+}
+
 // trySpread is lab.Spread for use inside lab.Within: a failed request is
 // returned, not fatal.
 func trySpread(n int, ask func() (string, error)) (map[string]int, error) {
