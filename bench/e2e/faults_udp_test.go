@@ -62,12 +62,22 @@ func TestHostileUDPClientCannotExhaustDescriptors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		refused := `kproxy_userspace_rejected_total{protocol="udp",reason="fd_exhausted"}`
+		// Beyond its share each new flow of the client takes the place of
+		// its own least recently active one: it never holds more.
+		evicted := "kproxy_userspace_udp_flow_evictions_total"
 		lab.Eventually(t, "kproxy to hold the hostile client to its share of flows", func() (bool, string) {
-			n, flows := metricSum(t, refused), metricSum(t, "kproxy_userspace_udp_flows_active")
+			n, flows := metricSum(t, evicted), metricSum(t, "kproxy_userspace_udp_flows_active")
 			return n >= hostileSourcePorts-hostileClientShare && flows == hostileClientShare,
-				fmt.Sprintf("%s %v, %v flows active (want %d)", refused, n, flows, hostileClientShare)
+				fmt.Sprintf("%s %v, %v flows active (want %d)", evicted, n, flows, hostileClientShare)
 		})
+		if n := metricSum(t, `kproxy_userspace_rejected_total{protocol="udp",reason="fd_exhausted"}`); n != 0 {
+			t.Errorf("%v of the client's datagrams refused for descriptors, want its oldest flows given up instead", n)
+		}
+		// The client's newest flow is served: a busy resolver sending each
+		// query from a fresh port keeps getting answers.
+		if _, err := askUDP(l.topo.Client, echoVIP+":53")(); err != nil {
+			t.Errorf("a new flow from the client at its share: %v", err)
+		}
 
 		// Everything else still works while the hostile flows are held.
 		l.alive(t)

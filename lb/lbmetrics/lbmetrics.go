@@ -113,7 +113,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		AcceptErrorsTotal:        counterVec("accept_errors_total", "Errors accepting client connections, by protocol.", LabelProtocol),
 		UDPFlowsActive:           gaugeVec("udp_flows_active", "UDP flows currently in the flow tables.").WithLabelValues(),
 		UDPFlowsTotal:            counterVec("udp_flows_total", "UDP flows created.").WithLabelValues(),
-		UDPFlowEvictionsTotal:    counterVec("udp_flow_evictions_total", "UDP flows evicted because a flow table was full (idle expiry is not counted).").WithLabelValues(),
+		UDPFlowEvictionsTotal:    counterVec("udp_flow_evictions_total", "UDP flows closed to make room for a new one: a flow table full, the flows' share of descriptors used up, or the client at its own share (idle expiry is not counted).").WithLabelValues(),
 		SCTPUnservedServicePorts: gaugeVec("sctp_unserved_service_ports", "SCTP service ports that cannot be served because the kernel has no SCTP sockets.").WithLabelValues(),
 		perProtocol:              make(map[string]*Protocol, 3),
 	}

@@ -29,7 +29,23 @@ type flow struct {
 
 	// prev and next order flows by lastActive, least recent first.
 	prev, next *flow
+	// sibling orders the flows of the same client address the same way,
+	// so a client at its share of descriptors can give up its own least
+	// recently active flow without a walk over everyone's.
+	sibling siblings
 }
+
+// siblings links a flow into its client address's ring, circular, from
+// the address's least recently active flow (ring.oldest) round to its most
+// recently active one (ring.oldest.sibling.prev).
+type siblings struct {
+	prev, next *flow
+	ring       *addressRing
+}
+
+// addressRing is where a client address's ring starts; a flow reaches it
+// without a map lookup, as touch must for every datagram.
+type addressRing struct{ oldest *flow }
 
 // sharedFlow is a shared socket's flow with its reply path, allocated as one.
 type sharedFlow struct {
@@ -50,12 +66,14 @@ type flowTable struct {
 	byClient  map[netip.AddrPort]*flow
 	byService map[serviceKey]*flow // a shared socket's flows
 	byFD      map[int32]*flow
+	// byAddress holds each client address's ring of flows.
+	byAddress map[netip.Addr]*addressRing
 	head      flow // sentinel: head.next is the least recently active flow
 }
 
 func newFlowTable() *flowTable {
 	t := &flowTable{byClient: make(map[netip.AddrPort]*flow), byService: make(map[serviceKey]*flow),
-		byFD: make(map[int32]*flow)}
+		byFD: make(map[int32]*flow), byAddress: make(map[netip.Addr]*addressRing)}
 	t.head.next, t.head.prev = &t.head, &t.head
 	return t
 }
@@ -70,6 +88,7 @@ func (t *flowTable) add(f *flow) {
 	}
 	t.byFD[int32(f.fd)] = f
 	t.pushBack(f)
+	t.joinAddress(f)
 }
 
 func (t *flowTable) remove(f *flow) {
@@ -81,16 +100,71 @@ func (t *flowTable) remove(f *flow) {
 	delete(t.byFD, int32(f.fd))
 	f.prev.next, f.next.prev = f.next, f.prev
 	f.prev, f.next = nil, nil
+	t.leaveAddress(f)
 }
 
-// touch marks f active at now, moving it to the back of the order.
+// touch marks f active at now, moving it to the back of both orders.
 func (t *flowTable) touch(f *flow, now int64) {
 	f.lastActive = now
 	if t.head.prev == f {
+		// The newest of all flows is the newest of its address's too.
 		return
 	}
 	f.prev.next, f.next.prev = f.next, f.prev
 	t.pushBack(f)
+	t.lastOfAddress(f)
+}
+
+// joinAddress puts f last in its client address's ring.
+func (t *flowTable) joinAddress(f *flow) {
+	addr := f.client.Addr().Unmap()
+	ring := t.byAddress[addr]
+	if ring == nil {
+		ring = &addressRing{oldest: f}
+		t.byAddress[addr] = ring
+		f.sibling = siblings{prev: f, next: f, ring: ring}
+		return
+	}
+	newest := ring.oldest.sibling.prev
+	f.sibling = siblings{prev: newest, next: ring.oldest, ring: ring}
+	newest.sibling.next, ring.oldest.sibling.prev = f, f
+}
+
+// lastOfAddress moves f, in its ring already, to the ring's newest place.
+func (t *flowTable) lastOfAddress(f *flow) {
+	ring := f.sibling.ring
+	switch newest := ring.oldest.sibling.prev; {
+	case newest == f:
+	case ring.oldest == f:
+		// The ring is circular: f follows its newest member already.
+		ring.oldest = f.sibling.next
+	default:
+		f.sibling.prev.sibling.next, f.sibling.next.sibling.prev = f.sibling.next, f.sibling.prev
+		f.sibling.prev, f.sibling.next = newest, ring.oldest
+		newest.sibling.next, ring.oldest.sibling.prev = f, f
+	}
+}
+
+// leaveAddress takes f out of its client address's ring.
+func (t *flowTable) leaveAddress(f *flow) {
+	ring := f.sibling.ring
+	if f.sibling.next == f {
+		delete(t.byAddress, f.client.Addr().Unmap())
+	} else {
+		if ring.oldest == f {
+			ring.oldest = f.sibling.next
+		}
+		f.sibling.prev.sibling.next, f.sibling.next.sibling.prev = f.sibling.next, f.sibling.prev
+	}
+	f.sibling = siblings{}
+}
+
+// oldestOf returns addr's least recently active flow, or nil.
+func (t *flowTable) oldestOf(addr netip.Addr) *flow {
+	if ring := t.byAddress[addr]; ring != nil {
+		return ring.oldest
+	}
+	return nil
 }
 
 func (t *flowTable) pushBack(f *flow) {

@@ -798,13 +798,23 @@ func (r *Relay) evictOldest() {
 	}
 }
 
-// acquireDescriptor takes the new flow's socket out of the shared budget:
-// a client over its share is refused; when the flows' share is used up the
-// relay's least recently active flow makes room, if it has one.
+// acquireDescriptor takes the new flow's socket out of the shared budget.
+// A client at its share gives up its own least recently active flow in this
+// relay, so a busy client (a node's DNS cache, a fresh source port per
+// query) keeps being served without taking more; it is refused when its
+// flows are all in other relays. When the flows' share is used up, the
+// relay's least recently active flow of any client makes room.
 func (r *Relay) acquireDescriptor(client netip.AddrPort) bool {
 	addr := client.Addr().Unmap()
 	verdict := r.budget.Acquire(addr)
-	if verdict == fdbudget.Full && r.flows.len() > 0 {
+	switch {
+	case verdict == fdbudget.ClientFull:
+		if own := r.flows.oldestOf(addr); own != nil {
+			r.closeFlow(own)
+			r.evictions.Inc()
+			verdict = r.budget.Acquire(addr)
+		}
+	case verdict == fdbudget.Full && r.flows.len() > 0:
 		r.evictOldest()
 		verdict = r.budget.Acquire(addr)
 	}

@@ -634,13 +634,21 @@ func TestDescriptorBudget(t *testing.T) {
 		wantRefused      float64
 		wantEvicted      float64
 		wantFlows        int
+		wantCreated      float64
 	}{
-		{"a client over its share is refused, others are served", 10, 2,
-			[]send{{"127.0.0.1", 0, true}, {"127.0.0.1", 1, true}, {"127.0.0.1", 2, false}, {"127.0.0.2", 0, true}, {"127.0.0.1", 0, true}},
-			1, 0, 3},
+		// 127.0.0.2's flow is the oldest of all: the newcomer's own
+		// oldest goes instead, so 127.0.0.2 keeps its flow (its second
+		// datagram creates none).
+		{"a client at its share gives up its own least recently active flow", 10, 2,
+			[]send{{"127.0.0.2", 0, true}, {"127.0.0.1", 0, true}, {"127.0.0.1", 1, true}, {"127.0.0.1", 2, true}, {"127.0.0.2", 0, true}},
+			0, 1, 3, 4},
+		// Touched again, 127.0.0.1's first flow is not its oldest any more.
+		{"a client's order follows its activity", 10, 2,
+			[]send{{"127.0.0.1", 0, true}, {"127.0.0.1", 1, true}, {"127.0.0.1", 0, true}, {"127.0.0.1", 2, true}, {"127.0.0.1", 0, true}},
+			0, 1, 2, 3},
 		{"flows' share used up: the least recently active flow makes room", 2, 2,
 			[]send{{"127.0.0.1", 0, true}, {"127.0.0.2", 0, true}, {"127.0.0.3", 0, true}},
-			0, 1, 2},
+			0, 1, 2, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -674,6 +682,9 @@ func TestDescriptorBudget(t *testing.T) {
 			}
 			if got := r.FlowCount(); got != tc.wantFlows {
 				t.Errorf("FlowCount = %d, want %d", got, tc.wantFlows)
+			}
+			if got := testutil.ToFloat64(r.metrics.UDPFlowsTotal); got != tc.wantCreated {
+				t.Errorf("flows created = %v, want %v", got, tc.wantCreated)
 			}
 			if held, _ := budget.Held(netip.Addr{}); held != tc.wantFlows {
 				t.Errorf("budget holds %d descriptors, want one per flow (%d)", held, tc.wantFlows)
