@@ -63,7 +63,7 @@ func checkAddressRings(table *flowTable) error {
 	}
 	for a, flows := range want {
 		if got := table.oldestOf(a); got != flows[0] {
-			return fmt.Errorf("%s: oldest is %v, want %v", a, got.client, flows[0].client)
+			return fmt.Errorf("%s: oldest is %v, want %v", a, clients([]*flow{got}), flows[0].client)
 		}
 		var ring []*flow
 		f := flows[0]
@@ -83,9 +83,14 @@ func checkAddressRings(table *flowTable) error {
 	return nil
 }
 
+// clients lists the flows' client addresses (an invalid one for nil).
 func clients(flows []*flow) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, f := range flows {
+		if f == nil {
+			out = append(out, netip.AddrPort{})
+			continue
+		}
 		out = append(out, f.client)
 	}
 	return out
