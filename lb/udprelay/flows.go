@@ -125,23 +125,20 @@ func (t *flowTable) joinAddress(f *flow) {
 		f.sibling = siblings{prev: f, next: f, ring: ring}
 		return
 	}
-	newest := ring.oldest.sibling.prev
-	f.sibling = siblings{prev: newest, next: ring.oldest, ring: ring}
-	newest.sibling.next, ring.oldest.sibling.prev = f, f
+	ring.append(f)
 }
 
 // lastOfAddress moves f, in its ring already, to the ring's newest place.
 func (t *flowTable) lastOfAddress(f *flow) {
 	ring := f.sibling.ring
-	switch newest := ring.oldest.sibling.prev; {
-	case newest == f:
+	switch {
+	case ring.oldest.sibling.prev == f:
 	case ring.oldest == f:
 		// The ring is circular: f follows its newest member already.
 		ring.oldest = f.sibling.next
 	default:
-		f.sibling.prev.sibling.next, f.sibling.next.sibling.prev = f.sibling.next, f.sibling.prev
-		f.sibling.prev, f.sibling.next = newest, ring.oldest
-		newest.sibling.next, ring.oldest.sibling.prev = f, f
+		f.unlinkSibling()
+		ring.append(f)
 	}
 }
 
@@ -154,9 +151,22 @@ func (t *flowTable) leaveAddress(f *flow) {
 		if ring.oldest == f {
 			ring.oldest = f.sibling.next
 		}
-		f.sibling.prev.sibling.next, f.sibling.next.sibling.prev = f.sibling.next, f.sibling.prev
+		f.unlinkSibling()
 	}
 	f.sibling = siblings{}
+}
+
+// append links f into the ring as its newest member.
+func (ring *addressRing) append(f *flow) {
+	newest := ring.oldest.sibling.prev
+	f.sibling = siblings{prev: newest, next: ring.oldest, ring: ring}
+	newest.sibling.next, ring.oldest.sibling.prev = f, f
+}
+
+// unlinkSibling joins f's neighbours in its ring to each other; the ring's
+// start is the caller's to move.
+func (f *flow) unlinkSibling() {
+	f.sibling.prev.sibling.next, f.sibling.next.sibling.prev = f.sibling.next, f.sibling.prev
 }
 
 // oldestOf returns addr's least recently active flow, or nil.

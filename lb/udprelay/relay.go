@@ -745,7 +745,7 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 		return nil
 	}
 	if r.flows.len() >= r.maxFlows {
-		r.evictOldest()
+		r.evict(r.flows.oldest())
 	}
 	if !r.acquireDescriptor(client) {
 		return nil
@@ -791,11 +791,15 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 	return nil
 }
 
-func (r *Relay) evictOldest() {
-	if oldest := r.flows.oldest(); oldest != nil {
-		r.closeFlow(oldest)
-		r.evictions.Inc()
+// evict closes f, if there is one, to make room for a new flow, and says
+// whether it did.
+func (r *Relay) evict(f *flow) bool {
+	if f == nil {
+		return false
 	}
+	r.closeFlow(f)
+	r.evictions.Inc()
+	return true
 }
 
 // acquireDescriptor takes the new flow's socket out of the shared budget.
@@ -807,15 +811,14 @@ func (r *Relay) evictOldest() {
 func (r *Relay) acquireDescriptor(client netip.AddrPort) bool {
 	addr := client.Addr().Unmap()
 	verdict := r.budget.Acquire(addr)
-	switch {
-	case verdict == fdbudget.ClientFull:
-		if own := r.flows.oldestOf(addr); own != nil {
-			r.closeFlow(own)
-			r.evictions.Inc()
-			verdict = r.budget.Acquire(addr)
-		}
-	case verdict == fdbudget.Full && r.flows.len() > 0:
-		r.evictOldest()
+	var victim *flow
+	switch verdict {
+	case fdbudget.ClientFull:
+		victim = r.flows.oldestOf(addr)
+	case fdbudget.Full:
+		victim = r.flows.oldest()
+	}
+	if r.evict(victim) {
 		verdict = r.budget.Acquire(addr)
 	}
 	if verdict != fdbudget.Granted {
