@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -130,12 +131,23 @@ func (s sourceDialer) DialContext(ctx context.Context, network, address string) 
 	return conn, nil
 }
 
-// UDPAsk sends msg as one datagram to addr on a connected socket and returns
-// the one datagram that answers it, waiting at most 2 s. An ICMP port
+// A UDP ask sends its datagram again, on the same socket and so in the same
+// flow, when no answer came within udpResendAfter, as a DNS resolver does:
+// a datagram lost or held up on a busy machine (the guest kernel's e2e run
+// shares two loaded cores) is not a failed request. It gives up after
+// udpAskTimeout, so a check that wants no answer waits that long.
+const (
+	udpAskTimeout  = 4 * time.Second
+	udpResendAfter = time.Second
+)
+
+// UDPAsk sends msg as a datagram to addr on a connected socket and returns
+// the first datagram that answers it, sending msg again each
+// udpResendAfter and waiting at most udpAskTimeout in all. An ICMP port
 // unreachable for msg shows up as ECONNREFUSED. The socket closes on return,
 // freeing its source port for the next one (see UDPAskHeld).
 func UDPAsk(d Dialer, addr, msg string) (string, error) {
-	conn, err := dialBounded(d, "udp", addr, 2*time.Second)
+	conn, err := dialBounded(d, "udp", addr, udpAskTimeout)
 	if err != nil {
 		return "", err
 	}
@@ -153,7 +165,7 @@ func UDPAsk(d Dialer, addr, msg string) (string, error) {
 // with it.
 func UDPAskHeld(tb testing.TB, d Dialer, addr, msg string) (string, error) {
 	tb.Helper()
-	conn, err := dialBounded(d, "udp", addr, 2*time.Second)
+	conn, err := dialBounded(d, "udp", addr, udpAskTimeout)
 	if err != nil {
 		return "", err
 	}
@@ -161,14 +173,27 @@ func UDPAskHeld(tb testing.TB, d Dialer, addr, msg string) (string, error) {
 	return askOn(conn, msg)
 }
 
-// askOn sends msg on the connected UDP socket conn and reads the answer.
+// askOn sends msg on the connected UDP socket conn, again every
+// udpResendAfter until an answer or an error comes, and returns the first
+// answer, giving up after udpAskTimeout.
 func askOn(conn net.Conn, msg string) (string, error) {
-	if _, err := io.WriteString(conn, msg); err != nil {
-		return "", err
-	}
+	deadline := time.Now().Add(udpAskTimeout)
 	buf := make([]byte, MaxUDPPayload)
-	n, err := conn.Read(buf)
-	return string(buf[:n]), err
+	for {
+		if _, err := io.WriteString(conn, msg); err != nil {
+			return "", err
+		}
+		wait := time.Now().Add(udpResendAfter)
+		if wait.After(deadline) {
+			wait = deadline
+		}
+		_ = conn.SetReadDeadline(wait)
+		n, err := conn.Read(buf)
+		var ne net.Error
+		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || !wait.Before(deadline) {
+			return string(buf[:n]), err
+		}
+	}
 }
 
 // TCPGreeting connects to addr over TCP and returns what the server sends

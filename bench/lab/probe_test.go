@@ -120,6 +120,69 @@ func TestGreetingAndEchoProbes(t *testing.T) {
 	}
 }
 
+// TestUDPAskSendsAgain: a UDP ask is a client that retransmits, as a
+// resolver does. A server that ignores the first datagrams it gets answers
+// a later one of the same ask; one that answers nothing leaves the ask with
+// a timeout.
+func TestUDPAskSendsAgain(t *testing.T) {
+	cases := []struct {
+		name    string
+		ignore  int
+		wantErr bool
+	}{
+		{name: "answers the first", ignore: 0},
+		{name: "ignores the first", ignore: 1},
+		{name: "ignores the first two", ignore: 2},
+		{name: "never answers", ignore: 1 << 30, wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			received := make(chan int, 16)
+			go func() {
+				buf := make([]byte, 512)
+				for i := 0; ; i++ {
+					n, from, err := conn.ReadFromUDP(buf)
+					if err != nil {
+						close(received)
+						return
+					}
+					received <- i + 1
+					if i >= tc.ignore {
+						_, _ = conn.WriteToUDP(buf[:n], from)
+					}
+				}
+			}()
+			got, err := UDPAsk(&net.Dialer{}, conn.LocalAddr().String(), "ping")
+			conn.Close()
+			sent := 0
+			for n := range received {
+				sent = n
+			}
+			if tc.wantErr {
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					t.Fatalf("UDPAsk to a silent server = %q, %v; want a timeout", got, err)
+				}
+				if sent < 2 {
+					t.Errorf("the silent server got %d datagrams, want the ask sent again", sent)
+				}
+				return
+			}
+			if err != nil || got != "ping" {
+				t.Fatalf("UDPAsk = %q, %v; want ping answered after %d ignored datagrams", got, err, tc.ignore)
+			}
+			if sent < tc.ignore+1 {
+				t.Errorf("the server got %d datagrams, want at least %d", sent, tc.ignore+1)
+			}
+		})
+	}
+}
+
 func TestMetricProbes(t *testing.T) {
 	if InFreshNetns(t) {
 		return
