@@ -3,6 +3,7 @@ package userspace
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,26 +108,62 @@ func strictARP(logger klog.Logger, s sysctl.Sysctls) {
 }
 
 // syncRoutes makes the addresses of the local-portal and socket-lookup
-// families' services local: cluster IPs, externalIPs and LoadBalancer IPs.
-// A family the node has no address of gets none, as it gets no relays.
-// verify (full and periodic syncs) reads the kernel's routes first, so one
-// deleted behind kproxy's back comes back; other syncs write the difference.
-func (m *Mode) syncRoutes(snap *servicemap.Snapshot, node portal.Node, verify bool) error {
-	routed := m.familiesWith(node, routesServiceAddresses)
-	if len(routed) == 0 {
+// families' services local: cluster IPs, externalIPs and LoadBalancer IPs
+// (serviceAddrs.routed). A family the node has no address of gets none, as
+// it gets no relays. verify (full and periodic syncs) reads the kernel's
+// routes first, so one deleted behind kproxy's back comes back; other syncs
+// write the difference.
+func (m *Mode) syncRoutes(node portal.Node, verify bool) error {
+	if len(m.familiesWith(node, routesServiceAddresses)) == 0 {
 		return nil
 	}
-	if err := m.routes.Sync(serviceAddresses(snap, routed, m.cfg.Features.SCTP.Present), node.LocalAddresses, verify); err != nil {
+	if err := m.routes.Sync(m.addrs.routed, node.LocalAddresses, verify); err != nil {
 		return fmt.Errorf("local portals: %w", err)
 	}
 	return nil
 }
 
-// steeredServiceAddresses lists the service addresses of the socket-lookup
-// families, which the program guards.
-func (m *Mode) steeredServiceAddresses(snap *servicemap.Snapshot, node portal.Node) []netip.Addr {
-	fams := m.familiesWith(node, func(kind mode.Portals) bool { return kind == mode.PortalsSKLookup })
-	return serviceAddresses(snap, fams, true)
+// serviceAddrs are the service addresses routes and steering serve, kept
+// between syncs: at tens of thousands of services listing them is most of a
+// sync that changed only endpoints.
+type serviceAddrs struct {
+	// routed: of the local-portal and socket-lookup families (SCTP ports'
+	// only where the kernel serves SCTP); steered: of the socket-lookup
+	// families, SCTP ports' too, which the program guards.
+	routed, steered []netip.Addr
+	// from is the snapshot they were listed from; nil: list them again.
+	from *servicemap.Snapshot
+}
+
+// updateAddrs lists the service addresses again unless the service ports
+// changed since the last listing kept their addresses (all: the node or
+// everything may have changed).
+func (m *Mode) updateAddrs(snap *servicemap.Snapshot, node portal.Node, changes *servicemap.ChangeSet, all bool) {
+	if !all && m.addrs.from != nil && !addressesMoved(m.addrs.from, snap, changes.Changed) {
+		m.addrs.from = snap
+		return
+	}
+	routed := m.familiesWith(node, routesServiceAddresses)
+	steered := m.familiesWith(node, func(kind mode.Portals) bool { return kind == mode.PortalsSKLookup })
+	m.addrs = serviceAddrs{routed: serviceAddresses(snap, routed, m.cfg.Features.SCTP.Present),
+		steered: serviceAddresses(snap, steered, true), from: snap}
+}
+
+// addressesMoved says whether any of the changed service ports came, went,
+// or has other addresses in snap than in old.
+func addressesMoved(old, snap *servicemap.Snapshot, changed []servicemap.ServicePortName) bool {
+	for _, name := range changed {
+		was, wasOK := old.Get(name)
+		is, isOK := snap.Get(name)
+		if wasOK != isOK {
+			return true
+		}
+		if isOK && (!slices.Equal(was.ClusterIPs, is.ClusterIPs) || !slices.Equal(was.ExternalIPs, is.ExternalIPs) ||
+			!slices.Equal(was.LoadBalancerIPs, is.LoadBalancerIPs)) {
+			return true
+		}
+	}
+	return false
 }
 
 // familiesWith lists the families the node has an address of whose portal

@@ -127,6 +127,13 @@ type Mode struct {
 
 	// relays is owned by Sync, which the engine never runs concurrently.
 	relays map[balancer.Key]*relay
+	// want is what relays should be, as of the last sync.
+	want wanted
+	// localRelays counts the relays with sockets of their own on service
+	// addresses (r.local), which every sync looks at.
+	localRelays int
+	// addrs are the service addresses of the last sync.
+	addrs serviceAddrs
 	// steering serves the socket-lookup families; nil without any.
 	steering *steering
 }
@@ -258,11 +265,11 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	// Sockets and steering before routes, and routes away before steering:
 	// a service address is local only while what serves it is in place, so
 	// no other socket on the node can take its traffic meanwhile.
-	portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
+	touched, all, portErrs := m.syncRelays(snap, node, nodePortAddrs, changes)
 	m.conflicts.settle()
-	steered := m.steeredServiceAddresses(snap, node)
+	m.updateAddrs(snap, node, changes, all)
 	var routesErr error
-	steerErr := m.syncSteering(steered, func() { routesErr = m.syncRoutes(snap, node, changes.Full || changes.Periodic) })
+	steerErr := m.syncSteering(m.addrs.steered, touched, all, func() { routesErr = m.syncRoutes(node, changes.Full || changes.Periodic) })
 	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full, changes.Periodic)
 	portErrs = append(portErrs, buildErrs...)
 	portErrs = append(portErrs, m.armGuardedRelays(applied)...)
@@ -277,46 +284,92 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 }
 
 // syncRelays starts the relays snap needs, updates the running ones, stops
-// the ones no longer needed, and moves UDP flows off departed endpoints.
-func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortAddrs map[ipfamily.Family][]netip.Addr, changes *servicemap.ChangeSet) []error {
-	var errs []error
-	want := m.wantedRelays(snap, node, nodePortAddrs)
-	for key, spec := range want {
+// the ones no longer needed, and moves UDP flows off departed endpoints. It
+// returns the relay keys that may have changed (all: every one).
+func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortAddrs map[ipfamily.Family][]netip.Addr,
+	changes *servicemap.ChangeSet) (touched []balancer.Key, all bool, errs []error) {
+	touched, all = m.updateWanted(snap, node, nodePortAddrs, changes)
+	want := m.want.relays
+	ensure := func(key balancer.Key, spec relaySpec) {
 		if r, ok := m.relays[key]; ok {
 			r.update(spec, m.balancer.Picker(key))
-			continue
+			return
 		}
 		r, err := m.startRelay(key, spec)
 		if err != nil {
+			m.want.failed[key] = true
 			errs = append(errs, err)
-			continue
+			return
 		}
+		delete(m.want.failed, key)
 		m.relays[key] = r
+		if r.local {
+			m.localRelays++
+		}
+	}
+	remove := func(key balancer.Key, r *relay) {
+		if r.steered {
+			m.steering.forget(r)
+		}
+		if r.local {
+			m.localRelays--
+		}
+		r.close(m.alloc)
+		delete(m.relays, key)
+	}
+	if all {
+		for key, spec := range want {
+			ensure(key, spec)
+		}
+	} else {
+		for _, key := range touched {
+			if spec, ok := want[key]; ok {
+				ensure(key, spec)
+			} else {
+				delete(m.want.failed, key)
+			}
+		}
+	}
+	if !all && m.localRelays == 0 {
+		// Only the touched keys can have lost their relay.
+		for _, key := range touched {
+			if r, ok := m.relays[key]; ok && !hasKey(want, key) {
+				remove(key, r)
+			}
+		}
+		m.moveStaleFlows(changes)
+		return touched, all, errs
 	}
 	for key, r := range m.relays {
-		if _, ok := want[key]; !ok {
-			if r.steered {
-				m.steering.forget(r)
-			}
-			r.close(m.alloc)
-			delete(m.relays, key)
+		if !hasKey(want, key) {
+			remove(key, r)
 			continue
 		}
+		// A local relay retries the listeners it could not open.
 		if r.local {
 			sp := r.spec.Load().port
 			errs = append(errs, m.syncListeners(r, portal.EndpointStateOf(sp, key.Family, r.hasEndpoints(sp)))...)
 		}
 	}
-	// UDP flows pinned to an endpoint that went away must pick again, as
-	// conntrack entries would be flushed in the kernel modes.
+	m.moveStaleFlows(changes)
+	return touched, all, errs
+}
+
+// moveStaleFlows makes UDP flows pinned to an endpoint that went away pick
+// again, as conntrack entries would be flushed in the kernel modes.
+func (m *Mode) moveStaleFlows(changes *servicemap.ChangeSet) {
 	for _, stale := range changes.StaleEndpoints {
-		for key, r := range m.relays {
-			if key.Port == stale.ServicePort {
+		for _, key := range m.relayKeys(stale.ServicePort) {
+			if r, ok := m.relays[key]; ok {
 				r.closeFlowsTo(stale.Endpoint.AddrPort(), m.steering)
 			}
 		}
 	}
-	return errs
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // armGuardedRelays lets the UDP relays of the families whose portal rules

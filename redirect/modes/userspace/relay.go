@@ -75,52 +75,59 @@ func (d destinations) has(dst netip.AddrPort) bool {
 func (m *Mode) wantedRelays(snap *servicemap.Snapshot, node portal.Node, nodePortAddrs map[ipfamily.Family][]netip.Addr) map[balancer.Key]relaySpec {
 	want := map[balancer.Key]relaySpec{}
 	for name, sp := range snap.All() {
-		if name.Protocol == v1.ProtocolSCTP && !m.cfg.Features.SCTP.Present {
-			continue
-		}
-		for _, fam := range m.families {
-			if _, ok := hostIPOf(node.HostIPs, fam); !ok {
-				continue
-			}
-			withPort := func(addrs []netip.Addr, port uint16) []netip.AddrPort {
-				var out []netip.AddrPort
-				for _, a := range ipfamily.Addrs(addrs, fam) {
-					out = append(out, netip.AddrPortFrom(a, port))
-				}
-				return out
-			}
-			local := routesServiceAddresses(m.kinds[fam])
-			if internal := withPort(sp.ClusterIPs, sp.Port); len(internal) > 0 {
-				spec := relaySpec{protocol: name.Protocol, port: sp}
-				if local {
-					spec.listen = internal
-				} else {
-					spec.destinations = destinations{addrs: internal}
-				}
-				want[balancer.Key{Port: name, Class: balancer.Internal, Family: fam}] = spec
-			}
-			lbIPs := ipfamily.Addrs(sp.LoadBalancerIPs, fam)
-			external := withPort(append(ipfamily.Addrs(sp.ExternalIPs, fam), lbIPs...), sp.Port)
-			if len(external) == 0 && sp.NodePort == 0 {
-				continue
-			}
-			spec := relaySpec{protocol: name.Protocol, port: sp}
-			if local {
-				listen := external
-				if sp.NodePort != 0 {
-					listen = append(listen, withPort(nodePortAddrs[fam], sp.NodePort)...)
-				}
-				slices.SortFunc(listen, netip.AddrPort.Compare)
-				spec.listen = slices.Compact(listen)
-				spec.ranged = lbIPs
-				spec.sourceRanges = ipfamily.Prefixes(sp.LoadBalancerSourceRanges, fam)
-			} else {
-				spec.destinations = destinations{addrs: external, nodePort: sp.NodePort}
-			}
-			want[balancer.Key{Port: name, Class: balancer.External, Family: fam}] = spec
-		}
+		m.addWantedRelays(want, name, sp, node, nodePortAddrs)
 	}
 	return want
+}
+
+// addWantedRelays adds to want the relays of one service port (see
+// wantedRelays).
+func (m *Mode) addWantedRelays(want map[balancer.Key]relaySpec, name servicemap.ServicePortName, sp *servicemap.ServicePort,
+	node portal.Node, nodePortAddrs map[ipfamily.Family][]netip.Addr) {
+	if name.Protocol == v1.ProtocolSCTP && !m.cfg.Features.SCTP.Present {
+		return
+	}
+	for _, fam := range m.families {
+		if _, ok := hostIPOf(node.HostIPs, fam); !ok {
+			continue
+		}
+		withPort := func(addrs []netip.Addr, port uint16) []netip.AddrPort {
+			var out []netip.AddrPort
+			for _, a := range ipfamily.Addrs(addrs, fam) {
+				out = append(out, netip.AddrPortFrom(a, port))
+			}
+			return out
+		}
+		local := routesServiceAddresses(m.kinds[fam])
+		if internal := withPort(sp.ClusterIPs, sp.Port); len(internal) > 0 {
+			spec := relaySpec{protocol: name.Protocol, port: sp}
+			if local {
+				spec.listen = internal
+			} else {
+				spec.destinations = destinations{addrs: internal}
+			}
+			want[balancer.Key{Port: name, Class: balancer.Internal, Family: fam}] = spec
+		}
+		lbIPs := ipfamily.Addrs(sp.LoadBalancerIPs, fam)
+		external := withPort(append(ipfamily.Addrs(sp.ExternalIPs, fam), lbIPs...), sp.Port)
+		if len(external) == 0 && sp.NodePort == 0 {
+			continue
+		}
+		spec := relaySpec{protocol: name.Protocol, port: sp}
+		if local {
+			listen := external
+			if sp.NodePort != 0 {
+				listen = append(listen, withPort(nodePortAddrs[fam], sp.NodePort)...)
+			}
+			slices.SortFunc(listen, netip.AddrPort.Compare)
+			spec.listen = slices.Compact(listen)
+			spec.ranged = lbIPs
+			spec.sourceRanges = ipfamily.Prefixes(sp.LoadBalancerSourceRanges, fam)
+		} else {
+			spec.destinations = destinations{addrs: external, nodePort: sp.NodePort}
+		}
+		want[balancer.Key{Port: name, Class: balancer.External, Family: fam}] = spec
+	}
 }
 
 // relay is one running relay: the sockets serving one balancer key.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/balancer"
 	"kproxy.dev/kproxy/lb/rawudp"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/lb/udprelay"
@@ -50,6 +52,12 @@ type steering struct {
 	// targets and guarded are what the program was last given in full.
 	targets map[sklookup.Target]sklookup.Action
 	guarded []netip.Addr
+	// contributions are what each steered relay put in the routes and
+	// targets (nil: unknown, rebuild them all); overlapping says two relays
+	// wanted one address and port, so an entry's owner is unknown and every
+	// sync rebuilds.
+	contributions map[balancer.Key]steeredContribution
+	overlapping   bool
 }
 
 // nodeNetns is the network namespace the program steers: the calling
@@ -229,61 +237,34 @@ func (m *Mode) openDiscarding(st *steering, fam ipfamily.Family) error {
 // syncRoutes: when something departed, first what the last sync steered and
 // guarded besides the new, then the new alone, so the routes of departed
 // services go first; else the new once, before the routes.
-func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
+//
+// Only the relays of touched keys are looked at, unless all is set: the
+// routes and targets of the others are as the last sync left them.
+func (m *Mode) syncSteering(guarded []netip.Addr, touched []balancer.Key, all bool, syncRoutes func()) error {
 	st := m.steering
 	if st == nil {
 		syncRoutes()
 		return nil
 	}
-	tcpRoutes := map[netip.AddrPort]*tcprelay.Route{}
-	udpRoutes := map[netip.AddrPort]*udprelay.Route{}
-	targets := map[sklookup.Target]sklookup.Action{}
-	for key, r := range m.relays {
-		if !r.steered {
-			continue
-		}
-		spec := r.spec.Load()
-		state := portal.EndpointStateOf(spec.port, key.Family, r.hasEndpoints(spec.port))
-		action := sklookup.Steer
-		switch state {
-		case portal.NoEndpoints:
-			action = sklookup.Drop
-		case portal.NoLocalEndpoints:
-			action = sklookup.Discard
-		}
-		proto := sklookup.TCP
-		if spec.protocol == v1.ProtocolUDP {
-			proto = sklookup.UDP
-		}
-		rt := r.steeredRoutes(spec)
-		maps.Copy(tcpRoutes, rt.tcp)
-		maps.Copy(udpRoutes, rt.udp)
-		for _, ap := range spec.listen {
-			targets[sklookup.Target{Protocol: proto, Addr: ap}] = action
-		}
+	targets, departedTargets, ok := m.patchSteering(touched, all)
+	if !ok {
+		targets, departedTargets = m.rebuildSteering()
 	}
-	withOld, departed := targets, false
-	for t, a := range st.targets {
-		if _, ok := targets[t]; !ok {
-			if !departed {
-				withOld, departed = maps.Clone(targets), true
-			}
-			withOld[t] = a
-		}
+	withOld, departed := targets, len(departedTargets) > 0
+	if departed {
+		withOld = maps.Clone(targets)
+		maps.Copy(withOld, departedTargets)
 	}
-	if !departed {
+	if !departed && !slices.Equal(st.guarded, guarded) {
 		isGuarded := make(map[netip.Addr]bool, len(guarded))
 		for _, a := range guarded {
 			isGuarded[a] = true
 		}
 		departed = slices.ContainsFunc(st.guarded, func(a netip.Addr) bool { return !isGuarded[a] })
 	}
-	// Relay routes first: a connection steered before its route is in
-	// would be refused. (A departed service's route goes at once; its
-	// connections meanwhile are refused, as it has no endpoints to give
-	// them.)
-	st.tcpRoutes.Store(&tcpRoutes)
-	st.udpRoutes.Store(&udpRoutes)
+	// Targets patchSteering left as they were, and the same guarded
+	// addresses: the program holds them already.
+	unchanged := !departed && samePointer(targets, st.targets) && slices.Equal(guarded, st.guarded)
 	var errs []error
 	if departed {
 		if err := st.program.Sync(withOld, append(slices.Clone(guarded), st.guarded...)); err != nil {
@@ -291,8 +272,12 @@ func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
 		}
 		syncRoutes()
 	}
-	if err := st.program.Sync(targets, guarded); err != nil {
+	if unchanged {
+		st.guarded = guarded
+	} else if err := st.program.Sync(targets, guarded); err != nil {
 		errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
+		// What the program holds is unknown: the next sync starts over.
+		st.contributions = nil
 	} else {
 		st.targets, st.guarded = targets, guarded
 	}
@@ -300,6 +285,193 @@ func (m *Mode) syncSteering(guarded []netip.Addr, syncRoutes func()) error {
 		syncRoutes()
 	}
 	return errors.Join(errs...)
+}
+
+// steeredContribution is what one steered relay puts in the shared relays'
+// routes and the program's targets: its routes, for each of whose listen
+// addresses a target of its protocol with its action.
+type steeredContribution struct {
+	routes   steeredRoutes
+	protocol sklookup.Protocol
+	action   sklookup.Action
+}
+
+// contributionOf works out what steered relay r contributes.
+func contributionOf(key balancer.Key, r *relay) steeredContribution {
+	spec := r.spec.Load()
+	c := steeredContribution{routes: r.steeredRoutes(spec), protocol: sklookup.TCP, action: sklookup.Steer}
+	if spec.protocol == v1.ProtocolUDP {
+		c.protocol = sklookup.UDP
+	}
+	switch portal.EndpointStateOf(spec.port, key.Family, r.hasEndpoints(spec.port)) {
+	case portal.NoEndpoints:
+		c.action = sklookup.Drop
+	case portal.NoLocalEndpoints:
+		c.action = sklookup.Discard
+	}
+	return c
+}
+
+// same says whether c and o put the same entries in the routes and targets:
+// routes are made again only when they change, so the same maps mean the
+// same routes.
+func (c steeredContribution) same(o steeredContribution) bool {
+	return c.protocol == o.protocol && c.action == o.action && slices.Equal(c.routes.listen, o.routes.listen) &&
+		samePointer(c.routes.tcp, o.routes.tcp) && samePointer(c.routes.udp, o.routes.udp)
+}
+
+// samePointer says whether two maps are the same map (or both nil).
+func samePointer[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// rebuildSteering makes the routes (publishing them) and the targets from
+// every steered relay, and returns the targets with those the program held
+// that are no longer wanted.
+func (m *Mode) rebuildSteering() (targets, departed map[sklookup.Target]sklookup.Action) {
+	st := m.steering
+	var made steeredState
+	made, st.contributions, st.overlapping = m.steeredFromAll()
+	// Relay routes first: a connection steered before its route is in
+	// would be refused. (A departed service's route goes at once; its
+	// connections meanwhile are refused, as it has no endpoints to give
+	// them.)
+	st.tcpRoutes.Store(&made.tcp)
+	st.udpRoutes.Store(&made.udp)
+	for t, a := range st.targets {
+		if _, ok := made.targets[t]; !ok {
+			if departed == nil {
+				departed = map[sklookup.Target]sklookup.Action{}
+			}
+			departed[t] = a
+		}
+	}
+	return made.targets, departed
+}
+
+// steeredState is the routes and targets of the steered relays.
+type steeredState struct {
+	tcp     map[netip.AddrPort]*tcprelay.Route
+	udp     map[netip.AddrPort]*udprelay.Route
+	targets map[sklookup.Target]sklookup.Action
+}
+
+// steeredFromAll makes the routes and targets from every steered relay,
+// with each relay's contribution; overlapping says two relays wanted one
+// address and port (the last one met keeps it).
+func (m *Mode) steeredFromAll() (made steeredState, contributions map[balancer.Key]steeredContribution, overlapping bool) {
+	made = steeredState{tcp: map[netip.AddrPort]*tcprelay.Route{}, udp: map[netip.AddrPort]*udprelay.Route{},
+		targets: map[sklookup.Target]sklookup.Action{}}
+	contributions = map[balancer.Key]steeredContribution{}
+	for key, r := range m.relays {
+		if !r.steered {
+			continue
+		}
+		c := contributionOf(key, r)
+		contributions[key] = c
+		for ap, route := range c.routes.tcp {
+			overlapping = overlapping || made.tcp[ap] != nil
+			made.tcp[ap] = route
+		}
+		for ap, route := range c.routes.udp {
+			overlapping = overlapping || made.udp[ap] != nil
+			made.udp[ap] = route
+		}
+		for _, ap := range c.routes.listen {
+			made.targets[sklookup.Target{Protocol: c.protocol, Addr: ap}] = c.action
+		}
+	}
+	return made, contributions, overlapping
+}
+
+// patchSteering is rebuildSteering for the touched relays alone: it takes
+// their last contributions out of copies of the routes and targets and puts
+// their new ones in. ok is false when it cannot (all, no contributions yet,
+// or an address and port two relays want), and then it changed nothing.
+func (m *Mode) patchSteering(touched []balancer.Key, all bool) (targets, departed map[sklookup.Target]sklookup.Action, ok bool) {
+	st := m.steering
+	if all || st.contributions == nil || st.overlapping {
+		return nil, nil, false
+	}
+	type change struct {
+		key     balancer.Key
+		old     steeredContribution
+		had     bool
+		new     steeredContribution
+		steered bool
+	}
+	var changes []change
+	for _, key := range touched {
+		old, had := st.contributions[key]
+		r, steered := m.relays[key]
+		steered = steered && r.steered
+		var c steeredContribution
+		if steered {
+			c = contributionOf(key, r)
+		}
+		if had == steered && (!had || c.same(old)) {
+			continue
+		}
+		changes = append(changes, change{key: key, old: old, had: had, new: c, steered: steered})
+	}
+	targets = st.targets
+	if len(changes) == 0 {
+		return targets, nil, true
+	}
+	tcpRoutes, udpRoutes := maps.Clone(*st.tcpRoutes.Load()), maps.Clone(*st.udpRoutes.Load())
+	targets = maps.Clone(st.targets)
+	removed := map[sklookup.Target]sklookup.Action{}
+	for _, ch := range changes {
+		if !ch.had {
+			continue
+		}
+		for ap := range ch.old.routes.tcp {
+			delete(tcpRoutes, ap)
+		}
+		for ap := range ch.old.routes.udp {
+			delete(udpRoutes, ap)
+		}
+		for _, ap := range ch.old.routes.listen {
+			t := sklookup.Target{Protocol: ch.old.protocol, Addr: ap}
+			removed[t] = targets[t]
+			delete(targets, t)
+		}
+	}
+	for _, ch := range changes {
+		if !ch.steered {
+			continue
+		}
+		for ap, route := range ch.new.routes.tcp {
+			if tcpRoutes[ap] != nil {
+				return nil, nil, false
+			}
+			tcpRoutes[ap] = route
+		}
+		for ap, route := range ch.new.routes.udp {
+			if udpRoutes[ap] != nil {
+				return nil, nil, false
+			}
+			udpRoutes[ap] = route
+		}
+		for _, ap := range ch.new.routes.listen {
+			t := sklookup.Target{Protocol: ch.new.protocol, Addr: ap}
+			targets[t] = ch.new.action
+			delete(removed, t)
+		}
+	}
+	for _, ch := range changes {
+		if ch.steered {
+			st.contributions[ch.key] = ch.new
+		} else {
+			delete(st.contributions, ch.key)
+		}
+	}
+	st.tcpRoutes.Store(&tcpRoutes)
+	st.udpRoutes.Store(&udpRoutes)
+	if len(removed) > 0 {
+		departed = removed
+	}
+	return targets, departed, true
 }
 
 // steeredRoutes are one relay's routes in the shared relays, per listen

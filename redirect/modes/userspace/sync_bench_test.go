@@ -1,0 +1,69 @@
+package userspace
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/localroute/fakeroutes"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// BenchmarkSyncOneChange is the sync of one endpoint change among many
+// services with socket-lookup portals (the kind that scales to 30,000
+// services): its cost should follow the change, not the service count.
+func BenchmarkSyncOneChange(b *testing.B) {
+	for _, n := range []int{1000, 30000} {
+		b.Run(fmt.Sprintf("services-%d", n), func(b *testing.B) {
+			if lab.InFreshNetns(b) {
+				return
+			}
+			nodeIP := netip.MustParseAddr("198.19.0.1")
+			m, err := New(context.Background(), Config{
+				Features: kernel.Features{SKLookup: kernel.Support{Present: true}}, Portals: mode.PortalsSKLookup,
+				NodeName: "node-a", Registerer: prometheus.NewRegistry(), Routes: fakeroutes.New(nodeIP),
+				LocalAddresses: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("127.0.0.1"), nodeIP}, nil },
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			tr := servicemap.NewTracker("node-a", nil)
+			for i := range n {
+				name := fmt.Sprintf("s%d", i)
+				tr.OnServiceUpdate(service(name, benchClusterIP(i), v1.ProtocolTCP, 0))
+				tr.OnEndpointSliceUpdate(slice(name, v1.ProtocolTCP, "198.19.1.11"))
+			}
+			tr.OnSynced()
+			sync := func() {
+				snap, changes := tr.Snapshot()
+				if err := m.Sync(context.Background(), snap, changes); err != nil {
+					b.Fatal(err)
+				}
+			}
+			sync()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				ips := []string{"198.19.1.11"}
+				if i%2 == 0 {
+					ips = append(ips, "198.19.1.12")
+				}
+				tr.OnEndpointSliceUpdate(slice(fmt.Sprintf("s%d", n/2), v1.ProtocolTCP, ips...))
+				sync()
+			}
+		})
+	}
+}
+
+// benchClusterIP is the i-th cluster IP of 198.18.0.0/16, from 198.18.0.1.
+func benchClusterIP(i int) string {
+	return netip.AddrFrom4([4]byte{198, 18, byte((i + 1) >> 8), byte(i + 1)}).String()
+}
