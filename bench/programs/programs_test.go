@@ -130,6 +130,19 @@ func checkInstalled(p string, src Source) error {
 			return fmt.Errorf("%s (built by make tools): %w", p, err)
 		}
 		return nil
+	case "cluster-tools":
+		// make cluster builds them; make test does not need them.
+		if os.Getenv("KPROXY_CLUSTER") == "" {
+			return nil
+		}
+		dir := os.Getenv(lab.ToolsBinEnv)
+		if dir == "" {
+			dir = "../tools/bin"
+		}
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			return fmt.Errorf("%s (built by make cluster-tools): %w", p, err)
+		}
+		return nil
 	case "tree":
 		return nil // the tests build it
 	}
@@ -225,8 +238,8 @@ func TestParse(t *testing.T) {
 		want     List
 		err      string
 	}{
-		{name: "entries and comments", in: "# header\n\nnft   deb:nftables # the nft tool\ngo go\netcd tools\nkproxy tree\n",
-			want: List{"nft": {Kind: "deb", Package: "nftables"}, "go": {Kind: "go"}, "etcd": {Kind: "tools"}, "kproxy": {Kind: "tree"}}},
+		{name: "entries and comments", in: "# header\n\nnft   deb:nftables # the nft tool\ngo go\netcd tools\nkubelet cluster-tools\nkproxy tree\n",
+			want: List{"nft": {Kind: "deb", Package: "nftables"}, "go": {Kind: "go"}, "etcd": {Kind: "tools"}, "kubelet": {Kind: "cluster-tools"}, "kproxy": {Kind: "tree"}}},
 		{name: "no source", in: "nft\n", err: `line 1: want "program source", got "nft"`},
 		{name: "unknown source", in: "nft apt:nftables\n", err: `line 1: nft: unknown source "apt:nftables"`},
 		{name: "empty package", in: "nft deb:\n", err: `unknown source "deb:"`},
