@@ -204,8 +204,8 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	}
 	if err := c.start(daemon{name: "kube-controller-manager", netns: routerNetns, cgroup: daemonsCgroup, argv: []string{c.tool(controllerManagerBinary),
 		"--kubeconfig=" + c.paths.control("controller-manager.kubeconfig"),
-		"--authentication-kubeconfig=" + c.paths.control("controller-manager.kubeconfig"),
-		"--authorization-kubeconfig=" + c.paths.control("controller-manager.kubeconfig"),
+		// No authentication or authorization kubeconfig: the API server has
+		// no front-proxy CA for them to read, and only /healthz is asked.
 		"--bind-address=127.0.0.1",
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
@@ -219,8 +219,6 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	}
 	return c.start(daemon{name: "kube-scheduler", netns: routerNetns, cgroup: daemonsCgroup, argv: []string{c.tool(schedulerBinary),
 		"--kubeconfig=" + c.paths.control("scheduler.kubeconfig"),
-		"--authentication-kubeconfig=" + c.paths.control("scheduler.kubeconfig"),
-		"--authorization-kubeconfig=" + c.paths.control("scheduler.kubeconfig"),
 		"--bind-address=127.0.0.1",
 		"--leader-elect=false",
 		"--profiling=false",

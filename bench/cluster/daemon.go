@@ -55,6 +55,9 @@ func RunIn(cgroup, netnsPath, hostname string, argv []string) error {
 	if len(argv) == 0 {
 		return fmt.Errorf("no program to run")
 	}
+	if cgroup == "" {
+		return fmt.Errorf("no cgroup given: the cluster's processes are found by theirs")
+	}
 	if err := joinCgroup(cgroup, os.Getpid()); err != nil {
 		return err
 	}

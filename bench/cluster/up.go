@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,23 +64,8 @@ func Up(ctx context.Context, cfg Config, out io.Writer) error {
 			return err
 		}
 	}
-	for _, n := range c.nodes {
-		if err := step(n.Name+": containerd and images", func() error {
-			if err := c.startContainerd(ctx, n); err != nil {
-				return err
-			}
-			if err := c.importImage(n, cfg.Image, kproxyImage); err != nil {
-				return err
-			}
-			for _, im := range images {
-				if err := c.importImage(n, archivePath(c.paths.images(""), im), im.ref); err != nil {
-					return err
-				}
-			}
-			return c.startKubelet(n)
-		}); err != nil {
-			return err
-		}
+	if err := step("nodes: containerd, images, kubelet", func() error { return c.startNodes(ctx, images, out) }); err != nil {
+		return err
 	}
 	client, err := c.adminClient()
 	if err != nil {
@@ -98,6 +84,42 @@ func Up(ctx context.Context, cfg Config, out io.Writer) error {
 	fmt.Fprintf(out, "  logs:       %s\n", c.paths.logDir())
 	fmt.Fprintf(out, "  remove:     make cluster-down\n")
 	return nil
+}
+
+// startNodes starts every node's containerd, imports the images into it and
+// starts its kubelet, the nodes side by side.
+func (c *cluster) startNodes(ctx context.Context, images []image, out io.Writer) error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
+			if err := c.startNode(ctx, n, images); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", n.Name, err)
+				return
+			}
+			fmt.Fprintf(out, "cluster:   %s (%.1fs)\n", n.Name, time.Since(t).Seconds())
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *cluster) startNode(ctx context.Context, n Node, images []image) error {
+	if err := c.startContainerd(ctx, n); err != nil {
+		return err
+	}
+	if err := c.importImage(n, c.cfg.Image, kproxyImage); err != nil {
+		return err
+	}
+	for _, im := range images {
+		if err := c.importImage(n, archivePath(c.paths.images(""), im), im.ref); err != nil {
+			return err
+		}
+	}
+	return c.startKubelet(n)
 }
 
 // kproxyImage is the image deploy/kproxy.yaml names, as make image builds it.
