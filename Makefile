@@ -84,6 +84,7 @@ cluster-down:
 # A Deployment of HTTP servers behind a ClusterIP and a NodePort Service in
 # the cluster make cluster brought up, asked from a pod and from another node.
 cluster-smoke:
+	@if [ "$$(id -u)" != 0 ]; then echo "make cluster-smoke needs root (it asks from a node's namespace): run sudo make cluster-smoke"; exit 1; fi
 	KPROXY_CLUSTER=1 KPROXY_CLUSTER_DIR=$(CLUSTER_DIR) $(GO) test -count=1 -v -run '^TestSmoke$$' ./bench/cluster/
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
