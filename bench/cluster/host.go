@@ -15,13 +15,17 @@ import (
 // result cache, the kubelets' device-plugin socket and container log links,
 // the directory kproxy's DaemonSet mounts as /lib/modules (the hostPath must
 // exist), and the iptables lock it mounts.
-var outsidePaths = []string{"/run/containerd", "/var/lib/cni", "/var/lib/kubelet", "/var/log/containers", "/lib/modules", "/run/xtables.lock"}
+func outsidePaths() []string {
+	return []string{"/run/containerd", "/var/lib/cni", "/var/lib/kubelet", "/var/log/containers", "/lib/modules", "/run/xtables.lock"}
+}
 
 // kernelTunables are the host-wide (not per-namespace) settings a kubelet
 // writes at start, as /proc/sys paths: recorded by Up, restored by Down.
-var kernelTunables = []string{
-	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+func kernelTunables() []string {
+	return []string{
+		"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+		"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+	}
 }
 
 // hostState is what Up found on the host, for Down to put back.
@@ -38,14 +42,14 @@ func hostStateFile(stateDir string) string { return filepath.Join(stateDir, "hos
 // values, and makes the directory the DaemonSet's hostPath needs.
 func recordHost(stateDir string) error {
 	s := hostState{Tunables: map[string]string{}}
-	for _, p := range outsidePaths {
+	for _, p := range outsidePaths() {
 		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
 			s.Created = append(s.Created, p)
 		} else if err != nil {
 			return fmt.Errorf("checking %s: %w", p, err)
 		}
 	}
-	for _, k := range kernelTunables {
+	for _, k := range kernelTunables() {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", k))
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", k, err)

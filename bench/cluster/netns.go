@@ -74,12 +74,14 @@ func writeSysctls(path string, values map[string]string) error {
 // forwarding makes a namespace route, and not redirect: a node that sends a
 // packet back out of the link it came in by would otherwise tell the sender
 // to bypass it, and its NAT with it.
-var forwarding = map[string]string{
-	"net/ipv4/ip_forward":                    "1",
-	"net/ipv4/conf/all/send_redirects":       "0",
-	"net/ipv4/conf/default/send_redirects":   "0",
-	"net/ipv4/conf/all/accept_redirects":     "0",
-	"net/ipv4/conf/default/accept_redirects": "0",
+func forwarding() map[string]string {
+	return map[string]string{
+		"net/ipv4/ip_forward":                    "1",
+		"net/ipv4/conf/all/send_redirects":       "0",
+		"net/ipv4/conf/default/send_redirects":   "0",
+		"net/ipv4/conf/all/accept_redirects":     "0",
+		"net/ipv4/conf/default/accept_redirects": "0",
+	}
 }
 
 // ip runs the ip tool.
@@ -125,11 +127,11 @@ func buildNetwork(nodes []Node) error {
 			return err
 		}
 	}
-	if err := writeSysctls(RouterNetnsPath(), forwarding); err != nil {
+	if err := writeSysctls(RouterNetnsPath(), forwarding()); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
 	for _, n := range nodes {
-		if err := writeSysctls(NetnsPath(n.Netns), forwarding); err != nil {
+		if err := writeSysctls(NetnsPath(n.Netns), forwarding()); err != nil {
 			return fmt.Errorf("%s: %w", n.Name, err)
 		}
 	}

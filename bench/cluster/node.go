@@ -17,9 +17,9 @@ const (
 	cniBinDir = "/usr/lib/cni"
 )
 
-// containerdConfig is one node's containerd: its own root, state, sockets
+// containerdConfigText is one node's containerd: its own root, state, sockets
 // and runc root, so nodes share nothing but the kernel.
-var containerdConfig = template.Must(template.New("containerd").Parse(`version = 2
+const containerdConfigText = `version = 2
 root = "{{.Dir}}/root"
 state = "{{.Dir}}/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
@@ -58,10 +58,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "{{.CNIBinDir}}"
     conf_dir = "{{.CNIConfDir}}"
     max_conf_num = 1
-`))
+`
 
-// kubeletConfig is one node's KubeletConfiguration.
-var kubeletConfig = template.Must(template.New("kubelet").Parse(`apiVersion: kubelet.config.k8s.io/v1beta1
+// kubeletConfigText is one node's KubeletConfiguration.
+const kubeletConfigText = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: {{.NodeIP}}
 healthzBindAddress: 127.0.0.1
@@ -97,7 +97,7 @@ evictionHard:
   imagefs.available: 1%
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-`))
+`
 
 // cniConfig is the node's pod network: a routed veth per pod (ptp) with an
 // address from the node's range, and hostPort support (portmap).
@@ -156,7 +156,7 @@ func (c *cluster) startContainerd(ctx context.Context, n Node) error {
 		return fmt.Errorf("writing the CNI config: %w", err)
 	}
 	config := c.paths.node(n, "containerd", "config.toml")
-	if err := writeTemplate(config, containerdConfig, map[string]string{
+	if err := writeTemplate(config, template.Must(template.New("containerd").Parse(containerdConfigText)), map[string]string{
 		"Dir": dir, "Socket": n.containerdSocket(c.paths), "PauseImage": PauseImage,
 		"CNIBinDir": cniBinDir, "CNIConfDir": cniDir,
 	}); err != nil {
@@ -187,7 +187,7 @@ func (c *cluster) startKubelet(n Node) error {
 		return err
 	}
 	config := c.paths.node(n, "kubelet-config.yaml")
-	if err := writeTemplate(config, kubeletConfig, map[string]string{
+	if err := writeTemplate(config, template.Must(template.New("kubelet").Parse(kubeletConfigText)), map[string]string{
 		"NodeIP": n.IP.String(), "CA": c.paths.pki("ca.crt"), "Socket": n.containerdSocket(c.paths),
 		"Cgroup": n.cgroup(), "Dir": c.paths.node(n),
 	}); err != nil {

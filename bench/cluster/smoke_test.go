@@ -132,7 +132,7 @@ func freshNamespace(ctx context.Context, t *testing.T, client kubernetes.Interfa
 	})
 }
 
-var webLabels = map[string]string{"app": "web"}
+func webLabels() map[string]string { return map[string]string{"app": "web"} }
 
 // deployWeb runs replicas podweb servers, one per node, and returns their
 // pod names (what they answer).
@@ -142,13 +142,13 @@ func deployWeb(ctx context.Context, t *testing.T, client kubernetes.Interface, r
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: webLabels},
+			Selector: &metav1.LabelSelector{MatchLabels: webLabels()},
 			Template: v1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: webLabels},
+				ObjectMeta: metav1.ObjectMeta{Labels: webLabels()},
 				Spec: v1.PodSpec{
 					TopologySpreadConstraints: []v1.TopologySpreadConstraint{{
 						MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: v1.DoNotSchedule,
-						LabelSelector: &metav1.LabelSelector{MatchLabels: webLabels},
+						LabelSelector: &metav1.LabelSelector{MatchLabels: webLabels()},
 					}},
 					Containers: []v1.Container{{
 						Name: "web", Image: cluster.PodwebImage, ImagePullPolicy: v1.PullNever,
@@ -202,7 +202,7 @@ func createService(ctx context.Context, t *testing.T, client kubernetes.Interfac
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1.ServiceSpec{
 			Type:     typ,
-			Selector: webLabels,
+			Selector: webLabels(),
 			Ports:    []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}},
 		},
 	}
