@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build print-version-ldflags deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image lint clean
+.PHONY: all build print-version-ldflags deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image cluster-tools cluster cluster-down cluster-smoke lint clean
 
 all: build
 
@@ -48,6 +48,44 @@ tools: deps
 		"about 13 minutes on 2 cores the first time, seconds once the Go build cache has them" \
 		$(GO) build -ldflags "$(K8S_LDFLAGS)" -o bin/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubeadm ./etcd ./ipvsref
+
+# The rest of a Kubernetes cluster for make cluster, from the same module as
+# make tools but apart from it, so make test does not wait for them.
+CLUSTER_TOOLS := k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+cluster-tools: deps
+	@cd bench/tools && $(PROGRESS) "make cluster-tools: building kubelet, kube-controller-manager, kube-scheduler and kubectl from the Go module proxy" \
+		"about 5 minutes on 2 cores the first time, seconds once the Go build cache has them" \
+		$(GO) build -ldflags "$(K8S_LDFLAGS)" -o bin/ $(CLUSTER_TOOLS)
+
+# A local Kubernetes cluster (bench/cluster): CLUSTER_NODES nodes (2 or 3;
+# up to 9), each a network namespace with its own containerd and kubelet,
+# the control plane in a router namespace, kproxy as its DaemonSet from
+# make image's image through deploy/kproxy.yaml. About 25 s once everything
+# is built; prints the kubeconfig and a kubectl command. CLUSTER_IMAGE=FILE
+# uses that kproxy archive instead of building one. make cluster-down removes
+# every trace; make cluster-smoke checks Service traffic in it.
+CLUSTER_NODES ?= 2
+CLUSTER_DIR ?= /var/tmp/kproxy-cluster
+CLUSTER_API_PORT ?= 16443
+CLUSTER_IMAGE ?=
+KCLUSTER := $(CURDIR)/bin/kcluster
+cluster: tools cluster-tools $(if $(CLUSTER_IMAGE),,image)
+	@if [ "$$(id -u)" != 0 ]; then echo "make cluster needs root (namespaces, cgroups, containerd): run sudo make cluster"; exit 1; fi
+	$(GO) build -o $(KCLUSTER) ./bench/cluster/cmd/kcluster
+	$(KCLUSTER) up -nodes $(CLUSTER_NODES) -dir $(CLUSTER_DIR) -api-port $(CLUSTER_API_PORT) -tools $(TOOLS_BIN) \
+		-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -manifest $(CURDIR)/deploy/kproxy.yaml
+
+cluster-down:
+	@if [ "$$(id -u)" != 0 ]; then echo "make cluster-down needs root: run sudo make cluster-down"; exit 1; fi
+	$(GO) build -o $(KCLUSTER) ./bench/cluster/cmd/kcluster
+	$(KCLUSTER) down -dir $(CLUSTER_DIR)
+
+# A Deployment of HTTP servers behind a ClusterIP and a NodePort Service in
+# the cluster make cluster brought up, asked from a pod and from another node.
+cluster-smoke:
+	@if [ "$$(id -u)" != 0 ]; then echo "make cluster-smoke needs root (it asks from a node's namespace): run sudo make cluster-smoke"; exit 1; fi
+	KPROXY_CLUSTER=1 KPROXY_CLUSTER_DIR=$(CLUSTER_DIR) $(GO) test -count=1 -v -run '^TestSmoke$$' ./bench/cluster/
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes

@@ -51,6 +51,8 @@ var opaque = map[string]struct {
 	"bench/ipvsref/ipvsref_test.go TestGuestSameIPVSStateAsKubeProxy kproxy":      {[]string{"kproxy"}, "KPROXY_BINARY, which make test-guest builds"},
 	"cmd/kproxy/observe_parity_test.go TestBindHardFailEventMatchesKubeProxy bin": {[]string{"kproxy", "kube-proxy"}, "the two proxies compared: the kproxy the test builds and the reference kube-proxy"},
 	"bench/programs/programs_test.go TestListedProgramsAreInstalled p":            {nil, "the listed programs themselves"},
+	"bench/cluster/daemon.go (*cluster).start c.cfg.Self":                         {[]string{"kcluster"}, "kcluster itself (run-in, forward), which make cluster builds"},
+	"bench/cluster/daemon.go RunIn argv[0]":                                       {[]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kcluster"}, "the cluster's daemons, which (*cluster).start passes on to kcluster run-in"},
 	"bench/syncscale/syncscale_bench_test.go runRow launcher":                     {[]string{"kube-proxy", "sh"}, "kube-proxy itself, or in iptables rows the sh wrapper KubeProxyLauncher writes to run it with one backend's iptables"},
 }
 
@@ -126,6 +128,19 @@ func checkInstalled(p string, src Source) error {
 		}
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			return fmt.Errorf("%s (built by make tools): %w", p, err)
+		}
+		return nil
+	case "cluster-tools":
+		// make cluster builds them; make test does not need them.
+		if os.Getenv("KPROXY_CLUSTER") == "" {
+			return nil
+		}
+		dir := os.Getenv(lab.ToolsBinEnv)
+		if dir == "" {
+			dir = "../tools/bin"
+		}
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			return fmt.Errorf("%s (built by make cluster-tools): %w", p, err)
 		}
 		return nil
 	case "tree":
@@ -223,8 +238,8 @@ func TestParse(t *testing.T) {
 		want     List
 		err      string
 	}{
-		{name: "entries and comments", in: "# header\n\nnft   deb:nftables # the nft tool\ngo go\netcd tools\nkproxy tree\n",
-			want: List{"nft": {Kind: "deb", Package: "nftables"}, "go": {Kind: "go"}, "etcd": {Kind: "tools"}, "kproxy": {Kind: "tree"}}},
+		{name: "entries and comments", in: "# header\n\nnft   deb:nftables # the nft tool\ngo go\netcd tools\nkubelet cluster-tools\nkproxy tree\n",
+			want: List{"nft": {Kind: "deb", Package: "nftables"}, "go": {Kind: "go"}, "etcd": {Kind: "tools"}, "kubelet": {Kind: "cluster-tools"}, "kproxy": {Kind: "tree"}}},
 		{name: "no source", in: "nft\n", err: `line 1: want "program source", got "nft"`},
 		{name: "unknown source", in: "nft apt:nftables\n", err: `line 1: nft: unknown source "apt:nftables"`},
 		{name: "empty package", in: "nft deb:\n", err: `unknown source "deb:"`},
