@@ -110,6 +110,46 @@ func (t *Table) Sync(want, nodeAddrs []netip.Addr, verify bool) error {
 	return errors.Join(errs...)
 }
 
+// Update is Sync given how want changed since the last sync: the addresses
+// that became wanted and those no longer wanted (each named once, however
+// many services share it). It needs the last sync's record and the same
+// node addresses; without them it does nothing and reports false, and the
+// caller syncs in full. Its cost follows the change, not the table.
+func (t *Table) Update(add, del, nodeAddrs []netip.Addr) (bool, error) {
+	if t.local == nil || !slices.Equal(nodeAddrs, t.lastNode) {
+		return false, nil
+	}
+	var errs []error
+	for _, a := range del {
+		a = a.Unmap()
+		if !t.local[a] {
+			continue
+		}
+		if err := t.routes.Delete(a); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("deleting the local route for %s: %w", a, err))
+		}
+		delete(t.local, a)
+	}
+	for _, a := range add {
+		a = a.Unmap()
+		if t.local[a] || slices.Contains(nodeAddrs, a) {
+			continue
+		}
+		switch err := t.routes.Add(a); {
+		case err == nil, errors.Is(err, syscall.EEXIST):
+		default:
+			errs = append(errs, fmt.Errorf("adding a local route for %s: %w", a, err))
+		}
+		t.local[a] = true
+	}
+	// The table no longer matches the last Sync's list.
+	t.lastWant = nil
+	if len(errs) > 0 {
+		t.local = nil
+	}
+	return true, errors.Join(errs...)
+}
+
 // list returns the addresses with a kproxy route, in both families.
 func (t *Table) list() (map[netip.Addr]bool, []error) {
 	have := map[netip.Addr]bool{}

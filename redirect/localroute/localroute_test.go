@@ -187,3 +187,51 @@ func run(t *testing.T, name string, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestTableUpdate: after a sync, Update writes the addresses that came and
+// went and nothing else; without a record, or with other node addresses, it
+// leaves the work to a full sync.
+func TestTableUpdate(t *testing.T) {
+	r := fakeroutes.New(nodeIP, foreign)
+	table := localroute.NewTable(r)
+	if done, err := table.Update([]netip.Addr{vip4}, nil, nil); done || err != nil {
+		t.Fatalf("Update before any sync = %t, %v; want it left to a sync", done, err)
+	}
+	if err := table.Sync([]netip.Addr{vip4}, []netip.Addr{nodeIP}, false); err != nil {
+		t.Fatal(err)
+	}
+	lists := r.Lists()
+	for _, tc := range []struct {
+		name     string
+		add, del []netip.Addr
+		wantOurs []netip.Addr
+	}{
+		{name: "an address comes", add: []netip.Addr{vip6}, wantOurs: []netip.Addr{vip4, vip6}},
+		{name: "one goes, another comes", add: []netip.Addr{vip4b}, del: []netip.Addr{vip4}, wantOurs: []netip.Addr{vip4b, vip6}},
+		{name: "the node's own address gets no route", add: []netip.Addr{nodeIP}, wantOurs: []netip.Addr{vip4b, vip6}},
+		{name: "a foreign route is left to its owner", add: []netip.Addr{foreign}, del: []netip.Addr{foreign}, wantOurs: []netip.Addr{vip4b, vip6}},
+		{name: "an address not routed goes quietly", del: []netip.Addr{vip4}, wantOurs: []netip.Addr{vip4b, vip6}},
+		{name: "IPv4-mapped addresses are IPv4", del: []netip.Addr{netip.AddrFrom16(vip4b.As16())}, wantOurs: []netip.Addr{vip6}},
+	} {
+		done, err := table.Update(tc.add, tc.del, []netip.Addr{nodeIP})
+		if !done || err != nil {
+			t.Fatalf("%s: Update = %t, %v", tc.name, done, err)
+		}
+		if got := r.Ours(); !slices.Equal(got, tc.wantOurs) {
+			t.Fatalf("%s: routes %v, want %v", tc.name, got, tc.wantOurs)
+		}
+	}
+	if r.Lists() != lists {
+		t.Error("Update listed the kernel's routes")
+	}
+	if done, _ := table.Update([]netip.Addr{vip4}, nil, []netip.Addr{nodeIP, vip4b}); done {
+		t.Error("Update with other node addresses did the work; want it left to a full sync")
+	}
+	// A full sync after updates starts from what they left.
+	if err := table.Sync([]netip.Addr{vip6}, []netip.Addr{nodeIP}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Ours(); !slices.Equal(got, []netip.Addr{vip6}) {
+		t.Fatalf("after a sync: routes %v, want %v", got, vip6)
+	}
+}

@@ -102,6 +102,73 @@ func (k *kernelState) compare(targets map[Target]Action, guarded []netip.Addr) (
 	return c, nil
 }
 
+// diff validates a change given as such and lists the writes it needs:
+// entries already as asked are left out.
+func (k *kernelState) diff(set map[Target]Action, del []Target, addGuarded, delGuarded []netip.Addr) (changes, error) {
+	var c changes
+	setKeys := make(map[mapKey]bool, len(set))
+	for t, a := range set {
+		if a != Steer && a != Drop && a != Discard {
+			return changes{}, fmt.Errorf("target %s: unknown %s", t, a)
+		}
+		key, err := targetKey(t)
+		if err != nil {
+			return changes{}, err
+		}
+		setKeys[key] = true
+		if e := k.targets[key]; e == nil || e.value != uint32(a) {
+			c.setTargetKeys = append(c.setTargetKeys, key)
+			c.setTargetValues = append(c.setTargetValues, uint32(a))
+		}
+	}
+	added := 0
+	for _, key := range c.setTargetKeys {
+		if k.targets[key] == nil {
+			added++
+		}
+	}
+	deleting := map[mapKey]bool{}
+	for _, t := range del {
+		key, err := targetKey(t)
+		if err != nil {
+			return changes{}, err
+		}
+		if k.targets[key] != nil && !setKeys[key] && !deleting[key] {
+			deleting[key] = true
+			c.delTargets = append(c.delTargets, key)
+		}
+	}
+	if n := len(k.targets) + added - len(c.delTargets); n > MaxTargets {
+		return changes{}, fmt.Errorf("%d targets, at most %d fit", n, MaxTargets)
+	}
+	adding := map[mapKey]bool{}
+	for _, a := range addGuarded {
+		key, err := guardedKey(a)
+		if err != nil {
+			return changes{}, err
+		}
+		if !adding[key] && k.guarded[key] == nil {
+			c.addGuarded = append(c.addGuarded, key)
+		}
+		adding[key] = true
+	}
+	deleting = map[mapKey]bool{}
+	for _, a := range delGuarded {
+		key, err := guardedKey(a)
+		if err != nil {
+			return changes{}, err
+		}
+		if k.guarded[key] != nil && !adding[key] && !deleting[key] {
+			deleting[key] = true
+			c.delGuarded = append(c.delGuarded, key)
+		}
+	}
+	if n := len(k.guarded) + len(c.addGuarded) - len(c.delGuarded); n > MaxGuarded {
+		return changes{}, fmt.Errorf("%d guarded addresses, at most %d fit", n, MaxGuarded)
+	}
+	return c, nil
+}
+
 // apply records that the kernel now holds what compare's input asked for.
 func (k *kernelState) apply(c changes) {
 	for i, key := range c.setTargetKeys {

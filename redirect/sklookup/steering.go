@@ -227,6 +227,36 @@ func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
+	return s.write("sync", d)
+}
+
+// Patch is Sync given only what changed: targets to set (added, or with a
+// new action), targets to delete, and guarded addresses to add and delete.
+// Its cost follows the change, where Sync's follows the whole input. A
+// target or address both set and deleted is set. Invalid input changes
+// nothing; additions are written before removals, as by Sync.
+func (s *Steering) Patch(set map[Target]Action, del []Target, addGuarded, delGuarded []netip.Addr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("patch: steering closed")
+	}
+	if s.stale {
+		have, err := s.readBack()
+		if err != nil {
+			return err
+		}
+		s.written, s.stale = have, false
+	}
+	d, err := s.written.diff(set, del, addGuarded, delGuarded)
+	if err != nil {
+		return fmt.Errorf("patch: %w", err)
+	}
+	return s.write("patch", d)
+}
+
+// write makes the kernel's maps take the changes d, additions first.
+func (s *Steering) write(what string, d changes) error {
 	steps := []struct {
 		what string
 		do   func() error
@@ -239,7 +269,7 @@ func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
 	for _, step := range steps {
 		if err := step.do(); err != nil {
 			s.stale = true
-			return fmt.Errorf("sync: %s: %w", step.what, err)
+			return fmt.Errorf("%s: %s: %w", what, step.what, err)
 		}
 	}
 	s.written.apply(d)

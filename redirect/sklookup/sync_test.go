@@ -2,8 +2,11 @@ package sklookup
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -198,4 +201,89 @@ func values(m map[mapKey]*entry) map[mapKey]uint32 {
 		out[k] = e.value
 	}
 	return out
+}
+
+// TestPatchWritesTheChange: random patches (targets set, re-set to another
+// action, deleted; guarded addresses added and deleted, some named twice or
+// both ways) leave the maps holding what the same changes made to a plain
+// copy say, and refuse bad input without writing.
+func TestPatchWritesTheChange(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF) to create BPF maps")
+	}
+	o, err := load()
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	s := newSteering(o, nil)
+	defer s.Close()
+	all, allGuarded := services(64)
+	pool := slices.Collect(maps.Keys(all))
+	slices.SortFunc(pool, func(a, b Target) int { return a.Addr.Compare(b.Addr)*4 + int(a.Protocol) - int(b.Protocol) })
+	wantTargets := map[Target]Action{}
+	wantGuarded := map[netip.Addr]bool{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for step := range 200 {
+		set := map[Target]Action{}
+		var del []Target
+		var addG, delG []netip.Addr
+		for range 1 + rng.IntN(8) {
+			tgt := pool[rng.IntN(len(pool))]
+			if rng.IntN(3) == 0 {
+				del = append(del, tgt)
+			} else {
+				set[tgt] = []Action{Steer, Drop, Discard}[rng.IntN(3)]
+			}
+			a := allGuarded[rng.IntN(len(allGuarded))]
+			if rng.IntN(2) == 0 {
+				addG = append(addG, a, a)
+			} else {
+				delG = append(delG, a)
+			}
+		}
+		if err := s.Patch(set, del, addG, delG); err != nil {
+			t.Fatalf("step %d: Patch: %v", step, err)
+		}
+		for _, tgt := range del {
+			delete(wantTargets, tgt)
+		}
+		maps.Copy(wantTargets, set)
+		for _, a := range delG {
+			delete(wantGuarded, a)
+		}
+		for _, a := range addG {
+			wantGuarded[a] = true
+		}
+		got, err := s.readBack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantT, wantG := contents(t, wantTargets, slices.Collect(maps.Keys(wantGuarded)))
+		if diff := cmp.Diff(wantT, values(got.targets)); diff != "" {
+			t.Fatalf("step %d: targets map after Patch (-want +got):\n%s", step, diff)
+		}
+		if diff := cmp.Diff(wantG, values(got.guarded)); diff != "" {
+			t.Fatalf("step %d: guarded map after Patch (-want +got):\n%s", step, diff)
+		}
+		if diff := cmp.Diff(values(s.written.targets), values(got.targets)); diff != "" {
+			t.Fatalf("step %d: Patch's record differs from the targets map (-record +map):\n%s", step, diff)
+		}
+	}
+	before, err := s.readBack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Patch(map[Target]Action{pool[0]: 0}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "unknown action") {
+		t.Errorf("Patch with an unknown action: %v, want it refused", err)
+	}
+	if err := s.Patch(nil, nil, []netip.Addr{{}}, nil); err == nil {
+		t.Error("Patch with an invalid guarded address succeeded")
+	}
+	after, err := s.readBack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(values(before.targets), values(after.targets)) || !cmp.Equal(values(before.guarded), values(after.guarded)) {
+		t.Error("a refused Patch changed the maps")
+	}
 }
