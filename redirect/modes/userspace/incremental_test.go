@@ -94,13 +94,13 @@ func TestPartialSyncsMatchAFullOne(t *testing.T) {
 		if err := m.Sync(context.Background(), snap, changes); err != nil {
 			t.Fatalf("step %d: sync: %v", step, err)
 		}
-		checkMatchesFullSync(t, step, m, snap)
+		checkMatchesFullSync(t, step, m, snap, routes)
 	}
 }
 
 // checkMatchesFullSync compares what m's syncs left with what a sync of all
 // of snap makes.
-func checkMatchesFullSync(t *testing.T, step int, m *Mode, snap *servicemap.Snapshot) {
+func checkMatchesFullSync(t *testing.T, step int, m *Mode, snap *servicemap.Snapshot, routes *fakeroutes.Routes) {
 	t.Helper()
 	local, err := m.cfg.LocalAddresses()
 	if err != nil {
@@ -131,9 +131,24 @@ func checkMatchesFullSync(t *testing.T, step int, m *Mode, snap *servicemap.Snap
 			t.Fatalf("step %d: targets %v, a full sync's %v", step, st.targets, made.targets)
 		}
 	}
-	steered := serviceAddresses(snap, m.families, true)
-	if !slices.Equal(m.addrs.steered, steered) || !slices.Equal(st.guarded, steered) {
-		t.Fatalf("step %d: guarded %v (listed %v), want %v", step, st.guarded, m.addrs.steered, steered)
+	steered := addressCount{}
+	for name, sp := range snap.All() {
+		for _, a := range addressesOf(name, sp, m.families, true) {
+			steered[a]++
+		}
+	}
+	if !maps.Equal(m.addrs.steered, steered) || !sameKeys(st.guarded, steered) {
+		t.Fatalf("step %d: guarded %v (counted %v), want %v", step, st.guarded, m.addrs.steered, steered)
+	}
+	var routed []netip.Addr
+	for a := range steered {
+		if !slices.Contains(local, a) {
+			routed = append(routed, a)
+		}
+	}
+	slices.SortFunc(routed, netip.Addr.Compare)
+	if got := routes.Ours(); !slices.Equal(got, routed) {
+		t.Fatalf("step %d: local routes %v, want %v", step, got, routed)
 	}
 }
 

@@ -3,11 +3,9 @@ package userspace
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/kernel"
@@ -112,58 +110,24 @@ func strictARP(logger klog.Logger, s sysctl.Sysctls) {
 // (serviceAddrs.routed). A family the node has no address of gets none, as
 // it gets no relays. verify (full and periodic syncs) reads the kernel's
 // routes first, so one deleted behind kproxy's back comes back; other syncs
-// write the difference.
+// write what came and went.
 func (m *Mode) syncRoutes(node portal.Node, verify bool) error {
-	if len(m.familiesWith(node, routesServiceAddresses)) == 0 {
+	a := &m.addrs
+	if len(a.routedFams) == 0 {
 		return nil
 	}
-	if err := m.routes.Sync(m.addrs.routed, node.LocalAddresses, verify); err != nil {
+	if !verify && !a.rebuilt {
+		if done, err := m.routes.Update(a.routedCame, a.routedWent, node.LocalAddresses); done {
+			if err != nil {
+				return fmt.Errorf("local portals: %w", err)
+			}
+			return nil
+		}
+	}
+	if err := m.routes.Sync(a.routed.list(), node.LocalAddresses, verify); err != nil {
 		return fmt.Errorf("local portals: %w", err)
 	}
 	return nil
-}
-
-// serviceAddrs are the service addresses routes and steering serve, kept
-// between syncs: at tens of thousands of services listing them is most of a
-// sync that changed only endpoints.
-type serviceAddrs struct {
-	// routed: of the local-portal and socket-lookup families (SCTP ports'
-	// only where the kernel serves SCTP); steered: of the socket-lookup
-	// families, SCTP ports' too, which the program guards.
-	routed, steered []netip.Addr
-	// from is the snapshot they were listed from; nil: list them again.
-	from *servicemap.Snapshot
-}
-
-// updateAddrs lists the service addresses again unless the service ports
-// changed since the last listing kept their addresses (all: the node or
-// everything may have changed).
-func (m *Mode) updateAddrs(snap *servicemap.Snapshot, node portal.Node, changes *servicemap.ChangeSet, all bool) {
-	if !all && m.addrs.from != nil && !addressesMoved(m.addrs.from, snap, changes.Changed) {
-		m.addrs.from = snap
-		return
-	}
-	routed := m.familiesWith(node, routesServiceAddresses)
-	steered := m.familiesWith(node, func(kind mode.Portals) bool { return kind == mode.PortalsSKLookup })
-	m.addrs = serviceAddrs{routed: serviceAddresses(snap, routed, m.cfg.Features.SCTP.Present),
-		steered: serviceAddresses(snap, steered, true), from: snap}
-}
-
-// addressesMoved says whether any of the changed service ports came, went,
-// or has other addresses in snap than in old.
-func addressesMoved(old, snap *servicemap.Snapshot, changed []servicemap.ServicePortName) bool {
-	for _, name := range changed {
-		was, wasOK := old.Get(name)
-		is, isOK := snap.Get(name)
-		if wasOK != isOK {
-			return true
-		}
-		if isOK && (!slices.Equal(was.ClusterIPs, is.ClusterIPs) || !slices.Equal(was.ExternalIPs, is.ExternalIPs) ||
-			!slices.Equal(was.LoadBalancerIPs, is.LoadBalancerIPs)) {
-			return true
-		}
-	}
-	return false
 }
 
 // familiesWith lists the families the node has an address of whose portal
@@ -173,26 +137,6 @@ func (m *Mode) familiesWith(node portal.Node, is func(mode.Portals) bool) []ipfa
 	for _, fam := range m.families {
 		if _, used := hostIPOf(node.HostIPs, fam); used && is(m.kinds[fam]) {
 			out = append(out, fam)
-		}
-	}
-	return out
-}
-
-// serviceAddresses lists the cluster, external and LoadBalancer IPs of
-// snap's services in fams; withSCTP: of SCTP service ports too.
-func serviceAddresses(snap *servicemap.Snapshot, fams []ipfamily.Family, withSCTP bool) []netip.Addr {
-	var out []netip.Addr
-	if len(fams) == 0 {
-		return nil
-	}
-	for name, sp := range snap.All() {
-		if name.Protocol == v1.ProtocolSCTP && !withSCTP {
-			continue
-		}
-		for _, fam := range fams {
-			for _, addrs := range [][]netip.Addr{sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs} {
-				out = append(out, ipfamily.Addrs(addrs, fam)...)
-			}
 		}
 	}
 	return out

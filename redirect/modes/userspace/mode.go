@@ -269,7 +269,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	m.conflicts.settle()
 	m.updateAddrs(snap, node, changes, all)
 	var routesErr error
-	steerErr := m.syncSteering(m.addrs.steered, touched, all, func() { routesErr = m.syncRoutes(node, changes.Full || changes.Periodic) })
+	steerErr := m.syncSteering(touched, all, func() { routesErr = m.syncRoutes(node, changes.Full || changes.Periodic) })
 	claims, applied, buildErrs, applyErr := m.syncPortals(ctx, snap, node, changes.Full, changes.Periodic)
 	portErrs = append(portErrs, buildErrs...)
 	portErrs = append(portErrs, m.armGuardedRelays(applied)...)

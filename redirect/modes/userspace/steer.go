@@ -49,9 +49,10 @@ type steering struct {
 	// discarding are the sockets that take a Local policy's clients while
 	// the node has no local endpoint, and drop them (setDropAll).
 	discarding []io.Closer
-	// targets and guarded are what the program was last given in full.
+	// targets and guarded are what the program holds, as of the last
+	// write that succeeded.
 	targets map[sklookup.Target]sklookup.Action
-	guarded []netip.Addr
+	guarded map[netip.Addr]bool
 	// contributions are what each steered relay put in the routes and
 	// targets (nil: unknown, rebuild them all); overlapping says two relays
 	// wanted one address and port, so an entry's owner is unknown and every
@@ -70,7 +71,8 @@ const nodeNetns = "/proc/thread-self/ns/net"
 // startSteering attaches the program and opens the shared sockets of the
 // socket-lookup families, serving them until m.ctx ends.
 func (m *Mode) startSteering(fams []ipfamily.Family) (err error) {
-	st := &steering{udp: map[ipfamily.Family]*udprelay.Relay{}}
+	st := &steering{udp: map[ipfamily.Family]*udprelay.Relay{}, targets: map[sklookup.Target]sklookup.Action{},
+		guarded: map[netip.Addr]bool{}}
 	st.tcpRoutes.Store(&map[netip.AddrPort]*tcprelay.Route{})
 	st.udpRoutes.Store(&map[netip.AddrPort]*udprelay.Route{})
 	runtime.LockOSThread()
@@ -240,51 +242,83 @@ func (m *Mode) openDiscarding(st *steering, fam ipfamily.Family) error {
 //
 // Only the relays of touched keys are looked at, unless all is set: the
 // routes and targets of the others are as the last sync left them.
-func (m *Mode) syncSteering(guarded []netip.Addr, touched []balancer.Key, all bool, syncRoutes func()) error {
+func (m *Mode) syncSteering(touched []balancer.Key, all bool, syncRoutes func()) error {
 	st := m.steering
 	if st == nil {
 		syncRoutes()
 		return nil
 	}
-	targets, departedTargets, ok := m.patchSteering(touched, all)
-	if !ok {
-		targets, departedTargets = m.rebuildSteering()
+	if set, del, ok := m.patchSteering(touched, all); ok && !m.addrs.rebuilt {
+		return m.writeSteeringChange(set, del, syncRoutes)
 	}
-	withOld, departed := targets, len(departedTargets) > 0
-	if departed {
-		withOld = maps.Clone(targets)
-		maps.Copy(withOld, departedTargets)
-	}
-	if !departed && !slices.Equal(st.guarded, guarded) {
-		isGuarded := make(map[netip.Addr]bool, len(guarded))
-		for _, a := range guarded {
-			isGuarded[a] = true
+	targets, departedTargets := m.rebuildSteering()
+	guarded := m.addrs.steered.list()
+	var departedGuarded []netip.Addr
+	for a := range st.guarded {
+		if m.addrs.steered[a] == 0 {
+			departedGuarded = append(departedGuarded, a)
 		}
-		departed = slices.ContainsFunc(st.guarded, func(a netip.Addr) bool { return !isGuarded[a] })
 	}
-	// Targets patchSteering left as they were, and the same guarded
-	// addresses: the program holds them already.
-	unchanged := !departed && samePointer(targets, st.targets) && slices.Equal(guarded, st.guarded)
+	departed := len(departedTargets) > 0 || len(departedGuarded) > 0
 	var errs []error
 	if departed {
-		if err := st.program.Sync(withOld, append(slices.Clone(guarded), st.guarded...)); err != nil {
+		withOld := maps.Clone(targets)
+		maps.Copy(withOld, departedTargets)
+		if err := st.program.Sync(withOld, append(slices.Clone(guarded), departedGuarded...)); err != nil {
 			errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
 		}
 		syncRoutes()
 	}
-	if unchanged {
-		st.guarded = guarded
-	} else if err := st.program.Sync(targets, guarded); err != nil {
+	if err := st.program.Sync(targets, guarded); err != nil {
 		errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
 		// What the program holds is unknown: the next sync starts over.
 		st.contributions = nil
 	} else {
-		st.targets, st.guarded = targets, guarded
+		st.targets, st.guarded = targets, map[netip.Addr]bool{}
+		for _, a := range guarded {
+			st.guarded[a] = true
+		}
 	}
 	if !departed {
 		syncRoutes()
 	}
 	return errors.Join(errs...)
+}
+
+// writeSteeringChange writes a sync's change to the program: the targets
+// set and the guarded addresses that came first, then the routes, then the
+// targets and guarded addresses that went, so a departed service's address
+// stays guarded until its route is gone.
+func (m *Mode) writeSteeringChange(set map[sklookup.Target]sklookup.Action, del []sklookup.Target, syncRoutes func()) error {
+	st, a := m.steering, &m.addrs
+	var errs []error
+	if len(set) > 0 || len(a.steeredCame) > 0 {
+		if err := st.program.Patch(set, nil, a.steeredCame, nil); err != nil {
+			errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
+		}
+	}
+	syncRoutes()
+	if len(errs) == 0 && (len(del) > 0 || len(a.steeredWent) > 0) {
+		if err := st.program.Patch(nil, del, nil, a.steeredWent); err != nil {
+			errs = append(errs, fmt.Errorf("socket-lookup portals: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		// What the program holds is unknown: the next sync starts over.
+		st.contributions = nil
+		return errors.Join(errs...)
+	}
+	maps.Copy(st.targets, set)
+	for _, t := range del {
+		delete(st.targets, t)
+	}
+	for _, addr := range a.steeredCame {
+		st.guarded[addr] = true
+	}
+	for _, addr := range a.steeredWent {
+		delete(st.guarded, addr)
+	}
+	return nil
 }
 
 // steeredContribution is what one steered relay puts in the shared relays'
@@ -385,10 +419,11 @@ func (m *Mode) steeredFromAll() (made steeredState, contributions map[balancer.K
 }
 
 // patchSteering is rebuildSteering for the touched relays alone: it takes
-// their last contributions out of copies of the routes and targets and puts
-// their new ones in. ok is false when it cannot (all, no contributions yet,
-// or an address and port two relays want), and then it changed nothing.
-func (m *Mode) patchSteering(touched []balancer.Key, all bool) (targets, departed map[sklookup.Target]sklookup.Action, ok bool) {
+// their last contributions out of copies of the routes (publishing them)
+// and puts their new ones in, and returns the targets to set and to delete.
+// ok is false when it cannot (all, no contributions yet, or an address and
+// port two relays want), and then it changed nothing.
+func (m *Mode) patchSteering(touched []balancer.Key, all bool) (set map[sklookup.Target]sklookup.Action, del []sklookup.Target, ok bool) {
 	st := m.steering
 	if all || st.contributions == nil || st.overlapping {
 		return nil, nil, false
@@ -414,13 +449,12 @@ func (m *Mode) patchSteering(touched []balancer.Key, all bool) (targets, departe
 		}
 		changes = append(changes, change{key: key, old: old, had: had, new: c, steered: steered})
 	}
-	targets = st.targets
 	if len(changes) == 0 {
-		return targets, nil, true
+		return nil, nil, true
 	}
 	tcpRoutes, udpRoutes := maps.Clone(*st.tcpRoutes.Load()), maps.Clone(*st.udpRoutes.Load())
-	targets = maps.Clone(st.targets)
-	removed := map[sklookup.Target]sklookup.Action{}
+	set = map[sklookup.Target]sklookup.Action{}
+	removed := map[sklookup.Target]bool{}
 	for _, ch := range changes {
 		if !ch.had {
 			continue
@@ -432,9 +466,7 @@ func (m *Mode) patchSteering(touched []balancer.Key, all bool) (targets, departe
 			delete(udpRoutes, ap)
 		}
 		for _, ap := range ch.old.routes.listen {
-			t := sklookup.Target{Protocol: ch.old.protocol, Addr: ap}
-			removed[t] = targets[t]
-			delete(targets, t)
+			removed[sklookup.Target{Protocol: ch.old.protocol, Addr: ap}] = true
 		}
 	}
 	for _, ch := range changes {
@@ -455,7 +487,7 @@ func (m *Mode) patchSteering(touched []balancer.Key, all bool) (targets, departe
 		}
 		for _, ap := range ch.new.routes.listen {
 			t := sklookup.Target{Protocol: ch.new.protocol, Addr: ap}
-			targets[t] = ch.new.action
+			set[t] = ch.new.action
 			delete(removed, t)
 		}
 	}
@@ -466,12 +498,11 @@ func (m *Mode) patchSteering(touched []balancer.Key, all bool) (targets, departe
 			delete(st.contributions, ch.key)
 		}
 	}
+	// Relay routes first: a connection steered before its route is in
+	// would be refused.
 	st.tcpRoutes.Store(&tcpRoutes)
 	st.udpRoutes.Store(&udpRoutes)
-	if len(removed) > 0 {
-		departed = removed
-	}
-	return targets, departed, true
+	return set, slices.Collect(maps.Keys(removed)), true
 }
 
 // steeredRoutes are one relay's routes in the shared relays, per listen
