@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,34 +11,47 @@ import (
 	"strings"
 )
 
-// cgroupMounts lists the mount points of every cgroup hierarchy (v1, and
-// the v2 one of a hybrid layout).
-func cgroupMounts() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+// mount is one line of /proc/self/mountinfo: where, and the file system type.
+type mount struct {
+	point, fsType string
+}
+
+// mounts reads the calling process's mount table.
+func mounts() ([]mount, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
-	defer f.Close()
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	var out []mount
+	for _, line := range strings.Split(string(data), "\n") {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
-		fields := strings.Fields(sc.Text())
+		fields := strings.Fields(line)
 		sep := slices.Index(fields, "-")
 		if sep < 5 || sep+1 >= len(fields) {
 			continue
 		}
-		if t := fields[sep+1]; t == "cgroup" || t == "cgroup2" {
-			mounts = append(mounts, fields[4])
+		out = append(out, mount{point: fields[4], fsType: fields[sep+1]})
+	}
+	return out, nil
+}
+
+// cgroupMounts lists the mount points of every cgroup hierarchy (v1, and
+// the v2 one of a hybrid layout).
+func cgroupMounts() ([]string, error) {
+	all, err := mounts()
+	if err != nil {
+		return nil, err
+	}
+	var points []string
+	for _, m := range all {
+		if m.fsType == "cgroup" || m.fsType == "cgroup2" {
+			points = append(points, m.point)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
-	}
-	if len(mounts) == 0 {
+	if len(points) == 0 {
 		return nil, errors.New("no cgroup hierarchy is mounted")
 	}
-	return mounts, nil
+	return points, nil
 }
 
 // createCgroup makes rel (slash-separated, relative to each hierarchy's

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -101,29 +100,19 @@ func unmountUnder(dirs ...string) error {
 
 // mountsUnder lists the mount points at or below dirs, deepest first.
 func mountsUnder(dirs []string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mounts()
 	if err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := fields[4]
+	var points []string
+	for _, m := range all {
 		for _, d := range dirs {
-			if mp == d || strings.HasPrefix(mp, d+"/") {
-				mounts = append(mounts, mp)
+			if m.point == d || strings.HasPrefix(m.point, d+"/") {
+				points = append(points, m.point)
 				break
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
-	}
-	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
-	return slices.Compact(mounts), nil
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(points), nil
 }
