@@ -7,11 +7,13 @@
 #
 #   bench/conformance/images.sh AGNHOST_BINARY OUTPUT_DIR
 #
-# AGNHOST_IMAGE and BUSYBOX_IMAGE are the framework's names (e2e.test
-# --list-images prints them). The agnhost image runs the static agnhost
-# binary as its entrypoint; the busybox image is the same filesystem with a
-# shell as its command, which is all the specs ask of it (Debian's
-# busybox-static wget crashes on this kernel, so the real tools stand in).
+# AGNHOST_IMAGES and BUSYBOX_IMAGES are the framework's names, separated by
+# spaces (e2e.test --list-images prints them; it names more than one tag of
+# each). An agnhost image runs the static agnhost binary as its entrypoint;
+# a busybox image is the same filesystem with a shell as its command, which
+# is all the specs ask of it (Debian's busybox-static wget crashes on this
+# kernel, so the real tools stand in). Every name gets its own archive,
+# NAME-TAG.oci.tar; their layers are the same, so containerd keeps one copy.
 # Environment: MIRROR, SUITE (as deploy/image/build.sh). Needs root and the
 # Debian packages mmdebstrap and umoci.
 set -euo pipefail
@@ -24,8 +26,8 @@ agnhost=$1
 out=$2
 mirror=${MIRROR:-http://deb.debian.org/debian}
 suite=${SUITE:-bookworm}
-agnhost_image=${AGNHOST_IMAGE:?the e2e framework's agnhost image name}
-busybox_image=${BUSYBOX_IMAGE:?the e2e framework's busybox image name}
+agnhost_images=${AGNHOST_IMAGES:?names of the agnhost images e2e.test runs}
+busybox_images=${BUSYBOX_IMAGES:?names of the busybox images e2e.test runs}
 tag=build
 
 if grep -q -a -m1 'ld-linux-x86-64.so' "$agnhost"; then
@@ -52,11 +54,13 @@ mkdir -p "$tmp/agnhost"
 install -m 0755 "$agnhost" "$tmp/agnhost/agnhost"
 tar --create --file="$tmp/agnhost.tar" --directory="$tmp/agnhost" --owner=0 --group=0 --numeric-owner agnhost
 
-# archive NAME REF UMOCI-CONFIG-ARGS...: the root filesystem and agnhost as
-# two layers, configured and named REF, written to OUTPUT_DIR/NAME.oci.tar.
+# archive REF UMOCI-CONFIG-ARGS...: the root filesystem and agnhost as two
+# layers, configured and named REF, written to OUTPUT_DIR/NAME-TAG.oci.tar.
 archive() {
-	local name=$1 ref=$2
-	shift 2
+	local ref=$1
+	shift
+	local name
+	name=$(basename "${ref%:*}")-${ref##*:}
 	local layout=$tmp/oci-$name
 	umoci init --layout "$layout"
 	umoci new --image "$layout:$tag"
@@ -75,6 +79,11 @@ archive() {
 }
 
 mkdir -p "$out"
-archive agnhost "$agnhost_image" --config.entrypoint=/agnhost
-archive busybox "$busybox_image" --config.cmd=sh
+rm -f "$out"/*.oci.tar
+for ref in $agnhost_images; do
+	archive "$ref" --config.entrypoint=/agnhost
+done
+for ref in $busybox_images; do
+	archive "$ref" --config.cmd=sh
+done
 ls -l "$out"
