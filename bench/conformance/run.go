@@ -34,8 +34,8 @@ type Run struct {
 	ToolsBin string
 	// Kubeconfig reaches the cluster as its administrator.
 	Kubeconfig string
-	// ReportDir receives the JUnit report (junit_01.xml), ginkgo's JSON
-	// report and e2e.test's output.
+	// ReportDir receives the framework's JUnit report (junit_01.xml) and
+	// e2e.test's output (e2e.log).
 	ReportDir string
 	// Focus and Skip select specs by name (ginkgo regular expressions).
 	Focus, Skip string
@@ -56,7 +56,6 @@ func (r Run) args() []string {
 		"--ginkgo.focus=" + r.Focus,
 		"--ginkgo.skip=" + r.Skip,
 		"--ginkgo.timeout=" + r.Timeout.String(),
-		"--ginkgo.json-report=" + filepath.Join(r.ReportDir, "ginkgo-report.json"),
 		"--ginkgo.no-color",
 		"--ginkgo.v",
 		// The nodes' logs are in the cluster's state directory already;

@@ -4,8 +4,8 @@
 //
 //	kconformance [-dir CLUSTER_DIR] [-tools DIR] [-out DIR] [-focus RE] [-skip RE] [-title TEXT]
 //
-// OUT/junit_01.xml and OUT/ginkgo-report.json are the framework's reports,
-// OUT/e2e.log its output, OUT/conformance.md the table of specs and results.
+// OUT/junit_01.xml is the framework's JUnit report, OUT/e2e.log its output,
+// OUT/conformance.md the table of specs and results.
 // It exits non-zero when a spec failed or none ran.
 package main
 
