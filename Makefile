@@ -100,7 +100,8 @@ cluster-smoke:
 # (bench/tools/coredns, its own module) into bench/tools/bin; make
 # conformance-images builds the images the specs run (agnhost, busybox) from
 # Debian's packages under the names e2e.test expects, in
-# bin/conformance-images (about a minute; needs root); make conformance
+# bin/conformance-images (about a minute, and again only when agnhost, the
+# script or the names change; needs root); make conformance
 # brings up a cluster with them and the cluster DNS unless one is up, runs
 # the specs CONFORMANCE_FOCUS selects (the [sig-network] Services
 # [Conformance] specs by default: 15, all passing in about 2 minutes) and
@@ -121,9 +122,12 @@ conformance-tools: deps
 conformance-images: conformance-tools
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance-images needs root (mmdebstrap's root mode): run sudo make conformance-images"; exit 1; fi
 	@images=$$($(E2E_TEST) --list-images) || exit 1; \
-	AGNHOST_IMAGES="$$(grep -x 'registry.k8s.io/e2e-test-images/agnhost:.*' <<<"$$images")" \
-	BUSYBOX_IMAGES="$$(grep -x 'registry.k8s.io/e2e-test-images/busybox:.*' <<<"$$images")" \
-		./bench/conformance/images.sh $(TOOLS_BIN)/agnhost $(CONFORMANCE_IMAGES)
+	agnhost=$$(grep -x 'registry.k8s.io/e2e-test-images/agnhost:.*' <<<"$$images" | sort); \
+	busybox=$$(grep -x 'registry.k8s.io/e2e-test-images/busybox:.*' <<<"$$images" | sort); \
+	inputs=$$(sha256sum $(TOOLS_BIN)/agnhost bench/conformance/images.sh; echo $$agnhost $$busybox); \
+	if [ "$$inputs" = "$$(cat $(CONFORMANCE_IMAGES)/inputs 2>/dev/null)" ]; then echo "$(CONFORMANCE_IMAGES) is up to date"; exit 0; fi; \
+	AGNHOST_IMAGES="$$agnhost" BUSYBOX_IMAGES="$$busybox" ./bench/conformance/images.sh $(TOOLS_BIN)/agnhost $(CONFORMANCE_IMAGES) && \
+	echo "$$inputs" >$(CONFORMANCE_IMAGES)/inputs
 
 conformance: conformance-images $(if $(CLUSTER_IMAGE),,image)
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance needs root (the cluster): run sudo make conformance"; exit 1; fi
