@@ -95,7 +95,8 @@ cluster-smoke:
 
 # Upstream's own conformance specs against kproxy (bench/conformance).
 # make conformance-tools builds upstream's e2e test binary (go test -c of
-# k8s.io/kubernetes/test/e2e, about 9 minutes on 2 cores the first time),
+# k8s.io/kubernetes/test/e2e, about 9 minutes on 2 cores the first time, 22
+# on one shared core),
 # agnhost and a CoreDNS with only the plugins the cluster needs
 # (bench/tools/coredns, its own module) into bench/tools/bin; make
 # conformance-images builds the images the specs run (agnhost, busybox) from
