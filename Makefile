@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build print-version-ldflags deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image cluster-tools cluster cluster-down cluster-smoke lint clean
+.PHONY: all build print-version-ldflags deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
 
 all: build
 
@@ -69,12 +69,18 @@ CLUSTER_NODES ?= 2
 CLUSTER_DIR ?= /var/tmp/kproxy-cluster
 CLUSTER_API_PORT ?= 16443
 CLUSTER_IMAGE ?=
+# CLUSTER_IMAGES=DIR imports every OCI archive in DIR into each node;
+# CLUSTER_COREDNS=FILE runs that CoreDNS binary as the cluster DNS (make
+# conformance sets both).
+CLUSTER_IMAGES ?=
+CLUSTER_COREDNS ?=
 KCLUSTER := $(CURDIR)/bin/kcluster
 cluster: tools cluster-tools $(if $(CLUSTER_IMAGE),,image)
 	@if [ "$$(id -u)" != 0 ]; then echo "make cluster needs root (namespaces, cgroups, containerd): run sudo make cluster"; exit 1; fi
 	$(GO) build -o $(KCLUSTER) ./bench/cluster/cmd/kcluster
 	$(KCLUSTER) up -nodes $(CLUSTER_NODES) -dir $(CLUSTER_DIR) -api-port $(CLUSTER_API_PORT) -tools $(TOOLS_BIN) \
-		-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -manifest $(CURDIR)/deploy/kproxy.yaml
+		-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -manifest $(CURDIR)/deploy/kproxy.yaml \
+		$(if $(CLUSTER_IMAGES),-images $(CLUSTER_IMAGES)) $(if $(CLUSTER_COREDNS),-coredns $(CLUSTER_COREDNS))
 
 cluster-down:
 	@if [ "$$(id -u)" != 0 ]; then echo "make cluster-down needs root: run sudo make cluster-down"; exit 1; fi
@@ -86,6 +92,51 @@ cluster-down:
 cluster-smoke:
 	@if [ "$$(id -u)" != 0 ]; then echo "make cluster-smoke needs root (it asks from a node's namespace): run sudo make cluster-smoke"; exit 1; fi
 	KPROXY_CLUSTER=1 KPROXY_CLUSTER_DIR=$(CLUSTER_DIR) $(GO) test -count=1 -v -run '^TestSmoke$$' ./bench/cluster/
+
+# Upstream's own conformance specs against kproxy (bench/conformance).
+# make conformance-tools builds upstream's e2e test binary (go test -c of
+# k8s.io/kubernetes/test/e2e, about 9 minutes on 2 cores the first time, 22
+# on one shared core),
+# agnhost and a CoreDNS with only the plugins the cluster needs
+# (bench/tools/coredns, its own module) into bench/tools/bin; make
+# conformance-images builds the images the specs run (agnhost, busybox) from
+# Debian's packages under the names e2e.test expects, in
+# bin/conformance-images (about a minute, and again only when agnhost, the
+# script or the names change; needs root); make conformance
+# brings up a cluster with them and the cluster DNS unless one is up, runs
+# the specs CONFORMANCE_FOCUS selects (the [sig-network] Services
+# [Conformance] specs by default: 15, all passing in about 2 minutes) and
+# writes the JUnit report, e2e.test's output and a Markdown table to
+# CONFORMANCE_OUT. It leaves the cluster up: make cluster-down.
+E2E_TEST := $(TOOLS_BIN)/e2e.test
+CONFORMANCE_IMAGES := $(CURDIR)/bin/conformance-images
+CONFORMANCE_OUT ?= $(CURDIR)/bin/conformance
+CONFORMANCE_FOCUS ?= \[sig-network\] Services.*\[Conformance\]
+CONFORMANCE_SKIP ?= \[Serial\]|\[Disruptive\]|\[Feature:
+conformance-tools: deps
+	@cd bench/tools && $(PROGRESS) "make conformance-tools: building upstream's e2e.test from the Go module proxy" \
+		"about 9 minutes on 2 cores the first time, seconds once the Go build cache has it" \
+		$(GO) test -c -ldflags "$(K8S_LDFLAGS)" -o bin/e2e.test k8s.io/kubernetes/test/e2e
+	cd bench/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/agnhost k8s.io/kubernetes/test/images/agnhost
+	cd bench/tools/coredns && CGO_ENABLED=0 $(GO) build -trimpath -o ../bin/coredns .
+
+conformance-images: conformance-tools
+	@if [ "$$(id -u)" != 0 ]; then echo "make conformance-images needs root (mmdebstrap's root mode): run sudo make conformance-images"; exit 1; fi
+	@images=$$($(E2E_TEST) --list-images) || exit 1; \
+	agnhost=$$(grep -x 'registry.k8s.io/e2e-test-images/agnhost:.*' <<<"$$images" | sort); \
+	busybox=$$(grep -x 'registry.k8s.io/e2e-test-images/busybox:.*' <<<"$$images" | sort); \
+	inputs=$$(sha256sum $(TOOLS_BIN)/agnhost bench/conformance/images.sh; echo $$agnhost $$busybox); \
+	if [ "$$inputs" = "$$(cat $(CONFORMANCE_IMAGES)/inputs 2>/dev/null)" ]; then echo "$(CONFORMANCE_IMAGES) is up to date"; exit 0; fi; \
+	AGNHOST_IMAGES="$$agnhost" BUSYBOX_IMAGES="$$busybox" ./bench/conformance/images.sh $(TOOLS_BIN)/agnhost $(CONFORMANCE_IMAGES) && \
+	echo "$$inputs" >$(CONFORMANCE_IMAGES)/inputs
+
+conformance: conformance-images $(if $(CLUSTER_IMAGE),,image)
+	@if [ "$$(id -u)" != 0 ]; then echo "make conformance needs root (the cluster): run sudo make conformance"; exit 1; fi
+	@if [ ! -e $(CLUSTER_DIR) ]; then \
+		$(MAKE) --no-print-directory cluster CLUSTER_IMAGES=$(CONFORMANCE_IMAGES) CLUSTER_COREDNS=$(TOOLS_BIN)/coredns || exit 1; fi
+	$(GO) build -o bin/kconformance ./bench/conformance/cmd/kconformance
+	bin/kconformance -dir $(CLUSTER_DIR) -tools $(TOOLS_BIN) -out $(CONFORMANCE_OUT) \
+		-focus '$(CONFORMANCE_FOCUS)' -skip '$(CONFORMANCE_SKIP)'
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes

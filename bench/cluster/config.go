@@ -20,6 +20,11 @@ const (
 	ServiceCIDR = "198.18.0.0/16"
 	// KubernetesServiceIP is the kubernetes Service's ClusterIP.
 	KubernetesServiceIP = "198.18.0.1"
+	// ClusterDNSIP is the cluster DNS Service's ClusterIP, the kubelets'
+	// clusterDNS, when the cluster runs CoreDNS (Config.CoreDNS).
+	ClusterDNSIP = "198.18.0.10"
+	// ClusterDomain is the kubelets' clusterDomain.
+	ClusterDomain = "cluster.local"
 
 	// MaxNodes bounds the node count: pod ranges stay inside PodCIDR.
 	MaxNodes = 9
@@ -60,6 +65,13 @@ type Config struct {
 	// Self is the kcluster binary, which starts the daemons in their
 	// namespaces and cgroups (its run-in command) and runs the forwarder.
 	Self string
+	// Images, if set, is a directory of OCI archives (*.oci.tar) to import
+	// into every node's containerd under the names they carry, for pods
+	// that cannot pull them from a registry.
+	Images string
+	// CoreDNS, if set, is a static CoreDNS binary (bench/tools/coredns): the
+	// cluster then runs it as its DNS, at ClusterDNSIP.
+	CoreDNS string
 }
 
 // Validate checks the fields Up needs.
@@ -76,6 +88,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("no %s given", name)
 		}
 		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%s %q is not an absolute path", name, v)
+		}
+	}
+	for name, v := range map[string]string{"images directory": c.Images, "CoreDNS binary": c.CoreDNS} {
+		if v != "" && !filepath.IsAbs(v) {
 			return fmt.Errorf("%s %q is not an absolute path", name, v)
 		}
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,8 @@ const (
 	PauseImage = "localhost/kproxy-cluster/pause:latest"
 	// PodwebImage serves HTTP for the smoke check (cmd/podweb).
 	PodwebImage = "localhost/kproxy-cluster/podweb:latest"
+	// CoreDNSImage is the cluster DNS's image, when Config.CoreDNS is set.
+	CoreDNSImage = "localhost/kproxy-cluster/coredns:latest"
 	// kubernetesModule holds pause.c, at the version bench/tools pins.
 	kubernetesModule = "k8s.io/kubernetes"
 )
@@ -57,6 +60,9 @@ func (c *cluster) buildImages() ([]image, error) {
 		return nil, err
 	}
 	images := []image{{ref: PauseImage, binary: pause}, {ref: PodwebImage, binary: podweb}}
+	if c.cfg.CoreDNS != "" {
+		images = append(images, image{ref: CoreDNSImage, binary: c.cfg.CoreDNS})
+	}
 	for _, im := range images {
 		if err := ociArchive(im, archivePath(dir, im)); err != nil {
 			return nil, err
@@ -146,13 +152,82 @@ func writeLayer(path, binary, name string) error {
 }
 
 // importImage imports an OCI archive into a node's containerd, in the
-// namespace the CRI uses. base is the image's name without its tag: ctr
-// keeps only the names the archive gives under it.
+// namespace the CRI uses. The base name is the image's name without its
+// tag: ctr keeps only the names the archive gives under it.
 func (c *cluster) importImage(n Node, archive, ref string) error {
-	base, _, _ := strings.Cut(ref, ":latest")
 	_, err := run("", nil, ctrProgram, "--address", n.containerdSocket(c.paths), "--namespace", "k8s.io",
-		"images", "import", "--base-name", base, archive)
+		"images", "import", "--base-name", imageBase(ref), archive)
 	return err
+}
+
+// imageBase is ref without its tag: the colon after the last slash, so a
+// registry's port stays.
+func imageBase(ref string) string {
+	slash := strings.LastIndex(ref, "/")
+	if colon := strings.LastIndex(ref, ":"); colon > slash {
+		return ref[:colon]
+	}
+	return ref
+}
+
+// extraArchives lists the OCI archives in Config.Images with the name each
+// carries.
+func (c *cluster) extraArchives() (map[string]string, error) {
+	if c.cfg.Images == "" {
+		return nil, nil
+	}
+	files, err := filepath.Glob(filepath.Join(c.cfg.Images, "*.oci.tar"))
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", c.cfg.Images, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s holds no *.oci.tar archives", c.cfg.Images)
+	}
+	refs := make(map[string]string, len(files))
+	for _, f := range files {
+		ref, err := archiveRef(f)
+		if err != nil {
+			return nil, err
+		}
+		refs[f] = ref
+	}
+	return refs, nil
+}
+
+// archiveRef reads the name an OCI archive's index gives its image.
+func archiveRef(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return "", fmt.Errorf("%s holds no index.json: not an OCI archive", path)
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", path, err)
+		}
+		if filepath.Clean(h.Name) != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return "", fmt.Errorf("%s: index.json: %w", path, err)
+		}
+		for _, m := range index.Manifests {
+			if ref := m.Annotations["org.opencontainers.image.ref.name"]; strings.Contains(ref, "/") {
+				return ref, nil
+			}
+		}
+		return "", fmt.Errorf("%s: index.json names no image in full", path)
+	}
 }
 
 // run runs a program in dir with env added, returning its output.

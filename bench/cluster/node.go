@@ -85,7 +85,10 @@ failSwapOn: false
 # Lowering its own score needs CAP_SYS_RESOURCE, which root lacks here.
 oomScoreAdj: 0
 podLogsDir: {{.Dir}}/pod-logs
-clusterDomain: cluster.local
+clusterDomain: {{.ClusterDomain}}
+{{- if .ClusterDNS}}
+clusterDNS: [{{.ClusterDNS}}]
+{{- end}}
 maxPods: 50
 serializeImagePulls: false
 # A shared disk: the other nodes' images and logs are not this node's
@@ -189,7 +192,7 @@ func (c *cluster) startKubelet(n Node) error {
 	config := c.paths.node(n, "kubelet-config.yaml")
 	if err := writeTemplate(config, template.Must(template.New("kubelet").Parse(kubeletConfigText)), map[string]string{
 		"NodeIP": n.IP.String(), "CA": c.paths.pki("ca.crt"), "Socket": n.containerdSocket(c.paths),
-		"Cgroup": n.cgroup(), "Dir": c.paths.node(n),
+		"Cgroup": n.cgroup(), "Dir": c.paths.node(n), "ClusterDomain": ClusterDomain, "ClusterDNS": c.clusterDNS(),
 	}); err != nil {
 		return err
 	}

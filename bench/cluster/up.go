@@ -49,12 +49,14 @@ func Up(ctx context.Context, cfg Config, out io.Writer) error {
 		return err
 	}
 	var images []image
+	var extra map[string]string
 	steps := []struct {
 		what string
 		fn   func() error
 	}{
 		{"certificates and kubeconfigs", c.writePKI},
-		{"pause and podweb images", func() (err error) { images, err = c.buildImages(); return err }},
+		{"cluster images", func() (err error) { images, err = c.buildImages(); return err }},
+		{"extra images listed", func() (err error) { extra, err = c.extraArchives(); return err }},
 		{"network namespaces", func() error { return buildNetwork(c.nodes) }},
 		{"cgroups", func() error { return createCgroup(daemonsCgroup) }},
 		{"control plane", func() error { return c.startControlPlane(ctx) }},
@@ -64,7 +66,7 @@ func Up(ctx context.Context, cfg Config, out io.Writer) error {
 			return err
 		}
 	}
-	if err := step("nodes: containerd, images, kubelet", func() error { return c.startNodes(ctx, images, out) }); err != nil {
+	if err := step("nodes: containerd, images, kubelet", func() error { return c.startNodes(ctx, images, extra, out) }); err != nil {
 		return err
 	}
 	client, err := c.adminClient()
@@ -77,6 +79,11 @@ func Up(ctx context.Context, cfg Config, out io.Writer) error {
 	if err := step("nodes Ready, kproxy running on each", func() error { return waitReady(ctx, client, len(c.nodes)) }); err != nil {
 		return err
 	}
+	if c.cfg.CoreDNS != "" {
+		if err := step("cluster DNS (CoreDNS) ready", func() error { return c.deployDNS(ctx, client) }); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "\nA %d-node cluster is up (%.0fs), with kproxy as its DaemonSet on every node.\n", len(c.nodes), time.Since(began).Seconds())
 	fmt.Fprintf(out, "  kubeconfig: %s\n", AdminKubeconfig(cfg.StateDir))
 	fmt.Fprintf(out, "  try:        %s --kubeconfig %s get nodes,pods -A -o wide\n", c.tool("kubectl"), AdminKubeconfig(cfg.StateDir))
@@ -88,7 +95,7 @@ func Up(ctx context.Context, cfg Config, out io.Writer) error {
 
 // startNodes starts every node's containerd, imports the images into it and
 // starts its kubelet, the nodes side by side.
-func (c *cluster) startNodes(ctx context.Context, images []image, out io.Writer) error {
+func (c *cluster) startNodes(ctx context.Context, images []image, extra map[string]string, out io.Writer) error {
 	errs := make([]error, len(c.nodes))
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
@@ -96,7 +103,7 @@ func (c *cluster) startNodes(ctx context.Context, images []image, out io.Writer)
 		go func() {
 			defer wg.Done()
 			t := time.Now()
-			if err := c.startNode(ctx, n, images); err != nil {
+			if err := c.startNode(ctx, n, images, extra); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", n.Name, err)
 				return
 			}
@@ -107,7 +114,7 @@ func (c *cluster) startNodes(ctx context.Context, images []image, out io.Writer)
 	return errors.Join(errs...)
 }
 
-func (c *cluster) startNode(ctx context.Context, n Node, images []image) error {
+func (c *cluster) startNode(ctx context.Context, n Node, images []image, extra map[string]string) error {
 	if err := c.startContainerd(ctx, n); err != nil {
 		return err
 	}
@@ -116,6 +123,11 @@ func (c *cluster) startNode(ctx context.Context, n Node, images []image) error {
 	}
 	for _, im := range images {
 		if err := c.importImage(n, archivePath(c.paths.images(""), im), im.ref); err != nil {
+			return err
+		}
+	}
+	for archive, ref := range extra {
+		if err := c.importImage(n, archive, ref); err != nil {
 			return err
 		}
 	}
@@ -145,7 +157,11 @@ func preflight(cfg Config) error {
 		{cfg.ToolsBin + "/" + kubeletBinary, "make cluster-tools"},
 		{cfg.Image, "make image"},
 		{cfg.Manifest, "the checkout"},
+		{cfg.CoreDNS, "make conformance-tools"},
 	} {
+		if b.path == "" {
+			continue
+		}
 		if _, err := os.Stat(b.path); err != nil {
 			return fmt.Errorf("%s is missing (%s builds it): %w", b.path, b.from, err)
 		}

@@ -17,7 +17,7 @@ import (
 
 // Source says where a listed program comes from.
 type Source struct {
-	Kind    string // "deb", "go", "tools", "cluster-tools" or "tree"
+	Kind    string // "deb", "go", "tools", "cluster-tools", "conformance-tools" or "tree"
 	Package string // the Debian package, for Kind "deb"
 }
 
@@ -84,8 +84,8 @@ func parseSource(s string) (Source, error) {
 	switch {
 	case strings.HasPrefix(s, "deb:") && len(s) > len("deb:"):
 		return Source{Kind: "deb", Package: strings.TrimPrefix(s, "deb:")}, nil
-	case s == "go", s == "tools", s == "cluster-tools", s == "tree":
+	case s == "go", s == "tools", s == "cluster-tools", s == "conformance-tools", s == "tree":
 		return Source{Kind: s}, nil
 	}
-	return Source{}, fmt.Errorf("unknown source %q (want deb:PACKAGE, go, tools, cluster-tools or tree)", s)
+	return Source{}, fmt.Errorf("unknown source %q (want deb:PACKAGE, go, tools, cluster-tools, conformance-tools or tree)", s)
 }

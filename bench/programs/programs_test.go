@@ -130,9 +130,11 @@ func checkInstalled(p string, src Source) error {
 			return fmt.Errorf("%s (built by make tools): %w", p, err)
 		}
 		return nil
-	case "cluster-tools":
-		// make cluster builds them; make test does not need them.
-		if os.Getenv("KPROXY_CLUSTER") == "" {
+	case "cluster-tools", "conformance-tools":
+		// make cluster and make conformance build them; make test does
+		// not need them.
+		env := map[string]string{"cluster-tools": "KPROXY_CLUSTER", "conformance-tools": "KPROXY_CONFORMANCE"}[src.Kind]
+		if os.Getenv(env) == "" {
 			return nil
 		}
 		dir := os.Getenv(lab.ToolsBinEnv)
@@ -140,7 +142,7 @@ func checkInstalled(p string, src Source) error {
 			dir = "../tools/bin"
 		}
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
-			return fmt.Errorf("%s (built by make cluster-tools): %w", p, err)
+			return fmt.Errorf("%s (built by make %s): %w", p, src.Kind, err)
 		}
 		return nil
 	case "tree":
@@ -238,8 +240,8 @@ func TestParse(t *testing.T) {
 		want     List
 		err      string
 	}{
-		{name: "entries and comments", in: "# header\n\nnft   deb:nftables # the nft tool\ngo go\netcd tools\nkubelet cluster-tools\nkproxy tree\n",
-			want: List{"nft": {Kind: "deb", Package: "nftables"}, "go": {Kind: "go"}, "etcd": {Kind: "tools"}, "kubelet": {Kind: "cluster-tools"}, "kproxy": {Kind: "tree"}}},
+		{name: "entries and comments", in: "# header\n\nnft   deb:nftables # the nft tool\ngo go\netcd tools\nkubelet cluster-tools\ne2e.test conformance-tools\nkproxy tree\n",
+			want: List{"nft": {Kind: "deb", Package: "nftables"}, "go": {Kind: "go"}, "etcd": {Kind: "tools"}, "kubelet": {Kind: "cluster-tools"}, "e2e.test": {Kind: "conformance-tools"}, "kproxy": {Kind: "tree"}}},
 		{name: "no source", in: "nft\n", err: `line 1: want "program source", got "nft"`},
 		{name: "unknown source", in: "nft apt:nftables\n", err: `line 1: nft: unknown source "apt:nftables"`},
 		{name: "empty package", in: "nft deb:\n", err: `unknown source "deb:"`},

@@ -5,7 +5,8 @@
 // manifests bench/deploy compares deploy/ with), built from the Go module
 // proxy. make cluster-tools builds the rest of a cluster from the same
 // module: kubelet, kube-controller-manager, kube-scheduler and kubectl
-// (bench/cluster).
+// (bench/cluster), and make conformance-tools upstream's e2e test binary,
+// agnhost (conformance.go) and a small CoreDNS (coredns/, its own module).
 package tools
 
 import (

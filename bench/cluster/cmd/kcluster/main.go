@@ -2,6 +2,7 @@
 // make cluster (see package kproxy.dev/kproxy/bench/cluster):
 //
 //	kcluster up [-nodes N] [-dir DIR] [-tools DIR] [-image FILE] [-manifest FILE] [-api-port PORT]
+//	            [-images DIR] [-coredns FILE]
 //	kcluster down [-dir DIR]
 //
 // and holds what the cluster's own processes run: run-in starts a program
@@ -41,6 +42,8 @@ func run(args []string) error {
 		image := fs.String("image", "bin/kproxy-image.oci.tar", "kproxy's OCI archive (make image)")
 		manifest := fs.String("manifest", "deploy/kproxy.yaml", "kproxy's manifest")
 		port := fs.Int("api-port", cluster.DefaultAPIPort, "host loopback port for the API server")
+		images := fs.String("images", "", "directory of OCI archives (*.oci.tar) to import into every node")
+		coredns := fs.String("coredns", "", "static CoreDNS binary: run it as the cluster DNS")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -53,7 +56,8 @@ func run(args []string) error {
 			return err
 		}
 		cfg := cluster.Config{Nodes: *nodes, StateDir: abs(*dir), ToolsBin: abs(*tools), Image: abs(*image),
-			Manifest: abs(*manifest), RepoRoot: root, APIPort: *port, Self: self}
+			Manifest: abs(*manifest), RepoRoot: root, APIPort: *port, Self: self,
+			Images: absOrEmpty(*images), CoreDNS: absOrEmpty(*coredns)}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return cluster.Up(ctx, cfg, os.Stdout)
@@ -90,4 +94,11 @@ func abs(p string) string {
 		return p
 	}
 	return a
+}
+
+func absOrEmpty(p string) string {
+	if p == "" {
+		return ""
+	}
+	return abs(p)
 }

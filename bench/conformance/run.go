@@ -1,0 +1,110 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Binary names in the tools directory (make conformance-tools, make
+// cluster-tools).
+const (
+	e2eBinary     = "e2e.test"
+	kubectlBinary = "kubectl"
+)
+
+// Default spec selection: the Services conformance specs that may run side
+// by side with others and need no optional feature.
+const (
+	ServicesFocus = `\[sig-network\] Services.*\[Conformance\]`
+	DefaultSkip   = `\[Serial\]|\[Disruptive\]|\[Feature:`
+)
+
+// Run is one run of e2e.test against a cluster.
+type Run struct {
+	// ToolsBin holds e2e.test and kubectl.
+	ToolsBin string
+	// Kubeconfig reaches the cluster as its administrator.
+	Kubeconfig string
+	// ReportDir receives the framework's JUnit report (junit_01.xml) and
+	// e2e.test's output (e2e.log).
+	ReportDir string
+	// Focus and Skip select specs by name (ginkgo regular expressions).
+	Focus, Skip string
+	// Timeout bounds the whole run (ginkgo's suite timeout).
+	Timeout time.Duration
+}
+
+// JUnitPath is where the framework writes its JUnit report.
+func (r Run) JUnitPath() string { return filepath.Join(r.ReportDir, "junit_01.xml") }
+
+// args are e2e.test's flags for the run.
+func (r Run) args() []string {
+	return []string{
+		"--provider=local",
+		"--kubeconfig=" + r.Kubeconfig,
+		"--kubectl-path=" + filepath.Join(r.ToolsBin, kubectlBinary),
+		"--report-dir=" + r.ReportDir,
+		"--ginkgo.focus=" + r.Focus,
+		"--ginkgo.skip=" + r.Skip,
+		"--ginkgo.timeout=" + r.Timeout.String(),
+		"--ginkgo.no-color",
+		"--ginkgo.v",
+		// The nodes' logs are in the cluster's state directory already;
+		// the framework would try to reach them over SSH.
+		"--dump-logs-on-failure=false",
+		"--disable-log-dump",
+	}
+}
+
+// CheckCluster refuses a cluster the specs cannot pass in: one without the
+// cluster DNS (kcluster up -coredns).
+func CheckCluster(ctx context.Context, client kubernetes.Interface) error {
+	_, err := client.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("the cluster runs no cluster DNS (Service kube-system/kube-dns): bring it up with kcluster up -coredns (make conformance does)")
+	}
+	if err != nil {
+		return fmt.Errorf("looking for the cluster DNS: %w", err)
+	}
+	return nil
+}
+
+// Execute runs e2e.test, its output to out and to ReportDir/e2e.log. A
+// failing spec is no error here: the report tells; an error is a run that
+// could not report.
+func (r Run) Execute(ctx context.Context, out io.Writer) error {
+	if err := os.MkdirAll(r.ReportDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", r.ReportDir, err)
+	}
+	logPath := filepath.Join(r.ReportDir, "e2e.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", logPath, err)
+	}
+	defer log.Close()
+	// A stale report would pass for this run's.
+	if err := os.Remove(r.JUnitPath()); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("removing the last report: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(r.ToolsBin, e2eBinary), r.args()...)
+	cmd.Stdout = io.MultiWriter(out, log)
+	cmd.Stderr = cmd.Stdout
+	cmd.Dir = r.ReportDir
+	runErr := cmd.Run()
+	if _, err := os.Stat(r.JUnitPath()); err != nil {
+		if runErr != nil {
+			return fmt.Errorf("e2e.test (output in %s): %w", logPath, runErr)
+		}
+		return fmt.Errorf("e2e.test wrote no JUnit report (output in %s): %w", logPath, err)
+	}
+	return nil
+}
