@@ -8,8 +8,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 )
@@ -52,7 +52,7 @@ func (c *cluster) clusterDNS() string {
 }
 
 // dnsObjects returns what runs the cluster DNS, in creation order.
-func dnsObjects() []any {
+func dnsObjects() []runtime.Object {
 	labels := map[string]string{"k8s-app": dnsService}
 	replicas := int32(dnsReplicas)
 	probe := func(path string, port int) *v1.Probe {
@@ -61,7 +61,7 @@ func dnsObjects() []any {
 			PeriodSeconds: 2,
 		}
 	}
-	return []any{
+	return []runtime.Object{
 		&v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: dnsName, Namespace: dnsNamespace}},
 		&rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: "kproxy-cluster:" + dnsName},
@@ -124,7 +124,7 @@ func dnsObjects() []any {
 // deployDNS creates the cluster DNS and waits for its pods to be ready.
 func (c *cluster) deployDNS(ctx context.Context, client kubernetes.Interface) error {
 	for _, obj := range dnsObjects() {
-		if err := createDNSObject(ctx, client, obj); err != nil {
+		if err := create(ctx, client, obj); err != nil {
 			return err
 		}
 	}
@@ -138,36 +138,4 @@ func (c *cluster) deployDNS(ctx context.Context, client kubernetes.Interface) er
 		}
 		return nil
 	})
-}
-
-func createDNSObject(ctx context.Context, client kubernetes.Interface, obj any) error {
-	var err error
-	var name string
-	opts := metav1.CreateOptions{}
-	switch o := obj.(type) {
-	case *v1.ServiceAccount:
-		name = "ServiceAccount " + o.Name
-		_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, opts)
-	case *rbacv1.ClusterRole:
-		name = "ClusterRole " + o.Name
-		_, err = client.RbacV1().ClusterRoles().Create(ctx, o, opts)
-	case *rbacv1.ClusterRoleBinding:
-		name = "ClusterRoleBinding " + o.Name
-		_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, opts)
-	case *v1.ConfigMap:
-		name = "ConfigMap " + o.Name
-		_, err = client.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
-	case *appsv1.Deployment:
-		name = "Deployment " + o.Name
-		_, err = client.AppsV1().Deployments(o.Namespace).Create(ctx, o, opts)
-	case *v1.Service:
-		name = "Service " + o.Name
-		_, err = client.CoreV1().Services(o.Namespace).Create(ctx, o, opts)
-	default:
-		return fmt.Errorf("no way to create a %T", obj)
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating %s: %w", name, err)
-	}
-	return nil
 }

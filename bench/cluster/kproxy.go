@@ -98,7 +98,8 @@ func (c *cluster) deployKproxy(ctx context.Context, client kubernetes.Interface)
 	return nil
 }
 
-// create creates one object of the kinds deploy/kproxy.yaml holds.
+// create creates one object of the kinds deploy/kproxy.yaml and the
+// cluster DNS hold; one that exists already is left as it is.
 func create(ctx context.Context, client kubernetes.Interface, obj runtime.Object) error {
 	var err error
 	var name string
@@ -113,11 +114,20 @@ func create(ctx context.Context, client kubernetes.Interface, obj runtime.Object
 	case *rbacv1.ClusterRoleBinding:
 		name = "ClusterRoleBinding " + o.Name
 		_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, opts)
+	case *rbacv1.ClusterRole:
+		name = "ClusterRole " + o.Name
+		_, err = client.RbacV1().ClusterRoles().Create(ctx, o, opts)
 	case *appsv1.DaemonSet:
 		name = "DaemonSet " + o.Name
 		_, err = client.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, opts)
+	case *appsv1.Deployment:
+		name = "Deployment " + o.Name
+		_, err = client.AppsV1().Deployments(o.Namespace).Create(ctx, o, opts)
+	case *v1.Service:
+		name = "Service " + o.Name
+		_, err = client.CoreV1().Services(o.Namespace).Create(ctx, o, opts)
 	default:
-		return fmt.Errorf("the manifest holds a %T, which the cluster does not apply", obj)
+		return fmt.Errorf("creating a %T: the cluster applies no such object", obj)
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating %s: %w", name, err)
