@@ -211,23 +211,7 @@ func checkSocket(fd int, slot Slot) error {
 // before removals: during a Sync a service port is steered, dropped or
 // guarded, never open to the kernel's own lookup before it is removed.
 func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("sync: steering closed")
-	}
-	if s.stale {
-		have, err := s.readBack()
-		if err != nil {
-			return err
-		}
-		s.written, s.stale = have, false
-	}
-	d, err := s.written.compare(targets, guarded)
-	if err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	return s.write("sync", d)
+	return s.change("sync", func(k *kernelState) (changes, error) { return k.compare(targets, guarded) })
 }
 
 // Patch is Sync given only what changed: targets to set (added, or with a
@@ -236,10 +220,16 @@ func (s *Steering) Sync(targets map[Target]Action, guarded []netip.Addr) error {
 // target or address both set and deleted is set. Invalid input changes
 // nothing; additions are written before removals, as by Sync.
 func (s *Steering) Patch(set map[Target]Action, del []Target, addGuarded, delGuarded []netip.Addr) error {
+	return s.change("patch", func(k *kernelState) (changes, error) { return k.diff(set, del, addGuarded, delGuarded) })
+}
+
+// change writes what plan lists against the record of the maps, read back
+// from the kernel first after a failed write.
+func (s *Steering) change(what string, plan func(*kernelState) (changes, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errors.New("patch: steering closed")
+		return fmt.Errorf("%s: steering closed", what)
 	}
 	if s.stale {
 		have, err := s.readBack()
@@ -248,11 +238,11 @@ func (s *Steering) Patch(set map[Target]Action, del []Target, addGuarded, delGua
 		}
 		s.written, s.stale = have, false
 	}
-	d, err := s.written.diff(set, del, addGuarded, delGuarded)
+	d, err := plan(&s.written)
 	if err != nil {
-		return fmt.Errorf("patch: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return s.write("patch", d)
+	return s.write(what, d)
 }
 
 // write makes the kernel's maps take the changes d, additions first.
