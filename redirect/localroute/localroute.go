@@ -55,10 +55,9 @@ type Table struct {
 	// route or another's; nil when nothing is known (no sync yet, or the
 	// last one failed somewhere).
 	local map[netip.Addr]bool
-	// lastWant and lastNode are the last successful sync's arguments: a
-	// sync that does not verify and gets the same has nothing to do (most
-	// syncs change endpoints, not addresses).
-	lastWant, lastNode []netip.Addr
+	// lastNode are the node addresses of the last sync: Update needs the
+	// same, as an address that became the node's must lose its route.
+	lastNode []netip.Addr
 }
 
 // NewTable returns a Table that knows nothing yet: its first sync lists.
@@ -68,9 +67,6 @@ func NewTable(r Routes) *Table { return &Table{routes: r} }
 // sync left, so a route someone else deleted since comes back at the next
 // verifying sync (the modes verify on full and periodic syncs).
 func (t *Table) Sync(want, nodeAddrs []netip.Addr, verify bool) error {
-	if !verify && t.local != nil && slices.Equal(want, t.lastWant) && slices.Equal(nodeAddrs, t.lastNode) {
-		return nil
-	}
 	wanted := map[netip.Addr]bool{}
 	for _, a := range want {
 		a = a.Unmap()
@@ -103,7 +99,7 @@ func (t *Table) Sync(want, nodeAddrs []netip.Addr, verify bool) error {
 			errs = append(errs, fmt.Errorf("adding a local route for %s: %w", a, err))
 		}
 	}
-	t.local, t.lastWant, t.lastNode = wanted, slices.Clone(want), slices.Clone(nodeAddrs)
+	t.local, t.lastNode = wanted, slices.Clone(nodeAddrs)
 	if len(errs) > 0 {
 		t.local = nil
 	}
@@ -142,8 +138,6 @@ func (t *Table) Update(add, del, nodeAddrs []netip.Addr) (bool, error) {
 		}
 		t.local[a] = true
 	}
-	// The table no longer matches the last Sync's list.
-	t.lastWant = nil
 	if len(errs) > 0 {
 		t.local = nil
 	}
