@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build print-version-ldflags deps tools test test-guest unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
+.PHONY: all build print-version-ldflags deps tools test test-guest test-host test-race test-guest-pkgs test-guest-nonf unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
 
 all: build
 
@@ -144,14 +144,40 @@ conformance: conformance-images $(if $(CLUSTER_IMAGE),,image)
 # KPROXY_IMAGE makes bench/image test the image `make image` just built
 # (without it, bench/image skips when there is no image).
 RACE_PKGS := ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
+# The suites below mostly wait (for kproxy to start and sync, for traffic,
+# for a guest kernel's slow system calls: the host's end-to-end package used
+# a quarter of one core over its 21 minutes), so make test runs them side by
+# side, TEST_JOBS at a time, each suite's output printed whole when it ends.
+# TEST_JOBS=1 runs them one after the other.
+TEST_JOBS ?= 6
+# The host's end-to-end package runs as E2E_SHARDS processes, each with every
+# E2E_SHARDS-th of its top-level tests (every test runs in network
+# namespaces of its own, so the processes cannot meet).
+E2E_SHARDS := 4
+E2E_SHARD_TARGETS := $(foreach i,$(shell seq $(E2E_SHARDS)),test-e2e-$(i))
+# Longest first, so the slowest suites start at once.
+TEST_SUITES = $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs $(E2E_SHARD_TARGETS) test-host test-race
 test: deps tools build image
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
-	@KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test ./...: unit, kernel (network namespaces) and end-to-end tests" \
-		"about 3 minutes, more on a cold Go build cache" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	@$(PROGRESS) "go test -race on the sync packages" "about 5 minutes" \
+	@$(MAKE) --no-print-directory bin/guest-exec
+	@$(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 25 minutes" \
+		$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_SUITES)
+
+# Every package but the end-to-end one (its shards are below).
+test-host:
+	@KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test: unit, kernel (network namespaces) and tool tests" \
+		"about 15 minutes, more on a cold Go build cache" \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx 'kproxy.dev/kproxy/bench/e2e')
+
+test-e2e-%:
+	@names=$$($(GO) test -list '^Test' ./bench/e2e/ | grep '^Test' | awk -v n=$(E2E_SHARDS) -v i=$* 'NR % n == i % n' | paste -sd'|') && \
+	$(PROGRESS) "end-to-end cases, shard $*/$(E2E_SHARDS)" "about 6 minutes" \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run "^($$names)$$" ./bench/e2e/
+
+test-race:
+	@$(PROGRESS) "go test -race on the sync packages" "about a minute" \
 		$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
-	@$(MAKE) --no-print-directory test-guest
 
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
@@ -163,24 +189,38 @@ GUEST_TMPDIR ?= /var/tmp
 # the iptables mode runs on the legacy backend). kproxy is built on the host.
 # The nftables mode runs on the host only: the guest kernel has nf_tables
 # without its ip/ip6 families (TestGuestNFTablesHasNoIPFamilies).
-GUEST_E2E_CASES := ^(TestClusterIP|TestHairpinToLocalEndpoint|TestNodePortAddressesPrimary|TestWithoutTheNFTAndIPSetTools|TestRefusals|TestNodePortAndExternalIP|TestAffinityAndEndpointChanges|TestCleanupRestoresTables|TestSCTP|TestSCTPLoopsAreRefused|TestGracefulTermination|TestIPVSStartup|TestDualStack|TestUDPEndpointRemoval|TestConntrackEndpointRemovalOnEveryDestination)$$
+GUEST_E2E_CASES := TestClusterIP TestHairpinToLocalEndpoint TestNodePortAddressesPrimary TestWithoutTheNFTAndIPSetTools TestRefusals TestNodePortAndExternalIP TestAffinityAndEndpointChanges TestCleanupRestoresTables TestSCTP TestSCTPLoopsAreRefused TestGracefulTermination TestIPVSStartup TestDualStack TestUDPEndpointRemoval TestConntrackEndpointRemovalOnEveryDestination
+# The guest's end-to-end cases run in two guests side by side, each with
+# every other case.
+GUEST_E2E_TARGETS := test-guest-e2e-1 test-guest-e2e-2
 # The cases that apply to the userspace mode also run in a guest booted
 # without netfilter (no netfilter module, module loading disabled; see
 # bench/guest/doc.go), like a node whose kernel lacks it: kproxy, given no
 # --proxy-mode, must pick the userspace mode with socket-lookup portals there. 1G of
 # guest RAM: etcd and kube-apiserver (TestAPIServer) take about 360M of the
 # default 512M.
-GUEST_NONF_E2E_CASES := ^(TestClusterIP|TestRefusals|TestNodePortAndExternalIP|TestNodePortAddressesPrimary|TestAffinityAndEndpointChanges|TestUDPEndpointRemoval|TestSCTP|TestSCTPLoopsAreRefused|TestDualStack|TestCleanupRestoresTables|TestLoadBalancerIngress|TestPortalKind|TestServiceAddressesNotAnnounced|TestExternalTrafficPolicyLocal|TestInternalTrafficPolicyLocal|TestHealthCheckNodePort|TestAPIServer|TestServiceAddressesAreIsolated)$$
-test-guest: deps tools build
+GUEST_NONF_E2E_CASES := TestClusterIP TestRefusals TestNodePortAndExternalIP TestNodePortAddressesPrimary TestAffinityAndEndpointChanges TestUDPEndpointRemoval TestSCTP TestSCTPLoopsAreRefused TestDualStack TestCleanupRestoresTables TestLoadBalancerIngress TestPortalKind TestServiceAddressesNotAnnounced TestExternalTrafficPolicyLocal TestInternalTrafficPolicyLocal TestHealthCheckNodePort TestAPIServer TestServiceAddressesAreIsolated
+test-guest: deps tools build bin/guest-exec
+	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs
+
+bin/guest-exec: $(shell find bench/guest -name '*.go')
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
-	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel tests (user-mode-linux: IPVS, SCTP)" "about a minute" \
+
+test-guest-pkgs:
+	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel tests (user-mode-linux: IPVS, SCTP)" "about 2 minutes" \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
-	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel" "about 5 minutes" \
-		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '$(GUEST_E2E_CASES)' ./bench/e2e/
+
+test-guest-e2e-%:
+	@cases=$$(tr ' ' '\n' <<<'$(GUEST_E2E_CASES)' | awk -v i=$* 'NR % 2 == i % 2' | paste -sd'|') && \
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel, half $*" "about 10 minutes" \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run "^($$cases)$$" ./bench/e2e/
+
+test-guest-nonf:
 	@TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel self-test without netfilter" "under a minute" \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false" -run '^TestGuest' ./bench/guest/
-	@KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel without netfilter" "about 6 minutes" \
-		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false -mem 1G" -run '$(GUEST_NONF_E2E_CASES)' ./bench/e2e/
+	@cases=$$(tr ' ' '|' <<<'$(GUEST_NONF_E2E_CASES)') && \
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel without netfilter" "about 6 minutes" \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false -mem 1G" -run "^($$cases)$$" ./bench/e2e/
 
 # Unit tests only (no root needed; kernel tests skip).
 unit:
