@@ -22,3 +22,19 @@ func InterfaceAddresses() ([]netip.Addr, error) {
 	}
 	return out, nil
 }
+
+// InterfacePrefixes lists the node's addresses with their prefixes (the
+// subnets of its links).
+func InterfacePrefixes() ([]netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("listing interface addresses: %w", err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out, nil
+}

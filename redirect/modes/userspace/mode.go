@@ -32,6 +32,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/localroute"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
+	"kproxy.dev/kproxy/redirect/replyroute"
 	"kproxy.dev/kproxy/redirect/sockdiag"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -55,6 +56,9 @@ type Config struct {
 	// LocalAddresses lists the node's addresses; nil reads them from the
 	// interfaces at each sync. Tests set it.
 	LocalAddresses func() ([]netip.Addr, error)
+	// LocalPrefixes lists the prefixes of the node's addresses (its
+	// links' subnets); nil reads them at each sync. Tests set it.
+	LocalPrefixes func() ([]netip.Prefix, error)
 	// Applier returns the portal applier of a family; nil means the real
 	// kernel through the detected iptables backend. Tests pass fakes.
 	Applier func(ipfamily.Family) (Applier, error)
@@ -136,6 +140,9 @@ type Mode struct {
 	addrs serviceAddrs
 	// steering serves the socket-lookup families; nil without any.
 	steering *steering
+	// kept decides which dials keep the client's address, and steers
+	// their replies.
+	kept *keptSources
 }
 
 // New checks the kernel can run the mode and prepares it; nothing is
@@ -165,6 +172,11 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	m.portLimits = fdbudget.PortLimitsFor(nofile.Cur)
 	logger.V(2).Info("Each service port's TCP connections or SCTP associations", "most", m.portLimits.Connections, "mostDialing", m.portLimits.Dialing)
 	m.dials = selfdial.New()
+	// Rules a predecessor left served flows that died with it.
+	if err := replyroute.Clean(); err != nil {
+		logger.Error(err, "Could not remove the reply rules a previous run left")
+	}
+	m.kept = newKeptSources()
 	opener := cfg.Opener
 	if opener == nil {
 		opener = portal.SocketOpener{}
@@ -174,6 +186,9 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	m.unserved.Logger = logger
 	if m.cfg.LocalAddresses == nil {
 		m.cfg.LocalAddresses = kernel.InterfaceAddresses
+	}
+	if m.cfg.LocalPrefixes == nil {
+		m.cfg.LocalPrefixes = kernel.InterfacePrefixes
 	}
 
 	if m.cfg.Routes == nil {
@@ -261,6 +276,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	}
 	node := m.node(snap, local)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
+	m.updateKeptSources(snap, changes, local)
 
 	// Sockets and steering before routes, and routes away before steering:
 	// a service address is local only while what serves it is in place, so
@@ -486,7 +502,24 @@ func (m *Mode) Close() error {
 		// ports, whoever opened it.
 		steerErr = errors.Join(steerErr, m.steering.detach())
 	}
-	return errors.Join(err, steerErr)
+	m.kept.steer.Close()
+	return errors.Join(err, steerErr, replyroute.Clean())
+}
+
+// updateKeptSources brings the keeper's view to snap and puts back the
+// reply table's routes if someone took them.
+func (m *Mode) updateKeptSources(snap *servicemap.Snapshot, changes *servicemap.ChangeSet, local []netip.Addr) {
+	prefixes, err := m.cfg.LocalPrefixes()
+	if err != nil {
+		m.logger.Error(err, "Cannot read the node's link prefixes; relays dial every endpoint from the node's address until the next sync")
+		prefixes = nil
+	} else if prefixes == nil {
+		prefixes = []netip.Prefix{}
+	}
+	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes)
+	if err := m.kept.steer.Repair(); err != nil {
+		m.logger.Error(err, "Cannot put back the routing table of the replies to dials from clients' addresses")
+	}
 }
 
 // withdrawTimeout bounds how long Close may spend taking the portals away.
