@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/redirect/replyroute"
+)
+
+// Services for the client-address case: src-local's only endpoint
+// (backend-2) runs on this node, src-remote's (backend-3) on another.
+const (
+	srcLocalVIP       = "198.18.0.120"
+	srcRemoteVIP      = "198.18.0.121"
+	srcLocalHTTPNode  = 30093
+	srcLocalUDPNode   = 30094
+	srcUDPServicePort = 90
+)
+
+func clientAddressServices(backends []string) string {
+	ports := fmt.Sprintf("ports: [{name: http, port: 80, targetPort: 8080, nodePort: %d}, "+
+		"{name: src, port: %d, protocol: UDP, targetPort: %d, nodePort: %d}]",
+		srcLocalHTTPNode, srcUDPServicePort, lab.UDPSourcePort, srcLocalUDPNode)
+	slicePorts := fmt.Sprintf("{name: http, port: 8080, protocol: TCP}, {name: src, port: %d, protocol: UDP}", lab.UDPSourcePort)
+	return docs(nodeDoc,
+		serviceDoc("src-local", "type: NodePort, externalTrafficPolicy: Local, clusterIP: "+srcLocalVIP+", "+ports, ""),
+		serviceDoc("src-remote", fmt.Sprintf("clusterIP: %s, ports: [{name: http, port: 80, targetPort: 8080}, "+
+			"{name: src, port: %d, protocol: UDP, targetPort: %d}]", srcRemoteVIP, srcUDPServicePort, lab.UDPSourcePort), ""),
+		sliceDoc("src-local-1", "src-local", slicePorts, endpoint(backends[1], "node", "")),
+		sliceDoc("src-remote-1", "src-remote", slicePorts, endpoint(backends[2], "other", "")))
+}
+
+// askUDPSource asks the UDP source server behind addr, from d: "<backend>
+// <source address it saw>".
+func askUDPSource(d lab.Dialer, addr string) func() (string, error) {
+	return func() (string, error) { return lab.UDPAsk(d, addr, "?") }
+}
+
+// kproxyReplyRules counts the policy rules kproxy's relays hold for their
+// transparent dials.
+func kproxyReplyRules() (int, error) {
+	rules, err := netlink.RuleList(netlink.FAMILY_V4)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range rules {
+		if r.Protocol == replyroute.Protocol {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// The userspace relays keep the client's address for an endpoint on this
+// node, as kube-proxy's DNAT does, through a cluster IP and a NodePort
+// with externalTrafficPolicy: Local, over TCP and UDP, whatever the portal
+// kind. Where the endpoint's replies would not come back through the node
+// (an endpoint on another node) or would pass it by (a client on the
+// endpoint's own bridge), the relays dial from the node, as before; and
+// connections kproxy did not make, straight to the pod, are untouched.
+func TestUserspaceKeepsClientAddress(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
+		l := startLab(t, m, clientAddressServices)
+		if l == nil {
+			return
+		}
+		client, pod := l.topo.Client, l.topo.Backends[0]
+		node := l.topo.Node.PodIPv4.String()
+		nodePort := func(port int) string { return fmt.Sprintf("%s:%d", nodeIP, port) }
+		for _, tc := range []struct {
+			name string
+			from lab.Dialer
+			ask  func(lab.Dialer) func() (string, error)
+			want string
+		}{
+			{"TCP through the cluster IP keeps the client's address", client,
+				func(d lab.Dialer) func() (string, error) { return askSource(d, "http://"+srcLocalVIP) }, "backend-2 " + clientIP},
+			{"TCP through the NodePort (Local policy) keeps the client's address", client,
+				func(d lab.Dialer) func() (string, error) { return askSource(d, "http://"+nodePort(srcLocalHTTPNode)) }, "backend-2 " + clientIP},
+			{"UDP through the cluster IP keeps the client's address", client,
+				func(d lab.Dialer) func() (string, error) {
+					return askUDPSource(d, fmt.Sprintf("%s:%d", srcLocalVIP, srcUDPServicePort))
+				}, "backend-2 " + clientIP},
+			{"UDP through the NodePort (Local policy) keeps the client's address", client,
+				func(d lab.Dialer) func() (string, error) { return askUDPSource(d, nodePort(srcLocalUDPNode)) }, "backend-2 " + clientIP},
+			{"an endpoint on another node sees the node (TCP)", client,
+				func(d lab.Dialer) func() (string, error) { return askSource(d, "http://"+srcRemoteVIP) }, "backend-3 " + node},
+			{"an endpoint on another node sees the node (UDP)", client,
+				func(d lab.Dialer) func() (string, error) {
+					return askUDPSource(d, fmt.Sprintf("%s:%d", srcRemoteVIP, srcUDPServicePort))
+				}, "backend-3 " + node},
+			{"a pod on the endpoint's bridge is answered through the node's address", pod,
+				func(d lab.Dialer) func() (string, error) { return askSource(d, "http://"+srcLocalVIP) }, "backend-2 " + node},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				wantOnly(t, tc.name, lab.Spread(t, 4, tc.ask(tc.from)), tc.want)
+			})
+		}
+
+		t.Run("the client's own connections to the pod are untouched", func(t *testing.T) {
+			// One kept flow open (a UDP flow lives until it idles out),
+			// then the client straight to the pod's address, both ways.
+			if _, err := askUDPSource(client, fmt.Sprintf("%s:%d", srcLocalVIP, srcUDPServicePort))(); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := kproxyReplyRules(); err != nil || n == 0 {
+				t.Fatalf("%d reply rules (%v) while a kept UDP flow is open, want at least one", n, err)
+			}
+			backend := l.backends[1]
+			wantOnly(t, "HTTP straight to the pod", lab.Spread(t, 4, askSource(client, "http://"+backend+":8080")), "backend-2 "+clientIP)
+			wantOnly(t, "UDP straight to the pod", lab.Spread(t, 4, askUDPSource(client, fmt.Sprintf("%s:%d", backend, lab.UDPSourcePort))),
+				"backend-2 "+clientIP)
+		})
+
+		t.Run("closed connections leave no rule behind", func(t *testing.T) {
+			// TCP connections end with each request; only UDP flows (until
+			// they idle out) may still hold rules, one each.
+			lab.Eventually(t, "no TCP reply rule left", func() (bool, string) {
+				out := lab.Run(t, "ip", "rule", "show", "protocol", fmt.Sprint(replyroute.Protocol))
+				return !strings.Contains(out, "ipproto tcp"), out
+			})
+		})
+	})
+}
