@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"kproxy.dev/kproxy/lb"
+
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/keepsource"
@@ -103,7 +105,7 @@ func (l *loop) dialNext(c *conn) {
 	for c.attempt < len(c.endpoints) {
 		ep := c.endpoints[c.attempt]
 		var kept *keepsource.Keeper
-		if p.cfg.KeepSource.Keeps(c.clientIP, ep.Addr()) {
+		if lb.KeepsSource(c.route.Picker) && p.cfg.KeepSource.Keeps(c.clientIP, ep.Addr()) {
 			kept = p.cfg.KeepSource
 		}
 		fd, flow, done, keepErr, err := startConnect(ep, kept, c.clientIP)

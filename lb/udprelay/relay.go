@@ -763,7 +763,7 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 	}
 	for _, ep := range candidates {
 		var kept *keepsource.Keeper
-		if r.keep.Keeps(clientIP, ep.Addr()) {
+		if lb.KeepsSource(picker) && r.keep.Keeps(clientIP, ep.Addr()) {
 			kept = r.keep
 		}
 		fd, keptFlow, keepErr, err := dialUDP(ep, kept, clientIP)
