@@ -1,6 +1,7 @@
 package replyroute_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/redirect/replyroute"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // BenchmarkConnect times one short TCP exchange with a backend from the
@@ -55,7 +57,7 @@ func BenchmarkConnect(b *testing.B) {
 		}
 	})
 	for _, others := range []int{0, 1000} {
-		b.Run(fmt.Sprintf("from the client, %d other rules", others), func(b *testing.B) {
+		b.Run(fmt.Sprintf("from the client, per-flow rules, %d other flows' rules", others), func(b *testing.B) {
 			var held []keepsource.Flow
 			for i := range others {
 				f := keepsource.Flow{Protocol: unix.IPPROTO_TCP, Local: netip.AddrPortFrom(client.IPv4, uint16(20000+i)),
@@ -85,4 +87,29 @@ func BenchmarkConnect(b *testing.B) {
 			}
 		})
 	}
+	b.Run("from the client, socket match, 1000 other transparent sockets", func(b *testing.B) {
+		sm, err := replyroute.NewSocketMatch(context.Background(), ipfamily.IPv4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		km := keepsource.New(sm)
+		// Other flows' sockets, bound and steered, as a busy relay holds.
+		for range 1000 {
+			fd, _, err := km.Socket(unix.SOCK_STREAM, unix.IPPROTO_TCP, client.IPv4, netip.MustParseAddrPort("198.19.1.200:80"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { unix.Close(fd) })
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			conn, _, err := dialKept(km, unix.SOCK_STREAM, unix.IPPROTO_TCP, client.IPv4, ep)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := ask(conn); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package replyroute_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/redirect/replyroute"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 const serverPort = 8080
@@ -118,79 +120,108 @@ func kproxyRules(t *testing.T) int {
 }
 
 // A transparent dial from the node reaches a backend with the client's
-// address, in both families, over TCP and UDP; the client's own direct
-// connections to the backend keep working meanwhile; and the rules go when
-// the flows do, and with Clean.
+// address, in both families, over TCP and UDP, with either steering; the
+// client's own direct connections to the backend keep working meanwhile;
+// per-flow rules go when their flows do; and Clean and CleanNFTables leave
+// nothing behind.
 func TestKernelKeepsClientAddress(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
 	topo := lab.NewTopology(t, lab.TopologyOptions{Backends: 1, DualStack: true})
 	backend, client := topo.Backends[0], topo.Client
-	steer := &replyroute.Netlink{}
-	t.Cleanup(steer.Close)
-	k := keepsource.New(steer)
-	k.SetView(&keepsource.View{Endpoints: map[netip.Addr]bool{backend.IPv4: true, backend.IPv6: true}})
-
-	for _, fam := range []struct {
+	families := []struct {
 		name           string
+		fam            ipfamily.Family
 		client, server netip.Addr
 	}{
-		{"IPv4", client.IPv4, backend.IPv4},
-		{"IPv6", client.IPv6, backend.IPv6},
-	} {
+		{"IPv4", ipfamily.IPv4, client.IPv4, backend.IPv4},
+		{"IPv6", ipfamily.IPv6, client.IPv6, backend.IPv6},
+	}
+	for _, fam := range families {
 		serveTCPPeer(t, backend, fam.server)
 		serveUDPPeer(t, backend, fam.server)
-		ep := netip.AddrPortFrom(fam.server, serverPort)
-		for _, proto := range []struct {
-			name        string
-			typ, number int
-			network     string
-		}{
-			{"TCP", unix.SOCK_STREAM, unix.IPPROTO_TCP, "tcp"},
-			{"UDP", unix.SOCK_DGRAM, unix.IPPROTO_UDP, "udp"},
-		} {
-			t.Run(fam.name+"/"+proto.name, func(t *testing.T) {
-				if !k.Keeps(fam.client, fam.server) {
-					t.Fatalf("Keeps(%v, %v) = false, want true", fam.client, fam.server)
-				}
-				conn, flow, err := dialKept(k, proto.typ, proto.number, fam.client, ep)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := kproxyRules(t); got != 1 {
-					t.Errorf("%d kproxy rules while one flow is open, want 1", got)
-				}
-				// A direct connection of the client to the backend, while
-				// the rule is in: its replies must still reach the client.
-				direct, err := client.Dial(proto.network, ep.String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, err := ask(direct); err != nil || got != fam.client.String() {
-					t.Errorf("the client's direct %s connection: answer %q, %v; want %s", proto.name, got, err, fam.client)
-				}
-				got, err := ask(conn)
-				if err != nil || got != fam.client.String() {
-					t.Errorf("backend saw %q (%v) through the transparent dial, want the client's %s", got, err, fam.client)
-				}
-				if err := k.Release(flow); err != nil {
-					t.Error(err)
-				}
-				if got := kproxyRules(t); got != 0 {
-					t.Errorf("%d kproxy rules after the flow was released, want 0", got)
-				}
-			})
-		}
 	}
-
-	t.Run("Clean removes rules and table routes", func(t *testing.T) {
-		_, flow, err := dialKept(k, unix.SOCK_STREAM, unix.IPPROTO_TCP, client.IPv4, netip.AddrPortFrom(backend.IPv4, serverPort))
+	rules := &replyroute.Netlink{}
+	t.Cleanup(rules.Close)
+	matched := replyroute.ByFamily{}
+	for _, fam := range families {
+		sm, err := replyroute.NewSocketMatch(context.Background(), fam.fam)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = flow
+		if fam.fam == ipfamily.IPv4 {
+			matched.IPv4 = sm
+		} else {
+			matched.IPv6 = sm
+		}
+	}
+	for _, steering := range []struct {
+		name    string
+		steer   keepsource.Steering
+		perFlow bool // one rule per open flow, none when all are closed
+	}{
+		{"per-flow rules", rules, true},
+		{"socket match", matched, false},
+	} {
+		k := keepsource.New(steering.steer)
+		k.SetView(&keepsource.View{Endpoints: map[netip.Addr]bool{backend.IPv4: true, backend.IPv6: true}})
+		baseRules := kproxyRules(t)
+		for _, fam := range families {
+			ep := netip.AddrPortFrom(fam.server, serverPort)
+			for _, proto := range []struct {
+				name        string
+				typ, number int
+				network     string
+			}{
+				{"TCP", unix.SOCK_STREAM, unix.IPPROTO_TCP, "tcp"},
+				{"UDP", unix.SOCK_DGRAM, unix.IPPROTO_UDP, "udp"},
+			} {
+				t.Run(steering.name+"/"+fam.name+"/"+proto.name, func(t *testing.T) {
+					if !k.Keeps(fam.client, fam.server) {
+						t.Fatalf("Keeps(%v, %v) = false, want true", fam.client, fam.server)
+					}
+					conn, flow, err := dialKept(k, proto.typ, proto.number, fam.client, ep)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := kproxyRules(t) - baseRules; steering.perFlow && got != 1 {
+						t.Errorf("%d kproxy rules for one open flow, want 1", got)
+					}
+					// A direct connection of the client to the backend, while
+					// the flow is open: its replies must still reach the client.
+					direct, err := client.Dial(proto.network, ep.String())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err := ask(direct); err != nil || got != fam.client.String() {
+						t.Errorf("the client's direct %s connection: answer %q, %v; want %s", proto.name, got, err, fam.client)
+					}
+					got, err := ask(conn)
+					if err != nil || got != fam.client.String() {
+						t.Errorf("backend saw %q (%v) through the transparent dial, want the client's %s", got, err, fam.client)
+					}
+					if err := k.Release(flow); err != nil {
+						t.Error(err)
+					}
+					if got := kproxyRules(t) - baseRules; got != 0 {
+						t.Errorf("%d kproxy rules more after the flow was released than before it", got)
+					}
+				})
+			}
+		}
+	}
+
+	t.Run("Clean and CleanNFTables remove rules, table routes and nftables tables", func(t *testing.T) {
+		k := keepsource.New(rules)
+		k.SetView(&keepsource.View{Endpoints: map[netip.Addr]bool{backend.IPv4: true}})
+		if _, _, err := dialKept(k, unix.SOCK_STREAM, unix.IPPROTO_TCP, client.IPv4, netip.AddrPortFrom(backend.IPv4, serverPort)); err != nil {
+			t.Fatal(err)
+		}
 		if err := replyroute.Clean(); err != nil {
+			t.Fatal(err)
+		}
+		if err := replyroute.CleanNFTables(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if got := kproxyRules(t); got != 0 {
@@ -199,6 +230,9 @@ func TestKernelKeepsClientAddress(t *testing.T) {
 		if out := lab.Run(t, "ip", "-4", "route", "show", "table", fmt.Sprint(replyroute.Table)) +
 			lab.Run(t, "ip", "-6", "route", "show", "table", fmt.Sprint(replyroute.Table)); strings.TrimSpace(out) != "" {
 			t.Errorf("table %d after Clean:\n%s", replyroute.Table, out)
+		}
+		if out := lab.Run(t, "nft", "list", "tables"); strings.Contains(out, replyroute.NFTable) {
+			t.Errorf("nftables after CleanNFTables:\n%s", out)
 		}
 	})
 }

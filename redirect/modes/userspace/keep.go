@@ -1,11 +1,16 @@
 package userspace
 
 import (
+	"context"
+	"errors"
 	"net/netip"
+
+	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/redirect/replyroute"
 	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -15,7 +20,11 @@ import (
 // changed ports looks at theirs only.
 type keptSources struct {
 	keeper *keepsource.Keeper
-	steer  *replyroute.Netlink
+	// rules are the per-flow reply rules (families without netfilter, or
+	// whose nftables cannot match sockets); matched the families whose
+	// replies an nftables socket match marks (REDIRECT portals).
+	rules   *replyroute.Netlink
+	matched map[ipfamily.Family]*replyroute.SocketMatch
 	// endpoints counts, per address, the service ports with an endpoint on
 	// this node there; services the service ports with the address as a
 	// cluster, external or LoadBalancer IP (never dialled transparently:
@@ -24,9 +33,49 @@ type keptSources struct {
 	from                *servicemap.Snapshot
 }
 
-func newKeptSources() *keptSources {
-	steer := &replyroute.Netlink{}
-	return &keptSources{keeper: keepsource.New(steer), steer: steer}
+// newKeptSources steers the replies of the REDIRECT-portal families with
+// the socket match, which costs nothing per flow, where nftables can; the
+// others (local and socket-lookup portals, which use no netfilter) with
+// per-flow rules.
+func newKeptSources(ctx context.Context, logger klog.Logger, kinds map[ipfamily.Family]mode.Portals) *keptSources {
+	k := &keptSources{rules: &replyroute.Netlink{}, matched: map[ipfamily.Family]*replyroute.SocketMatch{}}
+	by := map[ipfamily.Family]keepsource.Steering{}
+	for _, fam := range ipfamily.All() {
+		by[fam] = k.rules
+		if kinds[fam] != mode.PortalsRedirect {
+			continue
+		}
+		sm, err := replyroute.NewSocketMatch(ctx, fam)
+		if err != nil {
+			logger.Info("Replies to dials from clients' addresses are steered by one policy rule per flow", "family", fam, "reason", err)
+			continue
+		}
+		k.matched[fam], by[fam] = sm, sm
+	}
+	k.keeper = keepsource.New(replyroute.ByFamily{IPv4: by[ipfamily.IPv4], IPv6: by[ipfamily.IPv6]})
+	return k
+}
+
+// repair puts back the reply table's routes (every sync: a route add per
+// family) and, on full syncs, the socket-match tables.
+func (k *keptSources) repair(ctx context.Context, full bool) error {
+	errs := []error{k.rules.Repair()}
+	if full {
+		for _, sm := range k.matched {
+			errs = append(errs, sm.Repair(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close removes everything the replies were steered with.
+func (k *keptSources) close(ctx context.Context) error {
+	k.rules.Close()
+	var errs []error
+	if len(k.matched) > 0 {
+		errs = append(errs, replyroute.CleanNFTables(ctx))
+	}
+	return errors.Join(append(errs, replyroute.Clean())...)
 }
 
 // localEndpointsOf lists the addresses of sp's endpoints on this node.

@@ -176,7 +176,6 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if err := replyroute.Clean(); err != nil {
 		logger.Error(err, "Could not remove the reply rules a previous run left")
 	}
-	m.kept = newKeptSources()
 	opener := cfg.Opener
 	if opener == nil {
 		opener = portal.SocketOpener{}
@@ -218,6 +217,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		m.families = append(m.families, fam)
 		m.kinds[fam] = kind
 	}
+	m.kept = newKeptSources(ctx, logger, m.kinds)
 	if len(m.families) == 0 {
 		return nil, errors.New("userspace mode: no IP family has iptables with REDIRECT and DNAT, which --userspace-portals=redirect needs (local portals need no netfilter)")
 	}
@@ -276,7 +276,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	}
 	node := m.node(snap, local)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
-	m.updateKeptSources(snap, changes, local)
+	m.updateKeptSources(ctx, snap, changes, local)
 
 	// Sockets and steering before routes, and routes away before steering:
 	// a service address is local only while what serves it is in place, so
@@ -502,13 +502,12 @@ func (m *Mode) Close() error {
 		// ports, whoever opened it.
 		steerErr = errors.Join(steerErr, m.steering.detach())
 	}
-	m.kept.steer.Close()
-	return errors.Join(err, steerErr, replyroute.Clean())
+	return errors.Join(err, steerErr, m.kept.close(context.Background()))
 }
 
 // updateKeptSources brings the keeper's view to snap and puts back the
 // reply table's routes if someone took them.
-func (m *Mode) updateKeptSources(snap *servicemap.Snapshot, changes *servicemap.ChangeSet, local []netip.Addr) {
+func (m *Mode) updateKeptSources(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet, local []netip.Addr) {
 	prefixes, err := m.cfg.LocalPrefixes()
 	if err != nil {
 		m.logger.Error(err, "Cannot read the node's link prefixes; relays dial every endpoint from the node's address until the next sync")
@@ -517,7 +516,7 @@ func (m *Mode) updateKeptSources(snap *servicemap.Snapshot, changes *servicemap.
 		prefixes = []netip.Prefix{}
 	}
 	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes)
-	if err := m.kept.steer.Repair(); err != nil {
+	if err := m.kept.repair(ctx, changes.Full || changes.Periodic); err != nil {
 		m.logger.Error(err, "Cannot put back the routing table of the replies to dials from clients' addresses")
 	}
 }
