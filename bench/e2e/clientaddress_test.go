@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netlink"
-
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/replyroute"
 )
@@ -40,22 +38,6 @@ func askUDPSource(d lab.Dialer, addr string) func() (string, error) {
 	return func() (string, error) { return lab.UDPAsk(d, addr, "?") }
 }
 
-// kproxyReplyRules counts the policy rules kproxy's relays hold for their
-// transparent dials.
-func kproxyReplyRules() (int, error) {
-	rules, err := netlink.RuleList(netlink.FAMILY_V4)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, r := range rules {
-		if r.Protocol == replyroute.Protocol {
-			n++
-		}
-	}
-	return n, nil
-}
-
 // The userspace relays keep the client's address for an endpoint on this
 // node, as kube-proxy's DNAT does, through a cluster IP and a NodePort
 // with externalTrafficPolicy: Local, over TCP and UDP, whatever the portal
@@ -65,7 +47,8 @@ func kproxyReplyRules() (int, error) {
 // connections kproxy did not make, straight to the pod, are untouched.
 func TestUserspaceKeepsClientAddress(t *testing.T) {
 	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
-		l := startLab(t, m, clientAddressServices)
+		// UDP flows (and their reply steering) outlive the checks below.
+		l := startLab(t, m, clientAddressServices, "--udp-timeout=60s")
 		if l == nil {
 			return
 		}
@@ -103,14 +86,21 @@ func TestUserspaceKeepsClientAddress(t *testing.T) {
 		}
 
 		t.Run("the client's own connections to the pod are untouched", func(t *testing.T) {
-			// One kept flow open (a UDP flow lives until it idles out),
-			// then the client straight to the pod's address, both ways.
+			// Kept flows open through the service, TCP (a connection that
+			// sends nothing, which nginx holds) and UDP (until it idles
+			// out); then the client straight to the same pod and ports.
+			held, err := client.Dial("tcp", srcLocalVIP+":80")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
 			if _, err := askUDPSource(client, fmt.Sprintf("%s:%d", srcLocalVIP, srcUDPServicePort))(); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := kproxyReplyRules(); err != nil || n == 0 {
-				t.Fatalf("%d reply rules (%v) while a kept UDP flow is open, want at least one", n, err)
-			}
+			lab.Eventually(t, "the kept flows steered", func() (bool, string) {
+				out := lab.Run(t, "ip", "rule", "show")
+				return m.name == "userspace" || (strings.Contains(out, "ipproto tcp") && strings.Contains(out, "ipproto udp")), out
+			})
 			backend := l.backends[1]
 			wantOnly(t, "HTTP straight to the pod", lab.Spread(t, 4, askSource(client, "http://"+backend+":8080")), "backend-2 "+clientIP)
 			wantOnly(t, "UDP straight to the pod", lab.Spread(t, 4, askUDPSource(client, fmt.Sprintf("%s:%d", backend, lab.UDPSourcePort))),
@@ -118,8 +108,9 @@ func TestUserspaceKeepsClientAddress(t *testing.T) {
 		})
 
 		t.Run("closed connections leave no rule behind", func(t *testing.T) {
-			// TCP connections end with each request; only UDP flows (until
-			// they idle out) may still hold rules, one each.
+			// TCP connections end with each request (the held one ended
+			// above); only UDP flows (until they idle out) may still hold
+			// rules, one each.
 			lab.Eventually(t, "no TCP reply rule left", func() (bool, string) {
 				out := lab.Run(t, "ip", "rule", "show", "protocol", fmt.Sprint(replyroute.Protocol))
 				return !strings.Contains(out, "ipproto tcp"), out
