@@ -56,14 +56,11 @@ func newKeptSources(ctx context.Context, logger klog.Logger, kinds map[ipfamily.
 	return k
 }
 
-// repair puts back the reply table's routes (every sync: a route add per
-// family) and, on full syncs, the socket-match tables.
-func (k *keptSources) repair(ctx context.Context, full bool) error {
+// repair puts back the reply table's routes and the socket-match tables.
+func (k *keptSources) repair(ctx context.Context) error {
 	errs := []error{k.rules.Repair()}
-	if full {
-		for _, sm := range k.matched {
-			errs = append(errs, sm.Repair(ctx))
-		}
+	for _, sm := range k.matched {
+		errs = append(errs, sm.Repair(ctx))
 	}
 	return errors.Join(errs...)
 }

@@ -143,6 +143,9 @@ type Mode struct {
 	// kept decides which dials keep the client's address, and steers
 	// their replies.
 	kept *keptSources
+	// oneDump: the node's addresses and prefixes both come from the
+	// kernel, so a sync reads them in one dump (nodeAddresses).
+	oneDump bool
 }
 
 // New checks the kernel can run the mode and prepares it; nothing is
@@ -183,6 +186,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	m.claimer = portal.NewClaimer(opener)
 	m.unserved = sctprelay.NewUnservedReporter(m.metrics.SCTPUnservedServicePorts)
 	m.unserved.Logger = logger
+	m.oneDump = m.cfg.LocalAddresses == nil && m.cfg.LocalPrefixes == nil
 	if m.cfg.LocalAddresses == nil {
 		m.cfg.LocalAddresses = kernel.InterfaceAddresses
 	}
@@ -270,13 +274,13 @@ func (m *Mode) Name() mode.Name { return mode.Userspace }
 // failure to write the rules fails the sync.
 func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
 	m.balancer.Update(snap)
-	local, err := m.cfg.LocalAddresses()
+	local, prefixes, err := m.nodeAddresses()
 	if err != nil {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	node := m.node(snap, local)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
-	m.updateKeptSources(ctx, snap, changes, local)
+	m.updateKeptSources(ctx, snap, changes, local, prefixes)
 
 	// Sockets and steering before routes, and routes away before steering:
 	// a service address is local only while what serves it is in place, so
@@ -505,20 +509,52 @@ func (m *Mode) Close() error {
 	return errors.Join(err, steerErr, m.kept.close(context.Background()))
 }
 
-// updateKeptSources brings the keeper's view to snap and puts back the
-// reply table's routes if someone took them.
-func (m *Mode) updateKeptSources(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet, local []netip.Addr) {
+// updateKeptSources brings the keeper's view to snap; full and periodic
+// syncs also put back the reply table's route and the socket-match tables
+// if someone took them. prefixes nil (unknown) keeps no address.
+func (m *Mode) updateKeptSources(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet,
+	local []netip.Addr, prefixes []netip.Prefix) {
+	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes)
+	if !changes.Full && !changes.Periodic {
+		return
+	}
+	if err := m.kept.repair(ctx); err != nil {
+		m.logger.Error(err, "Cannot put back what steers the replies to dials from clients' addresses")
+	}
+}
+
+// nodeAddresses reads the node's addresses and their prefixes, in one dump
+// of the interfaces when both come from the kernel. The prefixes are nil
+// when they cannot be read (logged): no dial keeps the client's address
+// then, as a client on an endpoint's own link cannot be told.
+func (m *Mode) nodeAddresses() ([]netip.Addr, []netip.Prefix, error) {
+	if m.oneDump {
+		prefixes, err := kernel.InterfacePrefixes()
+		if err != nil {
+			return nil, nil, err
+		}
+		local := make([]netip.Addr, 0, len(prefixes))
+		for _, p := range prefixes {
+			local = append(local, p.Addr())
+		}
+		if prefixes == nil {
+			prefixes = []netip.Prefix{} // known: none
+		}
+		return local, prefixes, nil
+	}
+	local, err := m.cfg.LocalAddresses()
+	if err != nil {
+		return nil, nil, err
+	}
 	prefixes, err := m.cfg.LocalPrefixes()
 	if err != nil {
 		m.logger.Error(err, "Cannot read the node's link prefixes; relays dial every endpoint from the node's address until the next sync")
-		prefixes = nil
-	} else if prefixes == nil {
+		return local, nil, nil
+	}
+	if prefixes == nil {
 		prefixes = []netip.Prefix{}
 	}
-	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes)
-	if err := m.kept.repair(ctx, changes.Full || changes.Periodic); err != nil {
-		m.logger.Error(err, "Cannot put back the routing table of the replies to dials from clients' addresses")
-	}
+	return local, prefixes, nil
 }
 
 // withdrawTimeout bounds how long Close may spend taking the portals away.
