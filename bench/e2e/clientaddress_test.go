@@ -47,8 +47,9 @@ func askUDPSource(d lab.Dialer, addr string) func() (string, error) {
 // connections kproxy did not make, straight to the pod, are untouched.
 func TestUserspaceKeepsClientAddress(t *testing.T) {
 	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
-		// UDP flows (and their reply steering) outlive the checks below.
-		l := startLab(t, m, clientAddressServices, "--udp-timeout=60s")
+		// UDP flows (and their reply steering) outlive the checks below;
+		// periodic syncs come often enough to see a repair.
+		l := startLab(t, m, clientAddressServices, "--udp-timeout=60s", "--iptables-sync-period=2s")
 		if l == nil {
 			return
 		}
@@ -112,9 +113,71 @@ func TestUserspaceKeepsClientAddress(t *testing.T) {
 			// above); only UDP flows (until they idle out) may still hold
 			// rules, one each.
 			lab.Eventually(t, "no TCP reply rule left", func() (bool, string) {
-				out := lab.Run(t, "ip", "rule", "show", "protocol", fmt.Sprint(replyroute.Protocol))
+				out := lab.Run(t, "ip", "rule", "show")
 				return !strings.Contains(out, "ipproto tcp"), out
 			})
 		})
+
+		t.Run("a periodic sync puts back the reply steering", func(t *testing.T) {
+			lab.Run(t, "ip", "route", "flush", "table", fmt.Sprint(replyroute.Table))
+			if m.name == "userspace" { // REDIRECT portals: the socket match
+				lab.Run(t, "nft", "delete", "table", "ip", replyroute.NFTable)
+			}
+			lab.Eventually(t, "the endpoint to see the client's address again", func() (bool, string) {
+				got, err := askSource(client, "http://"+srcLocalVIP)()
+				return err == nil && got == "backend-2 "+clientIP, fmt.Sprintf("%q %v", got, err)
+			})
+		})
+
+		t.Run("a stop leaves nothing behind", func(t *testing.T) {
+			if err := l.kproxy.Stop(); err != nil {
+				t.Logf("stopping kproxy: %v", err)
+			}
+			if left := replySteeringLeft(t, l.topo.Node); left != "" {
+				t.Errorf("after kproxy stopped:\n%s", left)
+			}
+		})
+
+		t.Run("after a crash, --cleanup removes it", func(t *testing.T) {
+			l.runKproxy(t, nil, "--udp-timeout=60s")
+			if _, err := askUDPSource(client, fmt.Sprintf("%s:%d", srcLocalVIP, srcUDPServicePort))(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.kproxy.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if left := replySteeringLeft(t, l.topo.Node); left == "" {
+				t.Fatal("nothing of the reply steering left after a crash with a kept flow open: the check below proves nothing")
+			}
+			if out, err := l.topo.Node.Exec(l.bin, "--cleanup"); err != nil {
+				t.Fatalf("kproxy --cleanup: %v\n%s", err, out)
+			}
+			if left := replySteeringLeft(t, l.topo.Node); left != "" {
+				t.Errorf("after kproxy --cleanup:\n%s", left)
+			}
+		})
 	})
+}
+
+// replySteeringLeft lists what steers replies to the relays' transparent
+// dials on node: policy rules to replyroute.Table, its routes, the socket
+// match's nftables tables; "" when there is none. (iproute2 6.1 filters
+// rules by protocol only in name, and fails on an absent IPv6 table.)
+func replySteeringLeft(t *testing.T, node *lab.Host) string {
+	t.Helper()
+	var left []string
+	for _, fam := range []string{"-4", "-6"} {
+		for _, line := range strings.Split(lab.Run(t, "ip", fam, "rule", "show"), "\n") {
+			if strings.Contains(line, fmt.Sprintf("lookup %d", replyroute.Table)) {
+				left = append(left, "rule: "+line)
+			}
+		}
+		if out, err := node.Exec("ip", fam, "route", "show", "table", fmt.Sprint(replyroute.Table)); err == nil && strings.TrimSpace(out) != "" {
+			left = append(left, "routes of table "+fmt.Sprint(replyroute.Table)+": "+strings.TrimSpace(out))
+		}
+	}
+	if out := lab.Run(t, "nft", "list", "tables"); strings.Contains(out, replyroute.NFTable) {
+		left = append(left, "nftables: "+strings.TrimSpace(out))
+	}
+	return strings.Join(left, "\n")
 }
