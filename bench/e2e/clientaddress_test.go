@@ -120,7 +120,9 @@ func TestUserspaceKeepsClientAddress(t *testing.T) {
 
 		t.Run("a periodic sync puts back the reply steering", func(t *testing.T) {
 			lab.Run(t, "ip", "route", "flush", "table", fmt.Sprint(replyroute.Table))
-			if m.name == "userspace" { // REDIRECT portals: the socket match
+			// REDIRECT portals use the socket match where nftables has the
+			// ip family (not in the guest kernel).
+			if out, err := l.topo.Node.Exec("nft", "list", "tables"); err == nil && strings.Contains(out, replyroute.NFTable) {
 				lab.Run(t, "nft", "delete", "table", "ip", replyroute.NFTable)
 			}
 			lab.Eventually(t, "the endpoint to see the client's address again", func() (bool, string) {
@@ -176,7 +178,9 @@ func replySteeringLeft(t *testing.T, node *lab.Host) string {
 			left = append(left, "routes of table "+fmt.Sprint(replyroute.Table)+": "+strings.TrimSpace(out))
 		}
 	}
-	if out := lab.Run(t, "nft", "list", "tables"); strings.Contains(out, replyroute.NFTable) {
+	// Without nf_tables (a guest kernel without netfilter) nft fails:
+	// there is no table then.
+	if out, err := node.Exec("nft", "list", "tables"); err == nil && strings.Contains(out, replyroute.NFTable) {
 		left = append(left, "nftables: "+strings.TrimSpace(out))
 	}
 	return strings.Join(left, "\n")
