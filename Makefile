@@ -189,7 +189,7 @@ GUEST_TMPDIR ?= /var/tmp
 # the iptables mode runs on the legacy backend). kproxy is built on the host.
 # The nftables mode runs on the host only: the guest kernel has nf_tables
 # without its ip/ip6 families (TestGuestNFTablesHasNoIPFamilies).
-GUEST_E2E_CASES := TestClusterIP TestHairpinToLocalEndpoint TestNodePortAddressesPrimary TestWithoutTheNFTAndIPSetTools TestRefusals TestNodePortAndExternalIP TestAffinityAndEndpointChanges TestCleanupRestoresTables TestSCTP TestSCTPLoopsAreRefused TestGracefulTermination TestIPVSStartup TestDualStack TestUDPEndpointRemoval TestConntrackEndpointRemovalOnEveryDestination
+GUEST_E2E_CASES := TestClusterIP TestUserspaceKeepsClientAddress TestHairpinToLocalEndpoint TestNodePortAddressesPrimary TestWithoutTheNFTAndIPSetTools TestRefusals TestNodePortAndExternalIP TestAffinityAndEndpointChanges TestCleanupRestoresTables TestSCTP TestSCTPLoopsAreRefused TestGracefulTermination TestIPVSStartup TestDualStack TestUDPEndpointRemoval TestConntrackEndpointRemovalOnEveryDestination
 # The guest's end-to-end cases run in two guests side by side, each with
 # every other case.
 GUEST_E2E_TARGETS := test-guest-e2e-1 test-guest-e2e-2
@@ -199,7 +199,7 @@ GUEST_E2E_TARGETS := test-guest-e2e-1 test-guest-e2e-2
 # --proxy-mode, must pick the userspace mode with socket-lookup portals there. 1G of
 # guest RAM: etcd and kube-apiserver (TestAPIServer) take about 360M of the
 # default 512M.
-GUEST_NONF_E2E_CASES := TestClusterIP TestRefusals TestNodePortAndExternalIP TestNodePortAddressesPrimary TestAffinityAndEndpointChanges TestUDPEndpointRemoval TestSCTP TestSCTPLoopsAreRefused TestDualStack TestCleanupRestoresTables TestLoadBalancerIngress TestPortalKind TestServiceAddressesNotAnnounced TestExternalTrafficPolicyLocal TestInternalTrafficPolicyLocal TestHealthCheckNodePort TestAPIServer TestServiceAddressesAreIsolated
+GUEST_NONF_E2E_CASES := TestClusterIP TestUserspaceKeepsClientAddress TestRefusals TestNodePortAndExternalIP TestNodePortAddressesPrimary TestAffinityAndEndpointChanges TestUDPEndpointRemoval TestSCTP TestSCTPLoopsAreRefused TestDualStack TestCleanupRestoresTables TestLoadBalancerIngress TestPortalKind TestServiceAddressesNotAnnounced TestExternalTrafficPolicyLocal TestInternalTrafficPolicyLocal TestHealthCheckNodePort TestAPIServer TestServiceAddressesAreIsolated
 test-guest: deps tools build bin/guest-exec
 	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs
 

@@ -28,3 +28,18 @@ type Picker interface {
 	// it is dropped.
 	Failed(client netip.Addr, endpoint netip.AddrPort)
 }
+
+// SourceKeeper is what a Picker may also implement: whether its service
+// port's traffic keeps the client's address to the endpoint, where
+// kube-proxy's NAT would leave it (a cluster IP; an external address
+// under externalTrafficPolicy: Local), rather than masquerade it.
+type SourceKeeper interface {
+	KeepsSource() bool
+}
+
+// KeepsSource says whether p's traffic keeps the client's address; a
+// Picker that is not a SourceKeeper does not.
+func KeepsSource(p Picker) bool {
+	k, ok := p.(SourceKeeper)
+	return ok && k.KeepsSource()
+}

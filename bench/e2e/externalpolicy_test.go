@@ -72,8 +72,7 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 		}
 		client := l.topo.Client
 		if m.relays {
-			// The relays connect to endpoints from the node, so no endpoint
-			// sees the client's address; the policy still picks the local one.
+			// The policy picks the local endpoint.
 			t.Run("only the local endpoint serves", func(t *testing.T) {
 				for _, base := range []string{fmt.Sprintf("http://%s:%d", nodeIP, etpLocalNodePort), "http://" + etpLocalIngress} {
 					seen := lab.Spread(t, 6, askHTTP(client, base+"/"))

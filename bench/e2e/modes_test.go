@@ -21,11 +21,13 @@ type proxyMode struct {
 	exactRoundRobin bool
 	// relays: traffic passes through kproxy's own sockets (proxy ports
 	// reached through portal rules, NodePorts held with real sockets), so
-	// backends see the node as the source; its LoadBalancer source-range
-	// firewall rejects where kube-proxy's drops.
+	// backends on other nodes see the node as the source (those on this
+	// node see the client's, keepsClientAddress); its LoadBalancer
+	// source-range firewall rejects where kube-proxy's drops.
 	relays bool
-	// keepsClientAddress: kernel NAT that, under
-	// externalTrafficPolicy=Local, leaves the client's address in place.
+	// keepsClientAddress: under externalTrafficPolicy=Local the endpoint
+	// (on this node) sees the client's address: kernel NAT leaves it in
+	// place, the userspace relays dial from it (lb/keepsource).
 	keepsClientAddress bool
 	// iptablesRules: kube-proxy's iptables rule model, written with
 	// iptables-restore, checked through canary chains, and counted in the
@@ -82,17 +84,19 @@ func nftablesMode() proxyMode {
 // once they appear, to add the mode to the guest runs here).
 func proxyModes() []proxyMode {
 	modes := []proxyMode{
-		{name: "userspace", args: []string{"--userspace-portals=redirect"}, exactRoundRobin: true, relays: true},
+		{name: "userspace", args: []string{"--userspace-portals=redirect"}, exactRoundRobin: true, relays: true,
+			keepsClientAddress: true},
 		{name: "userspace-local", flag: "userspace", args: []string{"--userspace-portals=local"},
-			exactRoundRobin: true, relays: true, localPortals: true},
+			exactRoundRobin: true, relays: true, localPortals: true, keepsClientAddress: true},
 		{name: "userspace-sklookup", flag: "userspace", args: []string{"--userspace-portals=sklookup"},
-			exactRoundRobin: true, relays: true, localPortals: true, steered: true},
+			exactRoundRobin: true, relays: true, localPortals: true, steered: true, keepsClientAddress: true},
 		{name: "iptables", keepsClientAddress: true, iptablesRules: true},
 	}
 	if guest.WithoutNetfilter() {
 		// A node whose kernel has no netfilter: kproxy, left to choose,
 		// must pick the userspace mode with local portals.
-		return []proxyMode{{name: "auto", auto: true, exactRoundRobin: true, relays: true, localPortals: true, steered: true}}
+		return []proxyMode{{name: "auto", auto: true, exactRoundRobin: true, relays: true, localPortals: true, steered: true,
+			keepsClientAddress: true}}
 	}
 	if guest.InGuest() {
 		return append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true, localHairpinsOnly: true})

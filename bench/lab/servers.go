@@ -31,6 +31,10 @@ const (
 	// then answers "<backend name> <bytes read> <sha256 hex>\n" and closes:
 	// a half-close and upload-integrity check in one.
 	TCPDigestPort = 9002
+	// UDPSourcePort answers each datagram with "<backend name> <source
+	// address>": the address the backend saw, as ClientAddressURLPath does
+	// for TCP.
+	UDPSourcePort = 9003
 	// IperfPort is iperf3 -s.
 	IperfPort = 5201
 
@@ -96,7 +100,7 @@ func StartServers(t testing.TB, topo *Topology, opts ServerOptions) *Servers {
 		if !opts.NoIperf {
 			s.Iperf = append(s.Iperf, b.StartFor(t, "iperf3", "--server", "--port", fmt.Sprint(IperfPort)))
 		}
-		for _, start := range []func(*Host) (io.Closer, error){startUDPEcho(true), startUDPEcho(false), startTCPDigest, startSCTPEcho} {
+		for _, start := range []func(*Host) (io.Closer, error){startUDPEcho(true), startUDPEcho(false), startUDPSource, startTCPDigest, startSCTPEcho} {
 			srv, err := start(b)
 			if err != nil {
 				t.Fatal(err)
@@ -268,6 +272,40 @@ func ServeUDPEchoOn(conn *net.UDPConn, prefix string) {
 		}
 		_, _ = conn.WriteToUDPAddrPort(buf[:min(len(prefix)+n, MaxUDPPayload)], from)
 	}
+}
+
+// startUDPSource runs the UDPSourcePort server in-process on h.
+func startUDPSource(h *Host) (io.Closer, error) {
+	network, addr := "udp4", fmt.Sprintf("0.0.0.0:%d", UDPSourcePort)
+	if h.IPv6.IsValid() {
+		network, addr = "udp", fmt.Sprintf("[::]:%d", UDPSourcePort)
+	}
+	var conn *net.UDPConn
+	err := h.InNetns(func() error {
+		pc, err := net.ListenPacket(network, addr)
+		if err != nil {
+			return err
+		}
+		conn = pc.(*net.UDPConn)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("UDP source server on %s port %d: %w", h, UDPSourcePort, err)
+	}
+	go func() {
+		buf := make([]byte, MaxUDPPayload)
+		for {
+			_, from, err := conn.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			_, _ = conn.WriteToUDPAddrPort([]byte(h.Name+" "+from.Addr().Unmap().String()), from)
+		}
+	}()
+	return conn, nil
 }
 
 // startTCPDigest runs the TCPDigestPort server in-process on h.

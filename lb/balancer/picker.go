@@ -22,6 +22,10 @@ type pickState struct {
 	// index maps each eligible endpoint to its position; only built when
 	// affinity is on, as only pinned picks need it.
 	index map[netip.AddrPort]int
+	// keepsSource: kube-proxy would not masquerade this traffic (a
+	// cluster IP's, or external under a Local policy), so the relays keep
+	// the client's address where they can.
+	keepsSource bool
 }
 
 func newPickState(eps []netip.AddrPort, affinity time.Duration) *pickState {
@@ -43,7 +47,7 @@ func newPickState(eps []netip.AddrPort, affinity time.Duration) *pickState {
 
 // sameAs says st would hand out exactly what o does.
 func (st *pickState) sameAs(o *pickState) bool {
-	if st.n != o.n || st.timeout != o.timeout {
+	if st.n != o.n || st.timeout != o.timeout || st.keepsSource != o.keepsSource {
 		return false
 	}
 	for i := range st.n {
@@ -78,6 +82,9 @@ func newPicker(clk *epochClock, st *stats, maxAffinity int) *picker {
 	p.state.Store(&pickState{})
 	return p
 }
+
+// KeepsSource implements lb.SourceKeeper.
+func (p *picker) KeepsSource() bool { return p.state.Load().keepsSource }
 
 // Pick implements lb.Picker. The returned slice is shared with other callers
 // and later picks: callers must not modify it (appending is safe, it has no
@@ -181,7 +188,9 @@ func eligibleFor(sp *servicemap.ServicePort, key Key, topo servicemap.Topology) 
 	if sp == nil {
 		return &pickState{}
 	}
-	return newPickState(eligibleEndpoints(sp, key.Class, key.Family, topo), sp.AffinityTimeout)
+	st := newPickState(eligibleEndpoints(sp, key.Class, key.Family, topo), sp.AffinityTimeout)
+	st.keepsSource = key.Class == Internal || sp.ExternalPolicyLocal
+	return st
 }
 
 // epochClock measures time in nanoseconds since the balancer was made, so

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -564,4 +565,44 @@ func TestRunSweeperStopsWithContext(t *testing.T) {
 	}()
 	cancel()
 	<-done // a RunSweeper that ignored ctx would hang the test here
+}
+
+// A picker says whether its traffic keeps the client's address as
+// kube-proxy's NAT would: a cluster IP's always, an external address's only
+// under externalTrafficPolicy: Local; and it follows a policy change.
+func TestKeepsSource(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []svcOpt
+		class Class
+		want  bool
+	}{
+		{"cluster IP", nil, Internal, true},
+		{"NodePort, Cluster policy", []svcOpt{func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.Ports[0].NodePort = 30080
+		}}, External, false},
+		{"NodePort, Local policy", []svcOpt{etpLocalNodePort}, External, true},
+		{"cluster IP of a Local-policy NodePort", []svcOpt{etpLocalNodePort}, Internal, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, Config{})
+			w.apply([]*v1.Service{service("s", tc.opts...)}, []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode(thisNode)))})
+			if got := lb.KeepsSource(w.b.Picker(key("s", tc.class, ipfamily.IPv4))); got != tc.want {
+				t.Errorf("KeepsSource = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("follows a policy change", func(t *testing.T) {
+		w := newWorld(t, Config{})
+		w.apply([]*v1.Service{service("s", etpLocalNodePort)}, []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode(thisNode)))})
+		p := w.b.Picker(key("s", External, ipfamily.IPv4))
+		svc := service("s", etpLocalNodePort)
+		svc.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyCluster
+		svc.ResourceVersion = "2"
+		w.apply([]*v1.Service{svc}, nil)
+		if lb.KeepsSource(p) {
+			t.Error("KeepsSource stayed true after the policy became Cluster")
+		}
+	})
 }

@@ -67,6 +67,11 @@ type Metrics struct {
 	DialFailuresTotal *prometheus.CounterVec // {protocol}: failed dial attempts, one per endpoint tried
 	RejectedTotal     *prometheus.CounterVec // {protocol,reason}
 	AcceptErrorsTotal *prometheus.CounterVec // {protocol}
+	// KeptSourceTotal and KeepSourceFailuresTotal count the dials made
+	// from the client's own address (lb/keepsource), and those that fell
+	// back to the node's address because that failed.
+	KeptSourceTotal         *prometheus.CounterVec // {protocol}
+	KeepSourceFailuresTotal *prometheus.CounterVec // {protocol}
 
 	UDPFlowsActive        prometheus.Gauge
 	UDPFlowsTotal         prometheus.Counter
@@ -82,12 +87,14 @@ type Metrics struct {
 // Protocol is one protocol's pre-curried handles: plain counters and gauges,
 // no label lookup per use.
 type Protocol struct {
-	ConnectionsActive prometheus.Gauge
-	ConnectionsTotal  prometheus.Counter
-	BytesToEndpoint   prometheus.Counter
-	BytesToClient     prometheus.Counter
-	DialFailures      prometheus.Counter
-	AcceptErrors      prometheus.Counter
+	ConnectionsActive  prometheus.Gauge
+	ConnectionsTotal   prometheus.Counter
+	BytesToEndpoint    prometheus.Counter
+	BytesToClient      prometheus.Counter
+	DialFailures       prometheus.Counter
+	AcceptErrors       prometheus.Counter
+	KeptSource         prometheus.Counter
+	KeepSourceFailures prometheus.Counter
 
 	RejectedNoEndpoints prometheus.Counter
 	RejectedDirect      prometheus.Counter
@@ -111,6 +118,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		DialFailuresTotal:        counterVec("dial_failures_total", "Failed attempts to connect to an endpoint, by protocol (one per endpoint tried).", LabelProtocol),
 		RejectedTotal:            counterVec("rejected_total", "Client connections refused, by protocol and reason (no_endpoints, direct, fd_exhausted, dial_failed, source_range, loop, service_port_full).", LabelProtocol, LabelReason),
 		AcceptErrorsTotal:        counterVec("accept_errors_total", "Errors accepting client connections, by protocol.", LabelProtocol),
+		KeptSourceTotal:          counterVec("kept_source_total", "Connections and UDP flows dialled to an endpoint on this node from the client's own address, by protocol.", LabelProtocol),
+		KeepSourceFailuresTotal:  counterVec("keep_source_failures_total", "Dials that should have kept the client's address but could not, and dialled from the node's, by protocol.", LabelProtocol),
 		UDPFlowsActive:           gaugeVec("udp_flows_active", "UDP flows currently in the flow tables.").WithLabelValues(),
 		UDPFlowsTotal:            counterVec("udp_flows_total", "UDP flows created.").WithLabelValues(),
 		UDPFlowEvictionsTotal:    counterVec("udp_flow_evictions_total", "UDP flows closed to make room for a new one: a flow table full, the flows' share of descriptors used up, or the client at its own share (idle expiry is not counted).").WithLabelValues(),
@@ -163,7 +172,7 @@ func Discard() *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.ConnectionsActive, m.ConnectionsTotal, m.BytesTotal, m.DialFailuresTotal,
-		m.RejectedTotal, m.AcceptErrorsTotal, m.UDPFlowsActive, m.UDPFlowsTotal,
+		m.RejectedTotal, m.AcceptErrorsTotal, m.KeptSourceTotal, m.KeepSourceFailuresTotal, m.UDPFlowsActive, m.UDPFlowsTotal,
 		m.UDPFlowEvictionsTotal, m.SCTPUnservedServicePorts,
 	}
 }
@@ -178,6 +187,8 @@ func (m *Metrics) curry(protocol string) *Protocol {
 		BytesToClient:       m.BytesTotal.WithLabelValues(protocol, DirectionToClient),
 		DialFailures:        m.DialFailuresTotal.WithLabelValues(protocol),
 		AcceptErrors:        m.AcceptErrorsTotal.WithLabelValues(protocol),
+		KeptSource:          m.KeptSourceTotal.WithLabelValues(protocol),
+		KeepSourceFailures:  m.KeepSourceFailuresTotal.WithLabelValues(protocol),
 		RejectedNoEndpoints: m.RejectedTotal.WithLabelValues(protocol, ReasonNoEndpoints),
 		RejectedDirect:      m.RejectedTotal.WithLabelValues(protocol, ReasonDirect),
 		RejectedFDExhausted: m.RejectedTotal.WithLabelValues(protocol, ReasonFDExhausted),

@@ -15,8 +15,8 @@ func TestNewRegistersEverySeriesAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 3 protocols x (active, total, 2 byte directions, dial failures, accept
-	// errors, 7 reasons) + 4 unlabelled.
-	if got, want := testutil.CollectAndCount(reg), 3*13+4; got != want {
+	// errors, kept sources and their failures, 7 reasons) + 4 unlabelled.
+	if got, want := testutil.CollectAndCount(reg), 3*15+4; got != want {
 		t.Errorf("series registered = %d, want %d", got, want)
 	}
 	tcp := m.For(ProtocolTCP)

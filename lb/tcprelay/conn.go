@@ -8,6 +8,7 @@ import (
 
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/keepsource"
 )
 
 // direction is one way of a proxied connection.
@@ -37,6 +38,9 @@ type side struct {
 	// dialed, dialedTo: the local address of a socket the relay dialed
 	// and the endpoint it dialed, while it is in Config.Dials.
 	dialed, dialedTo netip.AddrPort
+	// kept: a dialed socket bound to the client's address, and the
+	// steering of its replies, released when it closes.
+	kept keepsource.Flow
 
 	// readable: an event said so, and no read since has drained the socket.
 	// writable: no write since the last EPOLLOUT found the send buffer full.

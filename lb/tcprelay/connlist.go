@@ -5,6 +5,7 @@ import (
 
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/keepsource"
 )
 
 // closeSide closes s's socket (which takes it out of the epoll set: the
@@ -25,6 +26,12 @@ func (l *loop) closeSide(s *side, reset bool) {
 			eventloop.Close(s.fd)
 		}
 		s.fd = -1
+	}
+	if s.kept.IsValid() {
+		if err := l.p.cfg.KeepSource.Release(s.kept); err != nil {
+			l.p.logErrorLimited(err, "Cannot remove the steering of a closed connection's replies", "flow", s.kept)
+		}
+		s.kept = keepsource.Flow{}
 	}
 	if s.outBuf != nil {
 		l.p.pools.putBuf(s.outBuf)

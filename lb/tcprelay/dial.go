@@ -7,8 +7,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"kproxy.dev/kproxy/lb"
+
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/selfdial"
 )
@@ -101,9 +104,21 @@ func (l *loop) dialNext(c *conn) {
 	p := l.p
 	for c.attempt < len(c.endpoints) {
 		ep := c.endpoints[c.attempt]
-		fd, done, err := startConnect(ep)
+		var kept *keepsource.Keeper
+		if lb.KeepsSource(c.route.Picker) && p.cfg.KeepSource.Keeps(c.clientIP, ep.Addr()) {
+			kept = p.cfg.KeepSource
+		}
+		fd, flow, done, keepErr, err := startConnect(ep, kept, c.clientIP)
+		if keepErr != nil {
+			p.metrics.KeepSourceFailures.Inc()
+			p.logErrorLimited(keepErr, "Cannot dial an endpoint on this node from the client's address; dialling from the node's",
+				p.routeKV(c.route, "client", c.clientIP, "endpoint", ep)...)
+		}
+		if flow.IsValid() {
+			p.metrics.KeptSource.Inc()
+		}
 		if err == nil {
-			c.backend = side{fd: fd, writable: true}
+			c.backend = side{fd: fd, writable: true, kept: flow}
 			l.rememberDial(c, &c.backend, ep)
 			if err = l.register(c, &c.backend); err != nil {
 				l.closeSide(&c.backend, false)

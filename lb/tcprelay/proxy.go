@@ -36,6 +36,7 @@ import (
 
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/selfdial"
 )
@@ -120,6 +121,12 @@ type Config struct {
 	// event loops, with the address IPv4-unmapped, so it must be safe for
 	// concurrent use and quick (a lock-free map lookup).
 	Routes func(local netip.AddrPort) (*Route, bool)
+	// KeepSource, when set, dials the endpoints it says so from the
+	// client's own address (an endpoint on this node), so that the endpoint
+	// sees the client as kube-proxy's DNAT would show it. A failure there
+	// falls back to an ordinary dial, counted. Nil dials every endpoint from
+	// the node.
+	KeepSource *keepsource.Keeper
 	// Logger receives the proxy's log lines, with "proxy" set to its name;
 	// the zero value means klog.Background().
 	Logger klog.Logger

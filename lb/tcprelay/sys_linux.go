@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/keepsource"
 )
 
 // Socket options every relayed socket gets. They match what Go's net package
@@ -97,26 +98,41 @@ func localAddr(fd int) (netip.AddrPort, error) {
 // reports a connection already complete (connect(2) may finish at once);
 // otherwise completion is signalled by writability. On error no descriptor
 // is left open.
-func startConnect(ep netip.AddrPort) (fd int, done bool, err error) {
+//
+// With kept set, the socket is one of kept's, bound to client's address
+// (keepsource.Keeper.Socket); the returned flow is then its steering, to
+// release once the socket is closed. kept's error comes back in keepErr,
+// and the socket is then an ordinary one.
+func startConnect(ep netip.AddrPort, kept *keepsource.Keeper, client netip.Addr) (fd int, flow keepsource.Flow, done bool, keepErr, err error) {
 	sa, err := eventloop.SockaddrOf(ep)
 	if err != nil {
-		return -1, false, err
+		return -1, flow, false, nil, err
 	}
-	fd, err = eventloop.Socket(sa.Family(), unix.SOCK_STREAM, unix.IPPROTO_TCP)
-	if err != nil {
-		return -1, false, fmt.Errorf("creating socket: %w", err)
+	fd = -1
+	if kept != nil {
+		if fd, flow, keepErr = kept.Socket(unix.SOCK_STREAM, unix.IPPROTO_TCP, client, ep); keepErr != nil {
+			fd = -1
+		}
+	}
+	if fd < 0 {
+		if fd, err = eventloop.Socket(sa.Family(), unix.SOCK_STREAM, unix.IPPROTO_TCP); err != nil {
+			return -1, flow, false, keepErr, fmt.Errorf("creating socket: %w", err)
+		}
+	}
+	fail := func(err error) (int, keepsource.Flow, bool, error, error) {
+		eventloop.Close(fd)
+		_ = kept.Release(flow)
+		return -1, keepsource.Flow{}, false, keepErr, err
 	}
 	if err := setOptions(fd, noDelay); err != nil {
-		eventloop.Close(fd)
-		return -1, false, err
+		return fail(err)
 	}
 	switch err := eventloop.Connect(fd, &sa); err {
 	case nil:
-		return fd, true, nil
+		return fd, flow, true, keepErr, nil
 	case unix.EINPROGRESS:
-		return fd, false, nil
+		return fd, flow, false, keepErr, nil
 	default:
-		eventloop.Close(fd)
-		return -1, false, fmt.Errorf("connecting: %w", err)
+		return fail(fmt.Errorf("connecting: %w", err))
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/lb/rawudp"
 )
 
@@ -18,7 +19,10 @@ type flow struct {
 	picker     lb.Picker      // the picker that chose endpoint, told of failures
 	fd         int            // connected upstream socket
 	local      netip.AddrPort // the upstream socket's address, while in the relays' dials
-	lastActive int64          // relay clock (ns) of the last datagram either way
+	// kept: the upstream socket is bound to the client's address, and
+	// this is the steering of its replies, released when it closes.
+	kept       keepsource.Flow
+	lastActive int64 // relay clock (ns) of the last datagram either way
 
 	// On a shared socket: the service address the client wrote to, its
 	// route's name and the path of replies from it; reply is nil on a

@@ -48,6 +48,7 @@ import (
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/rawudp"
 	"kproxy.dev/kproxy/lb/selfdial"
@@ -113,6 +114,14 @@ type Config struct {
 	// would otherwise make the relays open flows to themselves until the
 	// budget is spent. Nil checks nothing.
 	Dials *selfdial.Dials
+	// KeepSource, when set, opens the flows to the endpoints it says so
+	// from the client's own address (an endpoint on this node). Such a
+	// flow is not in Dials: its local address is the client's, whose own
+	// datagrams would then look like a loop; Keeper only keeps the
+	// address for endpoints that are pods, which cannot lead back into
+	// kproxy by themselves. A failure falls back to the node's address,
+	// counted. Nil opens every flow from the node.
+	KeepSource *keepsource.Keeper
 
 	// Routes, when set, makes Conn a shared socket serving many service
 	// addresses (socket-lookup steering delivers them to it unchanged):
@@ -167,6 +176,7 @@ type Relay struct {
 	admit    func(netip.Addr) bool
 	budget   *fdbudget.Budget
 	dials    *selfdial.Dials
+	keep     *keepsource.Keeper
 
 	metrics   *lbmetrics.Protocol
 	flowGauge prometheus.Gauge
@@ -291,6 +301,7 @@ func New(cfg Config) (*Relay, error) {
 		admit:     cfg.Admit,
 		budget:    cfg.Descriptors,
 		dials:     cfg.Dials,
+		keep:      cfg.KeepSource,
 		metrics:   m.For(lbmetrics.ProtocolUDP),
 		flowGauge: m.UDPFlowsActive,
 		flowCount: m.UDPFlowsTotal,
@@ -751,7 +762,16 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 		return nil
 	}
 	for _, ep := range candidates {
-		fd, err := dialUDP(ep)
+		var kept *keepsource.Keeper
+		if lb.KeepsSource(picker) && r.keep.Keeps(clientIP, ep.Addr()) {
+			kept = r.keep
+		}
+		fd, keptFlow, keepErr, err := dialUDP(ep, kept, clientIP)
+		if keepErr != nil {
+			r.metrics.KeepSourceFailures.Inc()
+			r.log.V(2).Info("Cannot open a UDP flow from the client's address; opening it from the node's",
+				"client", client, "endpoint", ep, "err", keepErr)
+		}
 		if err != nil {
 			r.log.V(4).Info("UDP endpoint unusable", "endpoint", ep, "err", err)
 			r.metrics.DialFailures.Inc()
@@ -760,6 +780,7 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 		}
 		if err := r.poll.Add(fd, unix.EPOLLIN, 0); err != nil {
 			eventloop.Close(fd)
+			_ = r.keep.Release(keptFlow)
 			r.log.Error(err, "Cannot watch UDP upstream socket", "endpoint", ep)
 			continue
 		}
@@ -773,7 +794,10 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 			f = &sf.flow
 			f.reply = &sf.path
 		}
-		if r.dials != nil {
+		f.kept = keptFlow
+		if keptFlow.IsValid() {
+			r.metrics.KeptSource.Inc()
+		} else if r.dials != nil {
 			if local, err := localAddr(fd); err == nil {
 				f.local = local
 				r.dials.AddFlow(local, selfdial.Dial{From: routeName, Endpoint: ep})
@@ -954,6 +978,11 @@ func (r *Relay) closeFlow(f *flow) {
 	r.dials.RemoveFlow(f.local) // before the port can be reused
 	_ = r.poll.Del(f.fd)
 	eventloop.Close(f.fd)
+	if f.kept.IsValid() {
+		if err := r.keep.Release(f.kept); err != nil {
+			r.log.Error(err, "Cannot remove the steering of a closed UDP flow's replies", "flow", f.kept)
+		}
+	}
 	r.budget.Release(f.client.Addr().Unmap())
 	r.flowsNow.Add(-1)
 	r.flowGauge.Dec()

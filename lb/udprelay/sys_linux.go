@@ -8,24 +8,37 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/keepsource"
 )
 
 // dialUDP opens a non-blocking UDP socket connected to ep. connect(2) on UDP
-// only records the peer, so this never waits on the network.
-func dialUDP(ep netip.AddrPort) (int, error) {
+// only records the peer, so this never waits on the network. With kept
+// set, the socket is one of kept's, bound to client's address
+// (keepsource.Keeper.Socket), and flow is its steering, to release once it
+// is closed; kept's error comes back in keepErr, and the socket is then an
+// ordinary one.
+func dialUDP(ep netip.AddrPort, kept *keepsource.Keeper, client netip.Addr) (fd int, flow keepsource.Flow, keepErr, err error) {
 	sa, err := eventloop.SockaddrOf(ep)
 	if err != nil {
-		return -1, err
+		return -1, flow, nil, err
 	}
-	fd, err := eventloop.Socket(sa.Family(), unix.SOCK_DGRAM, unix.IPPROTO_UDP)
-	if err != nil {
-		return -1, fmt.Errorf("creating UDP socket for %v: %w", ep, err)
+	fd = -1
+	if kept != nil {
+		if fd, flow, keepErr = kept.Socket(unix.SOCK_DGRAM, unix.IPPROTO_UDP, client, ep); keepErr != nil {
+			fd = -1
+		}
+	}
+	if fd < 0 {
+		if fd, err = eventloop.Socket(sa.Family(), unix.SOCK_DGRAM, unix.IPPROTO_UDP); err != nil {
+			return -1, flow, keepErr, fmt.Errorf("creating UDP socket for %v: %w", ep, err)
+		}
 	}
 	if err := eventloop.Connect(fd, &sa); err != nil {
 		eventloop.Close(fd)
-		return -1, fmt.Errorf("connecting UDP socket to %v: %w", ep, err)
+		_ = kept.Release(flow)
+		return -1, keepsource.Flow{}, keepErr, fmt.Errorf("connecting UDP socket to %v: %w", ep, err)
 	}
-	return fd, nil
+	return fd, flow, keepErr, nil
 }
 
 // localAddr is the socket's own address (getsockname).

@@ -17,6 +17,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/localroute"
+	"kproxy.dev/kproxy/redirect/replyroute"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -46,16 +47,21 @@ type Cleaner struct {
 	OpenIPVS func() (IPVS, error)
 	// Routes are the local routes of the userspace mode's local portals.
 	Routes localroute.Routes
+	// ReplyRules removes the userspace mode's policy rules and table for
+	// the replies to its transparent dials (redirect/replyroute); nil
+	// removes none (tests with fakes).
+	ReplyRules func() error
 }
 
 // New returns a Cleaner working on the real node.
 func New() *Cleaner {
 	return &Cleaner{
-		Runner:   kernel.ExecRunner{},
-		Links:    netlinkLinks{},
-		IPSets:   netlinkIPSets{},
-		NFTables: netlinkNFTables{},
-		Routes:   &localroute.Netlink{},
+		Runner:     kernel.ExecRunner{},
+		Links:      netlinkLinks{},
+		IPSets:     netlinkIPSets{},
+		NFTables:   netlinkNFTables{},
+		Routes:     &localroute.Netlink{},
+		ReplyRules: replyroute.Clean,
 		OpenIPVS: func() (IPVS, error) {
 			h, err := ipvs.New("")
 			if err != nil {
@@ -103,6 +109,11 @@ func (c *Cleaner) Clean(ctx context.Context, f kernel.Features, scope Scope) err
 	if sc.removeLocalRoutes() {
 		if err := localroute.Clean(c.Routes); err != nil {
 			errs = append(errs, fmt.Errorf("removing the userspace mode's local routes: %w", err))
+		}
+		if c.ReplyRules != nil {
+			if err := c.ReplyRules(); err != nil {
+				errs = append(errs, fmt.Errorf("removing the userspace mode's reply rules: %w", err))
+			}
 		}
 	}
 	err := errors.Join(errs...)

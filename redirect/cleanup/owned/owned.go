@@ -31,7 +31,9 @@ type Objects struct {
 	// NFTables are nftables tables (in the ip and ip6 families).
 	NFTables []string
 	// LocalRoutes: the mode makes service addresses local with routes of
-	// redirect/localroute's protocol, which all go.
+	// redirect/localroute's protocol, and replies local with policy rules
+	// and a table of redirect/replyroute's (the same protocol), which all
+	// go.
 	LocalRoutes bool
 }
 

@@ -32,6 +32,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/localroute"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
+	"kproxy.dev/kproxy/redirect/replyroute"
 	"kproxy.dev/kproxy/redirect/sockdiag"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -55,6 +56,9 @@ type Config struct {
 	// LocalAddresses lists the node's addresses; nil reads them from the
 	// interfaces at each sync. Tests set it.
 	LocalAddresses func() ([]netip.Addr, error)
+	// LocalPrefixes lists the prefixes of the node's addresses (its
+	// links' subnets); nil reads them at each sync. Tests set it.
+	LocalPrefixes func() ([]netip.Prefix, error)
 	// Applier returns the portal applier of a family; nil means the real
 	// kernel through the detected iptables backend. Tests pass fakes.
 	Applier func(ipfamily.Family) (Applier, error)
@@ -136,6 +140,12 @@ type Mode struct {
 	addrs serviceAddrs
 	// steering serves the socket-lookup families; nil without any.
 	steering *steering
+	// kept decides which dials keep the client's address, and steers
+	// their replies.
+	kept *keptSources
+	// oneDump: the node's addresses and prefixes both come from the
+	// kernel, so a sync reads them in one dump (nodeAddresses).
+	oneDump bool
 }
 
 // New checks the kernel can run the mode and prepares it; nothing is
@@ -165,6 +175,10 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	m.portLimits = fdbudget.PortLimitsFor(nofile.Cur)
 	logger.V(2).Info("Each service port's TCP connections or SCTP associations", "most", m.portLimits.Connections, "mostDialing", m.portLimits.Dialing)
 	m.dials = selfdial.New()
+	// Rules a predecessor left served flows that died with it.
+	if err := replyroute.Clean(); err != nil {
+		logger.Error(err, "Could not remove the reply rules a previous run left")
+	}
 	opener := cfg.Opener
 	if opener == nil {
 		opener = portal.SocketOpener{}
@@ -172,8 +186,12 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	m.claimer = portal.NewClaimer(opener)
 	m.unserved = sctprelay.NewUnservedReporter(m.metrics.SCTPUnservedServicePorts)
 	m.unserved.Logger = logger
+	m.oneDump = m.cfg.LocalAddresses == nil && m.cfg.LocalPrefixes == nil
 	if m.cfg.LocalAddresses == nil {
 		m.cfg.LocalAddresses = kernel.InterfaceAddresses
+	}
+	if m.cfg.LocalPrefixes == nil {
+		m.cfg.LocalPrefixes = kernel.InterfacePrefixes
 	}
 
 	if m.cfg.Routes == nil {
@@ -203,6 +221,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 		m.families = append(m.families, fam)
 		m.kinds[fam] = kind
 	}
+	m.kept = newKeptSources(ctx, logger, m.kinds)
 	if len(m.families) == 0 {
 		return nil, errors.New("userspace mode: no IP family has iptables with REDIRECT and DNAT, which --userspace-portals=redirect needs (local portals need no netfilter)")
 	}
@@ -255,12 +274,13 @@ func (m *Mode) Name() mode.Name { return mode.Userspace }
 // failure to write the rules fails the sync.
 func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
 	m.balancer.Update(snap)
-	local, err := m.cfg.LocalAddresses()
+	local, prefixes, err := m.nodeAddresses()
 	if err != nil {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	node := m.node(snap, local)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
+	m.updateKeptSources(ctx, snap, changes, local, prefixes)
 
 	// Sockets and steering before routes, and routes away before steering:
 	// a service address is local only while what serves it is in place, so
@@ -486,7 +506,55 @@ func (m *Mode) Close() error {
 		// ports, whoever opened it.
 		steerErr = errors.Join(steerErr, m.steering.detach())
 	}
-	return errors.Join(err, steerErr)
+	return errors.Join(err, steerErr, m.kept.close(context.Background()))
+}
+
+// updateKeptSources brings the keeper's view to snap; full and periodic
+// syncs also put back the reply table's route and the socket-match tables
+// if someone took them. prefixes nil (unknown) keeps no address.
+func (m *Mode) updateKeptSources(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet,
+	local []netip.Addr, prefixes []netip.Prefix) {
+	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes)
+	if !changes.Full && !changes.Periodic {
+		return
+	}
+	if err := m.kept.repair(ctx); err != nil {
+		m.logger.Error(err, "Cannot put back what steers the replies to dials from clients' addresses")
+	}
+}
+
+// nodeAddresses reads the node's addresses and their prefixes, in one dump
+// of the interfaces when both come from the kernel. The prefixes are nil
+// when they cannot be read (logged): no dial keeps the client's address
+// then, as a client on an endpoint's own link cannot be told.
+func (m *Mode) nodeAddresses() ([]netip.Addr, []netip.Prefix, error) {
+	if m.oneDump {
+		prefixes, err := kernel.InterfacePrefixes()
+		if err != nil {
+			return nil, nil, err
+		}
+		local := make([]netip.Addr, 0, len(prefixes))
+		for _, p := range prefixes {
+			local = append(local, p.Addr())
+		}
+		if prefixes == nil {
+			prefixes = []netip.Prefix{} // known: none
+		}
+		return local, prefixes, nil
+	}
+	local, err := m.cfg.LocalAddresses()
+	if err != nil {
+		return nil, nil, err
+	}
+	prefixes, err := m.cfg.LocalPrefixes()
+	if err != nil {
+		m.logger.Error(err, "Cannot read the node's link prefixes; relays dial every endpoint from the node's address until the next sync")
+		return local, nil, nil
+	}
+	if prefixes == nil {
+		prefixes = []netip.Prefix{}
+	}
+	return local, prefixes, nil
 }
 
 // withdrawTimeout bounds how long Close may spend taking the portals away.

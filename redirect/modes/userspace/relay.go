@@ -290,7 +290,7 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		}
 		port = addrPort(ln.Addr())
 		cfg := tcprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger,
-			Dials: m.dials, Port: r.limit}
+			Dials: m.dials, Port: r.limit, KeepSource: m.kept.keeper}
 		if r.local {
 			cfg.Direct = true
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
@@ -316,7 +316,7 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		}
 		port = addrPort(conn.LocalAddr())
 		cfg := udprelay.Config{Conn: conn, Picker: r.picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
-			Metrics: m.metrics, Name: name, Descriptors: m.descriptors, Dials: m.dials}
+			Metrics: m.metrics, Name: name, Descriptors: m.descriptors, Dials: m.dials, KeepSource: m.kept.keeper}
 		if r.local {
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
 		}

@@ -140,7 +140,7 @@ func (m *Mode) openSharedTCP(st *steering, fam ipfamily.Family) error {
 		return err
 	}
 	p, err := tcprelay.New(tcprelay.Config{Listener: ln, Direct: true, Metrics: m.metrics, Logger: m.logger,
-		Name: "socket-lookup " + string(fam) + " TCP", Dials: m.dials,
+		Name: "socket-lookup " + string(fam) + " TCP", Dials: m.dials, KeepSource: m.kept.keeper,
 		Routes: func(local netip.AddrPort) (*tcprelay.Route, bool) {
 			r, ok := (*st.tcpRoutes.Load())[local]
 			return r, ok
@@ -176,7 +176,7 @@ func (m *Mode) openSharedUDP(st *steering, fam ipfamily.Family) error {
 	r, err := udprelay.New(udprelay.Config{Conn: c, Replies: st.replies, IdleTimeout: m.cfg.UDPIdleTimeout,
 		MaxFlows: max(flows, udprelay.DefaultMaxFlows),
 		Metrics:  m.metrics, Logger: m.logger, Name: "socket-lookup " + string(fam) + " UDP",
-		Descriptors: m.descriptors, Dials: m.dials,
+		Descriptors: m.descriptors, Dials: m.dials, KeepSource: m.kept.keeper,
 		Routes: func(local netip.AddrPort) (*udprelay.Route, bool) {
 			r, ok := (*st.udpRoutes.Load())[local]
 			return r, ok
