@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -531,28 +532,45 @@ func TestFIFOSwappedInDoesNotBlock(t *testing.T) {
 		}
 	}()
 
-	const reloads = 100000
-	done := make(chan int, 1)
+	// A blocked open(2) never returns, while a busy machine only makes the
+	// reloads slower: the test fails when no reload has finished for
+	// stallBound, however long all of them take.
+	const reloads = 50000
+	const stallBound = 20 * time.Second
+	var finished atomic.Int64
+	allDone := make(chan struct{})
 	go func() {
-		for i := range reloads {
+		defer close(allDone)
+		for range reloads {
 			src.reload(logr.Discard())
-			if i == reloads-1 {
-				done <- i + 1
-			}
+			finished.Add(1)
 		}
 	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		close(stop)
-		// Unblock the stuck open(2) by opening the FIFO's other end.
-		for range 100 {
-			if f, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
-				f.Close()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	seen, seenAt := int64(0), time.Now()
+	for running := true; running; {
+		select {
+		case <-allDone:
+			running = false
+		case now := <-tick.C:
+			if n := finished.Load(); n != seen {
+				seen, seenAt = n, now
+				continue
 			}
-			time.Sleep(10 * time.Millisecond)
+			if now.Sub(seenAt) < stallBound {
+				continue
+			}
+			close(stop)
+			// Unblock the stuck open(2) by opening the FIFO's other end.
+			for range 100 {
+				if f, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Fatalf("a reload blocked: none finished for %v, %d of %d had", stallBound, seen, reloads)
 		}
-		t.Fatalf("a reload blocked: %d reloads finished of %d", src.Generation(), reloads)
 	}
 	close(stop)
 	if err := <-swapped; err != nil {
