@@ -21,12 +21,38 @@ const (
 	kubectlBinary = "kubectl"
 )
 
-// Default spec selection: the Services conformance specs that may run side
-// by side with others and need no optional feature.
+// Spec selections (ginkgo focus expressions), from narrow to wide; SPECS.md
+// lists what each holds and the [Serial] and [Disruptive] specs that can or
+// cannot run here.
 const (
+	// ServicesFocus: the 15 Services conformance specs.
 	ServicesFocus = `\[sig-network\] Services.*\[Conformance\]`
-	DefaultSkip   = `\[Serial\]|\[Disruptive\]|\[Feature:`
+	// ConformanceFocus: every sig-network conformance spec (47): Services,
+	// EndpointSlice, DNS, the pod networking checks, the API proxy.
+	ConformanceFocus = `\[sig-network\].*\[Conformance\]`
+	// WideFocus: everything the node proxy answers for (101 specs without
+	// [Feature:] ones): all Services and EndpointSlice specs, the
+	// Networking granular Service checks, and the sig-network conformance
+	// specs.
+	WideFocus = `\[sig-network\] (Services|EndpointSlice|Networking .*Granular Checks: Services)|\[sig-network\].*\[Conformance\]`
+	// DefaultSkip leaves out the specs that must run alone or break the
+	// cluster, and those of optional features.
+	DefaultSkip = `\[Serial\]|\[Disruptive\]|\[Feature:`
 )
+
+// Focus returns the focus expression of a named selection: services,
+// conformance or wide.
+func Focus(set string) (string, error) {
+	switch set {
+	case "services":
+		return ServicesFocus, nil
+	case "conformance":
+		return ConformanceFocus, nil
+	case "wide":
+		return WideFocus, nil
+	}
+	return "", fmt.Errorf("unknown spec selection %q (services, conformance or wide)", set)
+}
 
 // Run is one run of e2e.test against a cluster.
 type Run struct {
