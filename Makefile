@@ -115,9 +115,11 @@ cluster-smoke:
 # kernel without IPVS) and runs the specs CONFORMANCE_SPECS selects:
 # services (the 15 Services conformance specs, about 3 minutes a
 # configuration), conformance (the 47 sig-network conformance specs, the
-# default) or wide (101: every Services, EndpointSlice and Networking
-# Granular Checks: Services spec besides those; hours for all
-# configurations); CONFORMANCE_FOCUS=RE replaces the selection.
+# default), wide (98: every Services, EndpointSlice and Networking Granular
+# Checks: Services spec besides those, without [Serial] and [Disruptive];
+# hours for all configurations) or serial (the [Serial] and [Disruptive]
+# ones that can run here); CONFORMANCE_FOCUS=RE and CONFORMANCE_SKIP=RE
+# replace the selection's expressions.
 # bench/conformance/SPECS.md lists the [Serial] and [Disruptive] specs and
 # which can run here. It writes CONFORMANCE_OUT/conformance.md and .json
 # (spec × configuration) and each configuration's JUnit report and e2e.log
@@ -131,7 +133,7 @@ CONFORMANCE_NODES ?= 3
 CONFORMANCE_PROXIES ?= all
 CONFORMANCE_SPECS ?= conformance
 CONFORMANCE_FOCUS ?=
-CONFORMANCE_SKIP ?= \[Serial\]|\[Disruptive\]|\[Feature:
+CONFORMANCE_SKIP ?=
 KUBE_PROXY_IMAGE := $(CURDIR)/bin/kube-proxy-image.oci.tar
 conformance-tools: deps
 	@cd bench/tools && $(PROGRESS) "make conformance-tools: building upstream's e2e.test from the Go module proxy" \
@@ -162,7 +164,7 @@ conformance: conformance-images kube-proxy-image $(if $(CLUSTER_IMAGE),,image)
 		$(MAKE) --no-print-directory cluster CLUSTER_NODES=$(CONFORMANCE_NODES) CLUSTER_IMAGES=$(CONFORMANCE_IMAGES) CLUSTER_COREDNS=$(TOOLS_BIN)/coredns || exit 1; fi
 	$(GO) build -o bin/kconformance ./bench/conformance/cmd/kconformance
 	bin/kconformance -dir $(CLUSTER_DIR) -tools $(TOOLS_BIN) -out $(CONFORMANCE_OUT) -proxies '$(CONFORMANCE_PROXIES)' \
-		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') -skip '$(CONFORMANCE_SKIP)' \
+		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)') \
 		-kproxy bin/image/kproxy -kube-proxy bin/image/kube-proxy -kube-proxy-image $(KUBE_PROXY_IMAGE) \
 		-commit '$(GIT_COMMIT)$(if $(filter dirty,$(GIT_TREE_STATE)), (dirty))' \
 		-command 'make conformance CONFORMANCE_PROXIES=$(CONFORMANCE_PROXIES) CONFORMANCE_SPECS=$(CONFORMANCE_SPECS)$(if $(CONFORMANCE_FOCUS), CONFORMANCE_FOCUS=…)'
@@ -183,13 +185,22 @@ conformance-compare:
 # real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes
 # bench/programs check that every program .ci/programs lists is installed;
 # KPROXY_IMAGE makes bench/image test the image `make image` just built
-# (without it, bench/image skips when there is no image).
+# (without it, bench/image skips when there is no image). Then, alone on the
+# machine, a 2-node cluster as make cluster brings it up, with kproxy as its
+# DaemonSet: TestSmoke's Service traffic from a pod and from another node,
+# and the 15 Services conformance specs (bench/cluster,
+# TestClusterDaemonSetAndConformance, KPROXY_CLUSTER_TEST=1); it needs
+# make cluster-tools and make conformance-images (e2e.test: about 9 minutes
+# on a cold Go build cache) and no cluster of make cluster up.
 RACE_PKGS := ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
-test: deps tools build image
+test: deps tools build image cluster-tools conformance-images
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
 	@KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test ./...: unit, kernel (network namespaces) and end-to-end tests" \
 		"about 3 minutes, more on a cold Go build cache" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@KPROXY_CLUSTER_TEST=1 KPROXY_IMAGE=$(IMAGE) KPROXY_CONFORMANCE_IMAGES=$(CONFORMANCE_IMAGES) \
+		$(PROGRESS) "a 2-node cluster with kproxy as its DaemonSet: Service traffic and the 15 Services conformance specs" \
+		"about 5 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestClusterDaemonSetAndConformance$$' ./bench/cluster/
 	@$(PROGRESS) "go test -race on the sync packages" "about 5 minutes" \
 		$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 	@$(MAKE) --no-print-directory test-guest

@@ -177,16 +177,16 @@ func (r Report) Markdown() string {
 		b.WriteString("\n")
 	}
 
-	var failures strings.Builder
+	var notes strings.Builder
 	for _, p := range r.Proxies {
 		for _, s := range p.Specs {
-			if s.Result == Failed {
-				fmt.Fprintf(&failures, "- %s, %s: %s\n", p.Name, shortName(s.Name), s.Message)
+			if s.Result != Passed {
+				fmt.Fprintf(&notes, "- %s, %s: %s: %s\n", p.Name, shortName(s.Name), s.Result, s.Message)
 			}
 		}
 	}
-	if failures.Len() > 0 {
-		b.WriteString("\nFailures:\n\n" + failures.String())
+	if notes.Len() > 0 {
+		b.WriteString("\nWhy a spec failed or skipped itself (the first line of its message):\n\n" + notes.String())
 	}
 	return b.String()
 }

@@ -101,6 +101,9 @@ func Select(all []Config, list string) ([]Config, error) {
 // cfg's proxy has synced the cluster's Services there.
 func (c Config) evidence() (argv []string, want string) {
 	switch {
+	case c.Mode == "ipvs":
+		// Both proxies hold the service addresses on this dummy link.
+		return []string{"ip", "address", "show", "dev", "kube-ipvs0"}, cluster.KubernetesServiceIP + "/32"
 	case c.Mode == "nftables":
 		return []string{"nft", "list", "table", "ip", "kube-proxy"}, "chain services"
 	case c.Mode == "iptables" && c.Legacy:

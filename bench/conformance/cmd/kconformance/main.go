@@ -77,9 +77,9 @@ func run() error {
 	flag.StringVar(&o.dir, "dir", cluster.DefaultStateDir, "the cluster's state directory")
 	flag.StringVar(&o.tools, "tools", "bench/tools/bin", "directory with e2e.test and kubectl")
 	flag.StringVar(&o.out, "out", "bin/conformance", "directory for the reports")
-	set := flag.String("specs", "conformance", "spec selection: services, conformance or wide (-focus overrides)")
-	flag.StringVar(&o.focus, "focus", "", "specs to run (ginkgo focus), in place of -specs")
-	flag.StringVar(&o.skip, "skip", conformance.DefaultSkip, "specs to leave out (ginkgo skip)")
+	set := flag.String("specs", "conformance", "spec selection: services, conformance, wide or serial (-focus and -skip override)")
+	flag.StringVar(&o.focus, "focus", "", "specs to run (ginkgo focus), in place of the selection's")
+	flag.StringVar(&o.skip, "skip", "", "specs to leave out (ginkgo skip), in place of the selection's")
 	flag.StringVar(&o.selection, "proxies", "all", "comma-separated node proxy configurations, or all")
 	flag.StringVar(&o.manifest, "manifest", "deploy/kproxy.yaml", "kproxy's manifest")
 	flag.StringVar(&o.kproxyBin, "kproxy", "bin/image/kproxy", "kproxy binary for --cleanup on the nodes (the image's)")
@@ -89,12 +89,15 @@ func run() error {
 	flag.StringVar(&o.command, "command", "", "the command that ran this, for the report (default: this one)")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Hour, "bound on each configuration's specs")
 	flag.Parse()
+	sel, err := conformance.Select(*set)
+	if err != nil {
+		return err
+	}
 	if o.focus == "" {
-		f, err := conformance.Focus(*set)
-		if err != nil {
-			return err
-		}
-		o.focus = f
+		o.focus = sel.Focus
+	}
+	if o.skip == "" {
+		o.skip = sel.Skip
 	}
 	if o.command == "" {
 		o.command = strings.Join(os.Args, " ")
