@@ -155,8 +155,10 @@ conformance-images: conformance-tools
 kube-proxy-image: deps tools
 	@if [ "$$(id -u)" != 0 ]; then echo "make kube-proxy-image needs root (mmdebstrap's root mode): run sudo make kube-proxy-image"; exit 1; fi
 	cd bench/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(K8S_LDFLAGS)" -o $(CURDIR)/bin/image/kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+	@inputs=$$(sha256sum bin/image/kube-proxy deploy/image/build.sh); \
+	if [ -e $(KUBE_PROXY_IMAGE) ] && [ "$$inputs" = "$$(cat $(KUBE_PROXY_IMAGE).inputs 2>/dev/null)" ]; then echo "$(KUBE_PROXY_IMAGE) is up to date"; exit 0; fi; \
 	IMAGE=localhost/kube-proxy:$(K8S_VERSION) NAME=kube-proxy DESCRIPTION="kube-proxy $(K8S_VERSION), the reference of make conformance" \
-		./deploy/image/build.sh bin/image/kube-proxy $(KUBE_PROXY_IMAGE)
+		./deploy/image/build.sh bin/image/kube-proxy $(KUBE_PROXY_IMAGE) && echo "$$inputs" >$(KUBE_PROXY_IMAGE).inputs
 
 conformance: conformance-images kube-proxy-image $(if $(CLUSTER_IMAGE),,image)
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance needs root (the cluster): run sudo make conformance"; exit 1; fi

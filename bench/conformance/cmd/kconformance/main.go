@@ -3,7 +3,8 @@
 // under each node proxy configuration in turn (package
 // kproxy.dev/kproxy/bench/cluster/proxies), and writes the reports:
 //
-//	kconformance [-dir CLUSTER_DIR] [-tools DIR] [-out DIR] [-focus RE] [-skip RE] [-proxies LIST] ...
+//	kconformance [-dir CLUSTER_DIR] [-tools DIR] [-out DIR] [-specs services|conformance|wide|serial]
+//	             [-focus RE] [-skip RE] [-proxies LIST|all] [-kproxy FILE] [-kube-proxy FILE] [-kube-proxy-image FILE]
 //	kconformance compare OLD.json NEW.json
 //
 // OUT/NAME/junit_01.xml and OUT/NAME/e2e.log are the framework's JUnit
