@@ -6,13 +6,15 @@
 //	kconformance [-dir CLUSTER_DIR] [-tools DIR] [-out DIR] [-specs services|conformance|wide|serial]
 //	             [-focus RE] [-skip RE] [-proxies LIST|all] [-kproxy FILE] [-kube-proxy FILE] [-kube-proxy-image FILE]
 //	kconformance compare OLD.json NEW.json
+//	kconformance render REPORT.json
 //
 // OUT/NAME/junit_01.xml and OUT/NAME/e2e.log are the framework's JUnit
 // report and output under configuration NAME; OUT/conformance.json and
 // OUT/conformance.md the table of specs × configurations. Afterwards the
 // cluster runs kproxy as make cluster left it. It exits non-zero when a
 // spec failed or a configuration could not be run through. compare prints
-// the specs whose result changed between two runs.
+// the specs whose result changed between two runs; render prints a
+// report's Markdown table from its JSON.
 package main
 
 import (
@@ -39,15 +41,31 @@ import (
 
 func main() {
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "compare" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "compare":
 		err = compare(os.Args[2:], os.Stdout)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "render":
+		err = render(os.Args[2:], os.Stdout)
+	default:
 		err = run()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kconformance:", err)
 		os.Exit(1)
 	}
+}
+
+// render prints a report's Markdown table again, from its JSON.
+func render(args []string, out io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("usage: kconformance render REPORT.json")
+	}
+	r, err := conformance.ReadReport(args[0])
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(out, r.Markdown())
+	return err
 }
 
 func compare(args []string, out io.Writer) error {
