@@ -202,7 +202,7 @@ test: deps tools build image cluster-tools conformance-images
 		"about 3 minutes, more on a cold Go build cache" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@KPROXY_CLUSTER_TEST=1 KPROXY_IMAGE=$(IMAGE) KPROXY_CONFORMANCE_IMAGES=$(CONFORMANCE_IMAGES) \
 		$(PROGRESS) "a 2-node cluster with kproxy as its DaemonSet: Service traffic and the 15 Services conformance specs" \
-		"about 5 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestClusterDaemonSetAndConformance$$' ./bench/cluster/
+		"about 3 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestClusterDaemonSetAndConformance$$' ./bench/cluster/
 	@$(PROGRESS) "go test -race on the sync packages" "about 5 minutes" \
 		$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 	@$(MAKE) --no-print-directory test-guest

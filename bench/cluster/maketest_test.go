@@ -43,7 +43,9 @@ func TestClusterDaemonSetAndConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	kcluster := filepath.Join(t.TempDir(), "kcluster")
-	if out, err := exec.Command("go", "build", "-o", kcluster, "./bench/cluster/cmd/kcluster").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", kcluster, "./bench/cluster/cmd/kcluster")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building kcluster: %v\n%s", err, out)
 	}
 	dir := filepath.Join(os.TempDir(), "kproxy-cluster-test")
