@@ -125,6 +125,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	for _, need := range []struct{ path, from string }{
+		{o.kproxyBin, "make image"}, {o.kubeProxyBin, "make kube-proxy-image"}, {o.kubeProxyImage, "make kube-proxy-image"},
+	} {
+		if _, err := os.Stat(need.path); err != nil {
+			return fmt.Errorf("%s is missing (%s builds it): %w", need.path, need.from, err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	client, err := cluster.AdminClient(o.dir)
