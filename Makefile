@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 30m
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 
-.PHONY: all build print-version-ldflags deps tools test test-guest test-host test-race test-guest-pkgs test-guest-nonf unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
+.PHONY: all build print-version-ldflags deps tools test test-guest test-host test-race test-guest-pkgs test-guest-nonf unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image kube-proxy-image conformance-compare cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
 
 all: build
 
@@ -93,7 +93,8 @@ cluster-smoke:
 	@if [ "$$(id -u)" != 0 ]; then echo "make cluster-smoke needs root (it asks from a node's namespace): run sudo make cluster-smoke"; exit 1; fi
 	KPROXY_CLUSTER=1 KPROXY_CLUSTER_DIR=$(CLUSTER_DIR) $(GO) test -count=1 -v -run '^TestSmoke$$' ./bench/cluster/
 
-# Upstream's own conformance specs against kproxy (bench/conformance).
+# Upstream's own conformance specs against kproxy and the reference
+# kube-proxy (bench/conformance, bench/cluster/proxies).
 # make conformance-tools builds upstream's e2e test binary (go test -c of
 # k8s.io/kubernetes/test/e2e, about 9 minutes on 2 cores the first time, 22
 # on one shared core),
@@ -102,17 +103,38 @@ cluster-smoke:
 # conformance-images builds the images the specs run (agnhost, busybox) from
 # Debian's packages under the names e2e.test expects, in
 # bin/conformance-images (about a minute, and again only when agnhost, the
-# script or the names change; needs root); make conformance
-# brings up a cluster with them and the cluster DNS unless one is up, runs
-# the specs CONFORMANCE_FOCUS selects (the [sig-network] Services
-# [Conformance] specs by default: 15, all passing in about 2 minutes) and
-# writes the JUnit report, e2e.test's output and a Markdown table to
-# CONFORMANCE_OUT. It leaves the cluster up: make cluster-down.
+# script or the names change; needs root); make kube-proxy-image builds the
+# reference kube-proxy v1.36.3's image with make image's recipe.
+# make conformance brings up a cluster of CONFORMANCE_NODES nodes (3: one
+# spec needs three) with them and the cluster DNS unless one is up, then,
+# in that one cluster, one configuration after the other, swaps the node
+# proxy's DaemonSet to each of CONFORMANCE_PROXIES (default all: kproxy in
+# iptables mode on the nf_tables and the legacy backend, nftables,
+# userspace with REDIRECT, local and socket-lookup portals; kube-proxy in
+# iptables and nftables modes; the IPVS ones are reported as not run on a
+# kernel without IPVS) and runs the specs CONFORMANCE_SPECS selects:
+# services (the 15 Services conformance specs, about 3 minutes a
+# configuration), conformance (the 47 sig-network conformance specs, the
+# default), wide (98: every Services, EndpointSlice and Networking Granular
+# Checks: Services spec besides those, without [Serial] and [Disruptive];
+# hours for all configurations) or serial (the [Serial] and [Disruptive]
+# ones that can run here); CONFORMANCE_FOCUS=RE and CONFORMANCE_SKIP=RE
+# replace the selection's expressions.
+# bench/conformance/SPECS.md lists the [Serial] and [Disruptive] specs and
+# which can run here. It writes CONFORMANCE_OUT/conformance.md and .json
+# (spec × configuration) and each configuration's JUnit report and e2e.log
+# in CONFORMANCE_OUT/NAME, and leaves the cluster up with make cluster's
+# kproxy again: make cluster-down. make conformance-compare OLD.json
+# NEW.json lists the specs whose result changed between two runs.
 E2E_TEST := $(TOOLS_BIN)/e2e.test
 CONFORMANCE_IMAGES := $(CURDIR)/bin/conformance-images
 CONFORMANCE_OUT ?= $(CURDIR)/bin/conformance
-CONFORMANCE_FOCUS ?= \[sig-network\] Services.*\[Conformance\]
-CONFORMANCE_SKIP ?= \[Serial\]|\[Disruptive\]|\[Feature:
+CONFORMANCE_NODES ?= 3
+CONFORMANCE_PROXIES ?= all
+CONFORMANCE_SPECS ?= conformance
+CONFORMANCE_FOCUS ?=
+CONFORMANCE_SKIP ?=
+KUBE_PROXY_IMAGE := $(CURDIR)/bin/kube-proxy-image.oci.tar
 conformance-tools: deps
 	@cd bench/tools && $(PROGRESS) "make conformance-tools: building upstream's e2e.test from the Go module proxy" \
 		"about 9 minutes on 2 cores the first time, seconds once the Go build cache has it" \
@@ -130,19 +152,48 @@ conformance-images: conformance-tools
 	AGNHOST_IMAGES="$$agnhost" BUSYBOX_IMAGES="$$busybox" ./bench/conformance/images.sh $(TOOLS_BIN)/agnhost $(CONFORMANCE_IMAGES) && \
 	echo "$$inputs" >$(CONFORMANCE_IMAGES)/inputs
 
-conformance: conformance-images $(if $(CLUSTER_IMAGE),,image)
+kube-proxy-image: deps tools
+	@if [ "$$(id -u)" != 0 ]; then echo "make kube-proxy-image needs root (mmdebstrap's root mode): run sudo make kube-proxy-image"; exit 1; fi
+	cd bench/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(K8S_LDFLAGS)" -o $(CURDIR)/bin/image/kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+	@inputs=$$(sha256sum bin/image/kube-proxy deploy/image/build.sh); \
+	if [ -e $(KUBE_PROXY_IMAGE) ] && [ "$$inputs" = "$$(cat $(KUBE_PROXY_IMAGE).inputs 2>/dev/null)" ]; then echo "$(KUBE_PROXY_IMAGE) is up to date"; exit 0; fi; \
+	IMAGE=localhost/kube-proxy:$(K8S_VERSION) NAME=kube-proxy DESCRIPTION="kube-proxy $(K8S_VERSION), the reference of make conformance" \
+		./deploy/image/build.sh bin/image/kube-proxy $(KUBE_PROXY_IMAGE) && echo "$$inputs" >$(KUBE_PROXY_IMAGE).inputs
+
+conformance: conformance-images kube-proxy-image $(if $(CLUSTER_IMAGE),,image)
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance needs root (the cluster): run sudo make conformance"; exit 1; fi
 	@if [ ! -e $(CLUSTER_DIR) ]; then \
-		$(MAKE) --no-print-directory cluster CLUSTER_IMAGES=$(CONFORMANCE_IMAGES) CLUSTER_COREDNS=$(TOOLS_BIN)/coredns || exit 1; fi
+		$(MAKE) --no-print-directory cluster CLUSTER_NODES=$(CONFORMANCE_NODES) CLUSTER_IMAGES=$(CONFORMANCE_IMAGES) CLUSTER_COREDNS=$(TOOLS_BIN)/coredns || exit 1; fi
 	$(GO) build -o bin/kconformance ./bench/conformance/cmd/kconformance
-	bin/kconformance -dir $(CLUSTER_DIR) -tools $(TOOLS_BIN) -out $(CONFORMANCE_OUT) \
-		-focus '$(CONFORMANCE_FOCUS)' -skip '$(CONFORMANCE_SKIP)'
+	bin/kconformance -dir $(CLUSTER_DIR) -tools $(TOOLS_BIN) -out $(CONFORMANCE_OUT) -proxies '$(CONFORMANCE_PROXIES)' \
+		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)') \
+		-kproxy bin/image/kproxy -kube-proxy bin/image/kube-proxy -kube-proxy-image $(KUBE_PROXY_IMAGE) \
+		-commit '$(GIT_COMMIT)$(if $(filter dirty,$(GIT_TREE_STATE)), (dirty))' \
+		-command 'make conformance CONFORMANCE_PROXIES=$(CONFORMANCE_PROXIES) CONFORMANCE_SPECS=$(CONFORMANCE_SPECS)$(if $(CONFORMANCE_FOCUS), CONFORMANCE_FOCUS=…)'
+
+# Two make conformance runs: the specs whose result changed, per
+# configuration. make conformance-compare OLD.json NEW.json, or OLD=… NEW=….
+ifeq (conformance-compare,$(firstword $(MAKECMDGOALS)))
+CONFORMANCE_COMPARE_FILES := $(wordlist 2,3,$(MAKECMDGOALS))
+OLD ?= $(word 1,$(CONFORMANCE_COMPARE_FILES))
+NEW ?= $(word 2,$(CONFORMANCE_COMPARE_FILES))
+$(eval $(CONFORMANCE_COMPARE_FILES):;@:)
+endif
+conformance-compare:
+	@if [ -z "$(OLD)" ] || [ -z "$(NEW)" ]; then echo "usage: make conformance-compare OLD.json NEW.json (or OLD=… NEW=…)"; exit 2; fi
+	@$(GO) run ./bench/conformance/cmd/kconformance compare $(OLD) $(NEW)
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes
 # bench/programs check that every program .ci/programs lists is installed;
 # KPROXY_IMAGE makes bench/image test the image `make image` just built
-# (without it, bench/image skips when there is no image).
+# (without it, bench/image skips when there is no image). Then, alone on the
+# machine, a 2-node cluster as make cluster brings it up, with kproxy as its
+# DaemonSet: TestSmoke's Service traffic from a pod and from another node,
+# and the 15 Services conformance specs (bench/cluster,
+# TestClusterDaemonSetAndConformance, KPROXY_CLUSTER_TEST=1); it needs
+# make cluster-tools and make conformance-images (e2e.test: about 9 minutes
+# on a cold Go build cache) and no cluster of make cluster up.
 RACE_PKGS := ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/ ./sync/clustersource/
 # The suites below mostly wait (for kproxy to start and sync, for traffic,
 # for a guest kernel's slow system calls: the host's end-to-end package used
@@ -157,12 +208,16 @@ E2E_SHARDS := 4
 E2E_SHARD_TARGETS := $(foreach i,$(shell seq $(E2E_SHARDS)),test-e2e-$(i))
 # Longest first, so the slowest suites start at once.
 TEST_SUITES = $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs $(E2E_SHARD_TARGETS) test-host test-race
-test: deps tools build image
+test: deps tools build image cluster-tools conformance-images
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
 	@$(MAKE) --no-print-directory bin/guest-exec
-	@$(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 25 minutes" \
-		$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_SUITES)
+	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 20 minutes" \
+		$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_SUITES) || rc=$$?; \
+	KPROXY_CLUSTER_TEST=1 KPROXY_IMAGE=$(IMAGE) KPROXY_CONFORMANCE_IMAGES=$(CONFORMANCE_IMAGES) \
+		$(PROGRESS) "alone: a 2-node cluster with kproxy as its DaemonSet, Service traffic and the 15 Services conformance specs" \
+		"about 3 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestClusterDaemonSetAndConformance$$' ./bench/cluster/ || rc=$$?; \
+	exit $$rc
 
 # Every package but the end-to-end one (its shards are below).
 test-host:

@@ -38,7 +38,9 @@ type cluster struct {
 // credentials is a client certificate written to files.
 type credentials struct{ cert, key string }
 
-func apiServerURL() string {
+// APIServerURL is the API server's address inside the namespaces (the
+// nodes' and the node proxies' kubeconfigs).
+func APIServerURL() string {
 	return "https://" + net.JoinHostPort(RouterIP, strconv.Itoa(APIServerPort))
 }
 

@@ -245,3 +245,14 @@ func run(dir string, env []string, name string, args ...string) (string, error) 
 	}
 	return string(out), nil
 }
+
+// ImportImage imports an OCI archive into node n's containerd in the
+// cluster whose state directory is stateDir, under ref (the name the
+// archive gives its image), as Up imports kproxy's.
+func ImportImage(stateDir string, n Node, archive, ref string) error {
+	c := &cluster{paths: paths{dir: stateDir}}
+	if err := c.importImage(n, archive, ref); err != nil {
+		return fmt.Errorf("importing %s into %s: %w", archive, n.Name, err)
+	}
+	return nil
+}

@@ -25,7 +25,7 @@ type manifestEdit struct {
 
 func manifestEdits() []manifestEdit {
 	return []manifestEdit{
-		{"server: https://control-plane.invalid:6443", "server: " + apiServerURL(), "the control-plane endpoint"},
+		{"server: https://control-plane.invalid:6443", "server: " + APIServerURL(), "the control-plane endpoint"},
 		{`clusterCIDR: ""`, "clusterCIDR: " + PodCIDR, "the pod network"},
 		{`    mode: ""`, `    mode: ""
     # A node here is a network namespace: nf_conntrack_max is the host's,
@@ -49,8 +49,8 @@ func RenderManifest(manifest string) (string, error) {
 	return manifest, nil
 }
 
-// decodeManifest splits a multi-document manifest into API objects.
-func decodeManifest(manifest string) ([]runtime.Object, error) {
+// DecodeManifest splits a multi-document manifest into API objects.
+func DecodeManifest(manifest string) ([]runtime.Object, error) {
 	var objs []runtime.Object
 	for i, doc := range strings.Split(manifest, "\n---\n") {
 		if strings.TrimSpace(stripComments(doc)) == "" {
@@ -86,10 +86,16 @@ func (c *cluster) deployKproxy(ctx context.Context, client kubernetes.Interface)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.cfg.Manifest, err)
 	}
-	objs, err := decodeManifest(manifest)
+	objs, err := DecodeManifest(manifest)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.cfg.Manifest, err)
 	}
+	return Apply(ctx, client, objs)
+}
+
+// Apply creates objects of the kinds a node proxy's manifest and the
+// cluster DNS hold; one that exists already is left as it is.
+func Apply(ctx context.Context, client kubernetes.Interface, objs []runtime.Object) error {
 	for _, obj := range objs {
 		if err := create(ctx, client, obj); err != nil {
 			return err

@@ -19,7 +19,7 @@ func TestRenderShippedManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := decodeManifest(out)
+	objs, err := DecodeManifest(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,7 +197,7 @@ func (c *cluster) startKubelet(n Node) error {
 		return err
 	}
 	kubeconfig := c.paths.node(n, "kubelet.kubeconfig")
-	if err := c.writeKubeconfig(kubeconfig, apiServerURL(), n.Name); err != nil {
+	if err := c.writeKubeconfig(kubeconfig, APIServerURL(), n.Name); err != nil {
 		return err
 	}
 	return c.start(daemon{name: n.Name + "-kubelet", netns: n.Netns, hostname: n.Name, cgroup: daemonsCgroup, argv: []string{c.tool(kubeletBinary),

@@ -48,6 +48,11 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkSmoke(t, client)
+}
+
+// checkSmoke is TestSmoke's check on the cluster client reaches.
+func checkSmoke(t *testing.T, client kubernetes.Interface) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	nodeList, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

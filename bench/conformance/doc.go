@@ -1,7 +1,10 @@
-// Package conformance runs upstream Kubernetes' own conformance specs (the
+// Package conformance runs upstream Kubernetes' own sig-network specs (the
 // e2e.test binary make conformance-tools builds from bench/tools' module)
-// against kproxy in the local cluster of bench/cluster, and reports each
-// spec's result as a Markdown table next to the framework's JUnit report.
+// against the local cluster of bench/cluster, and reports each spec's
+// result: a run's JUnit report read into Specs, a matrix of specs × node
+// proxy configurations (Report, as Markdown and JSON), and the specs whose
+// result changed between two such reports (Compare). Swapping the node
+// proxy between configurations is bench/cluster/proxies' job.
 //
 // The cluster must run the cluster DNS and hold the specs' images (kcluster
 // up -coredns and -images; images.sh builds them without a registry): pods

@@ -102,3 +102,15 @@ func TestMarkdown(t *testing.T) {
 		})
 	}
 }
+
+func TestSelect(t *testing.T) {
+	for _, name := range []string{"services", "conformance", "wide", "serial"} {
+		sel, err := Select(name)
+		if err != nil || sel.Focus == "" || sel.Skip == "" {
+			t.Errorf("Select(%q) = %+v, %v; want a focus and a skip", name, sel, err)
+		}
+	}
+	if _, err := Select("all"); err == nil {
+		t.Error(`Select("all") succeeded; want an error naming the selections`)
+	}
+}

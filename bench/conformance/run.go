@@ -21,12 +21,52 @@ const (
 	kubectlBinary = "kubectl"
 )
 
-// Default spec selection: the Services conformance specs that may run side
-// by side with others and need no optional feature.
+// Spec selections (ginkgo focus expressions), from narrow to wide; SPECS.md
+// lists what each holds and the [Serial] and [Disruptive] specs that can or
+// cannot run here.
 const (
+	// ServicesFocus: the 15 Services conformance specs.
 	ServicesFocus = `\[sig-network\] Services.*\[Conformance\]`
-	DefaultSkip   = `\[Serial\]|\[Disruptive\]|\[Feature:`
+	// ConformanceFocus: every sig-network conformance spec (47): Services,
+	// EndpointSlice, DNS, the pod networking checks, the API proxy.
+	ConformanceFocus = `\[sig-network\].*\[Conformance\]`
+	// WideFocus: everything the node proxy answers for (98 specs with
+	// DefaultSkip): all Services and EndpointSlice specs, the
+	// Networking granular Service checks, and the sig-network conformance
+	// specs.
+	WideFocus = `\[sig-network\] (Services|EndpointSlice|Networking .*Granular Checks: Services)|\[sig-network\].*\[Conformance\]`
+	// DefaultSkip leaves out the specs that must run alone or break the
+	// cluster, and those of optional features.
+	DefaultSkip = `\[Serial\]|\[Disruptive\]|\[Feature:`
 )
+
+// SerialFocus: the [Serial] and [Disruptive] specs of the wide selection
+// that can run here (SPECS.md says which cannot, and why); run with
+// SerialSkip, one at a time.
+const (
+	SerialFocus = `\[sig-network\] Services (should work after restarting kube-proxy|should allow creating a basic SCTP service with pod and endpoints)`
+	SerialSkip  = `\[Feature:`
+)
+
+// Selection is a named choice of specs.
+type Selection struct {
+	Focus, Skip string
+}
+
+// Select returns a named selection: services, conformance, wide or serial.
+func Select(name string) (Selection, error) {
+	switch name {
+	case "services":
+		return Selection{ServicesFocus, DefaultSkip}, nil
+	case "conformance":
+		return Selection{ConformanceFocus, DefaultSkip}, nil
+	case "wide":
+		return Selection{WideFocus, DefaultSkip}, nil
+	case "serial":
+		return Selection{SerialFocus, SerialSkip}, nil
+	}
+	return Selection{}, fmt.Errorf("unknown spec selection %q (services, conformance, wide or serial)", name)
+}
 
 // Run is one run of e2e.test against a cluster.
 type Run struct {

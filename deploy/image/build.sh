@@ -9,13 +9,16 @@
 #
 #   deploy/image/build.sh KPROXY_BINARY OUTPUT.oci.tar
 #
+# The same recipe builds the reference kube-proxy's image for make
+# conformance (NAME=kube-proxy: the binary's name in /usr/local/bin).
 # KPROXY_BINARY must be static (CGO_ENABLED=0): the image has no Go runtime
 # needs beyond it. Environment: MIRROR (a Debian mirror, default
 # http://deb.debian.org/debian), SUITE (default bookworm), IMAGE (the name
 # the archive gives the image, default localhost/kproxy:latest: `podman load`
 # and `ctr images import` name it so), SOURCE_DATE_EPOCH (mmdebstrap stamps
 # the filesystem with it, for reproducible layers). Needs root (mmdebstrap's
-# root mode) and the Debian packages mmdebstrap and umoci.
+# root mode) and the Debian packages mmdebstrap and umoci. NAME is the
+# binary's name in the image (default kproxy), DESCRIPTION the image's.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -27,11 +30,13 @@ output=$2
 mirror=${MIRROR:-http://deb.debian.org/debian}
 suite=${SUITE:-bookworm}
 image=${IMAGE:-localhost/kproxy:latest}
+name=${NAME:-kproxy}
+description=${DESCRIPTION:-"kproxy, a drop-in for kube-proxy, on Debian $suite"}
 # umoci's own tag, inside the build only (umoci tags cannot hold a name).
 tag=build
 
 if [ ! -x "$binary" ]; then
-	echo "build.sh: $binary is not an executable kproxy binary" >&2
+	echo "build.sh: $binary is not an executable $name binary" >&2
 	exit 1
 fi
 # A dynamically linked binary would start on the build machine and fail in
@@ -71,7 +76,7 @@ mmdebstrap --quiet --variant=essential --include="$packages" \
 
 # The second layer: kproxy alone, so a new kproxy changes only this layer.
 mkdir -p "$tmp/kproxy/usr/local/bin"
-install -m 0755 "$binary" "$tmp/kproxy/usr/local/bin/kproxy"
+install -m 0755 "$binary" "$tmp/kproxy/usr/local/bin/$name"
 mtime=()
 if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
 	mtime=(--mtime="@$SOURCE_DATE_EPOCH")
@@ -83,14 +88,14 @@ layout=$tmp/oci
 umoci init --layout "$layout"
 umoci new --image "$layout:$tag"
 umoci raw add-layer --image "$layout:$tag" --history.created_by="mmdebstrap --variant=essential --include=$packages $suite" "$tmp/rootfs.tar"
-umoci raw add-layer --image "$layout:$tag" --history.created_by="kproxy" "$tmp/kproxy.tar"
+umoci raw add-layer --image "$layout:$tag" --history.created_by="$name" "$tmp/kproxy.tar"
 # The DaemonSet names the command (kproxy with its flags); the entrypoint
 # makes `podman run IMAGE --version` work too.
 umoci config --image "$layout:$tag" --os=linux --architecture=amd64 \
-	--config.entrypoint=/usr/local/bin/kproxy \
+	--config.entrypoint=/usr/local/bin/$name \
 	--config.env=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-	--config.label=org.opencontainers.image.title=kproxy \
-	--config.label="org.opencontainers.image.description=kproxy, a drop-in for kube-proxy, on Debian $suite"
+	--config.label=org.opencontainers.image.title=$name \
+	--config.label="org.opencontainers.image.description=$description"
 umoci gc --layout "$layout"
 # The tag becomes the image's full name: runtimes that load an archive name
 # the image after this annotation (with only a tag, podman calls it
