@@ -231,7 +231,14 @@ func (l *Listener) Accept() (*Conn, error) {
 	)
 	err := l.raw.Read(func(fd uintptr) bool {
 		nfd, peer, acErr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-		return !errors.Is(acErr, unix.EAGAIN)
+		// With nothing queued, the kernel's non-blocking SCTP accept
+		// still sleeps until the next timer tick, and a signal meanwhile
+		// (the Go runtime preempts with SIGURG) makes it fail with EINTR
+		// rather than EAGAIN. Both mean "nothing queued yet": wait for
+		// the next association. Returned as an error, EINTR stopped a
+		// caller's accept loop while its socket still completed
+		// handshakes, so those associations hung unaccepted.
+		return !errors.Is(acErr, unix.EAGAIN) && !errors.Is(acErr, unix.EINTR)
 	})
 	if err != nil {
 		if l.closed.Load() {
