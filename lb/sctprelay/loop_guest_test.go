@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/lb/fdbudget"
