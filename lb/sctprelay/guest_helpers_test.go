@@ -24,8 +24,8 @@ import (
 // guest kernel's loopback.
 
 // guestWait bounds every wait for an event the kernel should deliver at
-// once. The guest's syscalls are slow, and with the host's two cores busy
-// the guest kernel itself waits for CPU: 10 s was overrun there.
+// once: generous, since the guest's syscalls are slow and its kernel may
+// wait for a busy host's CPU.
 const guestWait = 30 * time.Second
 
 // digestBackend is an SCTP server that answers each request line with
@@ -56,6 +56,11 @@ func startDigestBackend(t *testing.T, addr netip.AddrPort, name string, closeAft
 		for {
 			c, err := ln.Accept()
 			if err != nil {
+				// Said here, a failed Accept is not mistaken later for a
+				// reply that never came.
+				if !errors.Is(err, os.ErrClosed) {
+					t.Errorf("backend %s stopped accepting: %v", name, err)
+				}
 				return
 			}
 			wg.Add(1)

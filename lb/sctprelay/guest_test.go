@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -153,5 +154,66 @@ func TestGuestListenerAcceptAfterClose(t *testing.T) {
 				t.Errorf("Accept after Close = %v (%T), want an error wrapping os.ErrClosed", err, err)
 			}
 		})
+	}
+}
+
+// TestGuestListenerAcceptSurvivesSignals: a signal that reaches the
+// accepting thread while nothing is queued (the Go runtime preempts with
+// SIGURG) does not make Accept fail. The kernel's non-blocking SCTP accept
+// sleeps until the next timer tick on an empty queue and returns EINTR when
+// a signal arrives meanwhile; a backend or relay that took that for a
+// failure stopped accepting, and the association it then never accepted hung.
+func TestGuestListenerAcceptSurvivesSignals(t *testing.T) {
+	guest.SkipUnlessInGuest(t)
+	ln, err := Listen(guestFamilies[0].loopback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const associations = 200
+	accepting := make(chan int)  // the accepting thread's id, then once per Accept call
+	accepted := make(chan error) // the result of each Accept
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		accepting <- unix.Gettid()
+		for range associations {
+			accepting <- 0
+			c, err := ln.Accept()
+			if err != nil {
+				accepted <- err
+				return
+			}
+			c.Close()
+			accepted <- nil
+		}
+	}()
+	tid := <-accepting
+	stop := make(chan struct{})
+	signalled := make(chan struct{})
+	go func() {
+		defer close(signalled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = unix.Tgkill(unix.Getpid(), tid, unix.SIGURG)
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	defer func() { close(stop); <-signalled }()
+	for i := range associations {
+		<-accepting
+		c, err := Dial(ln.Addr(), guestWait)
+		if err != nil {
+			t.Fatalf("association %d: %v", i, err)
+		}
+		err = <-accepted
+		c.Close()
+		if err != nil {
+			t.Fatalf("association %d: Accept while the thread takes signals: %v", i, err)
+		}
 	}
 }

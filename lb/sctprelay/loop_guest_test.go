@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/lb/fdbudget"
@@ -181,7 +182,16 @@ func requestFails(addr netip.AddrPort) error {
 		return nil // refused before the handshake completed: failed too
 	}
 	defer c.Close()
-	_, _ = io.WriteString(c, requestLine(40, "loop "))
+	return requestFailsOn(c)
+}
+
+// requestFailsOn is requestFails on an open association.
+func requestFailsOn(c *Conn) error {
+	// An ABORT that arrives before the request makes the write fail, and
+	// the kernel then reports the aborted association to no later read.
+	if _, err := io.WriteString(c, requestLine(40, "loop ")); err != nil {
+		return nil
+	}
 	_ = c.file.SetReadDeadline(time.Now().Add(guestWait))
 	var buf [256]byte
 	n, err := c.Read(buf[:])
@@ -227,5 +237,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waited %v for %s", guestWait, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestGuestRequestFailsSeesAnEarlyAbort: requestFails sees an association
+// the relay aborted before the request was written. The kernel reports an
+// aborted association's ECONNRESET to one call only; when that is the
+// write, a read after it waits for ever.
+func TestGuestRequestFailsSeesAnEarlyAbort(t *testing.T) {
+	guest.SkipUnlessInGuest(t)
+	ln, err := Listen(guestFamilies[0].loopback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := Dial(ln.Addr(), guestWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	refused, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused.Abort()
+	// Wait for the ABORT to arrive without taking its error: poll sees it.
+	waitFor(t, "the client's association to be aborted", func() bool {
+		var revents int16
+		_ = c.raw.Control(func(fd uintptr) {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if n, err := unix.Poll(pfd, 0); err == nil && n == 1 {
+				revents = pfd[0].Revents
+			}
+		})
+		return revents&unix.POLLERR != 0
+	})
+	if err := requestFailsOn(c); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -231,7 +231,14 @@ func (l *Listener) Accept() (*Conn, error) {
 	)
 	err := l.raw.Read(func(fd uintptr) bool {
 		nfd, peer, acErr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-		return !errors.Is(acErr, unix.EAGAIN)
+		// With nothing queued, the kernel's non-blocking SCTP accept
+		// still sleeps until the next timer tick, and a signal meanwhile
+		// (the Go runtime preempts with SIGURG) makes it fail with EINTR
+		// rather than EAGAIN. Both mean "nothing queued yet": wait for
+		// the next association. Returned as an error, EINTR stopped a
+		// caller's accept loop while its socket still completed
+		// handshakes, so those associations hung unaccepted.
+		return !errors.Is(acErr, unix.EAGAIN) && !errors.Is(acErr, unix.EINTR)
 	})
 	if err != nil {
 		if l.closed.Load() {
@@ -257,8 +264,8 @@ func (l *Listener) Close() error {
 func Dial(ep netip.AddrPort, timeout time.Duration) (*Conn, error) { return dial(ep, timeout, nil) }
 
 // dial is Dial that, when remember is set, tells it the association's local
-// address as soon as the INIT is on its way (before the peer can accept it)
-// and runs what it returns before the socket closes.
+// address before the INIT leaves (so before the peer can accept it) and
+// runs what it returns before the socket closes.
 func dial(ep netip.AddrPort, timeout time.Duration, remember func(local netip.AddrPort) (forget func())) (*Conn, error) {
 	family, sa, err := sockaddr(ep)
 	if err != nil {
@@ -268,13 +275,26 @@ func dial(ep netip.AddrPort, timeout time.Duration, remember func(local netip.Ad
 	if err != nil {
 		return nil, fmt.Errorf("creating SCTP socket for %v: %w", ep, err)
 	}
+	var forget func()
+	if remember != nil {
+		// On loopback the whole handshake runs inside connect(2), so a
+		// listener of ours could accept the association before a local
+		// address read after connect is remembered: bind first, to the
+		// source address the route gives, and remember that.
+		if local, err := bindSource(fd, family, sa); err == nil {
+			forget = remember(local)
+		}
+	}
 	err = unix.Connect(fd, sa)
 	if err != nil && !errors.Is(err, unix.EINPROGRESS) {
+		if forget != nil {
+			forget()
+		}
 		unix.Close(fd)
 		return nil, fmt.Errorf("connecting SCTP to %v: %w", ep, err)
 	}
-	var forget func()
-	if remember != nil {
+	if remember != nil && forget == nil {
+		// No source address known before: remember the one connect chose.
 		if local, err := localAddr(fd); err == nil {
 			forget = remember(local)
 		}
@@ -310,6 +330,34 @@ func dial(ep netip.AddrPort, timeout time.Duration, remember func(local netip.Ad
 		return nil, fmt.Errorf("connecting SCTP to %v: %w", ep, werr)
 	}
 	return c, nil
+}
+
+// bindSource binds the SCTP socket fd to the source address the kernel's
+// route to sa gives (found by connecting a UDP socket, which sends nothing)
+// and a port of the kernel's choice, and returns that local address.
+func bindSource(fd, family int, sa unix.Sockaddr) (netip.AddrPort, error) {
+	probe, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("creating a route probe socket: %w", err)
+	}
+	defer unix.Close(probe)
+	if err := unix.Connect(probe, sa); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("finding the route's source address: %w", err)
+	}
+	src, err := unix.Getsockname(probe)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("reading the route's source address: %w", err)
+	}
+	switch src := src.(type) {
+	case *unix.SockaddrInet4:
+		src.Port = 0
+	case *unix.SockaddrInet6:
+		src.Port = 0
+	}
+	if err := unix.Bind(fd, src); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("binding to the route's source address: %w", err)
+	}
+	return localAddr(fd)
 }
 
 // writable polls fd without waiting.
