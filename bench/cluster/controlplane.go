@@ -166,7 +166,7 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	etcd := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return DialIn(ctx, RouterNetnsPath(), network, addr)
 	}}}
-	if err := waitFor(ctx, time.Minute, "etcd healthy", func(ctx context.Context) error {
+	if err := WaitFor(ctx, time.Minute, "etcd healthy", func(ctx context.Context) error {
 		return httpOK(ctx, etcd, etcdURL+"/health")
 	}); err != nil {
 		return err
@@ -198,7 +198,7 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 2*time.Minute, "kube-apiserver ready", func(ctx context.Context) error {
+	if err := WaitFor(ctx, 2*time.Minute, "kube-apiserver ready", func(ctx context.Context) error {
 		_, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err
 	}); err != nil {

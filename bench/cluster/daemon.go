@@ -87,9 +87,9 @@ func RunIn(cgroup, netnsPath, hostname string, argv []string) error {
 	return nil
 }
 
-// waitFor polls check until it returns nil, giving up after timeout with
+// WaitFor polls check until it returns nil, giving up after timeout with
 // its last error.
-func waitFor(ctx context.Context, timeout time.Duration, what string, check func(context.Context) error) error {
+func WaitFor(ctx context.Context, timeout time.Duration, what string, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {

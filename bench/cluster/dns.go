@@ -128,7 +128,7 @@ func (c *cluster) deployDNS(ctx context.Context, client kubernetes.Interface) er
 			return err
 		}
 	}
-	return waitFor(ctx, dnsTimeout, "CoreDNS ready", func(ctx context.Context) error {
+	return WaitFor(ctx, dnsTimeout, "CoreDNS ready", func(ctx context.Context) error {
 		d, err := client.AppsV1().Deployments(dnsNamespace).Get(ctx, dnsName, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -173,7 +173,7 @@ func (c *cluster) startContainerd(ctx context.Context, n Node) error {
 		argv: []string{bin, "--config", config}}); err != nil {
 		return err
 	}
-	return waitFor(ctx, time.Minute, n.Name+"'s containerd answering", func(context.Context) error {
+	return WaitFor(ctx, time.Minute, n.Name+"'s containerd answering", func(context.Context) error {
 		_, err := run("", nil, ctrProgram, "--address", n.containerdSocket(c.paths), "version")
 		return err
 	})

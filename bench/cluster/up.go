@@ -176,7 +176,7 @@ func preflight(cfg Config) error {
 // waitReady waits until n nodes are Ready and kproxy's DaemonSet has a
 // ready pod on each.
 func waitReady(ctx context.Context, client kubernetes.Interface, n int) error {
-	return waitFor(ctx, readyTimeout, "nodes and kproxy ready", func(ctx context.Context) error {
+	return WaitFor(ctx, readyTimeout, "nodes and kproxy ready", func(ctx context.Context) error {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

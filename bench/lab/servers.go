@@ -229,19 +229,7 @@ func startUDPEcho(prefixed bool) func(h *Host) (io.Closer, error) {
 		if prefixed {
 			port, prefix = UDPEchoPort, h.Name+" "
 		}
-		network, addr := "udp4", fmt.Sprintf("0.0.0.0:%d", port)
-		if h.IPv6.IsValid() {
-			network, addr = "udp", fmt.Sprintf("[::]:%d", port)
-		}
-		var conn *net.UDPConn
-		err := h.InNetns(func() error {
-			pc, err := net.ListenPacket(network, addr)
-			if err != nil {
-				return err
-			}
-			conn = pc.(*net.UDPConn)
-			return nil
-		})
+		conn, err := listenUDPOnEveryAddress(h, port)
 		if err != nil {
 			return nil, fmt.Errorf("UDP echo server on %s port %d: %w", h, port, err)
 		}
@@ -274,11 +262,12 @@ func ServeUDPEchoOn(conn *net.UDPConn, prefix string) {
 	}
 }
 
-// startUDPSource runs the UDPSourcePort server in-process on h.
-func startUDPSource(h *Host) (io.Closer, error) {
-	network, addr := "udp4", fmt.Sprintf("0.0.0.0:%d", UDPSourcePort)
+// listenUDPOnEveryAddress opens a UDP socket on port of every address of h
+// (both families when h has an IPv6 address), in h's namespace.
+func listenUDPOnEveryAddress(h *Host, port int) (*net.UDPConn, error) {
+	network, addr := "udp4", fmt.Sprintf("0.0.0.0:%d", port)
 	if h.IPv6.IsValid() {
-		network, addr = "udp", fmt.Sprintf("[::]:%d", UDPSourcePort)
+		network, addr = "udp", fmt.Sprintf("[::]:%d", port)
 	}
 	var conn *net.UDPConn
 	err := h.InNetns(func() error {
@@ -289,6 +278,12 @@ func startUDPSource(h *Host) (io.Closer, error) {
 		conn = pc.(*net.UDPConn)
 		return nil
 	})
+	return conn, err
+}
+
+// startUDPSource runs the UDPSourcePort server in-process on h.
+func startUDPSource(h *Host) (io.Closer, error) {
+	conn, err := listenUDPOnEveryAddress(h, UDPSourcePort)
 	if err != nil {
 		return nil, fmt.Errorf("UDP source server on %s port %d: %w", h, UDPSourcePort, err)
 	}

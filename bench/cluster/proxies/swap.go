@@ -67,7 +67,7 @@ func (s *Swapper) Remove(ctx context.Context) error {
 			return fmt.Errorf("deleting ConfigMap %s: %w", name, err)
 		}
 	}
-	return poll(ctx, goneTimeout, "the node proxies' pods gone", func(ctx context.Context) error {
+	return cluster.WaitFor(ctx, goneTimeout, "the node proxies' pods gone", func(ctx context.Context) error {
 		for _, name := range proxyNames() {
 			pods, err := s.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=" + name})
 			if err != nil {
@@ -113,7 +113,7 @@ func (s *Swapper) Cleanup(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("cleaning up after %s: %w", cfg.Name, err)
 	}
 	return s.eachNode(func(n cluster.Node) error {
-		return poll(ctx, silentTimeout, n.Name+" reaches no Service", func(ctx context.Context) error {
+		return cluster.WaitFor(ctx, silentTimeout, n.Name+" reaches no Service", func(ctx context.Context) error {
 			for _, addr := range checkedServices() {
 				if err := dial(ctx, n, addr); err == nil {
 					return fmt.Errorf("%s still answers", addr)
@@ -143,7 +143,7 @@ func (s *Swapper) Install(ctx context.Context, cfg Config) error {
 	if err := cluster.Apply(ctx, s.Client, objs); err != nil {
 		return fmt.Errorf("rolling out %s: %w", cfg.Name, err)
 	}
-	err = poll(ctx, readyTimeout, cfg.Name+" ready on every node", func(ctx context.Context) error {
+	err = cluster.WaitFor(ctx, readyTimeout, cfg.Name+" ready on every node", func(ctx context.Context) error {
 		ds, err := s.Client.AppsV1().DaemonSets(namespace).Get(ctx, cfg.Proxy, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -157,7 +157,7 @@ func (s *Swapper) Install(ctx context.Context, cfg Config) error {
 		return err
 	}
 	err = s.eachNode(func(n cluster.Node) error {
-		return poll(ctx, readyTimeout, n.Name+" reaches the Services through "+cfg.Name, func(ctx context.Context) error {
+		return cluster.WaitFor(ctx, readyTimeout, n.Name+" reaches the Services through "+cfg.Name, func(ctx context.Context) error {
 			for _, addr := range checkedServices() {
 				if err := dial(ctx, n, addr); err != nil {
 					return err
@@ -248,22 +248,4 @@ func output(n cluster.Node, argv ...string) (string, error) {
 
 func nodeCommand(n cluster.Node, argv ...string) *exec.Cmd {
 	return exec.Command(nsenterProgram, append([]string{"--net=" + cluster.NetnsPath(n.Netns), "--"}, argv...)...)
-}
-
-// poll calls check until it returns nil, giving up after timeout with its
-// last error.
-func poll(ctx context.Context, timeout time.Duration, what string, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not after %v: %w", what, timeout, err)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
