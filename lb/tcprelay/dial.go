@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/lb"
-
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/keepsource"
