@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/lb/eventloop"
 )
 
 // Flow is one transparent dial: the socket's local address (the client's
@@ -98,6 +100,28 @@ func (k *Keeper) Keeps(client, ep netip.Addr) bool {
 		}
 	}
 	return true
+}
+
+// Open opens the upstream socket of a dial for client to ep, not yet
+// connected, as both relays do: one of Socket's when wanted (the service's
+// traffic keeps the client's address) and Keeps says the dial qualifies,
+// else a plain non-blocking, close-on-exec one from the node's address. A
+// transparent socket that cannot be opened falls back to a plain one, with
+// the reason in keepErr. Release f once the socket is closed.
+func (k *Keeper) Open(wanted bool, typ, proto int, client netip.Addr, ep netip.AddrPort) (fd int, f Flow, keepErr, err error) {
+	if wanted && k.Keeps(client, ep.Addr()) {
+		if fd, f, keepErr = k.Socket(typ, proto, client, ep); keepErr == nil {
+			return fd, f, nil, nil
+		}
+	}
+	family := unix.AF_INET6
+	if ep.Addr().Unmap().Is4() {
+		family = unix.AF_INET
+	}
+	if fd, err = eventloop.Socket(family, typ, proto); err != nil {
+		return -1, Flow{}, keepErr, fmt.Errorf("creating a socket for %v: %w", ep, err)
+	}
+	return fd, Flow{}, keepErr, nil
 }
 
 // Socket opens a non-blocking, close-on-exec socket of typ (SOCK_STREAM or

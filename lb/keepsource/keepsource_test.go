@@ -1,8 +1,12 @@
 package keepsource
 
 import (
+	"errors"
 	"net/netip"
+	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestKeeps(t *testing.T) {
@@ -50,5 +54,75 @@ func TestKeeps(t *testing.T) {
 func TestSocketRefusesNonIP(t *testing.T) {
 	if _, _, err := New(nil).Socket(1, 6, netip.Addr{}, netip.MustParseAddrPort("198.19.1.12:80")); err == nil {
 		t.Error("Socket with no client address succeeded")
+	}
+}
+
+// steering records the flows it steers, or fails every Add with err.
+type steering struct {
+	err   error
+	flows []Flow
+}
+
+func (s *steering) Add(f Flow) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.flows = append(s.flows, f)
+	return nil
+}
+
+func (s *steering) Remove(Flow) error { return nil }
+
+func TestOpen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a transparent socket needs CAP_NET_ADMIN")
+	}
+	a := netip.MustParseAddr
+	client, ep := a("198.19.200.1"), netip.MustParseAddrPort("198.19.1.12:80")
+	view := &View{Endpoints: map[netip.Addr]bool{ep.Addr(): true}}
+	for _, tc := range []struct {
+		name     string
+		steerErr error
+		nilKeep  bool
+		wanted   bool
+		wantKept bool
+		wantErr  bool // a keepErr: the kept socket failed, a plain one took its place
+	}{
+		{name: "kept", wanted: true, wantKept: true},
+		{name: "the service does not keep addresses", wanted: false},
+		{name: "no Keeper", nilKeep: true, wanted: true},
+		{name: "steering fails: a plain socket instead", steerErr: errors.New("no rule"), wanted: true, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &steering{err: tc.steerErr}
+			k := New(s)
+			k.SetView(view)
+			if tc.nilKeep {
+				k = nil
+			}
+			fd, f, keepErr, err := k.Open(tc.wanted, unix.SOCK_STREAM, unix.IPPROTO_TCP, client, ep)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer unix.Close(fd)
+			if (keepErr != nil) != tc.wantErr {
+				t.Errorf("keepErr = %v, want one: %v", keepErr, tc.wantErr)
+			}
+			if f.IsValid() != tc.wantKept || (len(s.flows) == 1) != tc.wantKept {
+				t.Fatalf("flow %+v, steered %v; want kept: %v", f, s.flows, tc.wantKept)
+			}
+			sa, err := unix.Getsockname(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := sa.(*unix.SockaddrInet4)
+			got := netip.AddrFrom4(bound.Addr)
+			switch {
+			case tc.wantKept && (got != client || f.Local != netip.AddrPortFrom(client, uint16(bound.Port)) || f.Endpoint != ep):
+				t.Errorf("kept socket bound to %v:%d, flow %+v; want the client's address %v", got, bound.Port, f, client)
+			case !tc.wantKept && got.IsValid() && !got.IsUnspecified():
+				t.Errorf("plain socket bound to %v, want unbound", got)
+			}
+		})
 	}
 }

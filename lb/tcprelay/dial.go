@@ -10,7 +10,6 @@ import (
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
-	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/selfdial"
 )
@@ -103,11 +102,7 @@ func (l *loop) dialNext(c *conn) {
 	p := l.p
 	for c.attempt < len(c.endpoints) {
 		ep := c.endpoints[c.attempt]
-		var kept *keepsource.Keeper
-		if lb.KeepsSource(c.route.Picker) && p.cfg.KeepSource.Keeps(c.clientIP, ep.Addr()) {
-			kept = p.cfg.KeepSource
-		}
-		fd, flow, done, keepErr, err := startConnect(ep, kept, c.clientIP)
+		fd, flow, done, keepErr, err := startConnect(ep, p.cfg.KeepSource, lb.KeepsSource(c.route.Picker), c.clientIP)
 		if keepErr != nil {
 			p.metrics.KeepSourceFailures.Inc()
 			p.logErrorLimited(keepErr, "Cannot dial an endpoint on this node from the client's address; dialling from the node's",

@@ -99,29 +99,21 @@ func localAddr(fd int) (netip.AddrPort, error) {
 // otherwise completion is signalled by writability. On error no descriptor
 // is left open.
 //
-// With kept set, the socket is one of kept's, bound to client's address
-// (keepsource.Keeper.Socket); the returned flow is then its steering, to
-// release once the socket is closed. kept's error comes back in keepErr,
-// and the socket is then an ordinary one.
-func startConnect(ep netip.AddrPort, kept *keepsource.Keeper, client netip.Addr) (fd int, flow keepsource.Flow, done bool, keepErr, err error) {
+// The socket comes from keeper.Open (bound to client's address when keep
+// is set and the dial qualifies); flow is then its steering, to release
+// once the socket is closed, and keepErr why a transparent socket could
+// not be had.
+func startConnect(ep netip.AddrPort, keeper *keepsource.Keeper, keep bool, client netip.Addr) (fd int, flow keepsource.Flow, done bool, keepErr, err error) {
 	sa, err := eventloop.SockaddrOf(ep)
 	if err != nil {
 		return -1, flow, false, nil, err
 	}
-	fd = -1
-	if kept != nil {
-		if fd, flow, keepErr = kept.Socket(unix.SOCK_STREAM, unix.IPPROTO_TCP, client, ep); keepErr != nil {
-			fd = -1
-		}
-	}
-	if fd < 0 {
-		if fd, err = eventloop.Socket(sa.Family(), unix.SOCK_STREAM, unix.IPPROTO_TCP); err != nil {
-			return -1, flow, false, keepErr, fmt.Errorf("creating socket: %w", err)
-		}
+	if fd, flow, keepErr, err = keeper.Open(keep, unix.SOCK_STREAM, unix.IPPROTO_TCP, client, ep); err != nil {
+		return -1, flow, false, keepErr, err
 	}
 	fail := func(err error) (int, keepsource.Flow, bool, error, error) {
 		eventloop.Close(fd)
-		_ = kept.Release(flow)
+		_ = keeper.Release(flow)
 		return -1, keepsource.Flow{}, false, keepErr, err
 	}
 	if err := setOptions(fd, noDelay); err != nil {

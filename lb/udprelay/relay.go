@@ -762,11 +762,7 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 		return nil
 	}
 	for _, ep := range candidates {
-		var kept *keepsource.Keeper
-		if lb.KeepsSource(picker) && r.keep.Keeps(clientIP, ep.Addr()) {
-			kept = r.keep
-		}
-		fd, keptFlow, keepErr, err := dialUDP(ep, kept, clientIP)
+		fd, keptFlow, keepErr, err := dialUDP(ep, r.keep, lb.KeepsSource(picker), clientIP)
 		if keepErr != nil {
 			r.metrics.KeepSourceFailures.Inc()
 			r.log.V(2).Info("Cannot open a UDP flow from the client's address; opening it from the node's",

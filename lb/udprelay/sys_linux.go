@@ -12,30 +12,21 @@ import (
 )
 
 // dialUDP opens a non-blocking UDP socket connected to ep. connect(2) on UDP
-// only records the peer, so this never waits on the network. With kept
-// set, the socket is one of kept's, bound to client's address
-// (keepsource.Keeper.Socket), and flow is its steering, to release once it
-// is closed; kept's error comes back in keepErr, and the socket is then an
-// ordinary one.
-func dialUDP(ep netip.AddrPort, kept *keepsource.Keeper, client netip.Addr) (fd int, flow keepsource.Flow, keepErr, err error) {
+// only records the peer, so this never waits on the network. The socket
+// comes from keeper.Open (bound to client's address when keep is set and
+// the dial qualifies); flow is then its steering, to release once it is
+// closed, and keepErr why a transparent socket could not be had.
+func dialUDP(ep netip.AddrPort, keeper *keepsource.Keeper, keep bool, client netip.Addr) (fd int, flow keepsource.Flow, keepErr, err error) {
 	sa, err := eventloop.SockaddrOf(ep)
 	if err != nil {
 		return -1, flow, nil, err
 	}
-	fd = -1
-	if kept != nil {
-		if fd, flow, keepErr = kept.Socket(unix.SOCK_DGRAM, unix.IPPROTO_UDP, client, ep); keepErr != nil {
-			fd = -1
-		}
-	}
-	if fd < 0 {
-		if fd, err = eventloop.Socket(sa.Family(), unix.SOCK_DGRAM, unix.IPPROTO_UDP); err != nil {
-			return -1, flow, keepErr, fmt.Errorf("creating UDP socket for %v: %w", ep, err)
-		}
+	if fd, flow, keepErr, err = keeper.Open(keep, unix.SOCK_DGRAM, unix.IPPROTO_UDP, client, ep); err != nil {
+		return -1, flow, keepErr, err
 	}
 	if err := eventloop.Connect(fd, &sa); err != nil {
 		eventloop.Close(fd)
-		_ = kept.Release(flow)
+		_ = keeper.Release(flow)
 		return -1, keepsource.Flow{}, keepErr, fmt.Errorf("connecting UDP socket to %v: %w", ep, err)
 	}
 	return fd, flow, keepErr, nil
