@@ -399,12 +399,7 @@ func ackErrno(data []byte) unix.Errno {
 	return unix.Errno(-int32(binary.NativeEndian.Uint32(data)))
 }
 
-func inetFamily(f ipfamily.Family) netlink.InetFamily {
-	if f == ipfamily.IPv6 {
-		return unix.AF_INET6
-	}
-	return unix.AF_INET
-}
+func inetFamily(f ipfamily.Family) netlink.InetFamily { return netlink.InetFamily(f.Domain()) }
 
 // FlowOf converts a flow as netlink parses it.
 func FlowOf(f *netlink.ConntrackFlow) Flow {

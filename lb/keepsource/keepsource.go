@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 // Flow is one transparent dial: the socket's local address (the client's
@@ -114,11 +115,7 @@ func (k *Keeper) Open(wanted bool, typ, proto int, client netip.Addr, ep netip.A
 			return fd, f, nil, nil
 		}
 	}
-	family := unix.AF_INET6
-	if ep.Addr().Unmap().Is4() {
-		family = unix.AF_INET
-	}
-	if fd, err = eventloop.Socket(family, typ, proto); err != nil {
+	if fd, err = eventloop.Socket(ipfamily.Of(ep.Addr()).Domain(), typ, proto); err != nil {
 		return -1, Flow{}, keepErr, fmt.Errorf("creating a socket for %v: %w", ep, err)
 	}
 	return fd, Flow{}, keepErr, nil

@@ -47,10 +47,7 @@ func (n *Netlink) List(fam ipfamily.Family) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, err
 	}
-	nf := netlink.FAMILY_V4
-	if fam == ipfamily.IPv6 {
-		nf = netlink.FAMILY_V6
-	}
+	nf := fam.Domain()
 	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Protocol: Protocol, Type: unix.RTN_LOCAL}
 	routes, err := h.RouteListFiltered(nf, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TYPE)
 	if err != nil {

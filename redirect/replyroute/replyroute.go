@@ -31,6 +31,7 @@ import (
 
 	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/redirect/localroute"
+	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
 const (
@@ -80,7 +81,7 @@ func (n *Netlink) Add(f keepsource.Flow) error {
 	if err != nil {
 		return err
 	}
-	fam := familyOf(f.Local.Addr())
+	fam := ipfamily.Of(f.Local.Addr()).Domain()
 	if !n.tables[fam] {
 		if err := ensureTable(h, fam); err != nil {
 			return err
@@ -174,13 +175,6 @@ func ensureTable(h *netlink.Handle, fam int) error {
 	return nil
 }
 
-func familyOf(a netip.Addr) int {
-	if a.Unmap().Is4() {
-		return netlink.FAMILY_V4
-	}
-	return netlink.FAMILY_V6
-}
-
 func tableRoute(fam int) *netlink.Route {
 	bits := 32
 	if fam == netlink.FAMILY_V6 {
@@ -205,7 +199,7 @@ func rule(f keepsource.Flow) *netlink.Rule {
 		return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
 	}
 	r := netlink.NewRule()
-	r.Family = familyOf(f.Local.Addr())
+	r.Family = ipfamily.Of(f.Local.Addr()).Domain()
 	r.Priority = Priority
 	r.Table = Table
 	r.Protocol = Protocol

@@ -81,10 +81,7 @@ func (s *SocketMatch) Repair(ctx context.Context) error {
 		return fmt.Errorf("opening a route netlink socket: %w", err)
 	}
 	defer h.Close()
-	nlFam := netlink.FAMILY_V4
-	if s.fam == ipfamily.IPv6 {
-		nlFam = netlink.FAMILY_V6
-	}
+	nlFam := s.fam.Domain()
 	if err := ensureTable(h, nlFam); err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ package ipfamily
 import (
 	"net/netip"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // Family is an IP family. Its value is what logs and errors print.
@@ -42,6 +44,15 @@ func (f Family) Bits() int {
 		return 128
 	}
 	return 32
+}
+
+// Domain is f's address family number (AF_INET or AF_INET6): a socket's
+// domain, and the family netlink (routes, rules, conntrack) names it by.
+func (f Family) Domain() int {
+	if f == IPv6 {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
 }
 
 // Addrs returns the addresses of fam in addrs, unmapped, sorted and without

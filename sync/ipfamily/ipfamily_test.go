@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestOf(t *testing.T) {
@@ -18,6 +20,14 @@ func TestOf(t *testing.T) {
 	} {
 		if got := Of(netip.MustParseAddr(tc.addr)); got != tc.want {
 			t.Errorf("Of(%s) = %s, want %s", tc.addr, got, tc.want)
+		}
+	}
+}
+
+func TestDomain(t *testing.T) {
+	for fam, want := range map[Family]int{IPv4: unix.AF_INET, IPv6: unix.AF_INET6} {
+		if got := fam.Domain(); got != want {
+			t.Errorf("%s.Domain() = %d, want %d", fam, got, want)
 		}
 	}
 }

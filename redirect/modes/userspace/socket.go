@@ -154,11 +154,7 @@ func setTransparent(fd int, fam ipfamily.Family) error {
 // (markRelaySocket), on a throwaway socket: without CAP_NET_ADMIN or
 // CAP_NET_RAW it may not, and then the rules must not expect it.
 func canMarkSockets(fam ipfamily.Family) error {
-	domain := unix.AF_INET
-	if fam == ipfamily.IPv6 {
-		domain = unix.AF_INET6
-	}
-	fd, err := unix.Socket(domain, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(fam.Domain(), unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("a %s socket to try IP_TRANSPARENT on: %w", fam, err)
 	}
