@@ -93,6 +93,15 @@ func (r *trafficRecorder) finish() []outcome {
 
 func TestFaultInjection(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
+		// Registered first, so it runs last: a failure's figures come
+		// after the processes' logs, at the end of the output, where a
+		// truncated CI log still shows them.
+		var progress strings.Builder
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the faults, again after the logs:\n%s", progress.String())
+			}
+		})
 		l := newLab(t, m, renderCore)
 		if l == nil {
 			return
@@ -104,8 +113,10 @@ func TestFaultInjection(t *testing.T) {
 		fault := func(name string, tolerated bool, inject func()) {
 			t.Helper()
 			w := faultWindow{name: name, start: time.Now(), tolerated: tolerated}
+			fmt.Fprintf(&progress, "%s: %s started\n", w.start.Format("15:04:05.000"), name)
 			inject()
 			w.end = time.Now()
+			fmt.Fprintf(&progress, "%s: %s ended\n", w.end.Format("15:04:05.000"), name)
 			windows = append(windows, w)
 			time.Sleep(faultSyncPeriod) // steady traffic between faults
 		}
@@ -179,14 +190,15 @@ func TestFaultInjection(t *testing.T) {
 			}
 		})
 		outcomes := traffic.finish()
-		report(t, m, outcomes, windows)
+		progress.WriteString(report(t, m, outcomes, windows))
 		l.alive(t)
 	})
 }
 
 // report prints, per fault, the requests sent and failed during it, and
-// fails t for any request failed outside a tolerated fault.
-func report(t *testing.T, m proxyMode, outcomes []outcome, windows []faultWindow) {
+// fails t for any request failed outside a tolerated fault; it returns what
+// it printed and why it failed.
+func report(t *testing.T, m proxyMode, outcomes []outcome, windows []faultWindow) string {
 	t.Helper()
 	sort.Slice(outcomes, func(i, j int) bool { return outcomes[i].start.Before(outcomes[j].start) })
 	type tally struct{ sent, failed int }
@@ -225,8 +237,11 @@ func report(t *testing.T, m proxyMode, outcomes []outcome, windows []faultWindow
 		fmt.Fprintf(&b, "  %-34s lasted %-8v requests %4d, failed %d\n", w.name, w.end.Sub(w.start).Round(10*time.Millisecond), in[i].sent, in[i].failed)
 	}
 	fmt.Fprintf(&b, "  %-34s                 requests %4d, failed %d", "between the faults", outside.sent, outside.failed)
-	t.Log(b.String())
 	if len(untolerated) > 0 {
-		t.Errorf("requests failed outside the faults that may cost some (first %d):\n%s", len(untolerated), strings.Join(untolerated, "\n"))
+		fmt.Fprintf(&b, "\nrequests failed outside the faults that may cost some (first %d):\n%s", len(untolerated), strings.Join(untolerated, "\n"))
+		t.Error(b.String())
+	} else {
+		t.Log(b.String())
 	}
+	return b.String()
 }
