@@ -1,4 +1,4 @@
-// Package dataplane holds the data-plane benchmark of issue 3: one lab
+// Package dataplane holds the data-plane benchmark: one lab
 // (bench/lab: a client, the node, one backend) and seven ways from the client
 // to the backend's servers, each on its own service VIP so they coexist:
 //
@@ -55,7 +55,7 @@
 // mode (kernel NAT from kube-proxy's rules; no proxy process, so no RSS or
 // proxy-CPU rows) against the hand-written DNAT rule, in a lab of its own.
 //
-// BenchmarkDataPlaneScale (issues 14 and 15) measures new-connection
+// BenchmarkDataPlaneScale measures new-connection
 // requests and new UDP flows per second through one service with 1 and
 // 10,000 services programmed (KPROXY_DATAPLANE_SCALE), for kube-proxy-shaped
 // DNAT rules, kproxy's iptables and nftables modes and the userspace mode

@@ -15,7 +15,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 )
 
-// Stale conntrack flows (issue 5): a UDP client that keeps sending from
+// Stale conntrack flows: a UDP client that keeps sending from
 // one source port must never stay pinned to a destination that is gone,
 // in any mode whose traffic conntrack tracks through NAT. Every wait a case
 // asserts on is bounded by ctMoveBound from the sync that made the change;

@@ -13,7 +13,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 )
 
-// The fault-injection run (issue 18): traffic flows through the proxy while
+// The fault-injection run: traffic flows through the proxy while
 // faults hit it one after another, and every request is counted. A request
 // may fail only while a fault lasts (from its start until the proxy has
 // recovered, plus faultGrace); the run prints the figures.

@@ -12,7 +12,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 )
 
-// Faults of the userspace mode's UDP relays (issue 18): a hostile client
+// Faults of the userspace mode's UDP relays: a hostile client
 // cycling through source ports must not take the descriptors the rest of
 // kproxy needs.
 
@@ -142,7 +142,7 @@ func lastLines(text string, n int) string {
 }
 
 // idleUDPPorts is how many UDP service ports TestIdleUDPServicePortsMemory
-// configures, and idleUDPHeapTarget the memory issue 18 allows them.
+// configures, and idleUDPHeapTarget the memory they may take.
 const (
 	idleUDPPorts      = 1000
 	idleUDPHeapTarget = 20 << 20

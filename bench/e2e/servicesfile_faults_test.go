@@ -14,7 +14,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 )
 
-// Faults in the services file itself (issue 18, items 3 and 7): an editor
+// Faults in the services file itself: an editor
 // that saves in place, and content the API server would have refused.
 
 const (
@@ -240,7 +240,7 @@ func serveGreeting(t *testing.T, h *lab.Host, addr, greeting string) {
 }
 
 // TestServicesFileRefusesWhatTheAPIServerRefuses applies a services file
-// holding what the API server would refuse (issue 18, item 7) and checks
+// holding what the API server would refuse and checks
 // that none of it reaches the data path: the node's localhost-only port is
 // not exposed through a 127.0.0.1 endpoint, kproxy's metrics port stays its
 // own, web keeps its cluster IP against a later service, the node's sshd

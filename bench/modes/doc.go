@@ -1,5 +1,5 @@
 // Package modes holds the side-by-side benchmark of every proxy mode
-// (issue 16, `make bench-modes`): kproxy's userspace mode (REDIRECT and
+// (`make bench-modes`): kproxy's userspace mode (REDIRECT and
 // local portals), its iptables mode on each backend and its nftables mode,
 // and kube-proxy v1.36.3's iptables and nftables modes, at a ladder of
 // service counts on the host, next to a hand-written DNAT rule measured in

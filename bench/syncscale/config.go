@@ -57,7 +57,7 @@ type Settings struct {
 	KproxyFlags []string
 }
 
-// DefaultSettings are issue 4's sizes up to 5,000 in every mode, kube-proxy's
+// DefaultSettings are the table's sizes up to 5,000 in every mode, kube-proxy's
 // own minimum sync period, and a kube-proxy budget that keeps a default run
 // within about half an hour.
 func DefaultSettings() Settings {

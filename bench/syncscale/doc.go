@@ -1,4 +1,4 @@
-// Package syncscale holds the sync benchmark of issues 4 and 15: kproxy
+// Package syncscale holds the sync benchmark: kproxy
 // against kube-proxy v1.36 (bench/tools/bin/kube-proxy), both in the same
 // proxy mode, on the same real kube-apiserver, in the same
 // network-namespace lab. A row is a proxy mode and a service count; the

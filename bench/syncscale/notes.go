@@ -39,10 +39,10 @@ func Notes(s Settings, specs []RowSpec, results map[string]Row) []string {
 		"RSS: the proxy process's VmRSS just after its first full sync (VmHWM, the peak so far, in brackets); its ratio is kube-proxy's VmRSS over kproxy's.",
 	)
 	if hasIPT {
-		notes = append(notes, "Targets, iptables rows (issue 4), marked on kproxy: full sync ≤ 10 s and new service ≤ 1 s at 5,000 services, new service ≤ 2 s at 30,000; smaller sizes are held to the next larger size's target.")
+		notes = append(notes, "Targets, iptables rows, marked on kproxy: full sync ≤ 10 s and new service ≤ 1 s at 5,000 services, new service ≤ 2 s at 30,000; smaller sizes are held to the next larger size's target.")
 	}
 	if hasNFT {
-		notes = append(notes, "Targets, nftables rows (issue 15), marked on kproxy: at 30,000 services (and so at every smaller size) full sync ≤ 10 s, one change in the kernel ≤ 0.1 s, new service ≤ 0.3 s; the ratio cells are marked for being ahead of kube-proxy's nftables mode (above 1×).")
+		notes = append(notes, "Targets, nftables rows, marked on kproxy: at 30,000 services (and so at every smaller size) full sync ≤ 10 s, one change in the kernel ≤ 0.1 s, new service ≤ 0.3 s; the ratio cells are marked for being ahead of kube-proxy's nftables mode (above 1×).")
 	}
 	notes = append(notes, "\"> budget\": the first full sync was still running then and the proxy was stopped; its other numbers could not be measured. \"not run\": the run's "+ProxiesEnv+" left that proxy out.")
 	var populate, load []string

@@ -23,7 +23,7 @@ import (
 // the table; it is set only in those processes.
 const resultDirEnv = "KPROXY_SYNCSCALE_RESULT_DIR"
 
-// BenchmarkSyncScale measures issue 4's table; see the package
+// BenchmarkSyncScale measures the sync table; see the package
 // documentation. Every row runs in a process and network namespace of its
 // own; this process collects their results and prints the table.
 func BenchmarkSyncScale(b *testing.B) {

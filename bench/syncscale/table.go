@@ -17,9 +17,9 @@ type Target struct {
 }
 
 // TargetFor returns the targets a row of n services in mode m is held to.
-// Issue 4 sets the iptables modes' at 5,000 services (full sync ≤ 10 s,
+// The targets: the iptables modes' at 5,000 services (full sync ≤ 10 s,
 // network programming ≤ 1 s) and 30,000 (network programming ≤ 2 s);
-// issue 15 the nftables mode's at 30,000 (full sync ≤ 10 s, one change in
+// the nftables mode's at 30,000 (full sync ≤ 10 s, one change in
 // the kernel ≤ 0.1 s, a new service answering ≤ 0.3 s, ahead of kube-proxy
 // on every row). A smaller size is held to the next larger size's target,
 // as every cost grows with the service count.
@@ -140,7 +140,7 @@ func dumpSize(k, kp side) string {
 	return "—"
 }
 
-// thousands writes n with comma separators, as issue 4 does: 160,005.
+// thousands writes n with comma separators: 160,005.
 func thousands(n int) string {
 	s := strconv.Itoa(n)
 	if n < 0 {

@@ -193,8 +193,7 @@ func ignoredWarning(output string) string {
 // comparable decodes a written configuration and drops what differs for
 // known, intended reasons:
 //   - kproxy's own fields (udpIdleTimeout, userspacePortals, servicesFile);
-//   - logging: kproxy logs through klog flags, not the logging section
-//     (another part of issue 17);
+//   - logging: kproxy logs through klog flags, not the logging section;
 //   - an empty mode, which kube-proxy writes as iptables (its default) and
 //     kproxy keeps empty (auto: iptables when usable, else userspace).
 func comparable(t *testing.T, written []byte) map[string]any {

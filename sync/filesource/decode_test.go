@@ -22,8 +22,7 @@ spec:
 `
 
 // TestDecodeRejectsWhatTheAPIServerRejects covers addresses no service may
-// use and node ports the API server would not allocate (issue 18, item 7):
-// each is rejected with a message naming the field.
+// use and node ports the API server would not allocate: each is rejected with a message naming the field.
 func TestDecodeRejectsWhatTheAPIServerRejects(t *testing.T) {
 	const obj = "f.yaml: document 1 at line 1 (Service default/web): "
 	const sliceObj = "f.yaml: document 1 at line 1 (EndpointSlice default/web-1): "

@@ -63,7 +63,7 @@ func FuzzDecodeFile(f *testing.F) {
 
 // FuzzReconcileVersions applies successive versions of one services file
 // (a, b, a again, then an empty read) through decoding, reconcile and the
-// sink, and checks last-good semantics after each (issue 18, item 3):
+// sink, and checks last-good semantics after each:
 //   - a version with no error applies exactly: the state is its objects;
 //   - nothing is invented: every object in force comes from a valid
 //     document of this version or is the last good version of one in force;

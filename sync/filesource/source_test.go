@@ -450,8 +450,7 @@ func TestPeriodicResync(t *testing.T) {
 
 // TestLoggedRejectionsAreCapped writes documents carrying 1 MiB of name,
 // kind, field name, label value or garbage: every log line a reload writes
-// about them stays short, and still names the file and document (issue 18,
-// item 8).
+// about them stays short, and still names the file and document.
 func TestLoggedRejectionsAreCapped(t *testing.T) {
 	huge := strings.Repeat("a", 1<<20)
 	cases := []struct{ name, data string }{
@@ -493,7 +492,7 @@ func TestLoggedRejectionsAreCapped(t *testing.T) {
 // TestFIFOSwappedInDoesNotBlock replaces the services file, over and over,
 // with a FIFO and a regular file while reloads run: checking the type of the
 // path before opening it left a window in which open(2) of the FIFO blocked
-// the source for good (issue 18, item 8). Every reload must finish.
+// the source for good. Every reload must finish.
 func TestFIFOSwappedInDoesNotBlock(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "services.yaml")
@@ -623,7 +622,7 @@ func TestSaveInProgressIsWaitedFor(t *testing.T) {
 
 // TestReadLimits checks what is refused before it is read whole: a file
 // over 32 MiB, a directory whose manifests exceed 64 MiB in all, a FIFO, a
-// device (issue 18, item 8). Each keeps its last good version.
+// device. Each keeps its last good version.
 func TestReadLimits(t *testing.T) {
 	sparse := func(t *testing.T, path string, size int64) {
 		t.Helper()

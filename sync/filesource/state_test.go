@@ -20,8 +20,8 @@ func nodePortService(name, ip string, nodePort int32) *v1.Service {
 	return svc
 }
 
-// TestLastGoodSteps drives a directory through the faults of issue 18 (items
-// 3 and 7): empty files, lost document boundaries, and claims on one cluster
+// TestLastGoodSteps drives a directory through an editor's and a tenant's
+// faults: empty files, lost document boundaries, and claims on one cluster
 // IP or node port by two services. After each step the sink must hold
 // exactly what the errors say is in force. Steps depend on the ones before.
 func TestLastGoodSteps(t *testing.T) {

@@ -43,7 +43,7 @@ func (b *Builder) buildSharedChains() []SharedChain {
 	}
 	if !b.cfg.ConntrackTCPBeLiberal {
 		// Packets conntrack calls INVALID would otherwise reach a pod
-		// un-NATed and be answered with a reset (kubernetes issue 74839).
+		// un-NATed and be answered with a reset (kubernetes/kubernetes#74839).
 		invalid := `-m conntrack --ctstate INVALID -j DROP`
 		if b.cfg.NFAcct.CTStateInvalidDropped {
 			// Two spaces before the name, as iptables-save prints it.
