@@ -16,18 +16,9 @@ import (
 // found usable (IPv4 is required: Missing refuses the mode without it).
 func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
 	logger := d.Logger
-	var bridge, prefix string
-	nodeCIDR := false
-	switch s.DetectLocalMode {
-	case "", "ClusterCIDR":
-	case "NodeCIDR":
-		nodeCIDR = true // the Node's pod CIDRs, from each snapshot
-	case "BridgeInterface":
-		bridge = s.PodBridgeInterface
-	case "InterfaceNamePrefix":
-		prefix = s.PodInterfaceNamePrefix
-	default:
-		return nil, fmt.Errorf("nftables mode: --detect-local-mode=%s is not one kube-proxy knows", s.DetectLocalMode)
+	detector, err := s.LocalDetector()
+	if err != nil {
+		return nil, fmt.Errorf("nftables mode: %w", err)
 	}
 	var fams []FamilyConfig
 	for _, fam := range ipfamily.All() {
@@ -53,7 +44,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 				MasqueradeAll: s.MasqueradeAll,
 				ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
 
-				BridgeInterface: bridge, InterfaceNamePrefix: prefix,
+				BridgeInterface: detector.BridgeInterface, InterfaceNamePrefix: detector.InterfaceNamePrefix,
 			},
 			NFT:     nft,
 			Lister:  NewNetlinkLister(fam, TableName),
@@ -63,13 +54,13 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 	if len(fams) == 0 {
 		return nil, fmt.Errorf("nftables mode: no IP family has a usable nf_tables")
 	}
-	if nodeCIDR || bridge != "" || prefix != "" {
+	if detector.NodeCIDR || !detector.ByCIDR() {
 		for i := range fams {
 			fams[i].Rules.ClusterCIDRs = nil
 		}
 	}
 	return New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,
-		LocalAddresses: kernel.InterfaceAddresses, NodeCIDRDetector: nodeCIDR,
+		LocalAddresses: kernel.InterfaceAddresses, NodeCIDRDetector: detector.NodeCIDR,
 	})
 }
