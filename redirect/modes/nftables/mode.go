@@ -93,7 +93,7 @@ func New(cfg Config) (*Mode, error) {
 		if fc.NFT == nil {
 			return nil, fmt.Errorf("nftables mode: no nftables interface for %s", fc.Rules.Family)
 		}
-		if _, err := rules.New(fc.Rules); err != nil {
+		if err := fc.Rules.Validate(); err != nil {
 			return nil, fmt.Errorf("nftables mode: %s: %w", fc.Rules.Family, err)
 		}
 		lister := fc.Lister

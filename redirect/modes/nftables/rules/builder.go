@@ -94,11 +94,8 @@ type Builder struct {
 
 // New validates cfg and returns a Builder for it.
 func New(cfg Config) (*Builder, error) {
-	if cfg.Family != ipfamily.IPv4 && cfg.Family != ipfamily.IPv6 {
-		return nil, fmt.Errorf("nftables rules: unknown IP family %q", cfg.Family)
-	}
-	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
-		return nil, fmt.Errorf("nftables rules: masquerade bit %d is not in 0-31", cfg.MasqueradeBit)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	b := &Builder{cfg: cfg, v6: cfg.Family == ipfamily.IPv6}
 	b.cfg.ClusterCIDRs = slices.Clone(cfg.ClusterCIDRs)
@@ -112,11 +109,6 @@ func New(cfg Config) (*Builder, error) {
 	}
 	b.mark = fmt.Sprintf("%#08x", 1<<uint(cfg.MasqueradeBit))
 	b.masqRule = "mark set mark or " + b.mark
-	for _, p := range cfg.ClusterCIDRs {
-		if !p.IsValid() || ipfamily.Of(p.Addr()) != cfg.Family {
-			return nil, fmt.Errorf("nftables rules: --cluster-cidr %s is not an %s range", p, cfg.Family)
-		}
-	}
 	switch {
 	case cfg.BridgeInterface != "":
 		b.ifLocal, b.ifNotLocal = "iifname "+cfg.BridgeInterface, "iifname != "+cfg.BridgeInterface
@@ -126,15 +118,33 @@ func New(cfg Config) (*Builder, error) {
 		cidr := cfg.ClusterCIDRs[0].Masked().String()
 		b.ifLocal, b.ifNotLocal = b.ipX+" saddr "+cidr, b.ipX+" saddr != "+cidr
 	}
-	for _, name := range []string{cfg.BridgeInterface, cfg.InterfaceNamePrefix} {
-		for _, c := range name {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-				return nil, fmt.Errorf("nftables rules: interface name %q has a character nft would need quoted", name)
+	b.matchAll = nodeaddr.MatchAll(cfg.NodePortAddresses)
+	return b, nil
+}
+
+// Validate says what in c no ruleset can be built from: an unknown family,
+// a masquerade bit out of range, a cluster CIDR of the other family, an
+// interface name nft would need quoted.
+func (c Config) Validate() error {
+	if c.Family != ipfamily.IPv4 && c.Family != ipfamily.IPv6 {
+		return fmt.Errorf("nftables rules: unknown IP family %q", c.Family)
+	}
+	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
+		return fmt.Errorf("nftables rules: masquerade bit %d is not in 0-31", c.MasqueradeBit)
+	}
+	for _, p := range c.ClusterCIDRs {
+		if !p.IsValid() || ipfamily.Of(p.Addr()) != c.Family {
+			return fmt.Errorf("nftables rules: --cluster-cidr %s is not an %s range", p, c.Family)
+		}
+	}
+	for _, name := range []string{c.BridgeInterface, c.InterfaceNamePrefix} {
+		for _, r := range name {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+				return fmt.Errorf("nftables rules: interface name %q has a character nft would need quoted", name)
 			}
 		}
 	}
-	b.matchAll = nodeaddr.MatchAll(cfg.NodePortAddresses)
-	return b, nil
+	return nil
 }
 
 // NodePortIPsCount is the number of elements WriteShared puts in
