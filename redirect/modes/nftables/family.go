@@ -351,8 +351,18 @@ func (f *family) dueStale() map[string]bool {
 	return due
 }
 
-// runTx runs tx, counting a failure in kube-proxy's metrics: a failed
-// deletion of a stale chain is a cleanup failure, anything else a sync one.
+// countFailure counts a write the kernel refused at line in kube-proxy's
+// metrics: a failed deletion of a stale chain is a cleanup failure,
+// anything else a sync one.
+func (f *family) countFailure(line string) {
+	if strings.HasPrefix(line, "delete chain ") {
+		f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
+	} else {
+		f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+	}
+}
+
+// runTx runs tx, counting a failure (countFailure).
 func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
 	err := f.nft.Run(ctx, tx)
 	if err == nil {
@@ -360,11 +370,7 @@ func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
 		return nil
 	}
 	line, wrapped := txError(err, tx)
-	if strings.HasPrefix(line, "delete chain ") {
-		f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-	} else {
-		f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
-	}
+	f.countFailure(line)
 	return wrapped
 }
 
@@ -588,7 +594,7 @@ func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) erro
 				continue
 			}
 			if line != "" {
-				f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
+				f.countFailure(line)
 				return err
 			}
 			f.logger.Error(err, "Writing over netlink failed; using nft")
@@ -833,11 +839,7 @@ func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, groups 
 				// nothing was applied. nft may still get through.
 				f.logger.Error(err, "Writing over netlink failed; using nft")
 			default:
-				if strings.HasPrefix(line, "delete chain ") {
-					f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-				} else {
-					f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
-				}
+				f.countFailure(line)
 				return err
 			}
 		}
@@ -906,11 +908,7 @@ func (f *family) runSplit(groups [][]op) (done bool, err error) {
 			f.logger.Error(err, "Writing over netlink failed; using nft")
 			return false, nil
 		}
-		if strings.HasPrefix(line, "delete chain ") {
-			f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-		} else {
-			f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
-		}
+		f.countFailure(line)
 		return true, err
 	}
 	return true, nil
