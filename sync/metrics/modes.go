@@ -141,3 +141,40 @@ func Register(reg prometheus.Registerer, ms ...k8smetrics.Registerable) error {
 	}
 	return nil
 }
+
+// RuleSync are the metrics the rule-writing modes (iptables, nftables)
+// share, each with kube-proxy's ip_family label: kube-proxy's full and
+// partial sync durations, and kproxy's count of service ports the mode's
+// rule model rejected (kproxy_<mode>_service_port_errors_total).
+type RuleSync struct {
+	FullDuration    *k8smetrics.HistogramVec
+	PartialDuration *k8smetrics.HistogramVec
+	PortErrors      *k8smetrics.CounterVec
+}
+
+// NewRuleSync declares mode's RuleSync metrics and registers them on reg
+// (nil: nowhere).
+func NewRuleSync(reg prometheus.Registerer, mode string) (*RuleSync, error) {
+	// kube-proxy's buckets: 1 ms doubling to about 16 s.
+	buckets := k8smetrics.ExponentialBuckets(0.001, 2, 15)
+	fam := []string{"ip_family"}
+	m := &RuleSync{
+		FullDuration: k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
+			Subsystem: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
+			Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: buckets, StabilityLevel: k8smetrics.ALPHA,
+		}, fam),
+		PartialDuration: k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
+			Subsystem: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
+			Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: buckets, StabilityLevel: k8smetrics.ALPHA,
+		}, fam),
+		PortErrors: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
+			Namespace: "kproxy", Name: mode + "_service_port_errors_total",
+			Help:           "Service ports the " + mode + " rule model rejected (they keep their previous rules)",
+			StabilityLevel: k8smetrics.ALPHA,
+		}, fam),
+	}
+	if err := Register(reg, m.FullDuration, m.PartialDuration, m.PortErrors); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

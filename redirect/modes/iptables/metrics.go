@@ -16,9 +16,7 @@ import (
 type modeVecs struct {
 	restore                *metrics.IPTablesRestore
 	partialRestoreFailures *k8smetrics.CounterVec
-	fullDuration           *k8smetrics.HistogramVec
-	partialDuration        *k8smetrics.HistogramVec
-	portErrors             *k8smetrics.CounterVec
+	sync                   *metrics.RuleSync
 }
 
 // modeMetrics is one family's view of modeVecs: the Prometheus metrics
@@ -32,32 +30,20 @@ type modeMetrics struct {
 }
 
 func newModeMetrics(reg prometheus.Registerer) (*modeVecs, error) {
-	fam := []string{"ip_family"}
-	// kube-proxy's buckets: 1 ms doubling to about 16 s.
-	buckets := k8smetrics.ExponentialBuckets(0.001, 2, 15)
 	m := &modeVecs{
 		partialRestoreFailures: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_iptables_partial_restore_failures_total",
 			Help: "Cumulative proxy iptables partial restore failures", StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
-		fullDuration: k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: buckets, StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
-		partialDuration: k8smetrics.NewHistogramVec(&k8smetrics.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
-			Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: buckets, StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
-		portErrors: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
-			Namespace: "kproxy", Name: "iptables_service_port_errors_total",
-			Help: "Service ports the iptables rule model rejected (they keep their previous rules)", StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
+		}, []string{"ip_family"}),
 	}
 	var err error
 	if m.restore, err = metrics.NewIPTablesRestore(reg, true); err != nil {
 		return nil, err
 	}
-	if err := metrics.Register(reg, m.partialRestoreFailures, m.fullDuration, m.partialDuration, m.portErrors); err != nil {
+	if m.sync, err = metrics.NewRuleSync(reg, "iptables"); err != nil {
+		return nil, err
+	}
+	if err := metrics.Register(reg, m.partialRestoreFailures); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -68,9 +54,9 @@ func (m *modeVecs) forFamily(fam ipfamily.Family) *modeMetrics {
 	return &modeMetrics{
 		IPTablesRestoreFamily:  m.restore.For(fam),
 		partialRestoreFailures: m.partialRestoreFailures.CounterVec.WithLabelValues(f),
-		fullDuration:           m.fullDuration.HistogramVec.WithLabelValues(f),
-		partialDuration:        m.partialDuration.HistogramVec.WithLabelValues(f),
-		portErrors:             m.portErrors.CounterVec.WithLabelValues(f),
+		fullDuration:           m.sync.FullDuration.HistogramVec.WithLabelValues(f),
+		partialDuration:        m.sync.PartialDuration.HistogramVec.WithLabelValues(f),
+		portErrors:             m.sync.PortErrors.CounterVec.WithLabelValues(f),
 	}
 }
 
