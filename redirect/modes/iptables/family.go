@@ -2,19 +2,17 @@ package iptables
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/redirect/netfilter/restore"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -31,16 +29,11 @@ type family struct {
 	tables   Tables
 	newModel func(rules.Config) (RuleModel, error)
 	base     rules.Config // the configured part; topology and node IPs come from snapshots
-	nodeName string
-	// nodePorts is --nodeport-addresses, resolved at each sync.
-	nodePorts nodeaddr.Policy
-	// nodeCIDR: the local-traffic detector is the Node's pod CIDRs.
-	nodeCIDR bool
-	// localAddrs lists the node's interface addresses (nil: not needed).
-	localAddrs func() ([]netip.Addr, error)
-	maxChains  int
-	metrics    *modeMetrics
-	logger     klog.Logger
+	// node completes base from each snapshot.
+	node      kernelmode.Node
+	maxChains int
+	metrics   *modeMetrics
+	logger    klog.Logger
 
 	// State of the last successful sync; model is nil before the first.
 	model    RuleModel
@@ -61,34 +54,22 @@ type RuleModel interface {
 // says about this node.
 func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	cfg := f.base
-	cfg.Topology = servicemap.TopologyOf(f.nodeName, snap)
+	facts := f.node.Read(snap)
+	cfg.Topology = facts.Topology
 	cfg.LargeCluster = endpointCount(snap) > largeClusterEndpoints
-	var node *servicemap.NodeInfo
-	if snap != nil {
-		node = snap.Node
+	cfg.NodePortAddresses = facts.NodePortAddresses
+	if cidrs, ok := f.node.LocalCIDRs(facts); ok {
+		cfg.ClusterCIDRs = cidrs
 	}
-	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
-	if f.nodeCIDR {
-		// --detect-local-mode=NodeCIDR: the Node's pod CIDRs; none
-		// before the Node is known (kube-proxy then has no detector).
-		cfg.ClusterCIDRs = nil
-		if node != nil {
-			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
-		}
-	}
-	if len(cfg.NodePortAddresses) > 0 && f.localAddrs != nil {
-		addrs, err := f.localAddrs()
+	if len(cfg.NodePortAddresses) > 0 && f.node.LocalAddrs != nil {
+		addrs, err := f.node.Addrs()
 		if err != nil {
-			return cfg, fmt.Errorf("listing the node's addresses for --nodeport-addresses: %w", err)
+			return cfg, fmt.Errorf("%w (for --nodeport-addresses)", err)
 		}
-		cfg.InterfaceAddrs = ipfamily.Addrs(addrs, f.fam)
+		cfg.InterfaceAddrs = addrs
 	}
-	if len(cfg.NodeIPs) == 0 && node != nil {
-		for _, a := range node.Addresses {
-			if ipfamily.Of(a) == f.fam {
-				cfg.NodeIPs = append(cfg.NodeIPs, a)
-			}
-		}
+	if len(cfg.NodeIPs) == 0 {
+		cfg.NodeIPs = facts.NodeIPs
 	}
 	return cfg, nil
 }
@@ -169,24 +150,13 @@ func (f *family) failed(err error) error {
 // bad input for one service never takes down the others, nor its own
 // previous rules.
 func (f *family) portRules(snap *servicemap.Snapshot, model RuleModel, names []servicemap.ServicePortName) (map[servicemap.ServicePortName]*rules.PortRules, error) {
-	out := make(map[servicemap.ServicePortName]*rules.PortRules, len(names))
-	var errs []error
-	for _, name := range names {
-		sp, ok := snap.Get(name)
-		if !ok {
-			out[name] = nil
-			continue
-		}
+	return kernelmode.BuildPorts(snap, names, f.applied, func(sp *servicemap.ServicePort) (*rules.PortRules, error) {
 		pr, err := model.ForPort(sp)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("service port %s: %w", name, err))
-			f.metrics.portErrors.Inc()
-			out[name] = f.applied[name] // keep the last good rules
-			continue
+			return nil, fmt.Errorf("service port %s: %w", sp.Name, err)
 		}
-		out[name] = &pr
-	}
-	return out, errors.Join(errs...)
+		return &pr, nil
+	}, f.metrics.portErrors.Inc)
 }
 
 // fullSync rewrites every chain kproxy owns. On nf_tables a restore's cost

@@ -12,6 +12,7 @@ import (
 
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -111,18 +112,16 @@ func New(cfg Config) (*Mode, error) {
 		}
 		fm := met.forFamily(fc.Rules.Family)
 		m.families = append(m.families, &family{
-			fam:        fc.Rules.Family,
-			tables:     countingTables{Tables: fc.Tables, met: fm},
-			newModel:   newModel,
-			base:       fc.Rules,
-			nodeName:   cfg.NodeName,
-			nodePorts:  cfg.NodePorts,
-			nodeCIDR:   cfg.NodeCIDRDetector,
-			localAddrs: cfg.LocalAddresses,
-			maxChains:  fc.MaxChainsPerRestore,
-			metrics:    fm,
-			logger:     cfg.Logger,
-			applied:    map[servicemap.ServicePortName]*rules.PortRules{},
+			fam:      fc.Rules.Family,
+			tables:   countingTables{Tables: fc.Tables, met: fm},
+			newModel: newModel,
+			base:     fc.Rules,
+			node: kernelmode.Node{Family: fc.Rules.Family, Name: cfg.NodeName, NodePorts: cfg.NodePorts,
+				NodeCIDR: cfg.NodeCIDRDetector, LocalAddrs: cfg.LocalAddresses},
+			maxChains: fc.MaxChainsPerRestore,
+			metrics:   fm,
+			logger:    cfg.Logger,
+			applied:   map[servicemap.ServicePortName]*rules.PortRules{},
 		})
 	}
 	return m, nil

@@ -4,33 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/reconcile"
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
 // family is the IPVS mode for one IP family.
 type family struct {
-	fam      ipfamily.Family
-	base     desired.Config // the configured part; the rest comes from each snapshot
-	nodeName string
-	// nodePorts is --nodeport-addresses, resolved at each sync.
-	nodePorts nodeaddr.Policy
-	// nodeCIDR: the local-traffic detector is the Node's pod CIDRs.
-	nodeCIDR bool
-	// localAddrs lists the node's addresses but kube-ipvs0's (nil: use
-	// base.LocalAddrs).
-	localAddrs func() ([]netip.Addr, error)
-	rec        *reconcile.Reconciler
-	tables     Tables
-	metrics    *modeMetrics
-	logger     klog.Logger
+	fam  ipfamily.Family
+	base desired.Config // the configured part; the rest comes from each snapshot
+	// node completes base from each snapshot; its LocalAddrs lists the
+	// node's addresses but kube-ipvs0's (nil: base.LocalAddrs stand).
+	node    kernelmode.Node
+	rec     *reconcile.Reconciler
+	tables  Tables
+	metrics *modeMetrics
+	logger  klog.Logger
 
 	// lastPayload is the iptables layer the last successful restore
 	// wrote; "" forces the next restore.
@@ -41,29 +35,21 @@ type family struct {
 // the node's current addresses.
 func (f *family) configFor(snap *servicemap.Snapshot) (desired.Config, error) {
 	cfg := f.base
-	cfg.Topology = servicemap.TopologyOf(f.nodeName, snap)
-	var node *servicemap.NodeInfo
-	if snap != nil {
-		node = snap.Node
+	facts := f.node.Read(snap)
+	cfg.Topology = facts.Topology
+	cfg.NodePortAddresses = facts.NodePortAddresses
+	if cidrs, ok := f.node.LocalCIDRs(facts); ok {
+		cfg.ClusterCIDRs = cidrs
 	}
-	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
-	if f.nodeCIDR {
-		// --detect-local-mode=NodeCIDR: the Node's pod CIDRs; none
-		// before the Node is known (kube-proxy then has no detector).
-		cfg.ClusterCIDRs = nil
-		if node != nil {
-			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
-		}
-	}
-	if f.localAddrs != nil {
-		addrs, err := f.localAddrs()
+	if f.node.LocalAddrs != nil {
+		addrs, err := f.node.Addrs()
 		if err != nil {
-			return cfg, fmt.Errorf("listing the node's addresses: %w", err)
+			return cfg, err
 		}
-		cfg.LocalAddrs = ipfamily.Addrs(addrs, f.fam)
+		cfg.LocalAddrs = addrs
 	}
-	if len(cfg.NodeIPs) == 0 && node != nil {
-		cfg.NodeIPs = ipfamily.Addrs(node.Addresses, f.fam)
+	if len(cfg.NodeIPs) == 0 {
+		cfg.NodeIPs = facts.NodeIPs
 	}
 	return cfg, nil
 }

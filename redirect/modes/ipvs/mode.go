@@ -16,6 +16,7 @@ import (
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/reconcile"
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -117,7 +118,9 @@ func New(cfg Config) (*Mode, error) {
 			return nil, fmt.Errorf("ipvs mode: %s: %w", fam, err)
 		}
 		m.families = append(m.families, &family{
-			fam: fam, base: fc.Desired, nodeName: cfg.NodeName, nodePorts: cfg.NodePorts, nodeCIDR: cfg.NodeCIDRDetector, localAddrs: cfg.LocalAddresses,
+			fam: fam, base: fc.Desired,
+			node: kernelmode.Node{Family: fam, Name: cfg.NodeName, NodePorts: cfg.NodePorts,
+				NodeCIDR: cfg.NodeCIDRDetector, LocalAddrs: cfg.LocalAddresses},
 			rec: rec, tables: fc.Tables, metrics: met.forFamily(fam), logger: cfg.Logger,
 		})
 	}

@@ -2,10 +2,8 @@ package nftables
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/redirect/modes/nftables/rules"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/nodeaddr"
@@ -31,15 +30,13 @@ type family struct {
 	nft    knftables.Interface
 	lister Lister
 	// fast writes partial syncs over netlink (nil: always through nft).
-	fast       *netlinkWriter
-	base       rules.Config
-	nodeName   string
-	nodePorts  nodeaddr.Policy
-	nodeCIDR   bool // local traffic is the Node's pod CIDRs
-	localAddrs func() ([]netip.Addr, error)
-	metrics    *modeMetrics
-	logger     klog.Logger
-	now        func() time.Time
+	fast *netlinkWriter
+	base rules.Config
+	// node completes base from each snapshot.
+	node    kernelmode.Node
+	metrics *modeMetrics
+	logger  klog.Logger
+	now     func() time.Time
 
 	// State of the last successful sync; builder is nil before the first.
 	builder *rules.Builder
@@ -81,28 +78,22 @@ type elemState struct {
 // says about this node.
 func (f *family) configFor(snap *servicemap.Snapshot) (rules.Config, error) {
 	cfg := f.base
-	cfg.Topology = servicemap.TopologyOf(f.nodeName, snap)
-	var node *servicemap.NodeInfo
-	if snap != nil {
-		node = snap.Node
-	}
-	cfg.NodePortAddresses = f.nodePorts.For(f.fam, node)
-	if ip, ok := f.nodePorts.PrimaryIP(f.fam, node); ok {
+	facts := f.node.Read(snap)
+	cfg.Topology = facts.Topology
+	cfg.NodePortAddresses = facts.NodePortAddresses
+	if ip, ok := f.node.NodePorts.PrimaryIP(f.fam, facts.Node); ok {
 		cfg.NodeIP = ip
 	}
 	if snap != nil {
 		cfg.ServiceCIDRs = ipfamily.Prefixes(snap.ServiceCIDRs, f.fam)
 	}
-	if f.nodeCIDR {
-		cfg.ClusterCIDRs = nil
-		if node != nil {
-			cfg.ClusterCIDRs = ipfamily.Prefixes(node.PodCIDRs, f.fam)
-		}
+	if cidrs, ok := f.node.LocalCIDRs(facts); ok {
+		cfg.ClusterCIDRs = cidrs
 	}
-	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.localAddrs != nil {
-		addrs, err := f.localAddrs()
+	if !nodeaddr.MatchAll(cfg.NodePortAddresses) && f.node.LocalAddrs != nil {
+		addrs, err := f.node.Addrs()
 		if err != nil {
-			return cfg, fmt.Errorf("listing the node's addresses for --nodeport-addresses: %w", err)
+			return cfg, fmt.Errorf("%w (for --nodeport-addresses)", err)
 		}
 		cfg.NodePortIPs = nodeaddr.Select(cfg.NodePortAddresses, addrs, f.fam)
 	}
@@ -378,29 +369,18 @@ func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
 // keeps what was last applied for it: bad input for one service never takes
 // down the others, nor its own previous rules.
 func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []servicemap.ServicePortName) map[servicemap.ServicePortName]*rules.Port {
-	out := make(map[servicemap.ServicePortName]*rules.Port, len(names))
-	var errs []error
-	for _, name := range names {
-		sp, ok := snap.Get(name)
-		if !ok {
-			out[name] = nil
-			continue
-		}
+	out, err := kernelmode.BuildPorts(snap, names, f.applied, func(sp *servicemap.ServicePort) (*rules.Port, error) {
 		p, err := b.ForPort(sp)
 		if err != nil {
-			errs = append(errs, err)
-			f.metrics.portErrors.WithLabelValues(string(f.fam)).Inc()
-			out[name] = f.applied[name]
-			continue
+			return nil, err
 		}
 		if len(p.Chains) == 0 && len(p.Elements) == 0 {
-			out[name] = nil // nothing in this family
-			continue
+			return nil, nil // nothing in this family
 		}
-		out[name] = &p
-	}
-	if len(errs) > 0 {
-		f.logger.Error(errors.Join(errs...), "Some service ports cannot be programmed; they keep their previous rules")
+		return &p, nil
+	}, f.metrics.portErrors.WithLabelValues(string(f.fam)).Inc)
+	if err != nil {
+		f.logger.Error(err, "Some service ports cannot be programmed; they keep their previous rules")
 	}
 	return out
 }

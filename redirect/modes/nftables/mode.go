@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/redirect/modes/nftables/rules"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
@@ -105,21 +106,19 @@ func New(cfg Config) (*Mode, error) {
 			fast = newNetlinkWriter(fc.Rules.Family, TableName)
 		}
 		m.families = append(m.families, &family{
-			fast:       fast,
-			fam:        fc.Rules.Family,
-			nft:        fc.NFT,
-			lister:     lister,
-			base:       fc.Rules,
-			nodeName:   cfg.NodeName,
-			nodePorts:  cfg.NodePorts,
-			nodeCIDR:   cfg.NodeCIDRDetector,
-			localAddrs: cfg.LocalAddresses,
-			metrics:    met,
-			logger:     cfg.Logger.WithValues("ipFamily", fc.Rules.Family),
-			now:        now,
-			applied:    map[servicemap.ServicePortName]*rules.Port{},
-			elems:      map[string]*elemState{},
-			stale:      map[string]time.Time{},
+			fast:   fast,
+			fam:    fc.Rules.Family,
+			nft:    fc.NFT,
+			lister: lister,
+			base:   fc.Rules,
+			node: kernelmode.Node{Family: fc.Rules.Family, Name: cfg.NodeName, NodePorts: cfg.NodePorts,
+				NodeCIDR: cfg.NodeCIDRDetector, LocalAddrs: cfg.LocalAddresses},
+			metrics: met,
+			logger:  cfg.Logger.WithValues("ipFamily", fc.Rules.Family),
+			now:     now,
+			applied: map[servicemap.ServicePortName]*rules.Port{},
+			elems:   map[string]*elemState{},
+			stale:   map[string]time.Time{},
 		})
 	}
 	return m, nil
