@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -210,4 +211,42 @@ func mark(p ProxyRun, spec string) string {
 // shortName drops the prefix every selected spec shares.
 func shortName(spec string) string {
 	return strings.TrimPrefix(spec, "[sig-network] ")
+}
+
+// Merge joins reports of one selection of specs (equal focus, skip and
+// node count) that were run apart, for example one configuration at a
+// time, into one table: every configuration in the order first seen, a
+// configuration run twice by its later run. The header is the latest
+// report's, with the commits and commands of all of them.
+func Merge(reports ...Report) (Report, error) {
+	if len(reports) == 0 {
+		return Report{}, errors.New("no report to merge")
+	}
+	latest := slices.MaxFunc(reports, func(a, b Report) int { return a.Header.Date.Compare(b.Header.Date) })
+	out := Report{Schema: SchemaVersion, Header: latest.Header}
+	var commits, commands []string
+	at := map[string]int{}
+	for _, r := range slices.SortedStableFunc(slices.Values(reports), func(a, b Report) int { return a.Header.Date.Compare(b.Header.Date) }) {
+		h := r.Header
+		if h.Focus != latest.Header.Focus || h.Skip != latest.Header.Skip || h.Nodes != latest.Header.Nodes {
+			return Report{}, fmt.Errorf("the run of %s selected other specs or nodes (focus %q, skip %q, %d nodes) than that of %s (%q, %q, %d)",
+				h.Date.UTC().Format(time.RFC3339), h.Focus, h.Skip, h.Nodes,
+				latest.Header.Date.UTC().Format(time.RFC3339), latest.Header.Focus, latest.Header.Skip, latest.Header.Nodes)
+		}
+		if !slices.Contains(commits, h.Commit) {
+			commits = append(commits, h.Commit)
+		}
+		commands = append(commands, fmt.Sprintf("%s (%s)", h.Command, h.Date.UTC().Format("15:04 UTC")))
+		for _, p := range r.Proxies {
+			if i, ok := at[p.Name]; ok {
+				out.Proxies[i] = p
+				continue
+			}
+			at[p.Name] = len(out.Proxies)
+			out.Proxies = append(out.Proxies, p)
+		}
+	}
+	out.Header.Commit = strings.Join(commits, ", ")
+	out.Header.Command = strings.Join(commands, "`, then `")
+	return out, nil
 }

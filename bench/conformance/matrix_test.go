@@ -106,3 +106,47 @@ func TestFailed(t *testing.T) {
 		}
 	}
 }
+
+func TestMerge(t *testing.T) {
+	first := sampleReport()
+	later := Report{Schema: SchemaVersion, Header: first.Header, Proxies: []ProxyRun{
+		{Name: "kproxy-userspace-local", Seconds: 100, Specs: []SpecJSON{
+			{Name: basic, Result: Passed}, {Name: affinity, Result: Passed}, {Name: three, Result: Passed},
+		}},
+		{Name: "kproxy-nftables", Seconds: 90, Specs: []SpecJSON{{Name: basic, Result: Passed}}},
+	}}
+	later.Header.Date = first.Header.Date.Add(time.Hour)
+	later.Header.Commit = "4567def"
+	later.Header.Command = "make conformance CONFORMANCE_PROXIES=kproxy-userspace-local,kproxy-nftables"
+
+	// Given in either order, the later run wins.
+	for _, order := range [][]Report{{first, later}, {later, first}} {
+		got, err := Merge(order...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range got.Proxies {
+			names = append(names, p.Name)
+		}
+		if want := "kproxy-iptables kproxy-userspace-local kproxy-ipvs kube-proxy-iptables kproxy-nftables"; strings.Join(names, " ") != want {
+			t.Errorf("configurations %v, want %s", names, want)
+		}
+		if p := got.Proxies[1]; p.Seconds != 100 || p.counts()[Failed] != 0 {
+			t.Errorf("kproxy-userspace-local is %+v, want the later run's", p)
+		}
+		if got.Header.Date != later.Header.Date || got.Header.Commit != "0123abc, 4567def" ||
+			!strings.Contains(got.Header.Command, first.Header.Command) || !strings.Contains(got.Header.Command, later.Header.Command) {
+			t.Errorf("header %+v, want the later date and both commits and commands", got.Header)
+		}
+	}
+
+	other := later
+	other.Header.Focus = WideFocus
+	if _, err := Merge(first, other); err == nil || !strings.Contains(err.Error(), "other specs") {
+		t.Errorf("merging runs of other specs: %v, want an error", err)
+	}
+	if _, err := Merge(); err == nil {
+		t.Error("merging nothing succeeded")
+	}
+}

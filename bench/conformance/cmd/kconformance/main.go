@@ -7,6 +7,7 @@
 //	             [-focus RE] [-skip RE] [-proxies LIST|all] [-kproxy FILE] [-kube-proxy FILE] [-kube-proxy-image FILE]
 //	kconformance compare OLD.json NEW.json
 //	kconformance render REPORT.json
+//	kconformance merge OUT.json REPORT.json...
 //
 // OUT/NAME/junit_01.xml and OUT/NAME/e2e.log are the framework's JUnit
 // report and output under configuration NAME; OUT/conformance.json and
@@ -14,7 +15,9 @@
 // cluster runs kproxy as make cluster left it. It exits non-zero when a
 // spec failed or a configuration could not be run through. compare prints
 // the specs whose result changed between two runs; render prints a
-// report's Markdown table from its JSON.
+// report's Markdown table from its JSON; merge joins the reports of runs of
+// one selection of specs made apart (some configurations each) into
+// OUT.json and prints its table.
 package main
 
 import (
@@ -46,6 +49,8 @@ func main() {
 		err = compare(os.Args[2:], os.Stdout)
 	case len(os.Args) > 1 && os.Args[1] == "render":
 		err = render(os.Args[2:], os.Stdout)
+	case len(os.Args) > 1 && os.Args[1] == "merge":
+		err = merge(os.Args[2:], os.Stdout)
 	default:
 		err = run()
 	}
@@ -65,6 +70,31 @@ func render(args []string, out io.Writer) error {
 		return err
 	}
 	_, err = io.WriteString(out, r.Markdown())
+	return err
+}
+
+// merge writes the merged report of args[1:] to args[0] and prints its
+// table.
+func merge(args []string, out io.Writer) error {
+	if len(args) < 2 {
+		return errors.New("usage: kconformance merge OUT.json REPORT.json...")
+	}
+	var reports []conformance.Report
+	for _, path := range args[1:] {
+		r, err := conformance.ReadReport(path)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, r)
+	}
+	merged, err := conformance.Merge(reports...)
+	if err != nil {
+		return err
+	}
+	if err := merged.WriteJSON(args[0]); err != nil {
+		return err
+	}
+	_, err = io.WriteString(out, merged.Markdown())
 	return err
 }
 
