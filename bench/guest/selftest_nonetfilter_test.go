@@ -62,7 +62,7 @@ func TestGuestWithoutNetfilter(t *testing.T) {
 // and with SCTP.
 func TestGuestWithoutNetfilterKproxyDetection(t *testing.T) {
 	guest.SkipUnlessWithoutNetfilter(t)
-	f := kernel.Detect(context.Background())
+	f := kernel.Detect(context.Background(), false)
 	if f.Backend != "" {
 		t.Errorf("iptables backend %q (%s), want none", f.Backend, f.BackendReason)
 	}

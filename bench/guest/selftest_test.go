@@ -106,7 +106,7 @@ func sctpSocket(t *testing.T, family int) int {
 func TestGuestKproxyDetectsItsKernel(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
 	guest.SkipWithoutNetfilter(t)
-	f := kernel.Detect(context.Background())
+	f := kernel.Detect(context.Background(), true)
 	if f.Backend != kernel.Legacy {
 		t.Errorf("iptables backend %q (%s), want %q", f.Backend, f.BackendReason, kernel.Legacy)
 	}
@@ -220,7 +220,7 @@ func TestGuestNFTablesHasNoIPFamilies(t *testing.T) {
 		}
 		t.Logf("nft add table %s kube-proxy: %v: %s", family, err, strings.TrimSpace(string(out)))
 	}
-	f := kernel.Detect(context.Background())
+	f := kernel.Detect(context.Background(), true)
 	if f.NFTables.IPv4.Present || f.NFTables.IPv6.Present {
 		t.Errorf("kproxy detects nftables tables in the guest: %s", f.NFTables)
 	}

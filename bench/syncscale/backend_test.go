@@ -58,19 +58,19 @@ func TestBackendChoice(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	if got := kernel.Detect(ctx).Backend; got != kernel.NFT {
+	if got := kernel.Detect(ctx, false).Backend; got != kernel.NFT {
 		t.Fatalf("fresh namespace: kproxy picks %q, want nft", got)
 	}
 	if err := MarkBackend(ctx, kernel.NFT); err != nil {
 		t.Fatal(err)
 	}
-	if got := kernel.Detect(ctx).Backend; got != kernel.NFT {
+	if got := kernel.Detect(ctx, false).Backend; got != kernel.NFT {
 		t.Fatalf("after MarkBackend(nft): kproxy picks %q, want nft", got)
 	}
 	if err := MarkBackend(ctx, kernel.Legacy); err != nil {
 		t.Fatal(err)
 	}
-	if got := kernel.Detect(ctx).Backend; got != kernel.Legacy {
+	if got := kernel.Detect(ctx, false).Backend; got != kernel.Legacy {
 		t.Fatalf("after MarkBackend(legacy): kproxy picks %q, want legacy", got)
 	}
 	dump, _, err := SaveDump(ctx, kernel.Legacy)

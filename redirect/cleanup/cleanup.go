@@ -103,8 +103,11 @@ func (c *Cleaner) Clean(ctx context.Context, f kernel.Features, scope Scope) err
 			errs = append(errs, c.cleanIPTables(ctx, b, fam, scope))
 		}
 	}
-	// After iptables: rules matching a set keep it busy.
-	errs = append(errs, c.cleanIPSets(ctx, sc))
+	// After iptables: rules matching a set keep it busy. Without ip_set
+	// loaded there is no set, and listing them would load it.
+	if f.IPSet.Present {
+		errs = append(errs, c.cleanIPSets(ctx, sc))
+	}
 	errs = append(errs, c.cleanNFTables(ctx, sc))
 	if sc.removeLocalRoutes() {
 		if err := localroute.Clean(c.Routes); err != nil {

@@ -154,7 +154,7 @@ func TestCleanupAllOnKernel(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	f := kernel.Detect(ctx)
+	f := kernel.Detect(ctx, false)
 	// Neither probing nor cleaning a fresh namespace creates anything in it,
 	// not even empty tables.
 	assertPristine(t, "after Detect")
@@ -199,7 +199,7 @@ func TestCleanupExceptIPTablesOnKernel(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	f := kernel.Detect(ctx)
+	f := kernel.Detect(ctx, false)
 	installKept(t)
 	want := nodeState(t)
 	kept4 := fixture(t, "kept-v4.save")
@@ -249,7 +249,7 @@ func TestCleanupLegacyLeftovers(t *testing.T) {
 	want := nodeState(t)
 	runRestore(t, kernel.Legacy, ipfamily.IPv4, leftoversOnly(t, fixture(t, "iptables-mode.save"), fixture(t, "kept-v4.save")))
 
-	f := kernel.Detect(ctx)
+	f := kernel.Detect(ctx, false)
 	if !f.IPv4.NFT.Usable || f.IPv4.Legacy.NotProbed || !f.IPv4.Legacy.Usable || f.Backend != kernel.Legacy {
 		t.Fatalf("want nft usable, legacy probed and chosen for its kube rules, got:\n%s", f)
 	}

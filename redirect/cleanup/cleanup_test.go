@@ -96,9 +96,13 @@ type fakeIPSets struct {
 	sets      []string
 	busy      map[string]bool
 	destroyed []string
+	listed    bool
 }
 
-func (f *fakeIPSets) Names() ([]string, error) { return slices.Clone(f.sets), nil }
+func (f *fakeIPSets) Names() ([]string, error) {
+	f.listed = true
+	return slices.Clone(f.sets), nil
+}
 func (f *fakeIPSets) Destroy(name string) error {
 	if f.busy[name] {
 		return ipsetError(syscall.Errno(nl.IPSET_ERR_BUSY))
@@ -221,6 +225,20 @@ func TestCleanerAll(t *testing.T) {
 		if r.ran(line) {
 			t.Errorf("ran %q, which must be left alone or is unusable", line)
 		}
+	}
+}
+
+// TestCleanerLeavesIPSetAloneWhenNotLoaded: without ip_set loaded no mode
+// left a set, and asking for the list would load the module.
+func TestCleanerLeavesIPSetAloneWhenNotLoaded(t *testing.T) {
+	c, f := newFakes(fixture(t, "iptables-mode.save"))
+	features := allFeatures()
+	features.IPSet = kernel.Support{Detail: "not loaded"}
+	if err := c.Clean(context.Background(), features, keeping("")); err != nil {
+		t.Fatalf("Clean: %v", err)
+	}
+	if f.ipsets.listed {
+		t.Error("cleanup listed the ipsets of a kernel without ip_set loaded")
 	}
 }
 

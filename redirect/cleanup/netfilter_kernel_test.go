@@ -142,7 +142,7 @@ func TestCleanupWithoutTheNFTAndIPSetTools(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if err := Clean(ctx, kernel.Detect(ctx), keeping("")); err != nil {
+	if err := Clean(ctx, kernel.Detect(ctx, false), keeping("")); err != nil {
 		t.Fatalf("cleanup without nft and ipset: %v", err)
 	}
 	got := strings.TrimSpace(lab.Run(t, nft, "list", "tables"))

@@ -36,6 +36,13 @@ type Detector struct {
 	// Sandbox holds the probes that create chains, sets and links; nil, or
 	// one that fails, means they run in the node's own namespace.
 	Sandbox Sandbox
+	// ForIPVS probes what only the IPVS mode needs the way it uses it,
+	// loading modules as it goes: modprobe ip_vs, a set (ip_set and its
+	// hash:ip type), a dummy link. Without it nothing is loaded: IPVS and
+	// ipset count as present when their modules are loaded already (so
+	// that cleanup finds another mode's leftovers), and dummy links are
+	// not probed. kube-proxy loads none of these outside its IPVS mode.
+	ForIPVS bool
 }
 
 // NewDetector returns a Detector that probes the real node.
@@ -46,9 +53,12 @@ func NewDetector() *Detector {
 	}
 }
 
-// Detect probes the real node; see Detector.Detect.
-func Detect(ctx context.Context) Features {
-	return NewDetector().Detect(ctx)
+// Detect probes the real node; see Detector.Detect, and Detector.ForIPVS
+// for forIPVS.
+func Detect(ctx context.Context, forIPVS bool) Features {
+	d := NewDetector()
+	d.ForIPVS = forIPVS
+	return d.Detect(ctx)
 }
 
 // Detect runs every probe once and returns what it found. It never fails: a
@@ -67,7 +77,11 @@ func (d *Detector) Detect(ctx context.Context) Features {
 	var f Features
 	lists := d.listAllRules(ctx)
 	f.Conntrack = d.probeConntrack()
-	f.IPVS = d.probeIPVS(ctx)
+	if d.ForIPVS {
+		f.IPVS = d.probeIPVS(ctx)
+	} else {
+		f.IPVS = d.lookUpIPVS()
+	}
 	f.SCTP = d.probeSCTP()
 	nftVersion, nftProblem := d.probeNFTVersion(ctx)
 	if nftProblem == "" {
@@ -80,8 +94,13 @@ func (d *Detector) Detect(ctx context.Context) Features {
 			f.NFTables.IPv6 = d.probeNFTable(ctx, "ip6")
 		}
 		d.detectIPTables(ctx, &f, lists)
-		f.IPSet = d.probeIPSet()
-		f.DummyLinks = d.probeDummyLinks()
+		if d.ForIPVS {
+			f.IPSet = d.probeIPSet()
+			f.DummyLinks = d.probeDummyLinks()
+		} else {
+			f.IPSet = d.lookUpIPSet()
+			f.DummyLinks = Support{Detail: notForIPVS}
+		}
 		f.SKLookup = d.probeSKLookup()
 	})
 	// Read in the node's namespace: a throwaway one has its own settings.
@@ -378,16 +397,54 @@ func (d *Detector) probeDummyLinks() Support {
 	return Support{Present: true}
 }
 
-func (d *Detector) probeSCTP() Support {
-	err := d.System.OpenSocket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP)
-	switch {
-	case err == nil:
-		return Support{Present: true}
-	case errors.Is(err, unix.EPROTONOSUPPORT), errors.Is(err, unix.ESOCKTNOSUPPORT):
-		return Support{Detail: "the kernel has no SCTP sockets (no sctp module)"}
-	default:
-		return Support{Detail: "opening an SCTP socket: " + err.Error()}
+// notForIPVS is the Detail of a feature only the IPVS mode's probes look
+// for with their modules (Detector.ForIPVS).
+const notForIPVS = "not probed: only the IPVS mode needs it, and its module is not loaded"
+
+// lookUpIPVS is probeIPVS for a mode other than IPVS: the genetlink family
+// is looked up only when ip_vs is loaded (the lookup would load it).
+func (d *Detector) lookUpIPVS() Support {
+	if !d.System.ModuleLoaded("ip_vs") {
+		return Support{Detail: notForIPVS}
 	}
+	if err := d.System.GenlFamily("IPVS"); err != nil {
+		return Support{Detail: `looking up generic netlink family "IPVS": ` + err.Error()}
+	}
+	return Support{Present: true}
+}
+
+// lookUpIPSet is probeIPSet for a mode other than IPVS: ip_set is present
+// when loaded, which is all cleanup needs (another mode's sets exist only
+// then); creating a set would load it and its hash:ip type.
+func (d *Detector) lookUpIPSet() Support {
+	if !d.System.ModuleLoaded("ip_set") {
+		return Support{Detail: notForIPVS}
+	}
+	return Support{Present: true, Detail: "ip_set is loaded; not probed further"}
+}
+
+// probeSCTP looks for SCTP without opening an SCTP socket, which would make
+// the kernel load the sctp module on every node in every mode: kube-proxy
+// never loads it (an upstream spec checks that a Service of SCTP does
+// not), and only the userspace mode's relays need it, for an SCTP service
+// port. Present: SCTP is registered now, or its module is one the kernel
+// loads on demand, which the first SCTP relay's socket then does.
+func (d *Detector) probeSCTP() Support {
+	registered, err := d.System.ProtocolRegistered("SCTP")
+	if err != nil {
+		return Support{Detail: "reading /proc/net/protocols: " + err.Error()}
+	}
+	if registered {
+		return Support{Present: true}
+	}
+	loadable, err := d.System.ModuleLoadable("sctp")
+	switch {
+	case err != nil:
+		return Support{Detail: "the kernel has no SCTP sockets loaded, and no module list to load them from: " + err.Error()}
+	case loadable:
+		return Support{Present: true, Detail: "the sctp module is not loaded; the first SCTP service port's relay loads it"}
+	}
+	return Support{Detail: "the kernel has no SCTP sockets (no sctp module)"}
 }
 
 // probeSKLookup loads, attaches and detaches the socket-lookup program. In

@@ -43,7 +43,7 @@ func TestDetectOnThisHost(t *testing.T) {
 	}
 	before := snapshotNode(t)
 	start := time.Now()
-	f := Detect(context.Background())
+	f := Detect(context.Background(), true)
 	elapsed := time.Since(start)
 	t.Logf("probed in %v:\n%s", elapsed, f)
 
@@ -101,6 +101,13 @@ func TestDetectOnThisHost(t *testing.T) {
 		t.Errorf("probes left something behind:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 
+	// For another mode nothing of the IPVS mode's is loaded: ipset (built
+	// into this kernel) counts as loaded, IPVS and dummy links go unprobed.
+	g := Detect(context.Background(), false)
+	if g.IPVS.Present || g.IPVS.Detail != notForIPVS || g.DummyLinks.Present || g.DummyLinks.Detail != notForIPVS || !g.IPSet.Present {
+		t.Errorf("detection for another mode: ipvs %s, dummy links %s, ipset %s; want IPVS and dummy links not probed, ipset loaded",
+			g.IPVS, g.DummyLinks, g.IPSet)
+	}
 }
 
 // TestDetectProbesExistingLegacyTables: once something registered a legacy
@@ -112,7 +119,7 @@ func TestDetectProbesExistingLegacyTables(t *testing.T) {
 		return
 	}
 	lab.Run(t, "iptables-legacy", "-w", lockWait, "-t", "filter", "-L", "-n")
-	f := Detect(context.Background())
+	f := Detect(context.Background(), false)
 	t.Logf("features:\n%s", f)
 	if got := f.IPv4.Legacy; got.NotProbed || !got.Usable || !got.DNAT || !got.Redirect {
 		t.Errorf("iptables-legacy = %s, want probed, usable with DNAT and REDIRECT", got)
@@ -225,7 +232,7 @@ func BenchmarkDetect(b *testing.B) {
 		return
 	}
 	for b.Loop() {
-		if f := Detect(context.Background()); !f.ProbeNetns.Present {
+		if f := Detect(context.Background(), false); !f.ProbeNetns.Present {
 			b.Fatalf("probes ran in place: %s", f.ProbeNetns)
 		}
 	}
@@ -241,7 +248,7 @@ func TestDetectIPv6Disabled(t *testing.T) {
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/disable_ipv6", []byte("1"), 0o644); err != nil {
 		t.Fatalf("disabling IPv6 in the test's namespace: %v", err)
 	}
-	f := Detect(context.Background())
+	f := Detect(context.Background(), false)
 	for _, b := range Backends() {
 		if got := f.IPv6.Get(b); got.Usable || !strings.Contains(got.Problem, "disable_ipv6=1") {
 			t.Errorf("%s: got %s, want unusable because IPv6 is disabled", b.Command(ipfamily.IPv6), got)

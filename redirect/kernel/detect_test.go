@@ -21,8 +21,13 @@ type fakeNode struct {
 	// saves maps a save command to its output.
 	saves map[string]string
 	// genl errors for successive GenlFamily calls (last one repeats).
-	genl                 []error
-	dummy, sctp, ctrack  error
+	genl          []error
+	dummy, ctrack error
+	// sctp is SCTP's state: registered (the zero value), only a module
+	// the kernel can load, or absent.
+	sctp sctpState
+	// unloaded are the modules /sys/module does not list.
+	unloaded             map[string]bool
 	ipv6Off              error // IPv6Off answers it
 	dummyExistsOnce      bool
 	calls                []call
@@ -140,8 +145,22 @@ func (n *fakeNode) DeleteLink(name string) error {
 	return nil
 }
 
-func (n *fakeNode) OpenSocket(domain, typ, proto int) error { return n.sctp }
-func (n *fakeNode) IPv6Off() error                          { return n.ipv6Off }
+type sctpState int
+
+const (
+	sctpRegistered sctpState = iota
+	sctpLoadable
+	sctpAbsent
+)
+
+func (n *fakeNode) ModuleLoaded(name string) bool { return !n.unloaded[name] }
+func (n *fakeNode) ProtocolRegistered(name string) (bool, error) {
+	return name == "SCTP" && n.sctp == sctpRegistered, nil
+}
+func (n *fakeNode) ModuleLoadable(name string) (bool, error) {
+	return name == "sctp" && n.sctp == sctpLoadable, nil
+}
+func (n *fakeNode) IPv6Off() error { return n.ipv6Off }
 func (n *fakeNode) KernelRelease() (string, error) {
 	if n.kernelRelease == "" {
 		return "6.1.0-28-amd64", nil
@@ -438,7 +457,7 @@ func TestDetectWithFakes(t *testing.T) {
 			name: "this CI host: no IPVS, no SCTP, no dummy, no modprobe",
 			node: &fakeNode{
 				genl:  []error{syscall.ENOENT},
-				sctp:  syscall.EPROTONOSUPPORT,
+				sctp:  sctpAbsent,
 				dummy: syscall.EOPNOTSUPP,
 				fail:  map[string]error{"modprobe": missingBinary("modprobe")},
 			},
@@ -488,11 +507,20 @@ func TestDetectWithFakes(t *testing.T) {
 			},
 		},
 		{
-			name: "SCTP socket type unsupported",
-			node: &fakeNode{sctp: syscall.ESOCKTNOSUPPORT},
+			name: "no SCTP: not registered, no module",
+			node: &fakeNode{sctp: sctpAbsent},
 			check: func(t *testing.T, f Features, n *fakeNode) {
-				if f.SCTP.Present {
+				if f.SCTP.Present || !strings.Contains(f.SCTP.Detail, "no sctp module") {
 					t.Errorf("sctp = %s", f.SCTP)
+				}
+			},
+		},
+		{
+			name: "SCTP a module not loaded yet",
+			node: &fakeNode{sctp: sctpLoadable},
+			check: func(t *testing.T, f Features, n *fakeNode) {
+				if !f.SCTP.Present || !strings.Contains(f.SCTP.Detail, "not loaded") {
+					t.Errorf("sctp = %s, want present, to be loaded by the first SCTP relay", f.SCTP)
 				}
 			},
 		},
@@ -545,7 +573,7 @@ func TestDetectWithFakes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := (&Detector{Runner: c.node, System: c.node, Sandbox: c.node}).Detect(context.Background())
+			f := (&Detector{Runner: c.node, System: c.node, Sandbox: c.node, ForIPVS: true}).Detect(context.Background())
 			c.check(t, f, c.node)
 			// Observations in the node's namespace, everything that
 			// creates something in the throwaway one when there is one.
@@ -596,6 +624,42 @@ func TestDetectWithFakes(t *testing.T) {
 			}
 			if len(c.node.links) != 0 {
 				t.Errorf("probe links left: %v", c.node.links)
+			}
+		})
+	}
+}
+
+// TestDetectForAnotherModeLoadsNothing: without ForIPVS no probe asks the
+// kernel for what only the IPVS mode needs (a genetlink lookup or modprobe
+// of ip_vs, a set, a dummy link), since each would load a module; loaded
+// modules still count, for cleanup.
+func TestDetectForAnotherModeLoadsNothing(t *testing.T) {
+	for _, c := range []struct {
+		name                string
+		unloaded            map[string]bool
+		wantIPVS, wantIPSet bool
+		wantGenlCalls       int
+	}{
+		{name: "modules not loaded", unloaded: map[string]bool{"ip_vs": true, "ip_set": true}},
+		{name: "modules loaded by an earlier IPVS mode", wantIPVS: true, wantIPSet: true, wantGenlCalls: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := &fakeNode{unloaded: c.unloaded, genl: []error{syscall.ENOENT}}
+			if !c.unloaded["ip_vs"] {
+				n.genl = nil
+			}
+			f := (&Detector{Runner: n, System: n, Sandbox: n}).Detect(context.Background())
+			if f.IPVS.Present != c.wantIPVS || f.IPSet.Present != c.wantIPSet || f.DummyLinks.Present {
+				t.Errorf("ipvs %s, ipset %s, dummy links %s; want ipvs %t, ipset %t, dummy links not probed",
+					f.IPVS, f.IPSet, f.DummyLinks, c.wantIPVS, c.wantIPSet)
+			}
+			if n.genlCalls != c.wantGenlCalls {
+				t.Errorf("IPVS looked up %d times, want %d", n.genlCalls, c.wantGenlCalls)
+			}
+			for _, cl := range n.calls {
+				if strings.HasPrefix(cl.line, "modprobe") || strings.Contains(cl.line, "ipset") || strings.Contains(cl.line, "dummy") {
+					t.Errorf("ran %q, which loads a module only the IPVS mode needs", cl.line)
+				}
 			}
 		})
 	}

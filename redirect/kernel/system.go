@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -27,8 +29,17 @@ type System interface {
 	// DestroyIPSet destroys one. Both over netlink: no ipset tool.
 	CreateIPSet(name string) error
 	DestroyIPSet(name string) error
-	// OpenSocket opens and immediately closes a socket.
-	OpenSocket(domain, typ, proto int) error
+	// ModuleLoaded says whether /sys/module lists the module: loaded, or
+	// built in with parameters. Looking never loads it.
+	ModuleLoaded(name string) bool
+	// ProtocolRegistered says whether /proc/net/protocols lists the
+	// protocol ("SCTP"): the kernel has its sockets now, without loading
+	// anything.
+	ProtocolRegistered(name string) (bool, error)
+	// ModuleLoadable says whether the kernel would load the module on
+	// demand: module loading is enabled (kernel.modules_disabled is 0) and
+	// the running kernel's modules.dep lists it.
+	ModuleLoadable(name string) (bool, error)
 	// ConntrackStats asks ctnetlink for its global counters: a cheap request
 	// that fails when conntrack is not reachable over netlink.
 	ConntrackStats() error
@@ -80,13 +91,64 @@ func (NetlinkSystem) DestroyIPSet(name string) error {
 	return netlink.IpsetDestroy(name)
 }
 
-// OpenSocket implements System.
-func (NetlinkSystem) OpenSocket(domain, typ, proto int) error {
-	fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, proto)
+// ModuleLoaded implements System.
+func (NetlinkSystem) ModuleLoaded(name string) bool {
+	_, err := os.Stat(filepath.Join("/sys/module", name))
+	return err == nil
+}
+
+// ProtocolRegistered implements System.
+func (NetlinkSystem) ProtocolRegistered(name string) (bool, error) {
+	data, err := os.ReadFile("/proc/net/protocols")
 	if err != nil {
-		return err
+		return false, err
 	}
-	return unix.Close(fd)
+	return protocolListed(string(data), name), nil
+}
+
+// protocolListed says whether a /proc/net/protocols text has a line for
+// name (its first column).
+func protocolListed(protocols, name string) bool {
+	for line := range strings.Lines(protocols) {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// ModuleLoadable implements System.
+func (n NetlinkSystem) ModuleLoadable(name string) (bool, error) {
+	if v, err := os.ReadFile("/proc/sys/kernel/modules_disabled"); err == nil && strings.TrimSpace(string(v)) == "1" {
+		return false, nil
+	}
+	release, err := n.KernelRelease()
+	if err != nil {
+		return false, err
+	}
+	dep, err := os.ReadFile(filepath.Join("/lib/modules", release, "modules.dep"))
+	if err != nil {
+		return false, err
+	}
+	return moduleListed(string(dep), name), nil
+}
+
+// moduleListed says whether a modules.dep text has the module: a line
+// whose path (before the colon) names NAME.ko, compressed or not.
+func moduleListed(modulesDep, name string) bool {
+	for line := range strings.Lines(modulesDep) {
+		path, _, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		file := filepath.Base(path)
+		for _, ext := range []string{".ko", ".ko.xz", ".ko.zst", ".ko.gz"} {
+			if base, found := strings.CutSuffix(file, ext); found && (base == name || strings.ReplaceAll(base, "-", "_") == name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ipctnlMsgCtGetStats is IPCTNL_MSG_CT_GET_STATS from

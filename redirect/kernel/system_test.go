@@ -29,3 +29,33 @@ func TestIPv6Off(t *testing.T) {
 		})
 	}
 }
+
+func TestProtocolAndModuleLists(t *testing.T) {
+	protocols := "protocol  size sockets  memory press maxhdr  slab module     cl co\n" +
+		"SCTPv6    1664      0       0   no     304   yes  sctp       y  y\n" +
+		"SCTP      1632      2       0   no     304   yes  sctp       y  y\n" +
+		"TCP       2560     10       3   no     320   yes  kernel     y  y\n"
+	modulesDep := "kernel/net/sctp/sctp.ko.xz: kernel/lib/libcrc32c.ko.xz\n" +
+		"kernel/net/netfilter/ipvs/ip_vs.ko: kernel/net/netfilter/nf_conntrack.ko\n" +
+		"kernel/drivers/net/dummy.ko.zst:\n" +
+		"kernel/net/ipv4/netfilter/nf_nat_snmp_basic.ko:\n"
+	for _, c := range []struct {
+		what string
+		got  bool
+		want bool
+	}{
+		{"SCTP registered", protocolListed(protocols, "SCTP"), true},
+		{"TCP registered", protocolListed(protocols, "TCP"), true},
+		{"UDP not registered", protocolListed(protocols, "UDP"), false},
+		{"sctp in modules.dep (xz)", moduleListed(modulesDep, "sctp"), true},
+		{"ip_vs in modules.dep", moduleListed(modulesDep, "ip_vs"), true},
+		{"dummy in modules.dep (zst, no dependencies)", moduleListed(modulesDep, "dummy"), true},
+		{"a dependency only is not listed", moduleListed(modulesDep, "libcrc32c"), false},
+		{"a name inside another", moduleListed(modulesDep, "nat"), false},
+		{"empty modules.dep", moduleListed("", "sctp"), false},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: got %t, want %t", c.what, c.got, c.want)
+		}
+	}
+}

@@ -16,7 +16,7 @@ func TestChooseOnThisKernel(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
-	f := kernel.Detect(context.Background())
+	f := kernel.Detect(context.Background(), false)
 	if f.IPVS.Present {
 		t.Skip("this kernel has IPVS; the guest-kernel tests cover it")
 	}

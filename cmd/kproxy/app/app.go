@@ -57,7 +57,8 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
 	settings := cfg.ModeSettings()
-	features := kernel.Detect(ctx)
+	// Only the IPVS mode's probes load its modules (ip_vs, ip_set, dummy).
+	features := kernel.Detect(ctx, cfg.Mode == mode.IPVS)
 	logger.V(2).Info("Kernel features", "features", features.String())
 	def, reason, err := modes.Choose(string(cfg.Mode), features)
 	if err != nil {
@@ -223,7 +224,8 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 
 // Cleanup removes everything any mode may have installed (--cleanup).
 func Cleanup(ctx context.Context, cfg *options.Config) error {
-	features := kernel.Detect(ctx)
+	// Leftovers of the IPVS mode exist only where its modules are loaded.
+	features := kernel.Detect(ctx, false)
 	if err := cleanup.Clean(ctx, features, modes.CleanupScope("")); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}

@@ -23,7 +23,7 @@ import (
 // Init (mode.Initializer). No API server is needed, and no port is bound.
 func initOnly(ctx context.Context, cfg *options.Config) error {
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
-	features := kernel.Detect(ctx)
+	features := kernel.Detect(ctx, cfg.Mode == mode.IPVS)
 	def, reason, err := modes.Choose(string(cfg.Mode), features)
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ func TestUserspaceModeRefusesWhileNoEndpoints(t *testing.T) {
 	tcpPort := int32(lab.ServeGreeting(t, "198.19.0.1:0", "hello").Port())
 	udpPort := int32(lab.ServeUDPEcho(t, "198.19.0.1:0").Port())
 
-	features := kernel.Detect(context.Background())
+	features := kernel.Detect(context.Background(), false)
 	m, err := userspace.New(context.Background(), userspace.Config{
 		Features: features, NodeName: "node-a", UDPIdleTimeout: 250 * time.Millisecond,
 		LocalAddresses: func() ([]netip.Addr, error) {
