@@ -58,7 +58,9 @@ func TestReadAndLocalCIDRs(t *testing.T) {
 
 func TestAddrs(t *testing.T) {
 	a := netip.MustParseAddr
-	list := func() ([]netip.Addr, error) { return []netip.Addr{a("fd00:19::1"), a("198.19.0.2"), a("198.19.0.1")}, nil }
+	list := func() ([]netip.Addr, error) {
+		return []netip.Addr{a("fd00:19::1"), a("198.19.0.2"), a("198.19.0.1")}, nil
+	}
 	got, err := Node{Family: ipfamily.IPv4, LocalAddrs: list}.Addrs()
 	if want := []netip.Addr{a("198.19.0.1"), a("198.19.0.2")}; err != nil || !slices.Equal(got, want) {
 		t.Errorf("Addrs() = %v, %v; want %v", got, err, want)
