@@ -109,6 +109,17 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 				wantNotServed(t, client, what, addr)
 			}
 		})
+		t.Run("from the node itself, external traffic without local endpoints goes to every endpoint", func(t *testing.T) {
+			// kube-proxy's short-circuit of node-local traffic: as if it
+			// had come in through an outside load balancer.
+			if m.localPortals {
+				t.Skip("local and socket-lookup portals drop a Local-policy class without local endpoints in the socket " +
+					"filter or lookup program, before the relay could tell the node's own traffic apart")
+			}
+			for _, base := range []string{fmt.Sprintf("http://%s:%d", nodeIP, etpRemoteNodePort), "http://" + etpRemoteIngress} {
+				l.wantBalanced(t, "externalTrafficPolicy=Local from the node through "+base, askHTTP(l.topo.Node, base+"/"))
+			}
+		})
 		t.Run("the policy leaves the cluster IP alone", func(t *testing.T) {
 			l.wantBalanced(t, "ClusterIP of a Local-policy service without local endpoints", askHTTP(client, "http://"+etpRemoteVIP+"/"))
 		})

@@ -13,8 +13,10 @@ package balancer
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +41,13 @@ const (
 	// External is traffic to a NodePort, external IP or load-balancer IP:
 	// externalTrafficPolicy applies.
 	External
+	// ExternalFromNode is External traffic that starts on this node: from
+	// one of its addresses, or from a pod by the local-traffic detector
+	// (SetLocalClients). Under externalTrafficPolicy Local kube-proxy
+	// short-circuits it to the service's cluster-wide endpoints, as if it
+	// had come in through an outside load balancer; an External picker
+	// hands such clients to this class's.
+	ExternalFromNode
 	numClasses
 )
 
@@ -48,6 +57,8 @@ func (c Class) String() string {
 		return "internal"
 	case External:
 		return "external"
+	case ExternalFromNode:
+		return "external-from-node"
 	}
 	return fmt.Sprintf("Class(%d)", uint8(c))
 }
@@ -89,6 +100,9 @@ type Balancer struct {
 	clk         epochClock
 	stats       stats
 
+	// local are the clients that count as this node's (SetLocalClients).
+	local atomic.Pointer[LocalClients]
+
 	mu    sync.Mutex // guards the fields below; never taken by Pick
 	snap  *servicemap.Snapshot
 	topo  servicemap.Topology
@@ -103,6 +117,9 @@ type portPickers struct {
 	name    servicemap.ServicePortName
 	sp      *servicemap.ServicePort
 	pickers [numClasses][2]*picker // by class, then family index
+	// external are the External class's handles, by family index: its
+	// picker and ExternalFromNode's behind one.
+	external [2]*externalPicker
 }
 
 // New returns a Balancer with no service ports; call Update with a snapshot.
@@ -239,6 +256,20 @@ func (b *Balancer) Picker(key Key) lb.Picker {
 		})
 		b.sorted = slices.Insert(b.sorted, i, pp)
 	}
+	if key.Class == External {
+		fi := key.Family.Index()
+		if pp.external[fi] == nil {
+			fromNode := key
+			fromNode.Class = ExternalFromNode
+			pp.external[fi] = &externalPicker{ext: b.pickerLocked(pp, key), fromNode: b.pickerLocked(pp, fromNode), local: &b.local}
+		}
+		return pp.external[fi]
+	}
+	return b.pickerLocked(pp, key)
+}
+
+// pickerLocked returns pp's picker of key, made on first use.
+func (b *Balancer) pickerLocked(pp *portPickers, key Key) *picker {
 	p := pp.pickers[key.Class][key.Family.Index()]
 	if p == nil {
 		p = newPicker(&b.clk, &b.stats, b.maxAffinity)
@@ -247,6 +278,35 @@ func (b *Balancer) Picker(key Key) lb.Picker {
 	}
 	return p
 }
+
+// LocalClients are the clients whose external traffic starts on this node:
+// kube-proxy's "LOCAL" source addresses (the node's own) and the pods its
+// local-traffic detector matches, by prefix.
+type LocalClients struct {
+	Addrs map[netip.Addr]bool
+	Pods  []netip.Prefix
+}
+
+// Contains says whether client is one of them.
+func (l *LocalClients) Contains(client netip.Addr) bool {
+	if l == nil {
+		return false
+	}
+	client = client.Unmap()
+	if l.Addrs[client] {
+		return true
+	}
+	for _, p := range l.Pods {
+		if p.Contains(client) {
+			return true
+		}
+	}
+	return false
+}
+
+// SetLocalClients replaces the clients External pickers short-circuit under
+// externalTrafficPolicy Local; nil short-circuits none.
+func (b *Balancer) SetLocalClients(l *LocalClients) { b.local.Store(l) }
 
 // Sweep drops every affinity pin that expired as of now and returns how many.
 // Pins also expire lazily when looked up; Sweep bounds the memory of clients

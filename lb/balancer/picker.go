@@ -26,6 +26,9 @@ type pickState struct {
 	// cluster IP's, or external under a Local policy), so the relays keep
 	// the client's address where they can.
 	keepsSource bool
+	// shortCircuit: external traffic under a Local policy, whose clients on
+	// this node go to the cluster-wide endpoints (ExternalFromNode).
+	shortCircuit bool
 }
 
 func newPickState(eps []netip.AddrPort, affinity time.Duration) *pickState {
@@ -47,7 +50,7 @@ func newPickState(eps []netip.AddrPort, affinity time.Duration) *pickState {
 
 // sameAs says st would hand out exactly what o does.
 func (st *pickState) sameAs(o *pickState) bool {
-	if st.n != o.n || st.timeout != o.timeout || st.keepsSource != o.keepsSource {
+	if st.n != o.n || st.timeout != o.timeout || st.keepsSource != o.keepsSource || st.shortCircuit != o.shortCircuit {
 		return false
 	}
 	for i := range st.n {
@@ -189,9 +192,42 @@ func eligibleFor(sp *servicemap.ServicePort, key Key, topo servicemap.Topology) 
 		return &pickState{}
 	}
 	st := newPickState(eligibleEndpoints(sp, key.Class, key.Family, topo), sp.AffinityTimeout)
-	st.keepsSource = key.Class == Internal || sp.ExternalPolicyLocal
+	// Short-circuited pod traffic keeps its address too; the node's own is
+	// masqueraded, which a dial from the node does (keepsource.Keeps).
+	st.keepsSource = key.Class != External || sp.ExternalPolicyLocal
+	st.shortCircuit = key.Class == External && sp.ExternalPolicyLocal
 	return st
 }
+
+// externalPicker is the lb.Picker of an External key: its own picker, and
+// for clients on this node under a Local policy, ExternalFromNode's. One
+// client always goes to one of the two, so its affinity pins stay in one.
+type externalPicker struct {
+	ext, fromNode *picker
+	local         *atomic.Pointer[LocalClients]
+}
+
+var _ lb.Picker = (*externalPicker)(nil)
+
+// of returns the picker that serves client.
+func (e *externalPicker) of(client netip.Addr) *picker {
+	if e.ext.state.Load().shortCircuit && e.local.Load().Contains(client) {
+		return e.fromNode
+	}
+	return e.ext
+}
+
+func (e *externalPicker) Pick(client netip.Addr) []netip.AddrPort { return e.of(client).Pick(client) }
+func (e *externalPicker) Connected(client netip.Addr, ep netip.AddrPort) {
+	e.of(client).Connected(client, ep)
+}
+func (e *externalPicker) Failed(client netip.Addr, ep netip.AddrPort) {
+	e.of(client).Failed(client, ep)
+}
+
+// KeepsSource implements lb.SourceKeeper: both classes keep it under a
+// Local policy, neither under Cluster.
+func (e *externalPicker) KeepsSource() bool { return e.ext.KeepsSource() }
 
 // epochClock measures time in nanoseconds since the balancer was made, so
 // affinity entries hold an int64 (monotonic with the real clock).

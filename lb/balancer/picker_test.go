@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -548,7 +549,12 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	held := 0
 	for _, k := range keys {
-		held += len(w.b.Picker(k).(*picker).aff.byClient)
+		switch p := w.b.Picker(k).(type) {
+		case *picker:
+			held += len(p.aff.byClient)
+		case *externalPicker:
+			held += len(p.ext.aff.byClient) + len(p.fromNode.aff.byClient)
+		}
 	}
 	if n := w.b.AffinityEntries(); n != held || n > 2*8 {
 		t.Errorf("affinity entries gauge = %d, tables hold %d, limit %d", n, held, 2*8)
@@ -605,4 +611,45 @@ func TestKeepsSource(t *testing.T) {
 			t.Error("KeepsSource stayed true after the policy became Cluster")
 		}
 	})
+}
+
+// TestExternalFromNodeShortCircuits: under externalTrafficPolicy Local,
+// external traffic from this node (its addresses, its pods by the
+// detector) goes to every cluster endpoint, as kube-proxy's short-circuit
+// sends it; other clients get this node's endpoints only, and a Cluster
+// policy changes nothing.
+func TestExternalFromNodeShortCircuits(t *testing.T) {
+	nodeAddr, pod, outside := netip.MustParseAddr("198.19.0.13"), netip.MustParseAddr("198.19.16.5"), netip.MustParseAddr("198.19.200.1")
+	locals := &LocalClients{Addrs: map[netip.Addr]bool{nodeAddr: true}, Pods: []netip.Prefix{netip.MustParsePrefix("198.19.16.0/24")}}
+	remoteOnly := []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode("node-b")), ep("198.19.1.2", onNode("node-b")))}
+	mixed := []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode(thisNode)), ep("198.19.1.2", onNode("node-b")))}
+	all := aps("198.19.1.1:8080", "198.19.1.2:8080")
+	for _, tc := range []struct {
+		name   string
+		opts   []svcOpt
+		slices []*discovery.EndpointSlice
+		locals *LocalClients
+		client netip.Addr
+		want   []netip.AddrPort
+	}{
+		{"Local, no local endpoint: an outside client gets none", []svcOpt{etpLocalNodePort}, remoteOnly, locals, outside, nil},
+		{"Local, no local endpoint: the node gets every endpoint", []svcOpt{etpLocalNodePort}, remoteOnly, locals, nodeAddr, all},
+		{"Local, no local endpoint: a pod gets every endpoint", []svcOpt{etpLocalNodePort}, remoteOnly, locals, pod, all},
+		{"Local: an outside client gets the local endpoint", []svcOpt{etpLocalNodePort}, mixed, locals, outside, aps("198.19.1.1:8080")},
+		{"Local: the node gets every endpoint", []svcOpt{etpLocalNodePort}, mixed, locals, nodeAddr, all},
+		{"Local, no local clients known: no short-circuit", []svcOpt{etpLocalNodePort}, remoteOnly, nil, nodeAddr, nil},
+		{"Cluster: every client gets every endpoint", nil, mixed, locals, outside, all},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, Config{})
+			w.b.SetLocalClients(tc.locals)
+			w.apply([]*v1.Service{service("s", tc.opts...)}, tc.slices)
+			p := w.b.Picker(key("s", External, ipfamily.IPv4))
+			got := slices.Clone(p.Pick(tc.client))
+			slices.SortFunc(got, netip.AddrPort.Compare)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Pick(%v) = %v, want %v", tc.client, got, tc.want)
+			}
+		})
+	}
 }

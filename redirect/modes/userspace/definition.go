@@ -32,14 +32,17 @@ func Definition() mode.Definition {
 func Missing(kernel.Features) []string { return nil }
 
 func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
-	// The relays proxy every connection themselves, so no rule tells pod
-	// traffic from other traffic: a detector has nothing to do here. Say so
-	// rather than ignore it silently.
-	if detector, err := s.LocalDetector(); err != nil {
+	// The detector tells which clients are this node's pods, whose external
+	// traffic a Local policy short-circuits. The interface detectors match
+	// where a packet came in, which a relay cannot see: say so rather than
+	// ignore them silently.
+	detector, err := s.LocalDetector()
+	if err != nil {
 		return nil, fmt.Errorf("userspace mode: %w", err)
-	} else if detector != (mode.LocalDetector{}) {
-		d.Logger.Info("Warning: --detect-local-mode has no effect in the userspace mode: its relays need no local-traffic detector",
-			"detectLocalMode", s.DetectLocalMode)
+	}
+	if !detector.ByCIDR() {
+		d.Logger.Info("Warning: the userspace mode cannot tell pods by their interface; with --detect-local-mode="+s.DetectLocalMode+
+			" only the node's own addresses are short-circuited under externalTrafficPolicy Local", "detectLocalMode", s.DetectLocalMode)
 	}
 	// One relay socket per connection end: the default soft limit of
 	// 1024 would cap the connections served.
@@ -52,6 +55,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 		Features: d.Features, NodeName: s.NodeName, NodePorts: s.NodePorts,
 		PortRange: s.Userspace.PortRange, UDPIdleTimeout: s.Userspace.UDPIdleTimeout, Registerer: d.Registry,
 		Portals: s.Userspace.Portals, LocalhostNodePorts: s.LocalhostNodePorts, Sysctls: d.Sysctls,
+		Detector: detector, ClusterCIDRs: s.ClusterCIDRs,
 	})
 	if err != nil {
 		return nil, err

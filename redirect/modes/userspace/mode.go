@@ -78,6 +78,11 @@ type Config struct {
 	// Holders names the sockets holding a service address local portals
 	// cannot bind; nil means the kernel's sock_diag. Tests pass fakes.
 	Holders sockdiag.Finder
+	// Detector is --detect-local-mode, and ClusterCIDRs --cluster-cidr: the
+	// pods whose external traffic a Local policy short-circuits to every
+	// endpoint, as kube-proxy does (LocalPods).
+	Detector     mode.LocalDetector
+	ClusterCIDRs []netip.Prefix
 }
 
 // Applier writes one family's portal rules.
@@ -279,6 +284,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	node := m.node(snap, local)
+	m.balancer.SetLocalClients(localClients(local, node.LocalPods))
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
 	m.updateKeptSources(ctx, snap, changes, local, prefixes)
 
@@ -619,11 +625,39 @@ func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam ipfamily.Family) p
 
 // node gathers what the portal rules need to know about this node.
 func (m *Mode) node(snap *servicemap.Snapshot, local []netip.Addr) portal.Node {
-	n := portal.Node{LocalAddresses: local, HostIPs: hostIPs(m.cfg.NodePorts.BindAddress, snap.Node, local)}
+	n := portal.Node{LocalAddresses: local, HostIPs: hostIPs(m.cfg.NodePorts.BindAddress, snap.Node, local),
+		LocalPods: m.localPods(snap.Node)}
 	for _, fam := range ipfamily.All() {
 		n.NodePortAddresses = append(n.NodePortAddresses, m.cfg.NodePorts.For(fam, snap.Node)...)
 	}
 	return n
+}
+
+// localPods are the sources kube-proxy's local-traffic detector takes for
+// this node's pods: --cluster-cidr, or the Node's pod CIDRs under NodeCIDR
+// (none before the Node is known). The interface detectors match where a
+// packet came in, which a relay does not see: none.
+func (m *Mode) localPods(node *servicemap.NodeInfo) []netip.Prefix {
+	switch d := m.cfg.Detector; {
+	case d.NodeCIDR:
+		if node == nil {
+			return nil
+		}
+		return node.PodCIDRs
+	case d.ByCIDR():
+		return m.cfg.ClusterCIDRs
+	}
+	return nil
+}
+
+// localClients are the clients whose external traffic starts on this node:
+// its own addresses and its pods.
+func localClients(local []netip.Addr, pods []netip.Prefix) *balancer.LocalClients {
+	l := &balancer.LocalClients{Addrs: make(map[netip.Addr]bool, len(local)), Pods: pods}
+	for _, a := range local {
+		l.Addrs[a.Unmap()] = true
+	}
+	return l
 }
 
 // hostIPs picks, per family, the address locally generated service traffic

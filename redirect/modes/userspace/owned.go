@@ -20,6 +20,7 @@ func Owned() owned.Objects {
 		{Table: nat, Name: portal.ChainNodePortHost},
 		{Table: filter, Name: portal.ChainNodePortNonLocal},
 		{Table: filter, Name: portal.ChainProxyPorts},
+		{Table: filter, Name: portal.ChainNoLocalEndpoints},
 		{Table: filter, Name: portal.ChainFirewall},
 	}}
 }

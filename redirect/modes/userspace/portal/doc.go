@@ -32,6 +32,12 @@ const (
 	// portal redirected may reach the relays), and so are new connections a
 	// portal redirected for a traffic class without endpoints (see refuse).
 	ChainProxyPorts = "KUBE-PROXY-PORTS"
+	// ChainNoLocalEndpoints (filter, from KUBE-PROXY-PORTS) drops new
+	// connections to a traffic class a Local policy left without endpoints,
+	// but lets through those that start on this node (its own addresses,
+	// its pods: Node.LocalPods), which the relays send to every endpoint,
+	// as kube-proxy's short-circuit does.
+	ChainNoLocalEndpoints = "KUBE-PROXY-NO-LOCAL"
 	// ChainFirewall (filter, from INPUT, FORWARD and OUTPUT) refuses traffic
 	// to LoadBalancer IPs from sources outside loadBalancerSourceRanges.
 	ChainFirewall = "KUBE-PORTALS-FIREWALL"
@@ -53,4 +59,4 @@ func natChains() []string {
 	return []string{ChainNodePortContainer, ChainNodePortHost, ChainPortalsContainer, ChainPortalsHost}
 }
 
-func filterChains() []string { return []string{ChainFirewall, ChainProxyPorts} }
+func filterChains() []string { return []string{ChainFirewall, ChainProxyPorts, ChainNoLocalEndpoints} }

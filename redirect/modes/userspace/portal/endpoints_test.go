@@ -189,12 +189,12 @@ func TestRefusalKeepsPortalsAndTargetsOneClass(t *testing.T) {
 			name:      "external class without local endpoints",
 			endpoints: ClassEndpoints{External: NoLocalEndpoints},
 			want: [][]string{
-				{"-p udp", `"default/web:dns has no local endpoints"`, "--ctorigdst 198.18.5.5 --ctorigdstport 53", "-j DROP"},
-				{"-p udp", "--ctorigdst 198.18.9.9 --ctorigdstport 53", "-j DROP"},
-				{"-p udp", "--ctstate NEW --ctorigdstport 30053 -j DROP"},
-				{"-p tcp", `"default/web:http has no local endpoints"`, "--ctorigdst 198.18.5.5 --ctorigdstport 80", "-j DROP"},
-				{"-p tcp", "--ctorigdst 198.18.9.9 --ctorigdstport 80", "-j DROP"},
-				{"-p tcp", "--ctstate NEW --ctorigdstport 30080 -j DROP"},
+				{"-p udp", `"default/web:dns has no local endpoints"`, "--ctorigdst 198.18.5.5 --ctorigdstport 53", "-j KUBE-PROXY-NO-LOCAL"},
+				{"-p udp", "--ctorigdst 198.18.9.9 --ctorigdstport 53", "-j KUBE-PROXY-NO-LOCAL"},
+				{"-p udp", "--ctstate NEW --ctorigdstport 30053 -j KUBE-PROXY-NO-LOCAL"},
+				{"-p tcp", `"default/web:http has no local endpoints"`, "--ctorigdst 198.18.5.5 --ctorigdstport 80", "-j KUBE-PROXY-NO-LOCAL"},
+				{"-p tcp", "--ctorigdst 198.18.9.9 --ctorigdstport 80", "-j KUBE-PROXY-NO-LOCAL"},
+				{"-p tcp", "--ctstate NEW --ctorigdstport 30080 -j KUBE-PROXY-NO-LOCAL"},
 			},
 		},
 	}

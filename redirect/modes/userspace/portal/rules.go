@@ -113,6 +113,12 @@ type Node struct {
 	// they open only on local addresses inside them (one rule per address);
 	// otherwise on every local address (-m addrtype --dst-type LOCAL).
 	NodePortAddresses []netip.Prefix
+	// LocalPods are the sources the local-traffic detector takes for this
+	// node's pods (--detect-local-mode by cluster or node CIDR). Like the
+	// node's own addresses, their connections to a class a Local policy
+	// left without endpoints are not dropped: the relays short-circuit
+	// them to every endpoint.
+	LocalPods []netip.Prefix
 	// CheckSocket: every TCP and UDP relay socket is IP_TRANSPARENT, which
 	// an unprivileged process cannot set. Redirected TCP and UDP traffic
 	// then passes KUBE-PROXY-PORTS only into such a socket, so a proxy port
@@ -202,6 +208,7 @@ func Build(fam ipfamily.Family, node Node, portals []Portal) (*Ruleset, error) {
 		}
 	}
 	rs.Filter.Rules = append(rs.Filter.Rules, b.proxyPortRules()...)
+	rs.Filter.Rules = append(rs.Filter.Rules, b.noLocalRules()...)
 	groupByChain(&rs.NAT)
 	groupByChain(&rs.Filter)
 	slices.SortFunc(rs.Claims, compareClaims)
@@ -252,6 +259,26 @@ func (b *builder) proxyPortRules() []Rule {
 	return append(rules, b.guards...)
 }
 
+// noLocalRules is KUBE-PROXY-NO-LOCAL: kube-proxy's "has no local
+// endpoints" DROP, which its DNAT of node-local traffic to another node's
+// endpoint (the short-circuit of its KUBE-EXT chains) never reaches; here
+// such connections return to KUBE-PROXY-PORTS' remaining checks and reach
+// the relay, whose picker short-circuits them the same way.
+func (b *builder) noLocalRules() []Rule {
+	if !b.noLocal {
+		return nil
+	}
+	comment := func(c string) []string { return []string{"-m", "comment", "--comment", c} }
+	rules := []Rule{{Chain: ChainNoLocalEndpoints, Args: slices.Concat(comment("this node's traffic goes to every endpoint"),
+		[]string{"-m", "addrtype", "--src-type", "LOCAL", "-j", "RETURN"})}}
+	for _, p := range ipfamily.Prefixes(b.node.LocalPods, b.fam) {
+		// iptables-save prints the source before any match.
+		rules = append(rules, Rule{Chain: ChainNoLocalEndpoints, Args: slices.Concat([]string{"-s", p.String()},
+			comment("this node's pods' traffic goes to every endpoint"), []string{"-j", "RETURN"})})
+	}
+	return append(rules, Rule{Chain: ChainNoLocalEndpoints, Args: slices.Concat(comment("no local endpoints"), []string{"-j", "DROP"})})
+}
+
 // groupByChain orders a table's rules chain by chain, in declaration order,
 // keeping each chain's rule order: the layout iptables-save prints.
 func groupByChain(t *Table) {
@@ -278,6 +305,8 @@ type builder struct {
 	guarded map[guardKey]bool
 	// guards and refusals are KUBE-PROXY-PORTS' rules (proxyPortRules).
 	guards, refusals []Rule
+	// noLocal: a refusal jumps to ChainNoLocalEndpoints (noLocalRules).
+	noLocal bool
 }
 
 func (b *builder) add(p Portal) error {
@@ -302,7 +331,7 @@ func (b *builder) add(p Portal) error {
 		}
 		b.guard(proto, pp, comment)
 		for _, ip := range clusterIPs {
-			b.refuse(p.Endpoints.Internal, ip, sp.Port, proto, sp.Name, pp)
+			b.refuse(p.Endpoints.Internal, false, ip, sp.Port, proto, sp.Name, pp)
 		}
 	}
 	pp := p.Proxy.External
@@ -314,19 +343,19 @@ func (b *builder) add(p Portal) error {
 	for _, ip := range ofFamily(sp.ExternalIPs, b.fam) {
 		b.portal(ip, netip.Prefix{}, sp.Port, proto, comment, pp)
 		b.claimIfLocal(ip, sp, proto)
-		b.refuse(state, ip, sp.Port, proto, sp.Name, pp)
+		b.refuse(state, true, ip, sp.Port, proto, sp.Name, pp)
 		external = true
 	}
 	for _, ip := range ofFamily(sp.LoadBalancerIPs, b.fam) {
 		if b.loadBalancer(ip, sp, proto, comment, pp) {
-			b.refuse(state, ip, sp.Port, proto, sp.Name, pp)
+			b.refuse(state, true, ip, sp.Port, proto, sp.Name, pp)
 		}
 		b.claimIfLocal(ip, sp, proto)
 		external = true
 	}
 	if sp.NodePort != 0 {
 		for _, dst := range b.nodePort(sp, proto, comment, pp) {
-			b.refuse(state, dst, sp.NodePort, proto, sp.Name, pp)
+			b.refuse(state, true, dst, sp.NodePort, proto, sp.Name, pp)
 		}
 		external = true
 	}
@@ -417,7 +446,9 @@ func (b *builder) guard(proto string, proxyPort uint16, comment string) {
 
 // refuse turns away new connections of a traffic class without endpoints
 // (state other than HasEndpoints) that a portal steered from dst:port (a
-// zero dst: any local address, for NodePorts) to proxyPort.
+// zero dst: any local address, for NodePorts) to proxyPort. external: the
+// class is External, whose clients on this node a Local policy does not
+// bind (noLocalRules).
 //
 // Where the refusal happens matters, because the nat table has already
 // rewritten the destination by the time a filter chain could REJECT. Two
@@ -444,12 +475,16 @@ func (b *builder) guard(proto string, proxyPort uint16, comment string) {
 // client's socket accepts it as the answer. Only NEW connections are
 // matched, as kube-proxy does: established ones (kept by the relay while,
 // say, every endpoint turned unready) are left alone.
-func (b *builder) refuse(state EndpointState, dst netip.Addr, port uint16, proto string, name servicemap.ServicePortName, proxyPort uint16) {
+func (b *builder) refuse(state EndpointState, external bool, dst netip.Addr, port uint16, proto string, name servicemap.ServicePortName, proxyPort uint16) {
 	var target []string
-	switch state {
-	case NoEndpoints:
+	switch {
+	case state == NoEndpoints:
 		target = reject(b.fam, proto)
-	case NoLocalEndpoints:
+	case state == NoLocalEndpoints && external:
+		// Traffic from this node is short-circuited (noLocalRules).
+		target = []string{"-j", ChainNoLocalEndpoints}
+		b.noLocal = true
+	case state == NoLocalEndpoints:
 		target = []string{"-j", "DROP"}
 	default:
 		return
