@@ -8,7 +8,8 @@
 // makes the endpoint's replies to that one flow local on the node, where
 // the kernel would otherwise forward them towards the client. That works
 // only where the replies pass through this node's IP layer: an endpoint on
-// this node, routed to from here. Keeper.Keeps says which dials qualify.
+// this node, routed to from here, or any endpoint for a client that is a
+// pod of this node. Keeper.Keeps says which dials qualify.
 //
 // The package holds the decision and the socket; programming the kernel
 // (the policy rules) is the Steering's job, in redirect/replyroute.
@@ -60,6 +61,13 @@ type View struct {
 	// client in one of them share a link (a bridge of pods): the endpoint
 	// answers the client directly, past the node, so such dials stay plain.
 	OnLink []netip.Prefix
+	// Pods are the pods' prefixes by the local-traffic detector. A pod on
+	// one of the node's links is this node's: every other node routes its
+	// address through this one, so an endpoint anywhere answers it here.
+	Pods []netip.Prefix
+	// Services are the service addresses, which an endpoint elsewhere must
+	// not be (they could lead back into kproxy).
+	Services map[netip.Addr]bool
 }
 
 // Keeper decides per dial and opens the transparent sockets. A nil *Keeper
@@ -92,15 +100,31 @@ func (k *Keeper) Keeps(client, ep netip.Addr) bool {
 		return false
 	case !client.IsGlobalUnicast(), client.Is4() != ep.Is4(): // loopback, link-local, …
 		return false
-	case !v.Endpoints[ep] || v.NodeAddrs[client]:
+	case v.NodeAddrs[client]:
 		return false
 	}
+	onLink := false
 	for _, p := range v.OnLink {
 		if p.Contains(ep) && p.Contains(client) {
 			return false
 		}
+		onLink = onLink || p.Contains(client)
 	}
-	return true
+	if v.Endpoints[ep] {
+		return true
+	}
+	// An endpoint on another node answers through this one only a client
+	// this node routes: one of its own pods.
+	return onLink && containsAddr(v.Pods, client) && !v.NodeAddrs[ep] && !v.Services[ep]
+}
+
+func containsAddr(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // Open opens the upstream socket of a dial for client to ep, not yet

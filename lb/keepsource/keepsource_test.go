@@ -15,6 +15,8 @@ func TestKeeps(t *testing.T) {
 		Endpoints: map[netip.Addr]bool{a("198.19.1.12"): true, a("fd00:19:1::12"): true},
 		NodeAddrs: map[netip.Addr]bool{a("198.19.0.1"): true, a("198.19.1.1"): true},
 		OnLink:    []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24"), netip.MustParsePrefix("198.19.1.0/24")},
+		Pods:      []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24"), netip.MustParsePrefix("198.19.4.0/22")},
+		Services:  map[netip.Addr]bool{a("198.19.8.8"): true},
 	}
 	for _, tc := range []struct {
 		name       string
@@ -26,7 +28,13 @@ func TestKeeps(t *testing.T) {
 		{"a client on another link of the node", view, a("198.19.0.2"), a("198.19.1.12"), true},
 		{"IPv4-mapped addresses are IPv4", view, a("::ffff:198.19.200.1"), a("::ffff:198.19.1.12"), true},
 		{"IPv6", view, a("fd00:19::2"), a("fd00:19:1::12"), true},
-		{"an endpoint not on this node", view, a("198.19.200.1"), a("198.19.1.13"), false},
+		{"an endpoint not on this node, a client elsewhere", view, a("198.19.200.1"), a("198.19.9.13"), false},
+		{"an endpoint not on this node, a pod of this node", view, a("198.19.1.11"), a("198.19.9.13"), true},
+		{"an endpoint not on this node, a pod of another node", view, a("198.19.5.11"), a("198.19.9.13"), false},
+		{"an endpoint not on this node on the client pod's own link", view, a("198.19.1.11"), a("198.19.1.13"), false},
+		{"a pod of this node, a service address as endpoint", view, a("198.19.1.11"), a("198.19.8.8"), false},
+		{"a pod of this node, the node as endpoint", view, a("198.19.1.11"), a("198.19.0.1"), false},
+		{"a host on the node's uplink (no pod), an endpoint elsewhere", view, a("198.19.0.2"), a("198.19.9.13"), false},
 		{"hairpin: the endpoint is the client", view, a("198.19.1.12"), a("198.19.1.12"), false},
 		{"a client on the endpoint's own link", view, a("198.19.1.11"), a("198.19.1.12"), false},
 		{"a client on the node", view, a("198.19.0.1"), a("198.19.1.12"), false},

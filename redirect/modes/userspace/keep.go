@@ -91,11 +91,12 @@ func localEndpointsOf(sp *servicemap.ServicePort) []netip.Addr {
 
 // update recounts the changed service ports (every one when all) and gives
 // the keeper a new view: the counted endpoints that are neither service
-// nor node addresses, the node's addresses and its links' prefixes. With
+// nor node addresses, the node's addresses, its links' prefixes, the pods'
+// prefixes (by the local-traffic detector) and the service addresses. With
 // the prefixes unknown (nil), it keeps no address until the next sync: a
 // client on an endpoint's own link would be answered past the node.
 func (k *keptSources) update(snap *servicemap.Snapshot, changes *servicemap.ChangeSet, all bool,
-	nodeAddrs []netip.Addr, prefixes []netip.Prefix) {
+	nodeAddrs []netip.Addr, prefixes, pods []netip.Prefix) {
 	fams := ipfamily.All()
 	if all || k.from == nil {
 		k.endpoints, k.services = addressCount{}, addressCount{}
@@ -121,7 +122,16 @@ func (k *keptSources) update(snap *servicemap.Snapshot, changes *servicemap.Chan
 		k.keeper.SetView(nil)
 		return
 	}
-	v := &keepsource.View{Endpoints: map[netip.Addr]bool{}, NodeAddrs: map[netip.Addr]bool{}, OnLink: prefixes}
+	v := &keepsource.View{Endpoints: map[netip.Addr]bool{}, NodeAddrs: map[netip.Addr]bool{}, OnLink: prefixes, Pods: pods}
+	if len(pods) > 0 {
+		// Only dials to endpoints elsewhere, which need pods, look them up.
+		v.Services = make(map[netip.Addr]bool, len(k.services))
+		for a, n := range k.services {
+			if n > 0 {
+				v.Services[a] = true
+			}
+		}
+	}
 	for _, a := range nodeAddrs {
 		v.NodeAddrs[a.Unmap()] = true
 	}

@@ -286,7 +286,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	node := m.node(snap, local)
 	m.balancer.SetLocalClients(localClients(local, node.LocalPods))
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
-	m.updateKeptSources(ctx, snap, changes, local, prefixes)
+	m.updateKeptSources(ctx, snap, changes, local, prefixes, node.LocalPods)
 
 	// Sockets and steering before routes, and routes away before steering:
 	// a service address is local only while what serves it is in place, so
@@ -519,8 +519,8 @@ func (m *Mode) Close() error {
 // syncs also put back the reply table's route and the socket-match tables
 // if someone took them. prefixes nil (unknown) keeps no address.
 func (m *Mode) updateKeptSources(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet,
-	local []netip.Addr, prefixes []netip.Prefix) {
-	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes)
+	local []netip.Addr, prefixes, pods []netip.Prefix) {
+	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes, pods)
 	if !changes.Full && !changes.Periodic {
 		return
 	}
