@@ -99,6 +99,9 @@ type Mode struct {
 	logger   klog.Logger
 	metrics  *lbmetrics.Metrics
 	balancer *balancer.Balancer
+	// fromNode are the node's addresses (as host prefixes) and its pods'
+	// prefixes: the clients a Local policy short-circuits (localClients).
+	fromNode []netip.Prefix
 	alloc    *ports.Allocator
 	claimer  *portal.Claimer
 	unserved *sctprelay.UnservedReporter
@@ -285,6 +288,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 	}
 	node := m.node(snap, local)
 	m.balancer.SetLocalClients(localClients(local, node.LocalPods))
+	m.fromNode = fromNode(local, node.LocalPods)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
 	m.updateKeptSources(ctx, snap, changes, local, prefixes, node.LocalPods)
 
@@ -648,6 +652,19 @@ func (m *Mode) localPods(node *servicemap.NodeInfo) []netip.Prefix {
 		return m.cfg.ClusterCIDRs
 	}
 	return nil
+}
+
+// fromNode is localClients as prefixes, for the local portals' socket
+// filters, in a stable order (a changed list re-attaches them).
+func fromNode(local []netip.Addr, pods []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(local)+len(pods))
+	for _, a := range local {
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	out = append(out, pods...)
+	slices.SortFunc(out, netip.Prefix.Compare)
+	return slices.Compact(out)
 }
 
 // localClients are the clients whose external traffic starts on this node:

@@ -178,6 +178,8 @@ type server struct {
 	udp      *udprelay.Relay
 	sctp     *sctprelay.Relay
 	dropping bool
+	// letThrough are the sources a dropping socket still serves.
+	letThrough []netip.Prefix
 	// awaitingGuard: a REDIRECT portal's UDP socket drops every datagram
 	// until the portal rules, with the guard refusing datagrams that were
 	// not DNATed to it, are in the kernel. (UDP cannot tell a redirected
@@ -246,6 +248,11 @@ func (m *Mode) syncListeners(r *relay, state portal.EndpointState) []error {
 	}
 	var errs []error
 	drop := state == portal.NoLocalEndpoints
+	var letThrough []netip.Prefix
+	if drop && r.key.Class == balancer.External {
+		// The node's own and its pods' clients are short-circuited.
+		letThrough = m.fromNode
+	}
 	for _, ap := range want {
 		s, ok := r.servers[ap]
 		if !ok {
@@ -259,12 +266,12 @@ func (m *Mode) syncListeners(r *relay, state portal.EndpointState) []error {
 			}
 			r.servers[ap] = s
 		}
-		if s.dropping != drop {
-			if err := setDropAll(s.raw, drop); err != nil {
+		if s.dropping != drop || !slices.Equal(s.letThrough, letThrough) {
+			if err := setDropUnless(s.raw, drop, r.key.Family, letThrough); err != nil {
 				errs = append(errs, fmt.Errorf("%s on %s: %w", r.key, ap, err))
 				continue
 			}
-			s.dropping = drop
+			s.dropping, s.letThrough = drop, letThrough
 		}
 	}
 	return errs

@@ -3,6 +3,7 @@ package userspace
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,69 @@ func setDropAll(raw syscall.RawConn, drop bool) error {
 		return err
 	}
 	return sockErr
+}
+
+// setDropUnless attaches (drop) or detaches a socket filter like
+// setDropAll's that lets through what comes from the allowed sources of
+// fam: a local portal's listener of a Local-policy class without local
+// endpoints drops outside clients and serves the node's own, which its
+// relay short-circuits to every endpoint.
+func setDropUnless(raw syscall.RawConn, drop bool, fam ipfamily.Family, allowed []netip.Prefix) error {
+	if !drop {
+		return setDropAll(raw, false)
+	}
+	prog, err := dropUnlessFilter(fam, allowed)
+	if err != nil {
+		return err
+	}
+	var sockErr error
+	err = raw.Control(func(fd uintptr) {
+		fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+		sockErr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog)
+	})
+	if err != nil {
+		return err
+	}
+	return sockErr
+}
+
+// dropUnlessFilter is a classic BPF socket filter that keeps a packet whose
+// IP source is in one of allowed (those of fam) and drops any other. The
+// source is read from the network header (SKF_NET_OFF), one 32-bit word
+// at a time, each masked by the prefix.
+func dropUnlessFilter(fam ipfamily.Family, allowed []netip.Prefix) ([]unix.SockFilter, error) {
+	// SKF_NET_OFF: negative offsets read relative to the network header.
+	srcOff := int32(-0x100000 + 12)
+	if fam == ipfamily.IPv6 {
+		srcOff = -0x100000 + 8
+	}
+	var prog []unix.SockFilter
+	for _, p := range ipfamily.Prefixes(allowed, fam) {
+		addr := p.Masked().Addr().AsSlice()
+		var block []unix.SockFilter
+		for w := 0; w*32 < p.Bits(); w++ {
+			bits := min(p.Bits()-w*32, 32)
+			mask := uint32(0xffffffff) << (32 - bits)
+			word := uint32(addr[4*w])<<24 | uint32(addr[4*w+1])<<16 | uint32(addr[4*w+2])<<8 | uint32(addr[4*w+3])
+			block = append(block,
+				unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(srcOff + int32(4*w))},
+				unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: mask},
+				unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: word})
+		}
+		block = append(block, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0xffffffff})
+		// A word that differs skips to the next prefix's block.
+		for i := range block {
+			if block[i].Code == unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K {
+				block[i].Jf = uint8(len(block) - i - 1)
+			}
+		}
+		prog = append(prog, block...)
+	}
+	prog = append(prog, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0})
+	if len(prog) > 4096 { // BPF_MAXINSNS
+		return nil, fmt.Errorf("a socket filter for %d allowed source prefixes is too long", len(allowed))
+	}
+	return prog, nil
 }
 
 // awaitGuard makes a new proxy socket drop what it receives and discards

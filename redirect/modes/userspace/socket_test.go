@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/bench/lab"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -109,6 +112,66 @@ func TestRelaySocketsMarkedWhereRulesCheckThem(t *testing.T) {
 			}
 			if sockets != 2 {
 				t.Errorf("%d relay sockets, want 2 (one TCP, one UDP)", sockets)
+			}
+		})
+	}
+}
+
+// TestDropUnlessFilter: a UDP socket with the filter receives datagrams
+// from the allowed sources of its family only (loopback addresses stand in
+// for the node's and for a pod prefix).
+func TestDropUnlessFilter(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	for _, tc := range []struct {
+		name, network, listen string
+		allowed               []netip.Prefix
+		from                  string
+		want                  bool
+	}{
+		{"IPv4, an allowed host", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}, "127.0.0.2", true},
+		{"IPv4, inside an allowed prefix", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.8.0/22")}, "127.0.9.7", true},
+		{"IPv4, outside", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.8.0/22")}, "127.0.0.3", false},
+		{"IPv4, nothing allowed", "udp4", "127.0.0.1:0", nil, "127.0.0.2", false},
+		{"IPv4, an IPv6 prefix does not count", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("::/0")}, "127.0.0.2", false},
+		{"IPv6, the allowed host", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("::1/128")}, "::1", true},
+		{"IPv6, outside", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00::/64")}, "::1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.ListenPacket(tc.network, tc.listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			raw, err := c.(*net.UDPConn).SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fam := ipfamily.Of(netip.MustParseAddrPort(c.LocalAddr().String()).Addr())
+			if err := setDropUnless(raw, true, fam, tc.allowed); err != nil {
+				t.Fatalf("setDropUnless: %v", err)
+			}
+			from := net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(tc.from), 0))
+			s, err := net.DialUDP(tc.network, from, c.LocalAddr().(*net.UDPAddr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			// One that must come may take long on a busy machine; one that
+			// must not is waited for briefly (a late one could only hide
+			// a failure, never make one).
+			wait := 300 * time.Millisecond
+			if tc.want {
+				wait = 10 * time.Second
+			}
+			_ = c.SetReadDeadline(time.Now().Add(wait))
+			_, _, err = c.ReadFrom(make([]byte, 8))
+			if got := err == nil; got != tc.want {
+				t.Errorf("datagram from %s received: %t (%v), want %t", tc.from, got, err, tc.want)
 			}
 		})
 	}
