@@ -2,7 +2,7 @@ package guest_test
 
 import (
 	"bytes"
-	"net/http"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,22 +149,17 @@ func syncOnce(t *testing.T, name string, args ...string) {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s %s printed:\n%s", name, strings.Join(args, " "), out.String())
+		}
+	})
 	// The guest's system calls are slow: kproxy's start takes seconds,
 	// more under strace.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := http.Get("http://127.0.0.1:10249/metrics")
-		if err == nil {
-			var body bytes.Buffer
-			_, _ = body.ReadFrom(resp.Body)
-			resp.Body.Close()
-			if strings.Contains(body.String(), "\nkubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1\n") {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s %s did not finish a first sync within two minutes; output:\n%s", name, strings.Join(args, " "), out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	lab.Within(t, 2*time.Minute, "kproxy's first sync", func() (bool, string) {
+		v, ok := lab.Metric(lab.SyncCountMetric)
+		var got int
+		_, err := fmt.Sscan(v, &got)
+		return ok && err == nil && got >= 1, v
+	})
 }
