@@ -167,7 +167,7 @@ conformance: conformance-images kube-proxy-image $(if $(CLUSTER_IMAGE),,image)
 	$(GO) build -o bin/kconformance ./bench/conformance/cmd/kconformance
 	bin/kconformance -dir $(CLUSTER_DIR) -tools $(TOOLS_BIN) -out $(CONFORMANCE_OUT) -proxies '$(CONFORMANCE_PROXIES)' \
 		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)') \
-		-kproxy bin/image/kproxy -kube-proxy bin/image/kube-proxy -kube-proxy-image $(KUBE_PROXY_IMAGE) \
+		-kproxy bin/image/kproxy -kproxy-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -kube-proxy bin/image/kube-proxy -kube-proxy-image $(KUBE_PROXY_IMAGE) \
 		-commit '$(GIT_COMMIT)$(if $(filter dirty,$(GIT_TREE_STATE)), (dirty))' \
 		-command 'make conformance CONFORMANCE_PROXIES=$(CONFORMANCE_PROXIES) CONFORMANCE_SPECS=$(CONFORMANCE_SPECS)$(if $(CONFORMANCE_FOCUS), CONFORMANCE_FOCUS=…)'
 

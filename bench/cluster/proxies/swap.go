@@ -43,10 +43,13 @@ type Swapper struct {
 	// KproxyBinary and KubeProxyBinary run --cleanup on the nodes: the
 	// binaries the images carry.
 	KproxyBinary, KubeProxyBinary string
-	// KubeProxyArchive is the reference kube-proxy's OCI archive (make
-	// kube-proxy-image), imported into every node before its first use.
-	KubeProxyArchive string
-	imported         bool
+	// KproxyArchive (make image) and KubeProxyArchive, the reference
+	// kube-proxy's (make kube-proxy-image), are the OCI archives imported
+	// into every node before the run's first configuration of that proxy:
+	// a cluster left up by an earlier run holds an older kproxy under the
+	// same tag. An empty KproxyArchive keeps the nodes' kproxy image.
+	KproxyArchive, KubeProxyArchive string
+	imported                        map[string]bool
 }
 
 // proxyNames name the DaemonSet and ConfigMap of each proxy: what Remove
@@ -124,17 +127,30 @@ func (s *Swapper) Cleanup(ctx context.Context, cfg Config) error {
 	})
 }
 
+// importImage imports proxy's archive into every node, once per Swapper.
+func (s *Swapper) importImage(proxy string) error {
+	archive, ref := s.KproxyArchive, KproxyImage
+	if proxy == KubeProxy {
+		archive, ref = s.KubeProxyArchive, KubeProxyImage
+	}
+	if archive == "" || s.imported[proxy] {
+		return nil
+	}
+	if err := s.eachNode(func(n cluster.Node) error { return cluster.ImportImage(s.StateDir, n, archive, ref) }); err != nil {
+		return err
+	}
+	if s.imported == nil {
+		s.imported = map[string]bool{}
+	}
+	s.imported[proxy] = true
+	return nil
+}
+
 // Install rolls cfg out and waits until its pods are ready on every node
 // and every node reaches the cluster's Services through it.
 func (s *Swapper) Install(ctx context.Context, cfg Config) error {
-	if cfg.Proxy == KubeProxy && !s.imported {
-		err := s.eachNode(func(n cluster.Node) error {
-			return cluster.ImportImage(s.StateDir, n, s.KubeProxyArchive, KubeProxyImage)
-		})
-		if err != nil {
-			return err
-		}
-		s.imported = true
+	if err := s.importImage(cfg.Proxy); err != nil {
+		return err
 	}
 	objs, err := Objects(cfg, s.KproxyManifest)
 	if err != nil {

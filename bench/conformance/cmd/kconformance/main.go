@@ -4,7 +4,8 @@
 // kproxy.dev/kproxy/bench/cluster/proxies), and writes the reports:
 //
 //	kconformance [-dir CLUSTER_DIR] [-tools DIR] [-out DIR] [-specs services|conformance|wide|serial]
-//	             [-focus RE] [-skip RE] [-proxies LIST|all] [-kproxy FILE] [-kube-proxy FILE] [-kube-proxy-image FILE]
+//	             [-focus RE] [-skip RE] [-proxies LIST|all] [-kproxy FILE] [-kproxy-image FILE] [-kube-proxy FILE]
+//	             [-kube-proxy-image FILE]
 //	kconformance compare OLD.json NEW.json
 //	kconformance render REPORT.json
 //	kconformance merge OUT.json REPORT.json...
@@ -117,7 +118,8 @@ func compare(args []string, out io.Writer) error {
 type options struct {
 	dir, tools, out, focus, skip, selection string
 	manifest, kproxyBin, kubeProxyBin       string
-	kubeProxyImage, commit, command         string
+	kproxyImage, kubeProxyImage             string
+	commit, command                         string
 	timeout                                 time.Duration
 }
 
@@ -133,6 +135,7 @@ func run() error {
 	flag.StringVar(&o.manifest, "manifest", "deploy/kproxy.yaml", "kproxy's manifest")
 	flag.StringVar(&o.kproxyBin, "kproxy", "bin/image/kproxy", "kproxy binary for --cleanup on the nodes (the image's)")
 	flag.StringVar(&o.kubeProxyBin, "kube-proxy", "bin/image/kube-proxy", "kube-proxy binary for --cleanup on the nodes (the image's)")
+	flag.StringVar(&o.kproxyImage, "kproxy-image", "bin/kproxy-image.oci.tar", "kproxy's OCI archive (make image), imported into the nodes first")
 	flag.StringVar(&o.kubeProxyImage, "kube-proxy-image", "bin/kube-proxy-image.oci.tar", "kube-proxy's OCI archive (make kube-proxy-image)")
 	flag.StringVar(&o.commit, "commit", "", "the checkout's commit, for the report")
 	flag.StringVar(&o.command, "command", "", "the command that ran this, for the report (default: this one)")
@@ -156,7 +159,7 @@ func run() error {
 		return err
 	}
 	for _, need := range []struct{ path, from string }{
-		{o.kproxyBin, "make image"}, {o.kubeProxyBin, "make kube-proxy-image"}, {o.kubeProxyImage, "make kube-proxy-image"},
+		{o.kproxyBin, "make image"}, {o.kproxyImage, "make image"}, {o.kubeProxyBin, "make kube-proxy-image"}, {o.kubeProxyImage, "make kube-proxy-image"},
 	} {
 		if _, err := os.Stat(need.path); err != nil {
 			return fmt.Errorf("%s is missing (%s builds it): %w", need.path, need.from, err)
@@ -181,7 +184,7 @@ func run() error {
 	}
 	swap := &proxies.Swapper{Client: client, StateDir: o.dir, Nodes: cluster.Nodes(len(nodes.Items)),
 		KproxyManifest: string(manifest), KproxyBinary: abs(o.kproxyBin), KubeProxyBinary: abs(o.kubeProxyBin),
-		KubeProxyArchive: abs(o.kubeProxyImage)}
+		KproxyArchive: abs(o.kproxyImage), KubeProxyArchive: abs(o.kubeProxyImage)}
 	report := conformance.Report{Schema: conformance.SchemaVersion, Header: conformance.Header{
 		Date: time.Now().UTC(), Kernel: kernelRelease(), Cores: runtime.NumCPU(), Commit: o.commit,
 		Command: o.command, Nodes: len(nodes.Items), Focus: o.focus, Skip: o.skip}}
