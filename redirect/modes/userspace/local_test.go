@@ -211,3 +211,24 @@ func TestRedirectPortalsWithoutNetfilterIsAClearError(t *testing.T) {
 		t.Fatalf("New with REDIRECT portals and no iptables = %v; want an error naming the flag and the way out", err)
 	}
 }
+
+func TestNodePods(t *testing.T) {
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name        string
+		pods, links []netip.Prefix
+		want        []netip.Prefix
+	}{
+		{"a bridge of pods inside the cluster CIDR", []netip.Prefix{p("198.19.16.0/20")}, []netip.Prefix{p("198.19.0.11/24"), p("198.19.16.1/24")}, []netip.Prefix{p("198.19.16.0/24")}},
+		{"the node's pod CIDR on its bridge", []netip.Prefix{p("198.19.16.0/24")}, []netip.Prefix{p("198.19.16.1/20")}, []netip.Prefix{p("198.19.16.0/24")}},
+		{"point-to-point pod links: only the gateway address", []netip.Prefix{p("198.19.16.0/20")}, []netip.Prefix{p("198.19.0.11/24"), p("198.19.16.1/32")}, []netip.Prefix{p("198.19.16.1/32")}},
+		{"no detector", nil, []netip.Prefix{p("198.19.16.1/24")}, nil},
+		{"links unknown", []netip.Prefix{p("198.19.16.0/20")}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nodePods(tc.pods, tc.links); !slices.Equal(got, tc.want) {
+				t.Errorf("nodePods = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

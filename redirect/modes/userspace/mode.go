@@ -287,6 +287,7 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	node := m.node(snap, local)
+	node.LocalPods = nodePods(m.localPods(snap.Node), prefixes)
 	m.balancer.SetLocalClients(localClients(local, node.LocalPods))
 	m.fromNode = fromNode(local, node.LocalPods)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
@@ -629,8 +630,7 @@ func (m *Mode) endpointStates(sp *servicemap.ServicePort, fam ipfamily.Family) p
 
 // node gathers what the portal rules need to know about this node.
 func (m *Mode) node(snap *servicemap.Snapshot, local []netip.Addr) portal.Node {
-	n := portal.Node{LocalAddresses: local, HostIPs: hostIPs(m.cfg.NodePorts.BindAddress, snap.Node, local),
-		LocalPods: m.localPods(snap.Node)}
+	n := portal.Node{LocalAddresses: local, HostIPs: hostIPs(m.cfg.NodePorts.BindAddress, snap.Node, local)}
 	for _, fam := range ipfamily.All() {
 		n.NodePortAddresses = append(n.NodePortAddresses, m.cfg.NodePorts.For(fam, snap.Node)...)
 	}
@@ -652,6 +652,28 @@ func (m *Mode) localPods(node *servicemap.NodeInfo) []netip.Prefix {
 		return m.cfg.ClusterCIDRs
 	}
 	return nil
+}
+
+// nodePods narrows the detector's pod prefixes to this node's pods: the
+// parts on one of the node's links. Only their traffic comes back through
+// this node, so only they can be short-circuited; kube-proxy's rule matches
+// another node's pods too, but the endpoint's replies bypass the node that
+// DNATed them and the connection fails (an upstream spec expects that).
+func nodePods(pods, links []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range pods {
+		for _, l := range links {
+			switch {
+			case !p.Overlaps(l):
+			case p.Bits() >= l.Bits():
+				out = append(out, p.Masked())
+			default:
+				out = append(out, l.Masked())
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Prefix.Compare)
+	return slices.Compact(out)
 }
 
 // fromNode is localClients as prefixes, for the local portals' socket
