@@ -31,6 +31,11 @@ type keptSources struct {
 	// they may lead back into kproxy).
 	endpoints, services addressCount
 	from                *servicemap.Snapshot
+	// serviceSet is services as the views hold it: never changed once
+	// made, made again only when an address came or went (at tens of
+	// thousands of services a copy per sync would be most of a sync).
+	// Nil while no view needs it (no pods known).
+	serviceSet map[netip.Addr]bool
 }
 
 // newKeptSources steers the replies of the REDIRECT-portal families with
@@ -98,6 +103,7 @@ func localEndpointsOf(sp *servicemap.ServicePort) []netip.Addr {
 func (k *keptSources) update(snap *servicemap.Snapshot, changes *servicemap.ChangeSet, all bool,
 	nodeAddrs []netip.Addr, prefixes, pods []netip.Prefix) {
 	fams := ipfamily.All()
+	servicesChanged := true
 	if all || k.from == nil {
 		k.endpoints, k.services = addressCount{}, addressCount{}
 		for name, sp := range snap.All() {
@@ -109,29 +115,33 @@ func (k *keptSources) update(snap *servicemap.Snapshot, changes *servicemap.Chan
 			}
 		}
 	} else {
-		before := map[netip.Addr]int{}
+		before, servicesBefore := map[netip.Addr]int{}, map[netip.Addr]int{}
 		for _, name := range changes.Changed {
 			was, _ := k.from.Get(name)
 			is, _ := snap.Get(name)
 			move(k.endpoints, before, localEndpointsOf(was), localEndpointsOf(is))
-			move(k.services, before, addressesOf(name, was, fams, true), addressesOf(name, is, fams, true))
+			move(k.services, servicesBefore, addressesOf(name, was, fams, true), addressesOf(name, is, fams, true))
 		}
+		came, went := cameAndWent(k.services, servicesBefore)
+		servicesChanged = len(came)+len(went) > 0
 	}
 	k.from = snap
+	switch {
+	case len(pods) == 0:
+		// Only dials to endpoints elsewhere, which need pods, look them up.
+		k.serviceSet = nil
+	case servicesChanged || k.serviceSet == nil:
+		k.serviceSet = make(map[netip.Addr]bool, len(k.services))
+		for a := range k.services {
+			k.serviceSet[a] = true
+		}
+	}
 	if prefixes == nil {
 		k.keeper.SetView(nil)
 		return
 	}
 	v := &keepsource.View{Endpoints: map[netip.Addr]bool{}, NodeAddrs: map[netip.Addr]bool{}, OnLink: prefixes, Pods: pods}
-	if len(pods) > 0 {
-		// Only dials to endpoints elsewhere, which need pods, look them up.
-		v.Services = make(map[netip.Addr]bool, len(k.services))
-		for a, n := range k.services {
-			if n > 0 {
-				v.Services[a] = true
-			}
-		}
-	}
+	v.Services = k.serviceSet
 	for _, a := range nodeAddrs {
 		v.NodeAddrs[a.Unmap()] = true
 	}
