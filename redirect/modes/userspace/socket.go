@@ -47,13 +47,11 @@ func localPortalListenConfig() *net.ListenConfig {
 // clients retry as kube-proxy's DROP for a Local traffic policy without
 // local endpoints does, while the socket keeps its port.
 func setDropAll(raw syscall.RawConn, drop bool) error {
+	if drop {
+		return attachFilter(raw, []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}})
+	}
 	var sockErr error
 	err := raw.Control(func(fd uintptr) {
-		if drop {
-			prog := unix.SockFprog{Len: 1, Filter: &[]unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}[0]}
-			sockErr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog)
-			return
-		}
 		sockErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0)
 		if sockErr == unix.ENOENT {
 			sockErr = nil // no filter was attached
@@ -78,8 +76,13 @@ func setDropUnless(raw syscall.RawConn, drop bool, fam ipfamily.Family, allowed 
 	if err != nil {
 		return err
 	}
+	return attachFilter(raw, prog)
+}
+
+// attachFilter attaches the classic BPF socket filter prog, replacing any.
+func attachFilter(raw syscall.RawConn, prog []unix.SockFilter) error {
 	var sockErr error
-	err = raw.Control(func(fd uintptr) {
+	err := raw.Control(func(fd uintptr) {
 		fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 		sockErr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog)
 	})
