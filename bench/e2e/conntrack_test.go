@@ -199,13 +199,15 @@ func TestConntrackEndpointRemovalOnEveryDestination(t *testing.T) {
 
 		// New endpoints leave established flows where they are.
 		added := applyCT(t, l, ctServices{backends: l.backends, webBackends: l.backends}.render(), clients)
+		for i, c := range clients {
+			lab.Within(t, ctMoveBound+time.Since(added.synced), c.what+" answered after the sync that added endpoints", func() (bool, string) {
+				after := c.flow.since(added.marks[i])
+				return len(after) > 0 && !after[len(after)-1].at.Before(added.synced), fmt.Sprintf("replies since the change: %v", after)
+			})
+		}
 		time.Sleep(4 * ctQuiet)
 		for i, c := range clients {
-			after := c.flow.since(added.marks[i])
-			if len(after) == 0 || after[len(after)-1].at.Before(added.synced) {
-				t.Fatalf("%s got no reply after endpoints were added: %v", c.what, after)
-			}
-			for _, r := range after {
+			for _, r := range c.flow.since(added.marks[i]) {
 				if r.backend != "backend-1" {
 					t.Fatalf("%s moved to %s when endpoints were added, want it left on backend-1", c.what, r.backend)
 				}

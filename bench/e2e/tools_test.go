@@ -49,8 +49,8 @@ func wantRefusesWithoutNFT(t *testing.T, l *e2eLab) {
 	kp := l.topo.Node.Start("env", append([]string{"PATH=" + lab.PathWithout(t, "nft"), l.bin}, args...)...)
 	select {
 	case <-kp.Exited():
-	case <-time.After(lab.EventuallyTimeout):
-		t.Fatalf("kproxy --proxy-mode=nftables without nft still runs after %v:\n%s", lab.EventuallyTimeout, kp.Log())
+	case <-time.After(lab.SetupBound()):
+		t.Fatalf("kproxy --proxy-mode=nftables without nft still runs after %v:\n%s", lab.SetupBound(), kp.Log())
 	}
 	log := kp.Log()
 	if kp.ExitCode() == 0 || !strings.Contains(log, "nft tool") {
