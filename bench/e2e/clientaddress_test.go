@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -158,6 +159,55 @@ func TestUserspaceKeepsClientAddress(t *testing.T) {
 				t.Errorf("after kproxy --cleanup:\n%s", left)
 			}
 		})
+	})
+}
+
+// Routed pods: point-to-point pod networks put each pod behind a veth and a
+// /32 route, on none of the node's link prefixes.
+const (
+	routedPodCIDR  = "198.19.16.0/20"
+	routedPod      = "198.19.16.5"
+	routedPodGW    = "198.19.16.1"
+	otherRoutedPod = "198.19.40.5"
+	otherRoutedGW  = "198.19.40.1"
+)
+
+// A pod of this node keeps its address to an endpoint on another node too,
+// whose replies come back through this node, when the pod is routed on a
+// veth of its own (no link prefix of the node holds it) and started after
+// kproxy's last sync: the node's routes tell it from another node's pod. A
+// routed address outside the detector's --cluster-cidr is no pod, and is
+// dialled from the node.
+func TestUserspaceKeepsRoutedPodAddress(t *testing.T) {
+	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
+		l := startLab(t, m, clientAddressServices, "--cluster-cidr="+routedPodCIDR)
+		if l == nil {
+			return
+		}
+		pod, err := l.topo.AddRoutedPod("ptp", netip.MustParseAddr(routedPod), netip.MustParseAddr(routedPodGW))
+		if err != nil {
+			t.Fatal(err)
+		}
+		notPod, err := l.topo.AddRoutedPod("ptp-out", netip.MustParseAddr(otherRoutedPod), netip.MustParseAddr(otherRoutedGW))
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := l.topo.Node.PodIPv4.String()
+		udp := func(vip string) string { return fmt.Sprintf("%s:%d", vip, srcUDPServicePort) }
+		for _, tc := range []struct {
+			name string
+			ask  func() (string, error)
+			want string
+		}{
+			{"TCP to an endpoint on another node keeps the pod's address", askSource(pod, "http://"+srcRemoteVIP), "backend-3 " + routedPod},
+			{"UDP to an endpoint on another node keeps the pod's address", askUDPSource(pod, udp(srcRemoteVIP)), "backend-3 " + routedPod},
+			{"TCP to an endpoint on this node keeps the pod's address", askSource(pod, "http://"+srcLocalVIP), "backend-2 " + routedPod},
+			{"outside the cluster CIDR, an endpoint on another node sees the node", askSource(notPod, "http://"+srcRemoteVIP), "backend-3 " + node},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				wantOnly(t, tc.name, lab.Spread(t, 4, tc.ask), tc.want)
+			})
+		}
 	})
 }
 

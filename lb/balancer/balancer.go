@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/nodepods"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -280,11 +281,12 @@ func (b *Balancer) pickerLocked(pp *portPickers, key Key) *picker {
 }
 
 // LocalClients are the clients whose external traffic starts on this node:
-// kube-proxy's "LOCAL" source addresses (the node's own) and the pods its
-// local-traffic detector matches, by prefix.
+// kube-proxy's "LOCAL" source addresses (the node's own) and this node's
+// pods (lb/nodepods; kube-proxy's detector matches every node's pods, whose
+// replies would bypass a relay that served them here).
 type LocalClients struct {
 	Addrs map[netip.Addr]bool
-	Pods  []netip.Prefix
+	Pods  *nodepods.Set
 }
 
 // Contains says whether client is one of them.
@@ -293,15 +295,7 @@ func (l *LocalClients) Contains(client netip.Addr) bool {
 		return false
 	}
 	client = client.Unmap()
-	if l.Addrs[client] {
-		return true
-	}
-	for _, p := range l.Pods {
-		if p.Contains(client) {
-			return true
-		}
-	}
-	return false
+	return l.Addrs[client] || l.Pods.Contains(client)
 }
 
 // SetLocalClients replaces the clients External pickers short-circuit under

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/lb/nodepods"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -620,7 +621,7 @@ func TestKeepsSource(t *testing.T) {
 // policy changes nothing.
 func TestExternalFromNodeShortCircuits(t *testing.T) {
 	nodeAddr, pod, outside := netip.MustParseAddr("198.19.0.13"), netip.MustParseAddr("198.19.16.5"), netip.MustParseAddr("198.19.200.1")
-	locals := &LocalClients{Addrs: map[netip.Addr]bool{nodeAddr: true}, Pods: []netip.Prefix{netip.MustParsePrefix("198.19.16.0/24")}}
+	locals := &LocalClients{Addrs: map[netip.Addr]bool{nodeAddr: true}, Pods: &nodepods.Set{Known: []netip.Prefix{netip.MustParsePrefix("198.19.16.0/24")}}}
 	remoteOnly := []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode("node-b")), ep("198.19.1.2", onNode("node-b")))}
 	mixed := []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode(thisNode)), ep("198.19.1.2", onNode("node-b")))}
 	all := aps("198.19.1.1:8080", "198.19.1.2:8080")

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kproxy.dev/kproxy/lb/eventloop"
+	"kproxy.dev/kproxy/lb/nodepods"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -61,10 +62,9 @@ type View struct {
 	// client in one of them share a link (a bridge of pods): the endpoint
 	// answers the client directly, past the node, so such dials stay plain.
 	OnLink []netip.Prefix
-	// Pods are the pods' prefixes by the local-traffic detector. A pod on
-	// one of the node's links is this node's: every other node routes its
-	// address through this one, so an endpoint anywhere answers it here.
-	Pods []netip.Prefix
+	// Pods are this node's pods: every other node routes their addresses
+	// through this one, so an endpoint anywhere answers them here.
+	Pods *nodepods.Set
 	// Services are the service addresses, which an endpoint elsewhere must
 	// not be (they could lead back into kproxy).
 	Services map[netip.Addr]bool
@@ -103,28 +103,17 @@ func (k *Keeper) Keeps(client, ep netip.Addr) bool {
 	case v.NodeAddrs[client]:
 		return false
 	}
-	onLink := false
 	for _, p := range v.OnLink {
 		if p.Contains(ep) && p.Contains(client) {
 			return false
 		}
-		onLink = onLink || p.Contains(client)
 	}
 	if v.Endpoints[ep] {
 		return true
 	}
 	// An endpoint on another node answers through this one only a client
 	// this node routes: one of its own pods.
-	return onLink && containsAddr(v.Pods, client) && !v.NodeAddrs[ep] && !v.Services[ep]
-}
-
-func containsAddr(prefixes []netip.Prefix, a netip.Addr) bool {
-	for _, p := range prefixes {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return !v.NodeAddrs[ep] && !v.Services[ep] && v.Pods.Contains(client)
 }
 
 // Open opens the upstream socket of a dial for client to ep, not yet

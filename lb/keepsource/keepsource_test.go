@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"kproxy.dev/kproxy/lb/nodepods"
 )
 
 func TestKeeps(t *testing.T) {
@@ -15,8 +17,13 @@ func TestKeeps(t *testing.T) {
 		Endpoints: map[netip.Addr]bool{a("198.19.1.12"): true, a("fd00:19:1::12"): true},
 		NodeAddrs: map[netip.Addr]bool{a("198.19.0.1"): true, a("198.19.1.1"): true},
 		OnLink:    []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24"), netip.MustParsePrefix("198.19.1.0/24")},
-		Pods:      []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24"), netip.MustParsePrefix("198.19.4.0/22")},
-		Services:  map[netip.Addr]bool{a("198.19.8.8"): true},
+		Pods: &nodepods.Set{
+			Known:    []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")},
+			Detector: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24"), netip.MustParsePrefix("198.19.4.0/22")},
+			// A pod that came after the sync, on a veth of its own.
+			Direct: func(a netip.Addr) bool { return a == netip.MustParseAddr("198.19.6.7") },
+		},
+		Services: map[netip.Addr]bool{a("198.19.8.8"): true},
 	}
 	for _, tc := range []struct {
 		name       string
@@ -31,6 +38,7 @@ func TestKeeps(t *testing.T) {
 		{"an endpoint not on this node, a client elsewhere", view, a("198.19.200.1"), a("198.19.9.13"), false},
 		{"an endpoint not on this node, a pod of this node", view, a("198.19.1.11"), a("198.19.9.13"), true},
 		{"an endpoint not on this node, a pod of another node", view, a("198.19.5.11"), a("198.19.9.13"), false},
+		{"an endpoint not on this node, a pod of this node on a route of its own", view, a("198.19.6.7"), a("198.19.9.13"), true},
 		{"an endpoint not on this node on the client pod's own link", view, a("198.19.1.11"), a("198.19.1.13"), false},
 		{"a pod of this node, a service address as endpoint", view, a("198.19.1.11"), a("198.19.8.8"), false},
 		{"a pod of this node, the node as endpoint", view, a("198.19.1.11"), a("198.19.0.1"), false},

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb/keepsource"
+	"kproxy.dev/kproxy/lb/nodepods"
 	"kproxy.dev/kproxy/redirect/replyroute"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -101,7 +102,7 @@ func localEndpointsOf(sp *servicemap.ServicePort) []netip.Addr {
 // the prefixes unknown (nil), it keeps no address until the next sync: a
 // client on an endpoint's own link would be answered past the node.
 func (k *keptSources) update(snap *servicemap.Snapshot, changes *servicemap.ChangeSet, all bool,
-	nodeAddrs []netip.Addr, prefixes, pods []netip.Prefix) {
+	nodeAddrs []netip.Addr, prefixes []netip.Prefix, pods *nodepods.Set) {
 	fams := ipfamily.All()
 	servicesChanged := true
 	if all || k.from == nil {
@@ -127,7 +128,7 @@ func (k *keptSources) update(snap *servicemap.Snapshot, changes *servicemap.Chan
 	}
 	k.from = snap
 	switch {
-	case len(pods) == 0:
+	case pods == nil || len(pods.Detector) == 0:
 		// Only dials to endpoints elsewhere, which need pods, look them up.
 		k.serviceSet = nil
 	case servicesChanged || k.serviceSet == nil:

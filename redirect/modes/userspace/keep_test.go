@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/lb/keepsource"
+	"kproxy.dev/kproxy/lb/nodepods"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -17,8 +18,8 @@ func TestKeptSourcesServiceSet(t *testing.T) {
 	k := &keptSources{keeper: keepsource.New(nil)}
 	tr := servicemap.NewTracker("node-a", nil)
 	links := []netip.Prefix{netip.MustParsePrefix("198.19.1.1/24")}
-	pods := []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}
-	sync := func(pods []netip.Prefix) {
+	pods := &nodepods.Set{Known: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}, Detector: []netip.Prefix{netip.MustParsePrefix("198.19.1.0/24")}}
+	sync := func(pods *nodepods.Set) {
 		snap, changes := tr.Snapshot()
 		k.update(snap, changes, changes.Full, nil, links, pods)
 	}
@@ -55,12 +56,12 @@ func TestKeptSourcesServiceSet(t *testing.T) {
 		t.Errorf("the earlier set changed to %v", first)
 	}
 
-	sync(nil)
+	sync(&nodepods.Set{})
 	if k.serviceSet != nil {
 		t.Errorf("service set %v kept with no pods to need it", k.serviceSet)
 	}
 	tr.OnServiceUpdate(service("c", "198.18.0.3", v1.ProtocolTCP, 0))
-	sync(nil)
+	sync(&nodepods.Set{})
 	tr.OnEndpointSliceUpdate(slice("c", v1.ProtocolTCP, "198.19.1.11"))
 	sync(pods)
 	has("198.18.0.1", "198.18.0.2", "198.18.0.3")

@@ -212,13 +212,16 @@ func TestRedirectPortalsWithoutNetfilterIsAClearError(t *testing.T) {
 	}
 }
 
-func TestNodePods(t *testing.T) {
+func TestNarrowPods(t *testing.T) {
 	p := netip.MustParsePrefix
 	for _, tc := range []struct {
 		name        string
 		pods, links []netip.Prefix
 		want        []netip.Prefix
 	}{
+		{"point-to-point pods: a route each, and another node's pods behind a gateway are not listed", []netip.Prefix{p("198.19.16.0/20")},
+			[]netip.Prefix{p("198.19.0.11/24"), p("198.19.16.1/32"), p("198.19.16.7/32"), p("198.19.16.5/32"), p("198.19.0.0/24")},
+			[]netip.Prefix{p("198.19.16.1/32"), p("198.19.16.5/32"), p("198.19.16.7/32")}},
 		{"a bridge of pods inside the cluster CIDR", []netip.Prefix{p("198.19.16.0/20")}, []netip.Prefix{p("198.19.0.11/24"), p("198.19.16.1/24")}, []netip.Prefix{p("198.19.16.0/24")}},
 		{"the node's pod CIDR on its bridge", []netip.Prefix{p("198.19.16.0/24")}, []netip.Prefix{p("198.19.16.1/20")}, []netip.Prefix{p("198.19.16.0/24")}},
 		{"point-to-point pod links: only the gateway address", []netip.Prefix{p("198.19.16.0/20")}, []netip.Prefix{p("198.19.0.11/24"), p("198.19.16.1/32")}, []netip.Prefix{p("198.19.16.1/32")}},
@@ -226,8 +229,8 @@ func TestNodePods(t *testing.T) {
 		{"links unknown", []netip.Prefix{p("198.19.16.0/20")}, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := nodePods(tc.pods, tc.links); !slices.Equal(got, tc.want) {
-				t.Errorf("nodePods = %v, want %v", got, tc.want)
+			if got := narrowPods(tc.pods, tc.links); !slices.Equal(got, tc.want) {
+				t.Errorf("narrowPods = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -25,6 +25,7 @@ import (
 	"kproxy.dev/kproxy/lb/balancer"
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/lb/nodepods"
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/lb/sctprelay"
 	"kproxy.dev/kproxy/lb/selfdial"
@@ -59,6 +60,10 @@ type Config struct {
 	// LocalPrefixes lists the prefixes of the node's addresses (its
 	// links' subnets); nil reads them at each sync. Tests set it.
 	LocalPrefixes func() ([]netip.Prefix, error)
+	// DirectRoutes lists what the node routes without a gateway, where
+	// point-to-point pod networks put this node's pods; nil reads the
+	// kernel's main table. Tests set it.
+	DirectRoutes func() ([]netip.Prefix, error)
 	// Applier returns the portal applier of a family; nil means the real
 	// kernel through the detected iptables backend. Tests pass fakes.
 	Applier func(ipfamily.Family) (Applier, error)
@@ -201,6 +206,9 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if m.cfg.LocalPrefixes == nil {
 		m.cfg.LocalPrefixes = kernel.InterfacePrefixes
 	}
+	if m.cfg.DirectRoutes == nil {
+		m.cfg.DirectRoutes = kernel.DirectRoutes
+	}
 
 	if m.cfg.Routes == nil {
 		m.cfg.Routes = &localroute.Netlink{}
@@ -287,11 +295,12 @@ func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *ser
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	node := m.node(snap, local)
-	node.LocalPods = nodePods(m.localPods(snap.Node), prefixes)
-	m.balancer.SetLocalClients(localClients(local, node.LocalPods))
+	pods := m.nodePods(snap.Node, prefixes)
+	node.LocalPods = pods.Known
+	m.balancer.SetLocalClients(localClients(local, pods))
 	m.fromNode = fromNode(local, node.LocalPods)
 	nodePortAddrs := m.localNodePortAddrs(snap, local)
-	m.updateKeptSources(ctx, snap, changes, local, prefixes, node.LocalPods)
+	m.updateKeptSources(ctx, snap, changes, local, prefixes, pods)
 
 	// Sockets and steering before routes, and routes away before steering:
 	// a service address is local only while what serves it is in place, so
@@ -524,7 +533,7 @@ func (m *Mode) Close() error {
 // syncs also put back the reply table's route and the socket-match tables
 // if someone took them. prefixes nil (unknown) keeps no address.
 func (m *Mode) updateKeptSources(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet,
-	local []netip.Addr, prefixes, pods []netip.Prefix) {
+	local []netip.Addr, prefixes []netip.Prefix, pods *nodepods.Set) {
 	m.kept.update(snap, changes, changes.Full || changes.Periodic || changes.NodeChanged, local, prefixes, pods)
 	if !changes.Full && !changes.Periodic {
 		return
@@ -655,14 +664,34 @@ func (m *Mode) localPods(node *servicemap.NodeInfo) []netip.Prefix {
 }
 
 // nodePods narrows the detector's pod prefixes to this node's pods: the
-// parts on one of the node's links. Only their traffic comes back through
-// this node, so only they can be short-circuited; kube-proxy's rule matches
+// parts on one of the node's links (a pod bridge) or routed without a
+// gateway (a veth per pod), and, for pods that start before the next sync,
+// a lookup in the routes then. Only their traffic comes back through this
+// node, so only they can be short-circuited; kube-proxy's rule matches
 // another node's pods too, but the endpoint's replies bypass the node that
 // DNATed them and the connection fails (an upstream spec expects that).
-func nodePods(pods, links []netip.Prefix) []netip.Prefix {
+func (m *Mode) nodePods(node *servicemap.NodeInfo, links []netip.Prefix) *nodepods.Set {
+	detector := m.localPods(node)
+	if len(detector) == 0 {
+		return &nodepods.Set{}
+	}
+	routes, err := m.cfg.DirectRoutes()
+	if err != nil {
+		m.logger.Error(err, "Cannot read the node's routes; only pods on its links count as this node's until the next sync")
+	}
+	return &nodepods.Set{Known: narrowPods(detector, append(slices.Clip(links), routes...)), Detector: detector,
+		Direct: func(a netip.Addr) bool {
+			routes, err := m.cfg.DirectRoutes()
+			return err == nil && slices.ContainsFunc(routes, func(p netip.Prefix) bool { return p.Contains(a) })
+		}}
+}
+
+// narrowPods keeps the parts of the pod prefixes that lie in one of
+// places (links, routes).
+func narrowPods(pods, places []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range pods {
-		for _, l := range links {
+		for _, l := range places {
 			switch {
 			case !p.Overlaps(l):
 			case p.Bits() >= l.Bits():
@@ -691,7 +720,7 @@ func fromNode(local []netip.Addr, pods []netip.Prefix) []netip.Prefix {
 
 // localClients are the clients whose external traffic starts on this node:
 // its own addresses and its pods.
-func localClients(local []netip.Addr, pods []netip.Prefix) *balancer.LocalClients {
+func localClients(local []netip.Addr, pods *nodepods.Set) *balancer.LocalClients {
 	l := &balancer.LocalClients{Addrs: make(map[netip.Addr]bool, len(local)), Pods: pods}
 	for _, a := range local {
 		l.Addrs[a.Unmap()] = true
