@@ -112,10 +112,6 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 		t.Run("from the node itself, external traffic without local endpoints goes to every endpoint", func(t *testing.T) {
 			// kube-proxy's short-circuit of node-local traffic: as if it
 			// had come in through an outside load balancer.
-			if m.steered {
-				t.Skip("socket-lookup portals drop a Local-policy class without local endpoints in the lookup program, " +
-					"before the relay could tell the node's own traffic apart")
-			}
 			bases := []string{fmt.Sprintf("http://%s:%d", nodeIP, etpRemoteNodePort), "http://" + etpRemoteIngress}
 			if m.localPortals {
 				// The node reaches a local portal's load-balancer IP from

@@ -37,6 +37,7 @@ const (
 //	                                     drop when the slot is empty or the
 //	                                     kernel refuses the socket
 //	                           == Discard: the same with the discarding slot
+//	                           == ServeNode: the same with the node-only slot
 //	                           == Drop:  drop
 //	not a target, guarded[{A, family}]:  drop
 //	otherwise:                           pass (the kernel's own lookup)
@@ -85,11 +86,14 @@ func program(targetsFD, guardedFD, socketsFD int) asm.Instructions {
 		asm.JEq.Imm(asm.R0, 0, "not_target"),
 		asm.LoadMem(asm.R2, asm.R0, 0, asm.Word),
 		asm.JEq.Imm(asm.R2, int32(Steer), "steer"),
+		asm.JEq.Imm(asm.R2, int32(ServeNode), "serve_node"),
 		asm.JNE.Imm(asm.R2, int32(Discard), "drop"),
 		asm.Add.Imm(asm.R7, int32(discardingOffset)),
+		asm.Ja.Label("steer"),
+		asm.Add.Imm(asm.R7, int32(2*discardingOffset)).WithSymbol("serve_node"),
 
 		// Steer: slot = family offset, +2 for UDP (TCP4, TCP6, UDP4, UDP6),
-		// +4 to discard.
+		// +4 to discard, +8 to serve the node only.
 		asm.JEq.Imm(asm.R8, unix.IPPROTO_TCP, "slot").WithSymbol("steer"),
 		asm.JNE.Imm(asm.R8, unix.IPPROTO_UDP, "drop"),
 		asm.Add.Imm(asm.R7, 2),

@@ -210,6 +210,9 @@ const (
 	// discarding: the socket in the target's discarding slot, with the
 	// service address as local address.
 	discarding outcome = "discarding"
+	// nodeOnly: the socket in the target's node-only slot, with the
+	// service address as local address.
+	nodeOnly outcome = "node-only"
 	// refused: the program dropped the lookup, and the kernel answered as
 	// for a closed port (TCP reset, ICMP port unreachable).
 	refused outcome = "refused"
@@ -314,7 +317,7 @@ func (s *servers) next(t *testing.T, what string) arrival {
 func (s *servers) checkWho(t *testing.T, what, server, local string, addr netip.AddrPort, want outcome) {
 	t.Helper()
 	switch want {
-	case ours, discarding:
+	case ours, discarding, nodeOnly:
 		if !strings.HasPrefix(server, string(want)) {
 			t.Fatalf("%s: reached %s, want the %s socket", what, server, want)
 		}

@@ -54,6 +54,12 @@ const (
 	TCP6Discard
 	UDP4Discard
 	UDP6Discard
+	// The node-only slots, likewise, take the targets whose action is
+	// ServeNode.
+	TCP4ServeNode
+	TCP6ServeNode
+	UDP4ServeNode
+	UDP6ServeNode
 	slotCount
 )
 
@@ -62,6 +68,9 @@ const discardingOffset = TCP4Discard - TCP4
 
 // Discarding is the discarding slot of serving slot s.
 func (s Slot) Discarding() Slot { return s%discardingOffset + discardingOffset }
+
+// ServingNode is the node-only slot of serving slot s.
+func (s Slot) ServingNode() Slot { return s%discardingOffset + 2*discardingOffset }
 
 func (s Slot) String() string {
 	switch s {
@@ -75,6 +84,8 @@ func (s Slot) String() string {
 		return "UDP6"
 	case TCP4Discard, TCP6Discard, UDP4Discard, UDP6Discard:
 		return (s - discardingOffset).String() + " discarding"
+	case TCP4ServeNode, TCP6ServeNode, UDP4ServeNode, UDP6ServeNode:
+		return (s - 2*discardingOffset).String() + " node-only"
 	}
 	return fmt.Sprintf("slot %d", uint32(s))
 }
@@ -122,6 +133,12 @@ const (
 	// slot, which the caller makes drop what it gets (a socket filter), so
 	// the client hears nothing and retries, as behind a DROP rule.
 	Discard
+	// ServeNode assigns the packet to the socket in the target's node-only
+	// slot, which the caller makes serve the node's own clients and drop
+	// the others' (a socket filter on the source): externalTrafficPolicy
+	// Local without local endpoints, which kube-proxy short-circuits for
+	// traffic that starts on the node.
+	ServeNode
 )
 
 func (a Action) String() string {
@@ -132,6 +149,8 @@ func (a Action) String() string {
 		return "drop"
 	case Discard:
 		return "discard"
+	case ServeNode:
+		return "serve-node"
 	}
 	return fmt.Sprintf("action %d", uint8(a))
 }

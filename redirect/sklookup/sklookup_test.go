@@ -21,6 +21,7 @@ var (
 	dropVIP4  = netip.MustParseAddr("198.18.0.11") // its port 5000 is a Drop target
 	udpOnly4  = netip.MustParseAddr("198.18.0.12") // only UDP 5000 is a target
 	discVIP4  = netip.MustParseAddr("198.18.0.13") // its port 5000 is a Discard target
+	nodeVIP4  = netip.MustParseAddr("198.18.0.14") // its port 5000 is a ServeNode target
 	unguarded = netip.MustParseAddr("198.18.0.99") // local, but no service address
 )
 
@@ -39,7 +40,9 @@ func serviceState() (map[sklookup.Target]sklookup.Action, []netip.Addr) {
 		{sklookup.UDP, ap(udpOnly4, 5000)}: sklookup.Steer,
 		{sklookup.TCP, ap(discVIP4, 5000)}: sklookup.Discard,
 		{sklookup.UDP, ap(discVIP4, 5000)}: sklookup.Discard,
-	}, []netip.Addr{vip4, vip6, dropVIP4, udpOnly4, discVIP4}
+		{sklookup.TCP, ap(nodeVIP4, 5000)}: sklookup.ServeNode,
+		{sklookup.UDP, ap(nodeVIP4, 5000)}: sklookup.ServeNode,
+	}, []netip.Addr{vip4, vip6, dropVIP4, udpOnly4, discVIP4, nodeVIP4}
 }
 
 // makeServiceAddressesLocal routes the test's service ranges to lo, as local
@@ -109,6 +112,10 @@ func testSteering(t *testing.T) {
 		// userspace mode makes its own drop everything.
 		sklookup.TCP4Discard: srv.listenTCP("discarding-tcp4", "tcp4", "127.0.0.1:0", sockOpts{}),
 		sklookup.UDP4Discard: srv.listenUDP("discarding-udp4", "udp4", "127.0.0.1:0", sockOpts{}),
+		// Likewise the node-only slots': the userspace mode's serve the
+		// node's own clients only.
+		sklookup.TCP4ServeNode: srv.listenTCP("node-only-tcp4", "tcp4", "127.0.0.1:0", sockOpts{}),
+		sklookup.UDP4ServeNode: srv.listenUDP("node-only-udp4", "udp4", "127.0.0.1:0", sockOpts{}),
 	}
 	for slot, c := range ourSockets {
 		if err := s.SetSocket(slot, c); err != nil {
@@ -156,6 +163,8 @@ func testSteering(t *testing.T) {
 			{sklookup.UDP, ap(dropVIP4, 5000), refused},                      // Drop target
 			{sklookup.TCP, ap(discVIP4, 5000), discarding},                   // Discard target
 			{sklookup.UDP, ap(discVIP4, 5000), discarding},                   // Discard target
+			{sklookup.TCP, ap(nodeVIP4, 5000), nodeOnly},                     // ServeNode target
+			{sklookup.UDP, ap(nodeVIP4, 5000), nodeOnly},                     // ServeNode target
 			{sklookup.TCP, ap(vip4, 2222), refused},                          // the node listener is not reachable on a service address
 			{sklookup.TCP, ap(vip6, 2222), refused},                          // nor over IPv6
 			{sklookup.UDP, ap(vip4, 2222), refused},                          // nor over UDP
@@ -247,7 +256,8 @@ func testSetSocketRefuses(t *testing.T) {
 		{"UDP socket in a TCP slot", sklookup.TCP4, udpSocket, "want TCP"},
 		{"TCP listener in a UDP slot", sklookup.UDP4, tcpListener, "want UDP"},
 		{"IPv4 socket in an IPv6 slot", sklookup.TCP6, tcpListener, "AF_INET6"},
-		{"no such slot", sklookup.UDP6Discard + 1, tcpListener, "no such slot"},
+		{"no such slot", sklookup.UDP6ServeNode + 1, tcpListener, "no such slot"},
+		{"TCP socket in a UDP node-only slot", sklookup.UDP4ServeNode, tcpListener, "want UDP"},
 		{"UDP socket in a TCP discarding slot", sklookup.TCP4Discard, udpSocket, "want TCP"},
 		{"TCP socket bound but not listening", sklookup.TCP4, boundTCPSocket, "the kernel refused"},
 	} {

@@ -41,7 +41,7 @@ func (k *kernelState) compare(targets map[Target]Action, guarded []netip.Addr) (
 	var c changes
 	matched := 0
 	for t, a := range targets {
-		if a != Steer && a != Drop && a != Discard {
+		if a != Steer && a != Drop && a != Discard && a != ServeNode {
 			return changes{}, fmt.Errorf("target %s: unknown %s", t, a)
 		}
 		key, err := targetKey(t)
@@ -108,7 +108,7 @@ func (k *kernelState) diff(set map[Target]Action, del []Target, addGuarded, delG
 	var c changes
 	setKeys := make(map[mapKey]bool, len(set))
 	for t, a := range set {
-		if a != Steer && a != Drop && a != Discard {
+		if a != Steer && a != Drop && a != Discard && a != ServeNode {
 			return changes{}, fmt.Errorf("target %s: unknown %s", t, a)
 		}
 		key, err := targetKey(t)

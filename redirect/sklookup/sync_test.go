@@ -232,7 +232,7 @@ func TestPatchWritesTheChange(t *testing.T) {
 			if rng.IntN(3) == 0 {
 				del = append(del, tgt)
 			} else {
-				set[tgt] = []Action{Steer, Drop, Discard}[rng.IntN(3)]
+				set[tgt] = []Action{Steer, Drop, Discard, ServeNode}[rng.IntN(4)]
 			}
 			a := allGuarded[rng.IntN(len(allGuarded))]
 			if rng.IntN(2) == 0 {

@@ -37,8 +37,10 @@ import (
 // bind, and descriptors grow with connections, not with services.
 type steering struct {
 	program *sklookup.Steering
-	tcp     []*tcprelay.Proxy
-	udp     map[ipfamily.Family]*udprelay.Relay
+	// tcp and udp are the shared relays, the serving slots' and the
+	// node-only slots'.
+	tcp []*tcprelay.Proxy
+	udp map[ipfamily.Family][]*udprelay.Relay
 	// replies send the UDP relays' replies from the service addresses and
 	// ports (lb/rawudp).
 	replies *rawudp.Socket
@@ -49,6 +51,12 @@ type steering struct {
 	// discarding are the sockets that take a Local policy's clients while
 	// the node has no local endpoint, and drop them (setDropAll).
 	discarding []io.Closer
+	// nodeOnly are the node-only slots' sockets, which serve an external
+	// Local policy's clients from the node (as kube-proxy short-circuits
+	// them) while it has no local endpoint, and drop the others;
+	// letThrough is the sources their filters let through.
+	nodeOnly   []nodeOnlySocket
+	letThrough []netip.Prefix
 	// targets and guarded are what the program holds, as of the last
 	// write that succeeded.
 	targets map[sklookup.Target]sklookup.Action
@@ -71,7 +79,7 @@ const nodeNetns = "/proc/thread-self/ns/net"
 // startSteering attaches the program and opens the shared sockets of the
 // socket-lookup families, serving them until m.ctx ends.
 func (m *Mode) startSteering(fams []ipfamily.Family) (err error) {
-	st := &steering{udp: map[ipfamily.Family]*udprelay.Relay{}, targets: map[sklookup.Target]sklookup.Action{},
+	st := &steering{udp: map[ipfamily.Family][]*udprelay.Relay{}, targets: map[sklookup.Target]sklookup.Action{},
 		guarded: map[netip.Addr]bool{}}
 	st.tcpRoutes.Store(&map[netip.AddrPort]*tcprelay.Route{})
 	st.udpRoutes.Store(&map[netip.AddrPort]*udprelay.Route{})
@@ -102,18 +110,56 @@ func (m *Mode) startSteering(fams []ipfamily.Family) (err error) {
 	return nil
 }
 
-// openShared opens fam's shared and discarding sockets and starts their
-// relays.
+// openShared opens fam's shared, node-only and discarding sockets and
+// starts the relays of the first two.
 func (m *Mode) openShared(st *steering, fam ipfamily.Family) error {
-	if err := m.openSharedTCP(st, fam); err != nil {
+	tcp, udp := sklookup.SlotFor(sklookup.TCP, sharedAddress(fam).Addr()), sklookup.SlotFor(sklookup.UDP, sharedAddress(fam).Addr())
+	if _, err := m.openSharedTCP(st, fam, tcp); err != nil {
 		return fmt.Errorf("%s TCP socket: %w", fam, err)
 	}
-	if err := m.openSharedUDP(st, fam); err != nil {
+	if _, err := m.openSharedUDP(st, fam, udp); err != nil {
 		return fmt.Errorf("%s UDP socket: %w", fam, err)
+	}
+	for _, open := range []func() (syscall.RawConn, error){
+		func() (syscall.RawConn, error) { return m.openSharedTCP(st, fam, tcp.ServingNode()) },
+		func() (syscall.RawConn, error) { return m.openSharedUDP(st, fam, udp.ServingNode()) },
+	} {
+		raw, err := open()
+		if err != nil {
+			return fmt.Errorf("%s node-only sockets: %w", fam, err)
+		}
+		st.nodeOnly = append(st.nodeOnly, nodeOnlySocket{raw: raw, family: fam})
 	}
 	if err := m.openDiscarding(st, fam); err != nil {
 		return fmt.Errorf("%s discarding sockets: %w", fam, err)
 	}
+	return nil
+}
+
+// nodeOnlySocket is a node-only slot's socket, whose filter lets only the
+// node's own clients through.
+type nodeOnlySocket struct {
+	raw    syscall.RawConn
+	family ipfamily.Family
+}
+
+// letNodeThrough gives the node-only sockets' filters the node's clients,
+// when they changed; before the first call the filters drop everything.
+func (st *steering) letNodeThrough(fromNode []netip.Prefix) error {
+	if st.letThrough != nil && slices.Equal(st.letThrough, fromNode) {
+		return nil
+	}
+	var errs []error
+	for _, s := range st.nodeOnly {
+		if err := setDropUnless(s.raw, true, s.family, fromNode); err != nil {
+			errs = append(errs, fmt.Errorf("%s node-only socket: %w", s.family, err))
+		}
+	}
+	if len(errs) > 0 {
+		st.letThrough = nil // try again at the next sync
+		return errors.Join(errs...)
+	}
+	st.letThrough = slices.Clip(append([]netip.Prefix{}, fromNode...))
 	return nil
 }
 
@@ -127,47 +173,65 @@ func sharedAddress(fam ipfamily.Family) netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0)
 }
 
-func (m *Mode) openSharedTCP(st *steering, fam ipfamily.Family) error {
+// openSharedTCP opens the listener of a TCP slot and starts its relay; a
+// node-only slot's listener drops everything until letNodeThrough, which
+// is given the socket returned.
+func (m *Mode) openSharedTCP(st *steering, fam ipfamily.Family, slot sklookup.Slot) (syscall.RawConn, error) {
 	ap := sharedAddress(fam)
 	lc := net.ListenConfig{}
 	lc.SetMultipathTCP(false) // a SOCKMAP refuses MPTCP sockets
 	ln, err := lc.Listen(m.ctx, networkOf("tcp", ap), ap.String())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := st.program.SetSocket(sklookup.SlotFor(sklookup.TCP, ap.Addr()), ln.(*net.TCPListener)); err != nil {
+	raw, err := ln.(*net.TCPListener).SyscallConn()
+	if err == nil && slot == slot.ServingNode() {
+		err = setDropAll(raw, true)
+	}
+	if err == nil {
+		err = st.program.SetSocket(slot, ln.(*net.TCPListener))
+	}
+	if err != nil {
 		ln.Close()
-		return err
+		return nil, err
 	}
 	p, err := tcprelay.New(tcprelay.Config{Listener: ln, Direct: true, Metrics: m.metrics, Logger: m.logger,
-		Name: "socket-lookup " + string(fam) + " TCP", Dials: m.dials, KeepSource: m.kept.keeper,
+		Name: "socket-lookup " + slot.String(), Dials: m.dials, KeepSource: m.kept.keeper,
 		Routes: func(local netip.AddrPort) (*tcprelay.Route, bool) {
 			r, ok := (*st.tcpRoutes.Load())[local]
 			return r, ok
 		}})
 	if err != nil {
 		ln.Close()
-		return err
+		return nil, err
 	}
 	st.tcp = append(st.tcp, p)
 	m.serve(func() { _ = p.Serve(m.ctx) })
-	return nil
+	return raw, nil
 }
 
-func (m *Mode) openSharedUDP(st *steering, fam ipfamily.Family) error {
+// openSharedUDP is openSharedTCP for a UDP slot.
+func (m *Mode) openSharedUDP(st *steering, fam ipfamily.Family, slot sklookup.Slot) (syscall.RawConn, error) {
 	ap := sharedAddress(fam)
 	c, err := net.ListenUDP(networkOf("udp", ap), net.UDPAddrFromAddrPort(ap))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := st.program.SetSocket(sklookup.SlotFor(sklookup.UDP, ap.Addr()), c); err != nil {
+	raw, err := c.SyscallConn()
+	if err == nil && slot == slot.ServingNode() {
+		err = setDropAll(raw, true)
+	}
+	if err == nil {
+		err = st.program.SetSocket(slot, c)
+	}
+	if err != nil {
 		c.Close()
-		return err
+		return nil, err
 	}
 	if st.replies == nil {
 		if st.replies, err = rawudp.Open(); err != nil {
 			c.Close()
-			return fmt.Errorf("opening the raw sockets replies leave by: %w", err)
+			return nil, fmt.Errorf("opening the raw sockets replies leave by: %w", err)
 		}
 	}
 	// One relay holds every service's flows of the family: its own bound
@@ -175,7 +239,7 @@ func (m *Mode) openSharedUDP(st *steering, fam ipfamily.Family) error {
 	flows, _ := m.descriptors.Limits()
 	r, err := udprelay.New(udprelay.Config{Conn: c, Replies: st.replies, IdleTimeout: m.cfg.UDPIdleTimeout,
 		MaxFlows: max(flows, udprelay.DefaultMaxFlows),
-		Metrics:  m.metrics, Logger: m.logger, Name: "socket-lookup " + string(fam) + " UDP",
+		Metrics:  m.metrics, Logger: m.logger, Name: "socket-lookup " + slot.String(),
 		Descriptors: m.descriptors, Dials: m.dials, KeepSource: m.kept.keeper,
 		Routes: func(local netip.AddrPort) (*udprelay.Route, bool) {
 			r, ok := (*st.udpRoutes.Load())[local]
@@ -183,11 +247,11 @@ func (m *Mode) openSharedUDP(st *steering, fam ipfamily.Family) error {
 		}})
 	if err != nil {
 		c.Close()
-		return err
+		return nil, err
 	}
-	st.udp[fam] = r
+	st.udp[fam] = append(st.udp[fam], r)
 	m.serve(func() { _ = r.Serve(m.ctx) })
-	return nil
+	return raw, nil
 }
 
 // openDiscarding opens fam's discarding sockets: a listener and a UDP
@@ -247,6 +311,11 @@ func (m *Mode) syncSteering(touched []balancer.Key, all bool, syncRoutes func())
 	if st == nil {
 		syncRoutes()
 		return nil
+	}
+	if err := st.letNodeThrough(m.fromNode); err != nil {
+		// Until a sync succeeds, the node-only sockets keep their last
+		// filter (at first: drop everything).
+		m.logger.Error(err, "Cannot update which clients the short-circuit of externalTrafficPolicy Local serves")
 	}
 	if set, del, ok := m.patchSteering(touched, all); ok && !m.addrs.rebuilt {
 		return m.writeSteeringChange(set, del, syncRoutes)
@@ -342,6 +411,10 @@ func contributionOf(key balancer.Key, r *relay) steeredContribution {
 		c.action = sklookup.Drop
 	case portal.NoLocalEndpoints:
 		c.action = sklookup.Discard
+		if key.Class == balancer.External {
+			// The node's own and its pods' clients are short-circuited.
+			c.action = sklookup.ServeNode
+		}
 	}
 	return c
 }
@@ -551,7 +624,7 @@ func (st *steering) closeFlowsTo(r *relay, ep netip.AddrPort) {
 	if st == nil {
 		return
 	}
-	if u := st.udp[r.key.Family]; u != nil {
+	for _, u := range st.udp[r.key.Family] {
 		u.CloseRouteFlowsTo(r.key.String(), ep)
 	}
 }
@@ -572,8 +645,10 @@ func (st *steering) closeRelays() error {
 	for _, p := range st.tcp {
 		errs = append(errs, p.CloseAll())
 	}
-	for _, u := range st.udp {
-		errs = append(errs, u.Close())
+	for _, relays := range st.udp {
+		for _, u := range relays {
+			errs = append(errs, u.Close())
+		}
 	}
 	for _, c := range st.discarding {
 		errs = append(errs, c.Close())
