@@ -33,18 +33,3 @@ func DirectRoutes() ([]netip.Prefix, error) {
 	}
 	return out, nil
 }
-
-// RoutesDirectly says whether a lies in one of DirectRoutes.
-func RoutesDirectly(a netip.Addr) (bool, error) {
-	routes, err := DirectRoutes()
-	if err != nil {
-		return false, err
-	}
-	a = a.Unmap()
-	for _, p := range routes {
-		if p.Contains(a) {
-			return true, nil
-		}
-	}
-	return false, nil
-}
