@@ -195,3 +195,39 @@ func TestHealthCheckNodePort(t *testing.T) {
 		}
 	})
 }
+
+// The UDP service of the short-circuit case: externalTrafficPolicy Local,
+// every endpoint on another node.
+const (
+	etpUDPVIP      = "198.18.0.122"
+	etpUDPNodePort = 30095
+)
+
+// Under externalTrafficPolicy Local without local endpoints, UDP that
+// starts on the node goes to every endpoint, as TCP does, while a client
+// elsewhere is not served: in every mode and portal kind (socket-lookup
+// portals serve it from their node-only sockets).
+func TestExternalTrafficPolicyLocalShortCircuitsUDPFromTheNode(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m proxyMode) {
+		l := startLab(t, m, func(backends []string) string {
+			return docs(nodeDoc,
+				serviceDoc("etp-udp", fmt.Sprintf("type: NodePort, clusterIP: %s, externalTrafficPolicy: Local, "+
+					"ports: [{name: src, port: %d, protocol: UDP, targetPort: %d, nodePort: %d}]",
+					etpUDPVIP, srcUDPServicePort, lab.UDPSourcePort, etpUDPNodePort), ""),
+				sliceDoc("etp-udp-1", "etp-udp", fmt.Sprintf("{name: src, port: %d, protocol: UDP}", lab.UDPSourcePort),
+					remoteEndpoints(backends, "")...))
+		})
+		if l == nil {
+			return
+		}
+		addr := fmt.Sprintf("%s:%d", nodeIP, etpUDPNodePort)
+		seen := lab.Spread(t, 6, askUDPSource(l.topo.Node, addr))
+		if len(seen) == 0 {
+			t.Fatalf("UDP from the node to %s: no answer", addr)
+		}
+		t.Logf("UDP from the node to %s: %v", addr, seen)
+		if got, err := askUDPSource(l.topo.Client, addr)(); err == nil {
+			t.Fatalf("UDP from the client to %s was answered (%q); want no local endpoint to serve it", addr, got)
+		}
+	})
+}
