@@ -254,7 +254,7 @@ GUEST_E2E_TARGETS := test-guest-e2e-1 test-guest-e2e-2
 # --proxy-mode, must pick the userspace mode with socket-lookup portals there. 1G of
 # guest RAM: etcd and kube-apiserver (TestAPIServer) take about 360M of the
 # default 512M.
-GUEST_NONF_E2E_CASES := TestClusterIP TestUserspaceKeepsClientAddress TestRefusals TestNodePortAndExternalIP TestNodePortAddressesPrimary TestAffinityAndEndpointChanges TestUDPEndpointRemoval TestSCTP TestSCTPLoopsAreRefused TestDualStack TestCleanupRestoresTables TestLoadBalancerIngress TestPortalKind TestServiceAddressesNotAnnounced TestExternalTrafficPolicyLocal TestInternalTrafficPolicyLocal TestHealthCheckNodePort TestAPIServer TestServiceAddressesAreIsolated
+GUEST_NONF_E2E_CASES := TestClusterIP TestUserspaceKeepsClientAddress TestRefusals TestNodePortAndExternalIP TestNodePortAddressesPrimary TestAffinityAndEndpointChanges TestUDPEndpointRemoval TestSCTP TestSCTPLoopsAreRefused TestDualStack TestCleanupRestoresTables TestLoadBalancerIngress TestPortalKind TestServiceAddressesNotAnnounced TestExternalTrafficPolicyLocal TestInternalTrafficPolicyLocal TestHealthCheckNodePort TestAPIServer TestServiceAddressesAreIsolated TestExternalTrafficPolicyLocalShortCircuitsUDPFromTheNode TestUserspaceKeepsRoutedPodAddress
 test-guest: deps tools build bin/guest-exec
 	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs
 
