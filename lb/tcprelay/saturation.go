@@ -13,7 +13,7 @@ import (
 // therefore take turns on one thread, each request waiting for the other
 // loop's turn, and each turn costs a park and a wake-up of its own. So
 // connections share one loop (up to growAt of them) until it falls behind
-// (bench/MEASUREMENTS.md, 2026-11-25 22:40): a loop that ends
+// (bench/MEASUREMENTS.md, "Keep-alive tail latency"): a loop that ends
 // saturatedTurns turns in a row, over saturatedFor at least, with work left
 // for the next turn is saturated, and moves half its connections to
 // another loop, started if need be. Being busy is not enough: with request
