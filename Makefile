@@ -9,6 +9,10 @@ TEST_TIMEOUT ?= 30m
 # module proxy; see DEVELOPERS.md.
 TOOLS_BIN := $(CURDIR)/bench/tools/bin
 export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
+# The plots of make bench-modes and the check of .ci/programs against the
+# code: a module of its own, whose gonum/plot and golang.org/x/tools stay
+# out of kproxy's go.mod (DEVELOPERS.md).
+ANALYSIS := $(CURDIR)/bench/analysis
 
 .PHONY: all build print-version-ldflags deps tools test test-guest test-host test-race test-guest-pkgs test-guest-nonf unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image kube-proxy-image conformance-compare cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
 
@@ -185,8 +189,8 @@ conformance-compare:
 
 # Everything: unit tests, kernel tests in throwaway network namespaces, and the
 # real kube-apiserver + etcd tests. Needs root. KPROXY_REQUIRE_PROGRAMS makes
-# bench/programs check that every program .ci/programs lists is installed;
-# KPROXY_IMAGE makes bench/image test the image `make image` just built
+# bench/analysis/programs check that every program .ci/programs lists is
+# installed; KPROXY_IMAGE makes bench/image test the image `make image` just built
 # (without it, bench/image skips when there is no image). Then, alone on the
 # machine, a 2-node cluster as make cluster brings it up, with kproxy as its
 # DaemonSet: TestSmoke's Service traffic from a pod and from another node,
@@ -211,6 +215,7 @@ TEST_SUITES = $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs $(E2E_SHARD_T
 test: deps tools build image cluster-tools conformance-images
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
+	@cd $(ANALYSIS) && $(PROGRESS) "go vet ./... in bench/analysis" "under a minute" $(GO) vet ./...
 	@$(MAKE) --no-print-directory bin/guest-exec
 	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 20 minutes" \
 		$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_SUITES) || rc=$$?; \
@@ -219,11 +224,16 @@ test: deps tools build image cluster-tools conformance-images
 		"about 3 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestClusterDaemonSetAndConformance$$' ./bench/cluster/ || rc=$$?; \
 	exit $$rc
 
-# Every package but the end-to-end one (its shards are below).
+# Every package but the end-to-end one (its shards are below), then
+# bench/analysis, its own module: the plots, and .ci/programs checked
+# against the code and the machine.
 test-host:
-	@KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test: unit, kernel (network namespaces) and tool tests" \
+	@rc=0; KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test: unit, kernel (network namespaces) and tool tests" \
 		"about 15 minutes, more on a cold Go build cache" \
-		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx 'kproxy.dev/kproxy/bench/e2e')
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx 'kproxy.dev/kproxy/bench/e2e') || rc=$$?; \
+	cd $(ANALYSIS) && KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test in bench/analysis: the plots, the programs the code runs" \
+		"about 3 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	exit $$rc
 
 test-e2e-%:
 	@names=$$($(GO) test -list '^Test' ./bench/e2e/ | grep '^Test' | awk -v n=$(E2E_SHARDS) -v i=$* 'NR % n == i % n' | paste -sd'|') && \
@@ -280,6 +290,7 @@ test-guest-nonf:
 # Unit tests only (no root needed; kernel tests skip).
 unit:
 	$(GO) test -count=1 ./...
+	cd $(ANALYSIS) && $(GO) test -count=1 ./...
 
 # Builds the network-namespace lab, runs kproxy in userspace mode on
 # deploy/samples/lab.yaml and shows traffic balanced and affinity held.
@@ -371,12 +382,15 @@ bench-dataplane-scale: deps
 # (KPROXY_BENCH_SIZES), control plane and data plane against a hand-written
 # DNAT rule, then the IPVS modes in the guest kernel (KPROXY_BENCH_GUEST=off
 # skips them). Under 30 minutes on 2 cores; leaves results.json,
-# bench-modes.md and the plots (PNG, SVG) in bin/bench-modes.
+# bench-modes.md and the plots (PNG, SVG) in bin/bench-modes. The plots are
+# drawn from results.json by bench/analysis's bench-plots, a module of its
+# own so that the plotting library stays out of kproxy's go.mod.
 BENCH_MODES_OUT ?= $(CURDIR)/bin/bench-modes
 bench-modes: deps tools build
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
-	KPROXY_BINARY=$(CURDIR)/bin/kproxy KPROXY_GUEST_EXEC=$(CURDIR)/bin/guest-exec KPROXY_BENCH_OUT=$(BENCH_MODES_OUT) TMPDIR=$(GUEST_TMPDIR) \
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy KPROXY_GUEST_EXEC=$(CURDIR)/bin/guest-exec KPROXY_BENCH_OUT=$(abspath $(BENCH_MODES_OUT)) TMPDIR=$(GUEST_TMPDIR) \
 		$(GO) test -run '^$$' -bench '^BenchmarkModes$$' -benchtime 1x -timeout 0 ./bench/modes/
+	cd $(ANALYSIS) && $(GO) run ./cmd/bench-plots $(abspath $(BENCH_MODES_OUT))/results.json
 	@echo "Written to $(BENCH_MODES_OUT)"
 
 # Two bench-modes runs: the figures that moved by more than the noise
@@ -409,6 +423,7 @@ lint:
 	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd $(ANALYSIS) && $(GO) vet ./... && $(STATICCHECK) ./...
 
 clean:
 	rm -rf bin bench/tools/bin

@@ -25,8 +25,8 @@ const (
 	// service counts.
 	EnvGuest      = "KPROXY_BENCH_GUEST"
 	EnvGuestSizes = "KPROXY_BENCH_GUEST_SIZES"
-	// EnvOut is the directory that receives results.json, bench-modes.md
-	// and the plots.
+	// EnvOut is the directory that receives results.json and
+	// bench-modes.md (make bench-modes then draws the plots there).
 	EnvOut = "KPROXY_BENCH_OUT"
 	// EnvLogDir keeps every proxy's log there (diagnostics).
 	EnvLogDir = "KPROXY_BENCH_LOG_DIR"

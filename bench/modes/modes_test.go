@@ -1,7 +1,6 @@
 package modes_test
 
 import (
-	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,8 @@ import (
 // TestBenchModesTiny runs the whole benchmark at one service with short
 // runs, so `make test` keeps it working: every host mode and (where the
 // guest kernel is installed) both IPVS modes must be measured, and the
-// table, the plots and the JSON written.
+// table and the JSON written (bench/analysis tests the plots drawn from
+// such a file).
 func TestBenchModesTiny(t *testing.T) {
 	cfg := modes.DefaultConfig()
 	cfg.Sizes, cfg.GuestSizes = []int{1}, []int{1}
@@ -43,7 +43,7 @@ func TestBenchModesTiny(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	files := writeOutputs(t, run, dir)
+	writeOutputs(t, run, dir)
 	md, err := os.ReadFile(filepath.Join(dir, "bench-modes.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -52,24 +52,6 @@ func TestBenchModesTiny(t *testing.T) {
 		if !strings.Contains(string(md), id) {
 			t.Errorf("bench-modes.md does not name mode %s:\n%s", id, md)
 		}
-	}
-	var pngs int
-	for _, f := range files {
-		if filepath.Ext(f) != ".png" {
-			continue
-		}
-		pngs++
-		r, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := png.Decode(r); err != nil {
-			t.Errorf("%s: %v", f, err)
-		}
-		r.Close()
-	}
-	if pngs < 3 {
-		t.Errorf("%d PNG plots written (%q), want at least 3", pngs, files)
 	}
 	back, err := modes.ReadRun(filepath.Join(dir, "results.json"))
 	if err != nil {

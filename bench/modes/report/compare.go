@@ -50,7 +50,7 @@ type Change struct {
 // Label names the figure for people: "host kproxy-nftables at 10,000
 // services: new conn (req/s)".
 func (c Change) Label() string {
-	return fmt.Sprintf("%s %s at %s: %s", c.Section, c.Mode, fmtServices(c.Services), figureLabel(c.Figure))
+	return fmt.Sprintf("%s %s at %s: %s", c.Section, c.Mode, FormatServices(c.Services), figureLabel(c.Figure))
 }
 
 func figureLabel(f string) string {
@@ -66,9 +66,9 @@ func figureLabel(f string) string {
 	case modes.FigureRSS:
 		return "proxy RSS (MiB)"
 	case modes.WorkloadKeepAlive, modes.WorkloadNewConn, modes.WorkloadUDPRR:
-		return shortWorkload(f) + " (req/s)"
+		return ShortWorkload(f) + " (req/s)"
 	case modes.WorkloadUDPFlows:
-		return shortWorkload(f) + " (flows/s)"
+		return ShortWorkload(f) + " (flows/s)"
 	}
 	return f + " (rate)"
 }
@@ -90,7 +90,7 @@ func (o OneSided) String() string {
 	var b strings.Builder
 	b.WriteString(o.Section)
 	if o.Mode != "" {
-		fmt.Fprintf(&b, " %s at %s", o.Mode, fmtServices(o.Services))
+		fmt.Fprintf(&b, " %s at %s", o.Mode, FormatServices(o.Services))
 	}
 	if o.Figure != "" {
 		b.WriteString(": " + strings.TrimSuffix(figureLabel(o.Figure), " (rate)"))
@@ -139,8 +139,8 @@ func pairs(old, new modes.Run) ([]pair, []OneSided) {
 		}
 	}
 	for _, name := range names {
-		oldSec, inOld := findSection(old, name)
-		ns, inNew := findSection(new, name)
+		oldSec, inOld := FindSection(old, name)
+		ns, inNew := FindSection(new, name)
 		switch {
 		case !inOld:
 			one = append(one, OneSided{Section: name, In: "new", Why: "the old run has no such section"})
@@ -149,14 +149,14 @@ func pairs(old, new modes.Run) ([]pair, []OneSided) {
 			one = append(one, OneSided{Section: name, In: "old", Why: "the new run has no such section"})
 			continue
 		}
-		modeList := sectionModes(new, ns)
-		for _, m := range sectionModes(old, oldSec) {
+		modeList := SectionModes(new, ns)
+		for _, m := range SectionModes(old, oldSec) {
 			if !slices.Contains(modeList, m) {
 				modeList = append(modeList, m)
 			}
 		}
-		sizes := sectionSizes(ns)
-		for _, n := range sectionSizes(oldSec) {
+		sizes := SectionSizes(ns)
+		for _, n := range SectionSizes(oldSec) {
 			if !slices.Contains(sizes, n) {
 				sizes = append(sizes, n)
 			}
@@ -302,7 +302,7 @@ func Compare(old, new modes.Run) []Change {
 			}
 			c := base
 			c.Figure = fig
-			if weigh(&c, controlValue(*oc, fig), controlValue(*nc, fig), controlAll(*oc, fig), controlAll(*nc, fig), false) {
+			if weigh(&c, ControlValue(*oc, fig), ControlValue(*nc, fig), controlAll(*oc, fig), controlAll(*nc, fig), false) {
 				out = append(out, c)
 			}
 		}
@@ -395,7 +395,7 @@ func fmtFigure(figure string, v float64) string {
 	case modes.FigureFirstSync, modes.FigureChange, modes.FigureNewService, modes.FigureCPU:
 		return fmtNum(v) + " s"
 	}
-	return thousands(int64(math.Round(v)))
+	return Thousands(int64(math.Round(v)))
 }
 
 // textTable is a plain-text table: first column left, the others right.

@@ -1,6 +1,9 @@
 // Package report turns a results file of the side-by-side benchmark
-// (modes.Run) into what people read: the Markdown table (Markdown), the
-// plots (Plots) and the rows that moved between two runs (Compare).
+// (modes.Run) into what people read: the Markdown table (Markdown) and the
+// rows that moved between two runs (Compare). The plots are drawn apart, by
+// bench/analysis (its own module, so the plotting library stays out of
+// kproxy's go.mod), from the same results file; the orders and labels it
+// shares with the table are exported here so the two agree.
 package report
 
 import (
@@ -32,8 +35,8 @@ func workloadName(w string) string {
 	return w
 }
 
-// shortWorkload is a workload's name in plot legends and compare rows.
-func shortWorkload(w string) string {
+// ShortWorkload is a workload's name in plot legends and compare rows.
+func ShortWorkload(w string) string {
 	switch w {
 	case modes.WorkloadKeepAlive:
 		return "keep-alive"
@@ -52,10 +55,30 @@ func tcpWorkload(w string) bool {
 	return w == modes.WorkloadKeepAlive || w == modes.WorkloadNewConn
 }
 
-// sectionModes returns the section's modes in table order: the reference
+// Plot names (files <name>.png and <name>.svg next to the Markdown page,
+// which links them; bench/analysis/plots draws them).
+const (
+	PlotLatency     = "latency"
+	PlotNewConn     = "newconn"
+	PlotRatios      = "ratios"
+	PlotRatiosGuest = "ratios-guest"
+)
+
+// FindSection returns the run's section of that name, or an empty one
+// measured against DNAT when the run has none.
+func FindSection(run modes.Run, name string) (modes.Section, bool) {
+	for _, s := range run.Sections {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return modes.Section{Name: name, Reference: modes.ModeDNAT}, false
+}
+
+// SectionModes returns the section's modes in table order: the reference
 // first, then the run's host mode order (Settings.Modes), then any other
 // mode in the order its first cell appears.
-func sectionModes(run modes.Run, s modes.Section) []string {
+func SectionModes(run modes.Run, s modes.Section) []string {
 	var out []string
 	add := func(m string) {
 		if m != "" && !slices.Contains(out, m) {
@@ -80,9 +103,9 @@ func sectionModes(run modes.Run, s modes.Section) []string {
 	return out
 }
 
-// sectionSizes returns the service counts of the section's cells,
+// SectionSizes returns the service counts of the section's cells,
 // ascending.
-func sectionSizes(s modes.Section) []int {
+func SectionSizes(s modes.Section) []int {
 	var out []int
 	for _, c := range s.Cells {
 		if !slices.Contains(out, c.Services) {
@@ -110,8 +133,8 @@ func orderedSections(run modes.Run) []modes.Section {
 	return out
 }
 
-// thousands writes an integer with comma separators: 18300 -> "18,300".
-func thousands(n int64) string {
+// Thousands writes an integer with comma separators: 18300 -> "18,300".
+func Thousands(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
@@ -138,7 +161,7 @@ func fmtRate(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	mag := math.Pow(10, math.Floor(math.Log10(math.Abs(v)))-2)
-	return thousands(int64(math.Round(v/mag) * mag))
+	return Thousands(int64(math.Round(v/mag) * mag))
 }
 
 // fmtNum formats a positive figure (seconds, ms, µs, MiB) with about three
@@ -149,7 +172,7 @@ func fmtNum(v float64) string {
 	case math.IsNaN(v) || math.IsInf(v, 0):
 		return "—"
 	case a >= 1000:
-		return thousands(int64(math.Round(v)))
+		return Thousands(int64(math.Round(v)))
 	case a >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	case a >= 10:

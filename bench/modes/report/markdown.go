@@ -27,8 +27,8 @@ func Markdown(run modes.Run) string {
 	return b.String()
 }
 
-// writePlotLinks shows the figures Plots draws next to the page, by their
-// fixed names (the PNG inline, the SVG linked).
+// writePlotLinks shows the figures bench/analysis draws next to the page,
+// by their fixed names (the PNG inline, the SVG linked).
 func writePlotLinks(b *strings.Builder, run modes.Run) {
 	b.WriteString("## Plots\n\n")
 	links := []struct{ name, alt string }{
@@ -36,7 +36,7 @@ func writePlotLinks(b *strings.Builder, run modes.Run) {
 		{PlotNewConn, "New connections per second against service count, per mode"},
 		{PlotRatios, "Data-plane rates as ratios to DNAT at the smallest service count, per mode and workload"},
 	}
-	if _, ok := findSection(run, modes.SectionGuest); ok {
+	if _, ok := FindSection(run, modes.SectionGuest); ok {
 		links = append(links, struct{ name, alt string }{PlotRatiosGuest, "Guest kernel: data-plane rates as ratios to DNAT in the guest"})
 	}
 	for _, l := range links {
@@ -128,8 +128,8 @@ func writeSection(b *strings.Builder, run modes.Run, s modes.Section, fn *footno
 			"> where syscalls are far slower than on a real node: compare a mode with the guest's DNAT rule,\n" +
 			"> never an absolute figure here with the host section's.\n\n")
 	}
-	modeList := sectionModes(run, s)
-	sizes := sectionSizes(s)
+	modeList := SectionModes(run, s)
+	sizes := SectionSizes(s)
 	writeControlTable(b, s, modeList, sizes, fn)
 	writeDataTable(b, s, modeList, sizes, fn)
 	writeNotes(b, s, modeList, sizes)
@@ -149,7 +149,7 @@ func writeControlTable(b *strings.Builder, s modes.Section, modeList []string, s
 			if !ok {
 				continue
 			}
-			row := []string{m, thousands(int64(n))}
+			row := []string{m, Thousands(int64(n))}
 			switch {
 			case c.Skipped != "":
 				row = append(row, dashes("—"+fn.ref("Skipped: "+c.Skipped), len(controlFigures()))...)
@@ -161,7 +161,7 @@ func writeControlTable(b *strings.Builder, s modes.Section, modeList []string, s
 						row = append(row, "—"+fn.ref("Not measured: "+why))
 						continue
 					}
-					row = append(row, fmtControl(f, controlValue(*c.Control, f)))
+					row = append(row, fmtControl(f, ControlValue(*c.Control, f)))
 				}
 			}
 			t.rows = append(t.rows, row)
@@ -185,8 +185,8 @@ func dashes(first string, n int) []string {
 	return out
 }
 
-// controlValue is one control-plane figure, RSS in bytes.
-func controlValue(c modes.Control, figure string) float64 {
+// ControlValue is one control-plane figure, RSS in bytes.
+func ControlValue(c modes.Control, figure string) float64 {
 	switch figure {
 	case modes.FigureFirstSync:
 		return c.FirstSync
@@ -220,9 +220,9 @@ func fmtControl(figure string, v float64) string {
 	return fmtNum(v)
 }
 
-// sectionWorkloads lists the section's workloads: the known ones in table
+// SectionWorkloads lists the section's workloads: the known ones in table
 // order, then any other in name order.
-func sectionWorkloads(s modes.Section) []string {
+func SectionWorkloads(s modes.Section) []string {
 	var extra []string
 	for _, c := range s.Cells {
 		for w := range c.Data {
@@ -269,9 +269,9 @@ func writeDataTable(b *strings.Builder, s modes.Section, modeList []string, size
 		}
 		return f(wl)
 	}
-	for _, w := range sectionWorkloads(s) {
+	for _, w := range SectionWorkloads(s) {
 		for _, n := range sizes {
-			rate := []string{workloadName(w), thousands(int64(n))}
+			rate := []string{workloadName(w), Thousands(int64(n))}
 			lat := []string{"↳ p50 / p99 (ms)", ""}
 			cpu := []string{"↳ machine CPU (µs/req)", ""}
 			for _, m := range modeList {
@@ -326,9 +326,9 @@ func writeNotes(b *strings.Builder, s modes.Section, modeList []string, sizes []
 			if !ok || c.Skipped != "" {
 				continue
 			}
-			for _, w := range sectionWorkloads(s) {
+			for _, w := range SectionWorkloads(s) {
 				if wl, ok := c.Data[w]; ok && wl.Lost > 0 {
-					lost = append(lost, fmt.Sprintf("%s at %s, %s: %s", m, fmtServices(n), shortWorkload(w), thousands(wl.Lost)))
+					lost = append(lost, fmt.Sprintf("%s at %s, %s: %s", m, FormatServices(n), ShortWorkload(w), Thousands(wl.Lost)))
 				}
 			}
 		}
@@ -422,10 +422,10 @@ func (t table) write(b *strings.Builder) {
 	b.WriteString("\n")
 }
 
-// fmtServices writes a service count: "1 service", "10,000 services".
-func fmtServices(n int) string {
+// FormatServices writes a service count: "1 service", "10,000 services".
+func FormatServices(n int) string {
 	if n == 1 {
 		return "1 service"
 	}
-	return thousands(int64(n)) + " services"
+	return Thousands(int64(n)) + " services"
 }

@@ -9,8 +9,10 @@
 //
 //	bench-compare -render RESULTS.json [-out DIR]
 //
-// (re)writes DIR/bench-modes.md and the plots (PNG and SVG) from a results
-// file; DIR defaults to the results file's directory.
+// (re)writes DIR/bench-modes.md from a results file; DIR defaults to the
+// results file's directory. The plots the page links are drawn by
+// bench/analysis's bench-plots, a module of its own so that the plotting
+// library stays out of kproxy's go.mod.
 //
 // Exit status: 0 when it printed or wrote what was asked, 1 when writing
 // failed, 2 on bad arguments or an unreadable results file (a missing
@@ -29,13 +31,13 @@ import (
 	"kproxy.dev/kproxy/bench/modes/report"
 )
 
-// MarkdownFile is the page -render writes next to the plots.
+// MarkdownFile is the page -render writes, next to the plots it links.
 const MarkdownFile = "bench-modes.md"
 
 const usage = `usage:
   bench-compare OLD.json NEW.json           print the figures that moved beyond their noise
   bench-compare -render RESULTS.json [-out DIR]
-                                            write DIR/` + MarkdownFile + ` and the plots
+                                            write DIR/` + MarkdownFile + `
 `
 
 func main() {
@@ -72,7 +74,7 @@ func runErr(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bench-compare", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	render := fs.String("render", "", "results file to render")
-	out := fs.String("out", "", "directory for "+MarkdownFile+" and the plots (default: the results file's)")
+	out := fs.String("out", "", "directory for "+MarkdownFile+" (default: the results file's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -121,9 +123,6 @@ func renderRun(path, dir string, stdout io.Writer) error {
 	if err := os.WriteFile(md, []byte(report.Markdown(r)), 0o644); err != nil {
 		return fmt.Errorf("writing the table: %w", err)
 	}
-	plots, err := report.Plots(r, dir)
-	for _, p := range append([]string{md}, plots...) {
-		fmt.Fprintln(stdout, p)
-	}
+	_, err = fmt.Fprintln(stdout, md)
 	return err
 }

@@ -3,7 +3,9 @@
 // .ci/programs, which .ci/install-deps installs from, so a fresh machine gets
 // all of them. Scan finds the programs the Go code runs; the package's tests
 // compare them with the list and, under `make test`, check the list against
-// what is installed.
+// what is installed. It lives in bench/analysis, a module of its own, so
+// that golang.org/x/tools, which only the scan needs, stays out of kproxy's
+// go.mod; the scan still loads kproxy's module from the repository root.
 package programs
 
 import (

@@ -1,4 +1,4 @@
-package report
+package plots
 
 import (
 	"bytes"
@@ -14,18 +14,30 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/bench/modes"
+	"kproxy.dev/kproxy/bench/modes/report"
 )
 
-func TestPlots(t *testing.T) {
+// fixture reads a results file bench/modes keeps for its own tests: what
+// the benchmark writes is what this package draws.
+func fixture(t *testing.T, name string) modes.Run {
+	t.Helper()
+	run, err := modes.ReadRun(filepath.Join("..", "..", "modes", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func TestDraw(t *testing.T) {
 	tests := []struct {
 		name  string
 		edit  func(*modes.Run)
 		plots []string
 	}{
-		{name: "full run", plots: []string{PlotLatency, PlotNewConn, PlotRatios, PlotRatiosGuest}},
+		{name: "full run", plots: []string{report.PlotLatency, report.PlotNewConn, report.PlotRatios, report.PlotRatiosGuest}},
 		{
 			name:  "host only, one size",
-			plots: []string{PlotLatency, PlotNewConn, PlotRatios},
+			plots: []string{report.PlotLatency, report.PlotNewConn, report.PlotRatios},
 			edit: func(r *modes.Run) {
 				r.Sections = r.Sections[:1]
 				r.Sections[0].Cells = slices.DeleteFunc(r.Sections[0].Cells, func(c modes.Cell) bool { return c.Services != 1 })
@@ -33,7 +45,7 @@ func TestPlots(t *testing.T) {
 		},
 		{
 			name:  "skipped and missing everywhere",
-			plots: []string{PlotLatency, PlotNewConn, PlotRatios, PlotRatiosGuest},
+			plots: []string{report.PlotLatency, report.PlotNewConn, report.PlotRatios, report.PlotRatiosGuest},
 			edit: func(r *modes.Run) {
 				for si := range r.Sections {
 					for ci := range r.Sections[si].Cells {
@@ -49,7 +61,7 @@ func TestPlots(t *testing.T) {
 				}
 			},
 		},
-		{name: "no sections", plots: []string{PlotLatency, PlotNewConn, PlotRatios}, edit: func(r *modes.Run) { r.Sections = nil }},
+		{name: "no sections", plots: []string{report.PlotLatency, report.PlotNewConn, report.PlotRatios}, edit: func(r *modes.Run) { r.Sections = nil }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,7 +70,7 @@ func TestPlots(t *testing.T) {
 				tt.edit(&run)
 			}
 			dir := t.TempDir()
-			got, err := Plots(run, dir)
+			got, err := Draw(run, dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +79,7 @@ func TestPlots(t *testing.T) {
 				want = append(want, filepath.Join(dir, p+".png"), filepath.Join(dir, p+".svg"))
 			}
 			if !slices.Equal(got, want) {
-				t.Fatalf("Plots wrote %q, want %q", got, want)
+				t.Fatalf("Draw wrote %q, want %q", got, want)
 			}
 			for _, path := range got {
 				checkImage(t, path)
@@ -113,7 +125,7 @@ func checkImage(t *testing.T, path string) {
 			t.Errorf("%s: root element %q, want svg", path, root)
 		}
 		label := "services (log scale)"
-		if strings.HasPrefix(filepath.Base(path), PlotRatios) {
+		if strings.HasPrefix(filepath.Base(path), report.PlotRatios) {
 			label = "rate ÷ dnat rate"
 		}
 		if !strings.Contains(string(data), label) {
@@ -124,16 +136,16 @@ func checkImage(t *testing.T, path string) {
 	}
 }
 
-// TestPlotsDeterministic: the same results draw the same bytes, so
+// TestDrawDeterministic: the same results draw the same bytes, so
 // re-rendering a results file changes nothing in the repository.
-func TestPlotsDeterministic(t *testing.T) {
+func TestDrawDeterministic(t *testing.T) {
 	run := fixture(t, "results.json")
 	a, b := t.TempDir(), t.TempDir()
-	pa, err := Plots(run, a)
+	pa, err := Draw(run, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Plots(run, b); err != nil {
+	if _, err := Draw(run, b); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pa {
@@ -151,9 +163,9 @@ func TestPlotsDeterministic(t *testing.T) {
 	}
 }
 
-func TestPlotsUnwritableDir(t *testing.T) {
-	if _, err := Plots(fixture(t, "results.json"), filepath.Join(t.TempDir(), "missing")); err == nil {
-		t.Error("Plots into a missing directory: want an error")
+func TestDrawUnwritableDir(t *testing.T) {
+	if _, err := Draw(fixture(t, "results.json"), filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("Draw into a missing directory: want an error")
 	}
 }
 

@@ -1,4 +1,8 @@
-package report
+// Package plots draws the figures of the side-by-side benchmark
+// (bench/modes) from its results file: PNG and SVG next to the Markdown
+// page that links them. It lives in bench/analysis so that gonum/plot, which
+// only these pictures need, stays out of kproxy's own go.mod.
+package plots
 
 import (
 	"bytes"
@@ -20,31 +24,24 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"kproxy.dev/kproxy/bench/modes"
-)
-
-// Plot names (files <name>.png and <name>.svg).
-const (
-	PlotLatency     = "latency"
-	PlotNewConn     = "newconn"
-	PlotRatios      = "ratios"
-	PlotRatiosGuest = "ratios-guest"
+	"kproxy.dev/kproxy/bench/modes/report"
 )
 
 // plotDPI is the PNG resolution: the figures are sized in inches.
 const plotDPI = 96
 
-// Plots draws the run's figures into dir, each as PNG and SVG, and returns
+// Draw draws the run's figures into dir, each as PNG and SVG, and returns
 // the paths written (dir joined with the file name), in order:
 // latency (one-change and new-service latency against service count, host
 // section), newconn (new connections/s against service count, host
 // section), ratios (data-plane rates as ratios to DNAT at the smallest
 // size, host section) and, when the run has a guest section, ratios-guest.
 // A cell that was skipped or lacks a figure has no point in any plot.
-func Plots(run modes.Run, dir string) ([]string, error) {
-	host, _ := findSection(run, modes.SectionHost)
-	figs := []figure{latencyFigure(run, host), newConnFigure(run, host), ratiosFigure(run, host, PlotRatios)}
-	if guest, ok := findSection(run, modes.SectionGuest); ok {
-		figs = append(figs, ratiosFigure(run, guest, PlotRatiosGuest))
+func Draw(run modes.Run, dir string) ([]string, error) {
+	host, _ := report.FindSection(run, modes.SectionHost)
+	figs := []figure{latencyFigure(run, host), newConnFigure(run, host), ratiosFigure(run, host, report.PlotRatios)}
+	if guest, ok := report.FindSection(run, modes.SectionGuest); ok {
+		figs = append(figs, ratiosFigure(run, guest, report.PlotRatiosGuest))
 	}
 	var written []string
 	for _, f := range figs {
@@ -55,15 +52,6 @@ func Plots(run modes.Run, dir string) ([]string, error) {
 		}
 	}
 	return written, nil
-}
-
-func findSection(run modes.Run, name string) (modes.Section, bool) {
-	for _, s := range run.Sections {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return modes.Section{Name: name, Reference: modes.ModeDNAT}, false
 }
 
 // figure is one picture: its size and how to draw it on a canvas.
@@ -172,12 +160,12 @@ type series struct {
 // (false: no point, the cell was skipped or the figure is missing).
 func modeSeries(run modes.Run, s modes.Section, withReference bool, value func(c modes.Cell) (float64, bool)) []series {
 	var out []series
-	for _, m := range sectionModes(run, s) {
+	for _, m := range report.SectionModes(run, s) {
 		if m == s.Reference && !withReference {
 			continue
 		}
 		se := series{mode: m}
-		for _, n := range sectionSizes(s) {
+		for _, n := range report.SectionSizes(s) {
 			c, ok := s.Cell(m, n)
 			if !ok || c.Skipped != "" {
 				continue
@@ -200,7 +188,7 @@ func controlPoint(figure string) func(c modes.Cell) (float64, bool) {
 		if _, missing := c.Control.Missing[figure]; missing {
 			return 0, false
 		}
-		return controlValue(*c.Control, figure), true
+		return report.ControlValue(*c.Control, figure), true
 	}
 }
 
@@ -208,7 +196,7 @@ func latencyFigure(run modes.Run, host modes.Section) figure {
 	change := modeSeries(run, host, false, controlPoint(modes.FigureChange))
 	newSvc := modeSeries(run, host, false, controlPoint(modes.FigureNewService))
 	return figure{
-		name: PlotLatency, w: 11.5 * vg.Inch, h: 5 * vg.Inch,
+		name: report.PlotLatency, w: 11.5 * vg.Inch, h: 5 * vg.Inch,
 		draw: func(dc draw.Canvas) {
 			legendW := 2.4 * vg.Inch
 			plots := draw.Crop(dc, 0.1*vg.Inch, -legendW, 0.05*vg.Inch, -0.1*vg.Inch)
@@ -228,7 +216,7 @@ func newConnFigure(run modes.Run, host modes.Section) figure {
 		return w.Rate, ok
 	})
 	return figure{
-		name: PlotNewConn, w: 9 * vg.Inch, h: 5 * vg.Inch,
+		name: report.PlotNewConn, w: 9 * vg.Inch, h: 5 * vg.Inch,
 		draw: func(dc draw.Canvas) {
 			legendW := 2.4 * vg.Inch
 			p := linePlot(run, host, rates, "New connections per second (one HTTP request each), host kernel", "connections/s", false)
@@ -248,14 +236,14 @@ func linePlot(run modes.Run, s modes.Section, all []series, title, yLabel string
 	p.Y.Label.Text = yLabel
 	p.Add(plotter.NewGrid())
 
-	sizes := sectionSizes(s)
+	sizes := report.SectionSizes(s)
 	if len(sizes) == 0 {
 		sizes = slices.Clone(run.Settings.Sizes)
 	}
 	var sizeTicks plot.ConstantTicks
 	for _, n := range sizes {
 		if n > 0 {
-			sizeTicks = append(sizeTicks, plot.Tick{Value: float64(n), Label: thousands(int64(n))})
+			sizeTicks = append(sizeTicks, plot.Tick{Value: float64(n), Label: report.Thousands(int64(n))})
 		}
 	}
 	p.X.Scale = plot.LogScale{}
@@ -379,9 +367,17 @@ func (ratioTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ticks
 }
 
+// orUnknown names a missing reference as the Markdown page does.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
 func tickLabel(v float64) string {
 	if v >= 1000 && v == math.Trunc(v) {
-		return thousands(int64(v))
+		return report.Thousands(int64(v))
 	}
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
@@ -424,17 +420,17 @@ func drawLegend(c draw.Canvas, entries []legendEntry) {
 // workload, modes top to bottom in table order.
 func ratiosFigure(run modes.Run, s modes.Section, name string) figure {
 	var modeList []string
-	for _, m := range sectionModes(run, s) {
+	for _, m := range report.SectionModes(run, s) {
 		if m != s.Reference {
 			modeList = append(modeList, m)
 		}
 	}
-	sizes := sectionSizes(s)
+	sizes := report.SectionSizes(s)
 	size := 1
 	if len(sizes) > 0 {
 		size = sizes[0]
 	}
-	workloads := sectionWorkloads(s)
+	workloads := report.SectionWorkloads(s)
 	where := "host kernel"
 	if s.Name == modes.SectionGuest {
 		where = "guest kernel, ratios within the guest only"
@@ -444,7 +440,7 @@ func ratiosFigure(run modes.Run, s modes.Section, name string) figure {
 		name: name, w: 10 * vg.Inch, h: h,
 		draw: func(dc draw.Canvas) {
 			p := plot.New()
-			p.Title.Text = fmt.Sprintf("Data-plane rate as a ratio to %s at %s (%s)", orUnknown(s.Reference), fmtServices(size), where)
+			p.Title.Text = fmt.Sprintf("Data-plane rate as a ratio to %s at %s (%s)", orUnknown(s.Reference), report.FormatServices(size), where)
 			p.Title.TextStyle.Font.Size = vg.Points(12)
 			p.X.Label.Text = fmt.Sprintf("rate ÷ %s rate (1 = as fast as %s)", orUnknown(s.Reference), orUnknown(s.Reference))
 			p.Add(plotter.NewGrid())
@@ -475,7 +471,7 @@ func ratiosFigure(run modes.Run, s modes.Section, name string) figure {
 				// First workload on top within a group.
 				bars.Offset = vg.Length(float64(len(workloads)-1)/2-float64(i)) * barW
 				p.Add(bars)
-				l.Add(shortWorkload(w), bars)
+				l.Add(report.ShortWorkload(w), bars)
 			}
 			if len(names) > 0 {
 				one, err := plotter.NewLine(plotter.XYs{{X: 1, Y: -0.5}, {X: 1, Y: float64(len(names)) - 0.5}})

@@ -15,7 +15,11 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 )
 
-const listPath = "../../.ci/programs"
+// listPath and repoRoot are seen from this package's directory.
+const (
+	listPath = "../../../.ci/programs"
+	repoRoot = "../../.."
+)
 
 // producers are what the scan cannot read from the source: the values a
 // kernel.Backend takes, and the kproxy binary the tests build.
@@ -50,7 +54,7 @@ var opaque = map[string]struct {
 	"bench/guest/program_linux.go runProgram path":                                {nil, "the guest's init runs the test binary guest-exec passed"},
 	"bench/ipvsref/ipvsref_test.go TestGuestSameIPVSStateAsKubeProxy kproxy":      {[]string{"kproxy"}, "KPROXY_BINARY, which make test-guest builds"},
 	"cmd/kproxy/observe_parity_test.go TestBindHardFailEventMatchesKubeProxy bin": {[]string{"kproxy", "kube-proxy"}, "the two proxies compared: the kproxy the test builds and the reference kube-proxy"},
-	"bench/programs/programs_test.go TestListedProgramsAreInstalled p":            {nil, "the listed programs themselves"},
+	"bench/analysis/programs/programs_test.go TestListedProgramsAreInstalled p":   {nil, "the listed programs themselves"},
 	"bench/cluster/daemon.go (*cluster).start c.cfg.Self":                         {[]string{"kcluster"}, "kcluster itself (run-in, forward), which make cluster builds"},
 	"bench/cluster/daemon.go RunIn argv[0]":                                       {[]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kcluster"}, "the cluster's daemons, which (*cluster).start passes on to kcluster run-in"},
 	"bench/syncscale/syncscale_bench_test.go runRow launcher":                     {[]string{"kube-proxy", "sh"}, "kube-proxy itself, or in iptables rows the sh wrapper KubeProxyLauncher writes to run it with one backend's iptables"},
@@ -61,13 +65,18 @@ func TestEveryExecutedProgramIsListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sites, err := Scan(root, producers(), "./...")
-	if err != nil {
-		t.Fatal(err)
+	// kproxy's module, and this one: its own tests run programs too.
+	var sites []Site
+	for _, dir := range []string{root, filepath.Join(root, "bench", "analysis")} {
+		found, err := Scan(dir, producers(), "./...")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sites = append(sites, found...)
 	}
 	if len(sites) < 100 {
 		t.Fatalf("the scan found %d sites that run programs; kproxy has well over 100: is it still finding them?", len(sites))
@@ -124,7 +133,7 @@ func checkInstalled(p string, src Source) error {
 	case "tools":
 		dir := os.Getenv(lab.ToolsBinEnv)
 		if dir == "" {
-			dir = "../tools/bin"
+			dir = "../../tools/bin"
 		}
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			return fmt.Errorf("%s (built by make tools): %w", p, err)
@@ -139,7 +148,7 @@ func checkInstalled(p string, src Source) error {
 		}
 		dir := os.Getenv(lab.ToolsBinEnv)
 		if dir == "" {
-			dir = "../tools/bin"
+			dir = "../../tools/bin"
 		}
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			return fmt.Errorf("%s (built by make %s): %w", p, src.Kind, err)
