@@ -14,8 +14,8 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/bench/testkit"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // Each test here runs in a fresh network namespace with its own conntrack

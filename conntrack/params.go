@@ -1,6 +1,6 @@
 package conntrack
 
-import "kproxy.dev/kproxy/redirect/kernel/sysctl"
+import "kproxy.dev/kproxy/sync/sysctl"
 
 // Params are where Tune reads and writes: the nf_conntrack sysctls, and the
 // module parameter that holds the hash size. The zero value is the kernel's.

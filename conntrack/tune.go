@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // The parameters Tune sets: sysctls, and the nf_conntrack module's hash

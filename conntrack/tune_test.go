@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
+	"kproxy.dev/kproxy/sync/sysctl/fakesysctl"
 )
 
 // fakeKernel holds the sysctls and the hash size (their names never

@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // Section is one normalised part of a namespace's state.

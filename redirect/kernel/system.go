@@ -11,8 +11,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/sklookup"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // System is the netlink and socket surface the probes use. Errors are the

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
+	"kproxy.dev/kproxy/sync/sysctl/fakesysctl"
 )
 
 func TestIPv6Off(t *testing.T) {

@@ -1,12 +1,18 @@
 // Package modes is the registry of proxy modes: one line per mode, in the
-// order they are offered. Adding a mode means writing its package (which
-// exports a mode.Definition) and adding it here.
+// order they are offered. Adding a mode means writing its package under
+// redirect/modes (which exports a contract.Definition, from
+// redirect/modes/contract) and adding it here; a mode with settings of its
+// own also adds a section to contract.Settings and its flags in
+// cmd/kproxy/options. Nothing on the ground floor (sync/) changes: the
+// engine sees only the sync/mode.Mode a Definition builds, and the mode's
+// mode.Name may be a constant of its own package.
 package modes
 
 import (
 	"kproxy.dev/kproxy/redirect/cleanup"
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/iptables"
 	"kproxy.dev/kproxy/redirect/modes/ipvs"
 	"kproxy.dev/kproxy/redirect/modes/nftables"
@@ -16,8 +22,8 @@ import (
 
 // All lists every mode kproxy has. Automatic choice takes the first Auto
 // one that can run; errors offer the others in this order.
-func All() []mode.Definition {
-	return []mode.Definition{
+func All() []contract.Definition {
+	return []contract.Definition{
 		iptables.Definition(),
 		ipvs.Definition(),
 		nftables.Definition(),
@@ -25,9 +31,9 @@ func All() []mode.Definition {
 	}
 }
 
-// Choose picks the mode to run; see mode.Choose.
-func Choose(requested string, f kernel.Features) (mode.Definition, string, error) {
-	return mode.Choose(requested, f, All())
+// Choose picks the mode to run; see contract.Choose.
+func Choose(requested string, f kernel.Features) (contract.Definition, string, error) {
+	return contract.Choose(requested, f, All())
 }
 
 // CleanupScope is what a node running keep ("" for --cleanup) removes: what

@@ -128,7 +128,7 @@ func Create(ms ...k8smetrics.Registerable) {
 
 // Register creates each component-base metric and registers it on reg; a
 // nil reg registers nowhere (tests that do not read metrics). Modes get a
-// prometheus.Registerer (mode.Deps), which is the KubeRegistry's own.
+// prometheus.Registerer (contract.Deps), which is the KubeRegistry's own.
 func Register(reg prometheus.Registerer, ms ...k8smetrics.Registerable) error {
 	Create(ms...)
 	if reg == nil {

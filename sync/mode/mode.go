@@ -1,5 +1,8 @@
 // Package mode defines the one interface every proxy mode (userspace,
-// iptables, ipvs) implements, so they all receive the same snapshots.
+// iptables, ipvs, nftables) implements, so they all receive the same
+// snapshots: the side of the mode contract the engine and /healthz need.
+// How a mode is described, chosen and built (Definition, Settings, Deps,
+// Choose) is in redirect/modes/contract, above the ground floor.
 package mode
 
 import (

@@ -1,7 +1,7 @@
 // Package app runs kproxy: resolve the settings, detect what the kernel can
 // do, pick a mode from the registry, build it, and run it with a source,
 // the service map and the health and metrics servers. It knows no mode's
-// internals: each mode's package says what it needs (mode.Definition).
+// internals: each mode's package says what it needs (contract.Definition).
 package app
 
 import (
@@ -20,8 +20,8 @@ import (
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/redirect/cleanup"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/modes"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/buildinfo"
 	"kproxy.dev/kproxy/sync/debugz"
 	"kproxy.dev/kproxy/sync/engine"
@@ -31,6 +31,7 @@ import (
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicehealth"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // Debug is what the metrics server's debugging pages show; the command
@@ -127,7 +128,7 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 		defer closeObservers()
 	}
 
-	proxyMode, err := def.New(ctx, settings, mode.Deps{Features: features, Registry: m.Registry(), Sysctls: sysctl.Proc{}, Logger: logger})
+	proxyMode, err := def.New(ctx, settings, contract.Deps{Features: features, Registry: m.Registry(), Sysctls: sysctl.Proc{}, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("starting the %s mode: %w", name, err)
 	}
@@ -252,7 +253,7 @@ func metricFamilies(f kernel.Features) []ipfamily.Family {
 // listenAddresses is where health-check node ports listen: like NodePorts,
 // on the addresses --nodeport-addresses admits, or everywhere. It is asked
 // at every sync, so "primary" follows the Node object as NodePorts do.
-func listenAddresses(logger klog.Logger, s mode.Settings) func(*servicemap.NodeInfo) []netip.Addr {
+func listenAddresses(logger klog.Logger, s contract.Settings) func(*servicemap.NodeInfo) []netip.Addr {
 	return func(node *servicemap.NodeInfo) []netip.Addr {
 		if !s.NodePorts.Primary && len(s.NodePorts.CIDRs) == 0 {
 			return nil // every address: nothing to list

@@ -17,7 +17,7 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/conntrack"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 const udpService = `apiVersion: v1

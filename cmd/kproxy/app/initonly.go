@@ -9,10 +9,11 @@ import (
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/redirect/cleanup"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/modes"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // initOnly is --init-only: the node set-up that needs full root privileges,
@@ -35,7 +36,7 @@ func initOnly(ctx context.Context, cfg *options.Config) error {
 	if features.Conntrack.Present {
 		tuneConntrack(logger, cfg.Conntrack)
 	}
-	m, err := def.New(ctx, cfg.ModeSettings(), mode.Deps{Features: features, Registry: metrics.New().Registry(),
+	m, err := def.New(ctx, cfg.ModeSettings(), contract.Deps{Features: features, Registry: metrics.New().Registry(),
 		Sysctls: sysctl.Proc{}, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("setting up the %s mode: %w", def.Name, err)

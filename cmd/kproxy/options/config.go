@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -84,7 +85,7 @@ type Config struct {
 	UDPIdleTimeout time.Duration
 	// UserspacePortals is the userspace mode's portal kind; resolved, so
 	// never empty.
-	UserspacePortals mode.Portals
+	UserspacePortals contract.Portals
 
 	// NodePortAddresses restricts NodePorts to node IPs in these prefixes;
 	// empty means all local IPs. NodePortPrimary means "only the node's

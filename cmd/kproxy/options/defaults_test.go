@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 )
 
 // TestDefaultsMatchKubeProxy checks both what --help advertises and what an
@@ -96,7 +96,7 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		IPVSMinSyncPeriod:     time.Second, // kube-proxy's without --config
 		IPVSScheduler:         "rr",
 		UDPIdleTimeout:        250 * time.Millisecond,
-		UserspacePortals:      mode.PortalsAuto,
+		UserspacePortals:      contract.PortalsAuto,
 		DetectLocalMode:       "ClusterCIDR",
 		Conntrack: ConntrackConfig{
 			MaxPerCore:            32768,

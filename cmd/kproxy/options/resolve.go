@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	netutils "k8s.io/utils/net"
 
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -107,7 +108,7 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 		IPVSTCPFinTimeout:           c.IPVS.TCPFinTimeout.Duration,
 		IPVSUDPTimeout:              c.IPVS.UDPTimeout.Duration,
 		UDPIdleTimeout:              fc.UDPIdleTimeout.Duration,
-		UserspacePortals:            mode.Portals(fc.UserspacePortals),
+		UserspacePortals:            contract.Portals(fc.UserspacePortals),
 		DetectLocalMode:             string(c.DetectLocalMode),
 		PodBridgeInterface:          c.DetectLocal.BridgeInterface,
 		PodInterfaceNamePrefix:      c.DetectLocal.InterfaceNamePrefix,
@@ -185,8 +186,8 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 	}
 	switch {
 	case cfg.UserspacePortals == "":
-		cfg.UserspacePortals = mode.PortalsAuto
-	case !slices.Contains(mode.AllPortals(), cfg.UserspacePortals):
+		cfg.UserspacePortals = contract.PortalsAuto
+	case !slices.Contains(contract.AllPortals(), cfg.UserspacePortals):
 		r.invalid(setting{"userspace-portals", "userspacePortals"}, cfg.UserspacePortals, "must be one of auto, redirect, local, sklookup")
 	}
 

@@ -4,13 +4,13 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/lb/ports"
-	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 )
 
 // ModeSettings returns the part of c every proxy mode is built from.
-func (c *Config) ModeSettings() mode.Settings {
-	s := mode.Settings{
+func (c *Config) ModeSettings() contract.Settings {
+	s := contract.Settings{
 		NodeName: c.NodeName,
 		NodePorts: nodeaddr.Policy{
 			CIDRs: c.NodePortAddresses, Primary: c.NodePortPrimary, BindAddress: c.BindAddress,
@@ -22,17 +22,17 @@ func (c *Config) ModeSettings() mode.Settings {
 		MasqueradeAll:          c.MasqueradeAll,
 		MasqueradeBit:          int(c.MasqueradeBit),
 		LocalhostNodePorts:     c.LocalhostNodePorts,
-		IPTables:               mode.IPTablesSettings{Sync: syncPeriods(c.IPTablesMinSyncPeriod, c.IPTablesSyncPeriod)},
-		NFTables: mode.NFTablesSettings{
+		IPTables:               contract.IPTablesSettings{Sync: syncPeriods(c.IPTablesMinSyncPeriod, c.IPTablesSyncPeriod)},
+		NFTables: contract.NFTablesSettings{
 			Sync:          syncPeriods(c.NFTablesMinSyncPeriod, c.NFTablesSyncPeriod),
 			MasqueradeBit: int(c.NFTablesMasqueradeBit),
 		},
-		IPVS: mode.IPVSSettings{
+		IPVS: contract.IPVSSettings{
 			Sync:      syncPeriods(c.IPVSMinSyncPeriod, c.IPVSSyncPeriod),
 			Scheduler: c.IPVSScheduler, ExcludeCIDRs: c.IPVSExcludeCIDRs, StrictARP: c.IPVSStrictARP,
 			TCPTimeout: c.IPVSTCPTimeout, TCPFinTimeout: c.IPVSTCPFinTimeout, UDPTimeout: c.IPVSUDPTimeout,
 		},
-		Userspace: mode.UserspaceSettings{UDPIdleTimeout: c.UDPIdleTimeout, Portals: c.UserspacePortals},
+		Userspace: contract.UserspaceSettings{UDPIdleTimeout: c.UDPIdleTimeout, Portals: c.UserspacePortals},
 	}
 	if !c.PortRange.IsZero() {
 		s.Userspace.PortRange = ports.Range{Lo: uint16(c.PortRange.Base), Hi: uint16(c.PortRange.Last())}
@@ -42,9 +42,9 @@ func (c *Config) ModeSettings() mode.Settings {
 
 // syncPeriods turns a configured minimum of 0, which the user means as "no
 // limit", into the sync engine's -1 (its 0 means "default").
-func syncPeriods(minSync, maxSync time.Duration) mode.SyncPeriods {
+func syncPeriods(minSync, maxSync time.Duration) contract.SyncPeriods {
 	if minSync == 0 {
 		minSync = -1
 	}
-	return mode.SyncPeriods{Min: minSync, Max: maxSync}
+	return contract.SyncPeriods{Min: minSync, Max: maxSync}
 }

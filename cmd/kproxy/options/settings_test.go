@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"kproxy.dev/kproxy/lb/ports"
-	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 )
 
@@ -17,7 +17,7 @@ func TestModeSettings(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want mode.Settings
+		want contract.Settings
 	}{
 		{
 			name: "a zero minimum sync period means no limit",
@@ -25,25 +25,25 @@ func TestModeSettings(t *testing.T) {
 				NodeName: "n", IPTablesSyncPeriod: 30 * time.Second, IPVSMinSyncPeriod: time.Second, IPVSSyncPeriod: time.Minute,
 				NFTablesMinSyncPeriod: 2 * time.Second, NFTablesSyncPeriod: time.Hour, NFTablesMasqueradeBit: 13,
 			},
-			want: mode.Settings{
+			want: contract.Settings{
 				NodeName: "n",
-				IPTables: mode.IPTablesSettings{Sync: mode.SyncPeriods{Min: -1, Max: 30 * time.Second}},
-				IPVS:     mode.IPVSSettings{Sync: mode.SyncPeriods{Min: time.Second, Max: time.Minute}},
-				NFTables: mode.NFTablesSettings{Sync: mode.SyncPeriods{Min: 2 * time.Second, Max: time.Hour}, MasqueradeBit: 13},
+				IPTables: contract.IPTablesSettings{Sync: contract.SyncPeriods{Min: -1, Max: 30 * time.Second}},
+				IPVS:     contract.IPVSSettings{Sync: contract.SyncPeriods{Min: time.Second, Max: time.Minute}},
+				NFTables: contract.NFTablesSettings{Sync: contract.SyncPeriods{Min: 2 * time.Second, Max: time.Hour}, MasqueradeBit: 13},
 			},
 		},
 		{
 			name: "primary carries the bind address; a port range becomes inclusive bounds; the portal kind passes",
 			cfg: Config{
 				BindAddress: bind, NodePortPrimary: true, PortRange: PortRange{Base: 30000, Size: 100},
-				UDPIdleTimeout: time.Second, UserspacePortals: mode.PortalsLocal,
+				UDPIdleTimeout: time.Second, UserspacePortals: contract.PortalsLocal,
 			},
-			want: mode.Settings{
+			want: contract.Settings{
 				NodePorts: nodeaddr.Policy{Primary: true, BindAddress: bind},
-				IPTables:  mode.IPTablesSettings{Sync: mode.SyncPeriods{Min: -1}},
-				IPVS:      mode.IPVSSettings{Sync: mode.SyncPeriods{Min: -1}},
-				NFTables:  mode.NFTablesSettings{Sync: mode.SyncPeriods{Min: -1}},
-				Userspace: mode.UserspaceSettings{PortRange: ports.Range{Lo: 30000, Hi: 30099}, UDPIdleTimeout: time.Second, Portals: mode.PortalsLocal},
+				IPTables:  contract.IPTablesSettings{Sync: contract.SyncPeriods{Min: -1}},
+				IPVS:      contract.IPVSSettings{Sync: contract.SyncPeriods{Min: -1}},
+				NFTables:  contract.NFTablesSettings{Sync: contract.SyncPeriods{Min: -1}},
+				Userspace: contract.UserspaceSettings{PortRange: ports.Range{Lo: 30000, Hi: 30099}, UDPIdleTimeout: time.Second, Portals: contract.PortalsLocal},
 			},
 		},
 	} {

@@ -7,6 +7,7 @@ import (
 
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
 	"kproxy.dev/kproxy/redirect/netfilter/nfacct"
 	"kproxy.dev/kproxy/sync/ipfamily"
@@ -15,12 +16,12 @@ import (
 )
 
 // Definition is the iptables mode for the registry.
-func Definition() mode.Definition {
-	return mode.Definition{
+func Definition() contract.Definition {
+	return contract.Definition{
 		Name:        mode.IPTables,
 		Auto:        true,
 		Missing:     Missing,
-		SyncPeriods: func(s mode.Settings) mode.SyncPeriods { return s.IPTables.Sync },
+		SyncPeriods: func(s contract.Settings) contract.SyncPeriods { return s.IPTables.Sync },
 		Conntrack:   conntrack.KernelNAT,
 		Owned:       Owned,
 		New:         build,
@@ -41,7 +42,7 @@ func Missing(f kernel.Features) []string {
 
 // build sets up the mode for every family whose iptables the kernel probe
 // found usable (IPv4 is required: Missing refuses the mode without it).
-func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
+func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode, error) {
 	logger := d.Logger
 	beLiberal, err := d.Sysctls.Read("net/netfilter/nf_conntrack_tcp_be_liberal")
 	if err != nil {
@@ -73,7 +74,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 			ConntrackTCPBeLiberal: beLiberal == "1",
 			NFAcct:                counters,
 		}
-		if detector == (mode.LocalDetector{}) {
+		if detector == (contract.LocalDetector{}) {
 			rc.ClusterCIDRs = ipfamily.Prefixes(s.ClusterCIDRs, fam)
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {

@@ -9,6 +9,7 @@ import (
 
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
 	"kproxy.dev/kproxy/sync/ipfamily"
@@ -17,11 +18,11 @@ import (
 
 // Definition is the IPVS mode for the registry. It is never picked
 // automatically, as kube-proxy never picks it.
-func Definition() mode.Definition {
-	return mode.Definition{
+func Definition() contract.Definition {
+	return contract.Definition{
 		Name:        mode.IPVS,
 		Missing:     Missing,
-		SyncPeriods: func(s mode.Settings) mode.SyncPeriods { return s.IPVS.Sync },
+		SyncPeriods: func(s contract.Settings) contract.SyncPeriods { return s.IPVS.Sync },
 		Conntrack:   conntrack.KernelNAT,
 		Owned:       Owned,
 		New:         build,
@@ -46,7 +47,7 @@ func Missing(f kernel.Features) []string {
 // build sets up the mode for every family whose iptables the kernel probe
 // found usable (IPv4 is required: Missing refuses the mode without it, or
 // without IPVS).
-func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
+func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode, error) {
 	logger := d.Logger
 	detector, err := s.LocalDetector()
 	if err != nil {
@@ -83,7 +84,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 
 			BridgeInterface: detector.BridgeInterface, InterfaceNamePrefix: detector.InterfaceNamePrefix,
 		}
-		if detector == (mode.LocalDetector{}) {
+		if detector == (contract.LocalDetector{}) {
 			dc.ClusterCIDRs = ipfamily.Prefixes(s.ClusterCIDRs, fam)
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
@@ -114,7 +115,7 @@ func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error)
 // setTimeouts applies --ipvs-tcp-timeout, --ipvs-tcpfin-timeout and
 // --ipvs-udp-timeout as kube-proxy does: only when one is set, a zero
 // leaving that timeout as it is.
-func setTimeouts(h *mobyipvs.Handle, s mode.IPVSSettings) error {
+func setTimeouts(h *mobyipvs.Handle, s contract.IPVSSettings) error {
 	if s.TCPTimeout <= 0 && s.TCPFinTimeout <= 0 && s.UDPTimeout <= 0 {
 		return nil
 	}

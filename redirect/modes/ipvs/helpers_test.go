@@ -16,12 +16,12 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/fakeipvs"
 	"kproxy.dev/kproxy/redirect/netfilter/fakeiptables"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/sysctl/fakesysctl"
 )
 
 // newFakeSysctls is a fresh network namespace's sysctls the mode writes.

@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/reconcile"
@@ -20,6 +19,7 @@ import (
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // DefaultDrainInterval is how often draining TCP real servers are checked

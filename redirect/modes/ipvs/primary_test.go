@@ -11,12 +11,12 @@ import (
 
 	"kproxy.dev/kproxy/bench/testkit"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/fakeipvs"
 	"kproxy.dev/kproxy/redirect/netfilter/fakeiptables"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/sysctl/fakesysctl"
 )
 
 // TestNodePortAddressesPrimary: with --nodeport-addresses=primary the

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/nftables/rules"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -14,7 +15,7 @@ import (
 
 // build sets up the mode for every family whose nf_tables the kernel probe
 // found usable (IPv4 is required: Missing refuses the mode without it).
-func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
+func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode, error) {
 	logger := d.Logger
 	detector, err := s.LocalDetector()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )
@@ -14,11 +15,11 @@ const TableName = "kube-proxy"
 
 // Definition is the nftables mode for the registry. It is not picked
 // automatically: kube-proxy's default stays iptables.
-func Definition() mode.Definition {
-	return mode.Definition{
+func Definition() contract.Definition {
+	return contract.Definition{
 		Name:        mode.NFTables,
 		Missing:     Missing,
-		SyncPeriods: func(s mode.Settings) mode.SyncPeriods { return s.NFTables.Sync },
+		SyncPeriods: func(s contract.Settings) contract.SyncPeriods { return s.NFTables.Sync },
 		Conntrack:   conntrack.KernelNAT,
 		Owned:       Owned,
 		New:         build,

@@ -7,9 +7,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -46,7 +46,7 @@ func (m *Mode) updateAddrs(snap *servicemap.Snapshot, node portal.Node, changes 
 	if all || a.from == nil {
 		*a = serviceAddrs{
 			routedFams:  m.familiesWith(node, routesServiceAddresses),
-			steeredFams: m.familiesWith(node, func(kind mode.Portals) bool { return kind == mode.PortalsSKLookup }),
+			steeredFams: m.familiesWith(node, func(kind contract.Portals) bool { return kind == contract.PortalsSKLookup }),
 			routedSCTP:  m.cfg.Features.SCTP.Present,
 			routed:      addressCount{}, steered: addressCount{},
 			from: snap, rebuilt: true,

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/sockdiag"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -187,7 +188,7 @@ func (m *Mode) PortalConflicts() (count int, shown []string) {
 }
 
 // familiesOf lists the families whose portals are of kind.
-func (m *Mode) familiesOf(kind mode.Portals) []ipfamily.Family {
+func (m *Mode) familiesOf(kind contract.Portals) []ipfamily.Family {
 	var out []ipfamily.Family
 	for _, fam := range m.families {
 		if m.kinds[fam] == kind {

@@ -20,9 +20,9 @@ import (
 	"kproxy.dev/kproxy/lb/balancer"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/localroute/fakeroutes"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/sockdiag"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -103,7 +103,7 @@ func TestPortalConflicts(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := New(ctx, Config{
 		Features: kernel.Features{SCTP: kernel.Support{Detail: "EPROTONOSUPPORT"}}, NodeName: "node-a", Registerer: reg,
-		Routes: fakeroutes.New(nodeIP), Portals: mode.PortalsLocal, Holders: finder,
+		Routes: fakeroutes.New(nodeIP), Portals: contract.PortalsLocal, Holders: finder,
 		LocalAddresses: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("127.0.0.1"), nodeIP}, nil },
 	})
 	if err != nil {

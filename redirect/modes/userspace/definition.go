@@ -7,6 +7,7 @@ import (
 	"kproxy.dev/kproxy/conntrack"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/mode"
 )
 
@@ -14,12 +15,12 @@ import (
 // where the iptables mode cannot run, with local portals where netfilter is
 // missing altogether. Like kube-proxy's old userspace mode
 // it uses the iptables sync periods for its portal rules.
-func Definition() mode.Definition {
-	return mode.Definition{
+func Definition() contract.Definition {
+	return contract.Definition{
 		Name:        mode.Userspace,
 		Auto:        true,
 		Missing:     Missing,
-		SyncPeriods: func(s mode.Settings) mode.SyncPeriods { return s.IPTables.Sync },
+		SyncPeriods: func(s contract.Settings) contract.SyncPeriods { return s.IPTables.Sync },
 		Conntrack:   conntrack.LocalRelays,
 		Owned:       Owned,
 		New:         build,
@@ -31,7 +32,7 @@ func Definition() mode.Definition {
 // REDIRECT portals asked for cannot run).
 func Missing(kernel.Features) []string { return nil }
 
-func build(ctx context.Context, s mode.Settings, d mode.Deps) (mode.Mode, error) {
+func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode, error) {
 	// The detector tells which clients are this node's pods, whose external
 	// traffic a Local policy short-circuits. The interface detectors match
 	// where a packet came in, which a relay cannot see: say so rather than

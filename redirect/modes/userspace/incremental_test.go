@@ -17,7 +17,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/localroute/fakeroutes"
-	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -34,7 +34,7 @@ func TestPartialSyncsMatchAFullOne(t *testing.T) {
 	nodeIP := netip.MustParseAddr("198.19.0.1")
 	routes := fakeroutes.New(nodeIP)
 	m, err := New(context.Background(), Config{
-		Features: kernel.Features{SKLookup: kernel.Support{Present: true}}, Portals: mode.PortalsSKLookup,
+		Features: kernel.Features{SKLookup: kernel.Support{Present: true}}, Portals: contract.PortalsSKLookup,
 		NodeName: "node-a", Registerer: prometheus.NewRegistry(), Routes: routes,
 		LocalAddresses: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("127.0.0.1"), nodeIP}, nil },
 	})

@@ -9,9 +9,9 @@ import (
 
 	"kproxy.dev/kproxy/lb/keepsource"
 	"kproxy.dev/kproxy/lb/nodepods"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/replyroute"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -43,12 +43,12 @@ type keptSources struct {
 // the socket match, which costs nothing per flow, where nftables can; the
 // others (local and socket-lookup portals, which use no netfilter) with
 // per-flow rules.
-func newKeptSources(ctx context.Context, logger klog.Logger, kinds map[ipfamily.Family]mode.Portals) *keptSources {
+func newKeptSources(ctx context.Context, logger klog.Logger, kinds map[ipfamily.Family]contract.Portals) *keptSources {
 	k := &keptSources{rules: &replyroute.Netlink{}, matched: map[ipfamily.Family]*replyroute.SocketMatch{}}
 	by := map[ipfamily.Family]keepsource.Steering{}
 	for _, fam := range ipfamily.All() {
 		by[fam] = k.rules
-		if kinds[fam] != mode.PortalsRedirect {
+		if kinds[fam] != contract.PortalsRedirect {
 			continue
 		}
 		sm, err := replyroute.NewSocketMatch(ctx, fam)

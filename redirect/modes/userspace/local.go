@@ -9,12 +9,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // portalsFor picks one family's portal kind from the one asked for, what
@@ -23,35 +23,35 @@ import (
 // prefers REDIRECT portals (kube-proxy's own userspace design), then
 // socket-lookup portals, then local portals, which expose what the other
 // two do not (localExposure).
-func portalsFor(asked mode.Portals, ipt kernel.IPTables, skLookup kernel.Support) (mode.Portals, string) {
+func portalsFor(asked contract.Portals, ipt kernel.IPTables, skLookup kernel.Support) (contract.Portals, string) {
 	natWorks := ipt.Usable && ipt.Redirect && ipt.DNAT
 	switch asked {
-	case mode.PortalsLocal:
-		return mode.PortalsLocal, "--userspace-portals=local"
-	case mode.PortalsSKLookup:
+	case contract.PortalsLocal:
+		return contract.PortalsLocal, "--userspace-portals=local"
+	case contract.PortalsSKLookup:
 		if !skLookup.Present {
 			return "", "--userspace-portals=sklookup, and the kernel cannot run a socket-lookup program: " + skLookup.String()
 		}
-		return mode.PortalsSKLookup, "--userspace-portals=sklookup"
-	case mode.PortalsRedirect:
+		return contract.PortalsSKLookup, "--userspace-portals=sklookup"
+	case contract.PortalsRedirect:
 		if !natWorks {
 			return "", "--userspace-portals=redirect, and iptables cannot REDIRECT and DNAT: " + ipt.String()
 		}
-		return mode.PortalsRedirect, "--userspace-portals=redirect"
+		return contract.PortalsRedirect, "--userspace-portals=redirect"
 	}
 	if natWorks {
-		return mode.PortalsRedirect, "the nat table can REDIRECT and DNAT"
+		return contract.PortalsRedirect, "the nat table can REDIRECT and DNAT"
 	}
 	if skLookup.Present {
-		return mode.PortalsSKLookup, "the nat table cannot REDIRECT and DNAT (" + ipt.String() + "); the kernel runs socket-lookup programs"
+		return contract.PortalsSKLookup, "the nat table cannot REDIRECT and DNAT (" + ipt.String() + "); the kernel runs socket-lookup programs"
 	}
-	return mode.PortalsLocal, "the nat table cannot REDIRECT and DNAT (" + ipt.String() + ") and the kernel cannot run socket-lookup programs (" + skLookup.String() + ")"
+	return contract.PortalsLocal, "the nat table cannot REDIRECT and DNAT (" + ipt.String() + ") and the kernel cannot run socket-lookup programs (" + skLookup.String() + ")"
 }
 
 // routesServiceAddresses says whether a portal kind makes service addresses
 // local with routes.
-func routesServiceAddresses(kind mode.Portals) bool {
-	return kind == mode.PortalsLocal || kind == mode.PortalsSKLookup
+func routesServiceAddresses(kind contract.Portals) bool {
+	return kind == contract.PortalsLocal || kind == contract.PortalsSKLookup
 }
 
 // registerPortalKinds exports which portal kind each family runs, as
@@ -132,7 +132,7 @@ func (m *Mode) syncRoutes(node portal.Node, verify bool) error {
 
 // familiesWith lists the families the node has an address of whose portal
 // kind satisfies is.
-func (m *Mode) familiesWith(node portal.Node, is func(mode.Portals) bool) []ipfamily.Family {
+func (m *Mode) familiesWith(node portal.Node, is func(contract.Portals) bool) []ipfamily.Family {
 	var out []ipfamily.Family
 	for _, fam := range m.families {
 		if _, used := hostIPOf(node.HostIPs, fam); used && is(m.kinds[fam]) {

@@ -17,11 +17,11 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
 	"kproxy.dev/kproxy/redirect/localroute/fakeroutes"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/sysctl/fakesysctl"
 )
 
 func TestPortalsFor(t *testing.T) {
@@ -30,21 +30,21 @@ func TestPortalsFor(t *testing.T) {
 	sk := kernel.Support{Present: true}
 	noSK := kernel.Support{Detail: "BPF_PROG_TYPE_SK_LOOKUP: operation not permitted"}
 	for _, tc := range []struct {
-		asked mode.Portals
+		asked contract.Portals
 		ipt   kernel.IPTables
 		sk    kernel.Support
-		want  mode.Portals
+		want  contract.Portals
 	}{
-		{mode.PortalsAuto, works, sk, mode.PortalsRedirect},
-		{"", works, noSK, mode.PortalsRedirect},
-		{mode.PortalsAuto, noNAT, sk, mode.PortalsSKLookup},
-		{mode.PortalsAuto, noNAT, noSK, mode.PortalsLocal},
-		{mode.PortalsRedirect, works, sk, mode.PortalsRedirect},
-		{mode.PortalsRedirect, noNAT, sk, ""},
-		{mode.PortalsLocal, works, sk, mode.PortalsLocal},
-		{mode.PortalsLocal, noNAT, noSK, mode.PortalsLocal},
-		{mode.PortalsSKLookup, works, sk, mode.PortalsSKLookup},
-		{mode.PortalsSKLookup, noNAT, noSK, ""},
+		{contract.PortalsAuto, works, sk, contract.PortalsRedirect},
+		{"", works, noSK, contract.PortalsRedirect},
+		{contract.PortalsAuto, noNAT, sk, contract.PortalsSKLookup},
+		{contract.PortalsAuto, noNAT, noSK, contract.PortalsLocal},
+		{contract.PortalsRedirect, works, sk, contract.PortalsRedirect},
+		{contract.PortalsRedirect, noNAT, sk, ""},
+		{contract.PortalsLocal, works, sk, contract.PortalsLocal},
+		{contract.PortalsLocal, noNAT, noSK, contract.PortalsLocal},
+		{contract.PortalsSKLookup, works, sk, contract.PortalsSKLookup},
+		{contract.PortalsSKLookup, noNAT, noSK, ""},
 	} {
 		got, reason := portalsFor(tc.asked, tc.ipt, tc.sk)
 		if got != tc.want || reason == "" {
@@ -206,7 +206,7 @@ func errorIsInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }
 func errorMentions(err error, s string) bool { return strings.Contains(err.Error(), s) }
 
 func TestRedirectPortalsWithoutNetfilterIsAClearError(t *testing.T) {
-	_, err := New(context.Background(), Config{Features: kernel.Features{}, Portals: mode.PortalsRedirect, Routes: fakeroutes.New()})
+	_, err := New(context.Background(), Config{Features: kernel.Features{}, Portals: contract.PortalsRedirect, Routes: fakeroutes.New()})
 	if err == nil || !strings.Contains(err.Error(), "--userspace-portals=redirect") || !strings.Contains(err.Error(), "local portals need no netfilter") {
 		t.Fatalf("New with REDIRECT portals and no iptables = %v; want an error naming the flag and the way out", err)
 	}

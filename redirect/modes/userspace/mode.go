@@ -30,8 +30,8 @@ import (
 	"kproxy.dev/kproxy/lb/sctprelay"
 	"kproxy.dev/kproxy/lb/selfdial"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/redirect/localroute"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/redirect/replyroute"
 	"kproxy.dev/kproxy/redirect/sockdiag"
@@ -39,6 +39,7 @@ import (
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // Config is what the userspace mode needs from the command line and the
@@ -70,7 +71,7 @@ type Config struct {
 	// Opener claims NodePorts; nil means real sockets.
 	Opener portal.Opener
 	// Portals is the portal kind asked for ("" means auto).
-	Portals mode.Portals
+	Portals contract.Portals
 	// LocalhostNodePorts: local portals open NodePorts on IPv4 loopback
 	// too, as kube-proxy's iptables mode answers them there.
 	LocalhostNodePorts bool
@@ -86,7 +87,7 @@ type Config struct {
 	// Detector is --detect-local-mode, and ClusterCIDRs --cluster-cidr: the
 	// pods whose external traffic a Local policy short-circuits to every
 	// endpoint, as kube-proxy does (LocalPods).
-	Detector     mode.LocalDetector
+	Detector     contract.LocalDetector
 	ClusterCIDRs []netip.Prefix
 }
 
@@ -120,7 +121,7 @@ type Mode struct {
 	dials    *selfdial.Dials
 	families []ipfamily.Family
 	// kinds is the portal kind of each family in families.
-	kinds map[ipfamily.Family]mode.Portals
+	kinds map[ipfamily.Family]contract.Portals
 	// portalKinds is kproxy_userspace_portals.
 	portalKinds *prometheus.GaugeVec
 	// socketChecked: the REDIRECT family's rules let redirected traffic
@@ -166,7 +167,7 @@ type Mode struct {
 func New(ctx context.Context, cfg Config) (*Mode, error) {
 	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
 	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{},
-		kinds: map[ipfamily.Family]mode.Portals{}, applied: map[ipfamily.Family]bool{},
+		kinds: map[ipfamily.Family]contract.Portals{}, applied: map[ipfamily.Family]bool{},
 		socketChecked: map[ipfamily.Family]bool{}}
 	var err error
 	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
@@ -221,7 +222,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 			continue
 		}
 		logger.Info("Userspace portals", "family", fam, "portals", kind, "reason", reason)
-		if kind == mode.PortalsRedirect {
+		if kind == contract.PortalsRedirect {
 			var a Applier
 			if cfg.Applier != nil {
 				a, err = cfg.Applier(fam)
@@ -247,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Mode, error) {
 	if m.conflicts, err = newPortalConflicts(logger, cfg.Holders, cfg.Registerer); err != nil {
 		return nil, err
 	}
-	m.conflicts.warnExposure(m.familiesOf(mode.PortalsLocal))
+	m.conflicts.warnExposure(m.familiesOf(contract.PortalsLocal))
 	for fam := range m.appliers {
 		if !m.socketChecked[fam] {
 			warnUnprivilegedProxyPorts(logger, cfg.Sysctls, cfg.PortRange, "the rules cannot check the receiving socket")
@@ -447,7 +448,7 @@ func (m *Mode) syncPortals(ctx context.Context, snap *servicemap.Snapshot, node 
 	var applied []ipfamily.Family
 	var portErrs, applyErrs []error
 	for _, fam := range m.families {
-		if _, ok := hostIPOf(node.HostIPs, fam); !ok || m.kinds[fam] != mode.PortalsRedirect {
+		if _, ok := hostIPOf(node.HostIPs, fam); !ok || m.kinds[fam] != contract.PortalsRedirect {
 			// No address to DNAT local traffic to: the node does not use
 			// this family, so nothing of it is programmed. Local portals
 			// have no rules.
@@ -587,7 +588,7 @@ func (m *Mode) withdrawPortals(onlyWritten bool) error {
 	defer cancel()
 	var errs []error
 	for _, fam := range m.families {
-		if m.kinds[fam] != mode.PortalsRedirect || (onlyWritten && !m.applied[fam]) {
+		if m.kinds[fam] != contract.PortalsRedirect || (onlyWritten && !m.applied[fam]) {
 			continue
 		}
 		rs, err := portal.Build(fam, portal.Node{}, nil)

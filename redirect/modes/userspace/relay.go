@@ -18,9 +18,9 @@ import (
 	"kproxy.dev/kproxy/lb/sctprelay"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/lb/udprelay"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -205,8 +205,8 @@ func (r *relay) hasEndpoints(sp *servicemap.ServicePort) bool {
 func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 	kind := m.kinds[key.Family]
 	r := &relay{key: key, ipv6: key.Family == ipfamily.IPv6, servers: map[netip.AddrPort]*server{}}
-	r.steered = kind == mode.PortalsSKLookup && spec.protocol != v1.ProtocolSCTP
-	r.local = kind == mode.PortalsLocal || (kind == mode.PortalsSKLookup && !r.steered)
+	r.steered = kind == contract.PortalsSKLookup && spec.protocol != v1.ProtocolSCTP
+	r.local = kind == contract.PortalsLocal || (kind == contract.PortalsSKLookup && !r.steered)
 	r.spec.Store(&spec)
 	r.picker = m.balancer.Picker(key)
 	if spec.protocol == v1.ProtocolTCP || spec.protocol == v1.ProtocolSCTP {

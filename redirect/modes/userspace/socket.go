@@ -12,8 +12,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/lb/ports"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
 	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // localPortalListenConfig binds local portal sockets with IP_FREEBIND: an

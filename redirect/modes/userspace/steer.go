@@ -20,10 +20,10 @@ import (
 	"kproxy.dev/kproxy/lb/rawudp"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/lb/udprelay"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/redirect/sklookup"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 )
 
 // steering is what socket-lookup portals share: the program attached to the
@@ -676,7 +676,7 @@ func (st *steering) close() error {
 func (m *Mode) steeredFamilies() []ipfamily.Family {
 	var out []ipfamily.Family
 	for _, fam := range m.families {
-		if m.kinds[fam] == mode.PortalsSKLookup {
+		if m.kinds[fam] == contract.PortalsSKLookup {
 			out = append(out, fam)
 		}
 	}

@@ -13,8 +13,8 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/localroute/fakeroutes"
+	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/ipfamily"
-	"kproxy.dev/kproxy/sync/mode"
 )
 
 // TestSKLookupPortalsWithoutIPv6: on a node with IPv6 turned off (no ::1
@@ -29,7 +29,7 @@ func TestSKLookupPortalsWithoutIPv6(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	m, err := New(context.Background(), Config{
-		Features: kernel.Features{SKLookup: kernel.Support{Present: true}}, Portals: mode.PortalsSKLookup,
+		Features: kernel.Features{SKLookup: kernel.Support{Present: true}}, Portals: contract.PortalsSKLookup,
 		NodeName: "node-a", Registerer: reg, Routes: fakeroutes.New(),
 		LocalAddresses: func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil },
 	})

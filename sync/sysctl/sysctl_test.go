@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
+	"kproxy.dev/kproxy/sync/sysctl"
+	"kproxy.dev/kproxy/sync/sysctl/fakesysctl"
 )
 
 // A Proc with another root (module parameters, a test directory) reads and

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl/fakesysctl"
+	"kproxy.dev/kproxy/sync/sysctl"
+	"kproxy.dev/kproxy/sync/sysctl/fakesysctl"
 )
 
 // The contract of Sysctls: every step runs on the fake, and in a fresh

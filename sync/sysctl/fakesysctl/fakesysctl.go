@@ -9,7 +9,7 @@ import (
 	"sync"
 	"syscall"
 
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // Sysctls holds the sysctls a kernel has. Only names it was given exist;

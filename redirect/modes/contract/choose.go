@@ -1,10 +1,11 @@
-package mode
+package contract
 
 import (
 	"fmt"
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/mode"
 )
 
 // Choose picks the mode to run among defs (in registry order). requested is
@@ -12,7 +13,7 @@ import (
 // run. reason says why, for the log. The error, when a mode cannot run,
 // names every missing kernel feature and the modes that would work instead.
 func Choose(requested string, f kernel.Features, defs []Definition) (Definition, string, error) {
-	req := Name(strings.ToLower(strings.TrimSpace(requested)))
+	req := mode.Name(strings.ToLower(strings.TrimSpace(requested)))
 	if req == "" {
 		return chooseAuto(f, defs)
 	}
@@ -46,7 +47,7 @@ func chooseAuto(f kernel.Features, defs []Definition) (Definition, string, error
 	return Definition{}, "", fmt.Errorf("no proxy mode can run on this kernel: %s", strings.Join(refused, "; "))
 }
 
-func find(defs []Definition, name Name) (Definition, bool) {
+func find(defs []Definition, name mode.Name) (Definition, bool) {
 	for _, d := range defs {
 		if d.Name == name {
 			return d, true
@@ -64,7 +65,7 @@ func names(defs []Definition) []string {
 }
 
 // alternatives names the other modes that would run on f.
-func alternatives(req Name, f kernel.Features, defs []Definition) string {
+func alternatives(req mode.Name, f kernel.Features, defs []Definition) string {
 	var ok []string
 	for _, d := range defs {
 		if d.Name != req && len(d.Missing(f)) == 0 {

@@ -1,4 +1,10 @@
-package mode
+// Package contract is what a mode package fills in and the registry
+// (redirect/modes) reads: a mode's Definition (kernel needs, sync periods,
+// conntrack, owned objects, constructor), the node Settings and Deps it is
+// built from, and Choose. The engine's side of the contract, the Mode
+// interface the engine drives, stays in sync/mode: the engine never sees
+// how a mode is chosen or built.
+package contract
 
 import (
 	"context"
@@ -13,15 +19,16 @@ import (
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/redirect/kernel/sysctl"
+	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
+	"kproxy.dev/kproxy/sync/sysctl"
 )
 
 // Definition is one proxy mode as the rest of kproxy sees it: what it needs
 // from the kernel, what it leaves there, how it is built. Every mode package
 // exports one; the registry (redirect/modes) lists them.
 type Definition struct {
-	Name Name
+	Name mode.Name
 	// Auto: picked when no --proxy-mode is given, if it can run (the first
 	// such in registry order).
 	Auto bool
@@ -37,7 +44,7 @@ type Definition struct {
 	Owned func() owned.Objects
 	// New builds the mode. It may write the sysctls the mode needs; nothing
 	// else touches the kernel before the first Sync.
-	New func(ctx context.Context, s Settings, d Deps) (Mode, error)
+	New func(ctx context.Context, s Settings, d Deps) (mode.Mode, error)
 }
 
 // SyncPeriods are a mode's sync intervals (--iptables-min-sync-period and
