@@ -33,6 +33,12 @@ const (
 	// ctQuiet is how long a flow must go unanswered to count as stopped:
 	// six datagrams at the flow's 50 ms pace.
 	ctQuiet = 300 * time.Millisecond
+	// ctUDPTimeout keeps a userspace relay's flow as long as the kernel
+	// keeps a UDP conntrack entry (30 s): under the default 250 ms a busy
+	// machine that delays one datagram ends the flow, and the next one
+	// starts a new flow that may go to another endpoint, which these cases
+	// would take for a flow kproxy moved.
+	ctUDPTimeout = "--udp-timeout=30s"
 )
 
 // ctServices renders the UDP service "ct" (cluster IP, external IP and
@@ -186,7 +192,7 @@ func TestConntrackEndpointRemovalOnEveryDestination(t *testing.T) {
 		// One endpoint at first, so every flow is pinned to it.
 		l := startLab(t, m, func(backends []string) string {
 			return ctServices{backends: backends[:1], webBackends: backends}.render()
-		})
+		}, ctUDPTimeout)
 		if l == nil {
 			return
 		}
@@ -223,7 +229,7 @@ func TestConntrackEndpointRemovalOnEveryDestination(t *testing.T) {
 
 func TestConntrackScaleToZeroAndBack(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() })
+		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() }, ctUDPTimeout)
 		if l == nil {
 			return
 		}
@@ -242,7 +248,7 @@ func TestConntrackScaleToZeroAndBack(t *testing.T) {
 
 func TestConntrackServiceDeletedAndRecreated(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() })
+		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() }, ctUDPTimeout)
 		if l == nil {
 			return
 		}
@@ -262,7 +268,7 @@ func TestConntrackServiceDeletedAndRecreated(t *testing.T) {
 
 func TestConntrackRestart(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m proxyMode) {
-		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() })
+		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() }, ctUDPTimeout)
 		if l == nil {
 			return
 		}
@@ -314,7 +320,7 @@ func TestConntrackRestart(t *testing.T) {
 // its conntrack entry is left to the kernel.
 func TestConntrackLeavesTCPAlone(t *testing.T) {
 	forModes(t, func(m proxyMode) bool { return !m.relays }, func(t *testing.T, m proxyMode) {
-		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() })
+		l := startLab(t, m, func(backends []string) string { return ctServices{backends: backends, webBackends: backends}.render() }, ctUDPTimeout)
 		if l == nil {
 			return
 		}
