@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 
 	"kproxy.dev/kproxy/bench/analysis/plots"
+	"kproxy.dev/kproxy/bench/cliexit"
 	"kproxy.dev/kproxy/bench/modes"
 )
 
@@ -31,31 +32,8 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// usageError is an error of the arguments or the results file: exit
-// status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func badUsage(format string, args ...any) error {
-	return usageError{msg: fmt.Sprintf(format, args...)}
-}
-
 func run(args []string, stdout, stderr io.Writer) int {
-	err := runErr(args, stdout)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stderr, usage)
-		return 2
-	case errors.As(err, new(usageError)):
-		fmt.Fprintf(stderr, "bench-plots: %v\n%s", err, usage)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "bench-plots: %v\n", err)
-		return 1
-	}
+	return cliexit.Status("bench-plots", usage, runErr(args, stdout), stderr)
 }
 
 func runErr(args []string, stdout io.Writer) error {
@@ -66,15 +44,15 @@ func runErr(args []string, stdout io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return badUsage("%v", err)
+		return cliexit.BadUsage("%v", err)
 	}
 	if fs.NArg() != 1 {
-		return badUsage("want one results file, got %d arguments", fs.NArg())
+		return cliexit.BadUsage("want one results file, got %d arguments", fs.NArg())
 	}
 	path := fs.Arg(0)
 	r, err := modes.ReadRun(path)
 	if err != nil {
-		return badUsage("%v", err)
+		return cliexit.BadUsage("%v", err)
 	}
 	dir := *out
 	if dir == "" {

@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"kproxy.dev/kproxy/bench/cliexit"
 	"kproxy.dev/kproxy/bench/modes"
 	"kproxy.dev/kproxy/bench/modes/report"
 )
@@ -44,30 +45,8 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// usageError is an error of the arguments or input files: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func badUsage(format string, args ...any) error {
-	return usageError{msg: fmt.Sprintf(format, args...)}
-}
-
 func run(args []string, stdout, stderr io.Writer) int {
-	err := runErr(args, stdout)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stderr, usage)
-		return 2
-	case errors.As(err, new(usageError)):
-		fmt.Fprintf(stderr, "bench-compare: %v\n%s", err, usage)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "bench-compare: %v\n", err)
-		return 1
-	}
+	return cliexit.Status("bench-compare", usage, runErr(args, stdout), stderr)
 }
 
 func runErr(args []string, stdout io.Writer) error {
@@ -79,30 +58,30 @@ func runErr(args []string, stdout io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return badUsage("%v", err)
+		return cliexit.BadUsage("%v", err)
 	}
 	if *render != "" {
 		if fs.NArg() != 0 {
-			return badUsage("-render takes no other arguments, got %q", fs.Args())
+			return cliexit.BadUsage("-render takes no other arguments, got %q", fs.Args())
 		}
 		return renderRun(*render, *out, stdout)
 	}
 	if *out != "" {
-		return badUsage("-out goes with -render")
+		return cliexit.BadUsage("-out goes with -render")
 	}
 	if fs.NArg() != 2 {
-		return badUsage("want OLD.json NEW.json, got %d arguments", fs.NArg())
+		return cliexit.BadUsage("want OLD.json NEW.json, got %d arguments", fs.NArg())
 	}
 	oldRun, err := modes.ReadRun(fs.Arg(0))
 	if err != nil {
-		return badUsage("old run: %v", err)
+		return cliexit.BadUsage("old run: %v", err)
 	}
 	newRun, err := modes.ReadRun(fs.Arg(1))
 	if err != nil {
-		return badUsage("new run: %v", err)
+		return cliexit.BadUsage("new run: %v", err)
 	}
 	if err := report.CheckComparable(oldRun, newRun); err != nil {
-		return badUsage("%v", err)
+		return cliexit.BadUsage("%v", err)
 	}
 	_, err = io.WriteString(stdout, report.FormatComparison(oldRun, newRun))
 	return err
@@ -111,7 +90,7 @@ func runErr(args []string, stdout io.Writer) error {
 func renderRun(path, dir string, stdout io.Writer) error {
 	r, err := modes.ReadRun(path)
 	if err != nil {
-		return badUsage("%v", err)
+		return cliexit.BadUsage("%v", err)
 	}
 	if dir == "" {
 		dir = filepath.Dir(path)
