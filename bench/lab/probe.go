@@ -40,11 +40,15 @@ const guestSlowdown = 4
 
 // SetupBound is how long Eventually waits here: EventuallyTimeout on the
 // host, guestSlowdown times that in the guest kernel.
-func SetupBound() time.Duration {
+func SetupBound() time.Duration { return stretched(EventuallyTimeout) }
+
+// stretched is a setup wait's bound d on the host, guestSlowdown times d in
+// the guest kernel.
+func stretched(d time.Duration) time.Duration {
 	if guest.InGuest() {
-		return guestSlowdown * EventuallyTimeout
+		return guestSlowdown * d
 	}
-	return EventuallyTimeout
+	return d
 }
 
 // pollInterval is how often Eventually and Within ask again.

@@ -117,7 +117,7 @@ func StartServers(t testing.TB, topo *Topology, opts ServerOptions) *Servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.WaitListening(network, port, serverReadyTimeout); err != nil {
+			if err := p.WaitListening(network, port, stretched(serverReadyTimeout)); err != nil {
 				errs <- err
 			}
 		}()
