@@ -46,7 +46,7 @@ func TestServerSideDryRun(t *testing.T) {
 			wantErr: `DaemonSet kproxy: failed to create typed patch object (kube-system/kproxy; apps/v1, Kind=DaemonSet): .spec.template.spec.hostNetwrk: field not declared in schema`},
 		{name: "a value of the wrong type", old: "privileged: true", new: `privileged: "yes"`,
 			wantErr: `.securityContext.privileged: expected boolean`},
-		{name: "a selector that misses the pods", old: "    matchLabels:\n      k8s-app: kproxy\n", new: "    matchLabels:\n      k8s-app: kube-proxy\n",
+		{name: "a selector that misses the pods", old: "    matchLabels:\n      app.kubernetes.io/name: kproxy\n", new: "    matchLabels:\n      app.kubernetes.io/name: kube-proxy\n",
 			wantErr: "`selector` does not match template `labels`"},
 		{name: "a probe port out of range", old: "port: 10256", new: "port: 102560",
 			wantErr: "readinessProbe.httpGet.port: Invalid value: 102560: must be between 1 and 65535"},

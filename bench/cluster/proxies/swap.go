@@ -70,15 +70,14 @@ func (s *Swapper) Remove(ctx context.Context) error {
 			return fmt.Errorf("deleting ConfigMap %s: %w", name, err)
 		}
 	}
+	// Both DaemonSets label their pods as kube-proxy's.
 	return cluster.WaitFor(ctx, goneTimeout, "the node proxies' pods gone", func(ctx context.Context) error {
-		for _, name := range proxyNames() {
-			pods, err := s.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=" + name})
-			if err != nil {
-				return err
-			}
-			if n := len(pods.Items); n > 0 {
-				return fmt.Errorf("%d %s pods left", n, name)
-			}
+		pods, err := s.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+		if err != nil {
+			return err
+		}
+		if n := len(pods.Items); n > 0 {
+			return fmt.Errorf("%d node proxy pods left, %s among them", n, pods.Items[0].Name)
 		}
 		return nil
 	})
