@@ -102,7 +102,7 @@ cluster-smoke:
 # make conformance-tools builds upstream's e2e test binary (go test -c of
 # k8s.io/kubernetes/test/e2e, about 9 minutes on 2 cores the first time, 22
 # on one shared core),
-# agnhost and a CoreDNS with only the plugins the cluster needs
+# the ginkgo command, agnhost and a CoreDNS with only the plugins the cluster needs
 # (bench/tools/coredns, its own module) into bench/tools/bin; make
 # conformance-images builds the images the specs run (agnhost, busybox) from
 # Debian's packages under the names e2e.test expects, in
@@ -123,7 +123,9 @@ cluster-smoke:
 # Checks: Services spec besides those, without [Serial] and [Disruptive];
 # hours for all configurations) or serial (the [Serial] and [Disruptive]
 # ones that can run here); CONFORMANCE_FOCUS=RE and CONFORMANCE_SKIP=RE
-# replace the selection's expressions.
+# replace the selection's expressions; CONFORMANCE_PROCS=N runs N e2e.test
+# processes side by side (ginkgo's parallel mode; [Serial] specs still run
+# alone).
 # bench/conformance/SPECS.md lists the [Serial] and [Disruptive] specs and
 # which can run here. It writes CONFORMANCE_OUT/conformance.md and .json
 # (spec × configuration) and each configuration's JUnit report and e2e.log
@@ -138,11 +140,13 @@ CONFORMANCE_PROXIES ?= all
 CONFORMANCE_SPECS ?= conformance
 CONFORMANCE_FOCUS ?=
 CONFORMANCE_SKIP ?=
+CONFORMANCE_PROCS ?= 1
 KUBE_PROXY_IMAGE := $(CURDIR)/bin/kube-proxy-image.oci.tar
 conformance-tools: deps
 	@cd bench/tools && $(PROGRESS) "make conformance-tools: building upstream's e2e.test from the Go module proxy" \
 		"about 9 minutes on 2 cores the first time, seconds once the Go build cache has it" \
 		$(GO) test -c -ldflags "$(K8S_LDFLAGS)" -o bin/e2e.test k8s.io/kubernetes/test/e2e
+	cd bench/tools && $(GO) build -o bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	cd bench/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/agnhost k8s.io/kubernetes/test/images/agnhost
 	cd bench/tools/coredns && CGO_ENABLED=0 $(GO) build -trimpath -o ../bin/coredns .
 
@@ -170,7 +174,7 @@ conformance: conformance-images kube-proxy-image $(if $(CLUSTER_IMAGE),,image)
 		$(MAKE) --no-print-directory cluster CLUSTER_NODES=$(CONFORMANCE_NODES) CLUSTER_IMAGES=$(CONFORMANCE_IMAGES) CLUSTER_COREDNS=$(TOOLS_BIN)/coredns || exit 1; fi
 	$(GO) build -o bin/kconformance ./bench/conformance/cmd/kconformance
 	bin/kconformance -dir $(CLUSTER_DIR) -tools $(TOOLS_BIN) -out $(CONFORMANCE_OUT) -proxies '$(CONFORMANCE_PROXIES)' \
-		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)') \
+		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)') -procs $(CONFORMANCE_PROCS) \
 		-kproxy bin/image/kproxy -kproxy-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -kube-proxy bin/image/kube-proxy -kube-proxy-image $(KUBE_PROXY_IMAGE) \
 		-commit '$(GIT_COMMIT)$(if $(filter dirty,$(GIT_TREE_STATE)), (dirty))' \
 		-command 'make conformance CONFORMANCE_PROXIES=$(CONFORMANCE_PROXIES) CONFORMANCE_SPECS=$(CONFORMANCE_SPECS)$(if $(CONFORMANCE_FOCUS), CONFORMANCE_FOCUS=…)'

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 const (
 	e2eBinary     = "e2e.test"
 	kubectlBinary = "kubectl"
+	ginkgoBinary  = "ginkgo"
 )
 
 // Spec selections (ginkgo focus expressions), from narrow to wide; SPECS.md
@@ -81,28 +83,51 @@ type Run struct {
 	Focus, Skip string
 	// Timeout bounds the whole run (ginkgo's suite timeout).
 	Timeout time.Duration
+	// Procs is how many e2e.test processes share the specs, through the
+	// ginkgo command in ToolsBin when above 1. Specs marked [Serial] still
+	// run alone, after the others.
+	Procs int
 }
 
 // JUnitPath is where the framework writes its JUnit report.
 func (r Run) JUnitPath() string { return filepath.Join(r.ReportDir, "junit_01.xml") }
 
-// args are e2e.test's flags for the run.
-func (r Run) args() []string {
+// ginkgoArgs select and report specs, given to e2e.test itself as
+// --ginkgo.NAME or to the ginkgo command as --NAME.
+func (r Run) ginkgoArgs(prefix string) []string {
+	return []string{
+		prefix + "focus=" + r.Focus,
+		prefix + "skip=" + r.Skip,
+		prefix + "timeout=" + r.Timeout.String(),
+		prefix + "no-color",
+		prefix + "v",
+	}
+}
+
+// frameworkArgs are the e2e framework's own flags.
+func (r Run) frameworkArgs() []string {
 	return []string{
 		"--provider=local",
 		"--kubeconfig=" + r.Kubeconfig,
 		"--kubectl-path=" + filepath.Join(r.ToolsBin, kubectlBinary),
 		"--report-dir=" + r.ReportDir,
-		"--ginkgo.focus=" + r.Focus,
-		"--ginkgo.skip=" + r.Skip,
-		"--ginkgo.timeout=" + r.Timeout.String(),
-		"--ginkgo.no-color",
-		"--ginkgo.v",
 		// The nodes' logs are in the cluster's state directory already;
 		// the framework would try to reach them over SSH.
 		"--dump-logs-on-failure=false",
 		"--disable-log-dump",
 	}
+}
+
+// command is the program and arguments of the run: e2e.test alone, or
+// the ginkgo command running Procs of it.
+func (r Run) command() (string, []string) {
+	e2e := filepath.Join(r.ToolsBin, e2eBinary)
+	if r.Procs <= 1 {
+		return e2e, append(r.frameworkArgs(), r.ginkgoArgs("--ginkgo.")...)
+	}
+	args := append([]string{"--procs=" + strconv.Itoa(r.Procs)}, r.ginkgoArgs("--")...)
+	args = append(append(args, e2e, "--"), r.frameworkArgs()...)
+	return filepath.Join(r.ToolsBin, ginkgoBinary), args
 }
 
 // CheckCluster refuses a cluster the specs cannot pass in: one without the
@@ -135,7 +160,8 @@ func (r Run) Execute(ctx context.Context, out io.Writer) error {
 	if err := os.Remove(r.JUnitPath()); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("removing the last report: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(r.ToolsBin, e2eBinary), r.args()...)
+	name, args := r.command()
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout = io.MultiWriter(out, log)
 	cmd.Stderr = cmd.Stdout
 	cmd.Dir = r.ReportDir

@@ -7,6 +7,7 @@ package tools
 // dependency's tests) and agnhost, the server most e2e specs run in pods.
 import (
 	_ "github.com/onsi/ginkgo/v2"
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
 	_ "go.yaml.in/yaml/v2"
 	_ "k8s.io/kubernetes/test/conformance/testdata"
 	_ "k8s.io/kubernetes/test/e2e"

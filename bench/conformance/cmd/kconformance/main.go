@@ -121,6 +121,7 @@ type options struct {
 	kproxyImage, kubeProxyImage             string
 	commit, command                         string
 	timeout                                 time.Duration
+	procs                                   int
 }
 
 func run() error {
@@ -140,6 +141,7 @@ func run() error {
 	flag.StringVar(&o.commit, "commit", "", "the checkout's commit, for the report")
 	flag.StringVar(&o.command, "command", "", "the command that ran this, for the report (default: this one)")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Hour, "bound on each configuration's specs")
+	flag.IntVar(&o.procs, "procs", 1, "e2e.test processes sharing each configuration's specs (through the ginkgo command in -tools)")
 	flag.Parse()
 	sel, err := conformance.Select(*set)
 	if err != nil {
@@ -243,7 +245,7 @@ func runOne(ctx context.Context, o options, swap *proxies.Swapper, previous, cfg
 	}
 	fmt.Printf("=== %s: ready on every node (%.0fs); running the specs\n", cfg.Name, time.Since(t).Seconds())
 	r := conformance.Run{ToolsBin: abs(o.tools), Kubeconfig: cluster.AdminKubeconfig(o.dir), ReportDir: dir,
-		Focus: o.focus, Skip: o.skip, Timeout: o.timeout}
+		Focus: o.focus, Skip: o.skip, Timeout: o.timeout, Procs: o.procs}
 	if err := r.Execute(ctx, os.Stdout); err != nil {
 		return nil, err
 	}
