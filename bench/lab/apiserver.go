@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -38,10 +39,15 @@ const ServiceCIDR = "198.18.0.0/16"
 
 const (
 	adminToken = "kproxy-lab-admin-token"
-	// readyTimeout bounds etcd's and kube-apiserver's start: set-up, not
-	// what a case measures. In the guest kernel with the host's cores busy
-	// kube-apiserver took longer than 90 s.
-	readyTimeout = 3 * time.Minute
+	// hostReadyTimeout bounds etcd's and kube-apiserver's start on the
+	// host (stretched in the guest kernel): set-up, not what a case
+	// measures. In the guest with the host's cores busy kube-apiserver
+	// took longer than 90 s, and once longer than 3 minutes.
+	hostReadyTimeout = 3 * time.Minute
+	// etcdCheckTimeout bounds kube-apiserver's own etcd health and
+	// readiness checks (2 s by default), which a guest on a busy host
+	// overran on every probe, so /readyz stayed 500.
+	etcdCheckTimeout = "20s"
 	// kube-apiserver drains open watches for up to a minute on SIGTERM;
 	// a lab outage need not be graceful, so it is killed after this.
 	stopTimeout  = 5 * time.Second
@@ -180,6 +186,7 @@ func (a *APIServer) startEtcd() string {
 	a.etcd = cmd
 	go func() { _ = cmd.Wait() }()
 
+	readyTimeout := stretched(hostReadyTimeout)
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		resp, err := http.Get(clientURL + "/health")
@@ -209,6 +216,8 @@ func (a *APIServer) apiserverArgs(etcdURL string) []string {
 	}
 	return []string{
 		"--etcd-servers=" + etcdURL,
+		"--etcd-healthcheck-timeout=" + etcdCheckTimeout,
+		"--etcd-readycheck-timeout=" + etcdCheckTimeout,
 		"--bind-address=127.0.0.1",
 		// A fresh namespace has no default route to pick an address from.
 		"--advertise-address=127.0.0.1",
@@ -279,6 +288,7 @@ func (a *APIServer) waitReady(exited <-chan struct{}) error {
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback readiness probe only
 	}}
 	defer client.CloseIdleConnections()
+	readyTimeout := stretched(hostReadyTimeout)
 	deadline := time.Now().Add(readyTimeout)
 	var last string
 	for time.Now().Before(deadline) {
@@ -287,24 +297,41 @@ func (a *APIServer) waitReady(exited <-chan struct{}) error {
 			return errors.New("kube-apiserver exited")
 		default:
 		}
-		req, err := http.NewRequest(http.MethodGet, a.URL+"/readyz", nil)
+		// verbose: a failed probe's body names the checks that failed.
+		req, err := http.NewRequest(http.MethodGet, a.URL+"/readyz?verbose", nil)
 		if err != nil {
 			return fmt.Errorf("building readiness request: %w", err)
 		}
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		resp, err := client.Do(req)
 		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
-			last = resp.Status
+			last = resp.Status + ", failing: " + failedChecks(string(body))
 		} else {
 			last = err.Error()
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("%s/readyz not OK after %v (last: %s)", a.URL, readyTimeout, last)
+}
+
+// failedChecks picks the failed checks ("[-]name failed: …") out of a
+// verbose /readyz body.
+func failedChecks(body string) string {
+	var failed []string
+	for line := range strings.SplitSeq(body, "\n") {
+		if strings.HasPrefix(line, "[-]") {
+			failed = append(failed, strings.TrimPrefix(line, "[-]"))
+		}
+	}
+	if len(failed) == 0 {
+		return "none named"
+	}
+	return strings.Join(failed, "; ")
 }
 
 // startLogged starts cmd with its output appended to logPath, so a restarted

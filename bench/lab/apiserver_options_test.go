@@ -40,3 +40,18 @@ func TestAPIServerDualStackServices(t *testing.T) {
 		}
 	}
 }
+
+func TestFailedChecks(t *testing.T) {
+	for _, tc := range []struct{ name, body, want string }{
+		{"two failed", "[+]ping ok\n[-]etcd-readiness failed: reason withheld\n[+]log ok\n[-]poststarthook/rbac/bootstrap-roles failed: not finished\nreadyz check failed\n",
+			"etcd-readiness failed: reason withheld; poststarthook/rbac/bootstrap-roles failed: not finished"},
+		{"none named", "readyz check failed\n", "none named"},
+		{"empty", "", "none named"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := failedChecks(tc.body); got != tc.want {
+				t.Errorf("failedChecks = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
