@@ -180,7 +180,7 @@ conformance: conformance-images kube-proxy-image $(if $(CLUSTER_IMAGE),,image)
 		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)') -procs $(CONFORMANCE_PROCS) \
 		-kproxy bin/image/kproxy -kproxy-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -kube-proxy bin/image/kube-proxy -kube-proxy-image $(KUBE_PROXY_IMAGE) \
 		-commit '$(GIT_COMMIT)$(if $(filter dirty,$(GIT_TREE_STATE)), (dirty))' \
-		-command 'make conformance CONFORMANCE_PROXIES=$(CONFORMANCE_PROXIES) CONFORMANCE_SPECS=$(CONFORMANCE_SPECS)$(if $(CONFORMANCE_FOCUS), CONFORMANCE_FOCUS=…)'
+		-command 'make conformance CONFORMANCE_PROXIES=$(CONFORMANCE_PROXIES) CONFORMANCE_SPECS=$(CONFORMANCE_SPECS)$(if $(CONFORMANCE_FOCUS), CONFORMANCE_FOCUS=…)$(if $(CONFORMANCE_SKIP), CONFORMANCE_SKIP=…)$(if $(filter-out 1,$(CONFORMANCE_PROCS)), CONFORMANCE_PROCS=$(CONFORMANCE_PROCS))'
 
 # Two make conformance runs: the specs whose result changed, per
 # configuration. make conformance-compare OLD.json NEW.json, or OLD=… NEW=….

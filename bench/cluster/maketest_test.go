@@ -75,7 +75,7 @@ func TestClusterDaemonSetAndConformance(t *testing.T) {
 		// Kept after the test: the JUnit report and e2e.test's output.
 		reports := filepath.Join(os.TempDir(), "kproxy-cluster-test-conformance")
 		r := conformance.Run{ToolsBin: tools, Kubeconfig: cluster.AdminKubeconfig(dir), ReportDir: reports,
-			Focus: conformance.ServicesFocus, Skip: conformance.DefaultSkip, Timeout: 20 * time.Minute}
+			Focus: conformance.ServicesFocus, Skip: conformance.DefaultSkip, Timeout: 20 * time.Minute, Nodes: cfg.Nodes}
 		began := time.Now()
 		t.Logf("running the specs; e2e.test's output in %s", filepath.Join(reports, "e2e.log"))
 		if err := r.Execute(ctx, io.Discard); err != nil {

@@ -87,6 +87,10 @@ type Run struct {
 	// ginkgo command in ToolsBin when above 1. Specs marked [Serial] still
 	// run alone, after the others.
 	Procs int
+	// Nodes is the cluster's node count. The framework counts the nodes in
+	// its first process only; the others skip every spec that needs two
+	// nodes unless told.
+	Nodes int
 }
 
 // JUnitPath is where the framework writes its JUnit report.
@@ -106,7 +110,7 @@ func (r Run) ginkgoArgs(prefix string) []string {
 
 // frameworkArgs are the e2e framework's own flags.
 func (r Run) frameworkArgs() []string {
-	return []string{
+	args := []string{
 		"--provider=local",
 		"--kubeconfig=" + r.Kubeconfig,
 		"--kubectl-path=" + filepath.Join(r.ToolsBin, kubectlBinary),
@@ -116,6 +120,10 @@ func (r Run) frameworkArgs() []string {
 		"--dump-logs-on-failure=false",
 		"--disable-log-dump",
 	}
+	if r.Nodes > 0 {
+		args = append(args, "--num-nodes="+strconv.Itoa(r.Nodes))
+	}
+	return args
 }
 
 // command is the program and arguments of the run: e2e.test alone, or

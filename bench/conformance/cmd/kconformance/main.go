@@ -245,7 +245,7 @@ func runOne(ctx context.Context, o options, swap *proxies.Swapper, previous, cfg
 	}
 	fmt.Printf("=== %s: ready on every node (%.0fs); running the specs\n", cfg.Name, time.Since(t).Seconds())
 	r := conformance.Run{ToolsBin: abs(o.tools), Kubeconfig: cluster.AdminKubeconfig(o.dir), ReportDir: dir,
-		Focus: o.focus, Skip: o.skip, Timeout: o.timeout, Procs: o.procs}
+		Focus: o.focus, Skip: o.skip, Timeout: o.timeout, Procs: o.procs, Nodes: len(swap.Nodes)}
 	if err := r.Execute(ctx, os.Stdout); err != nil {
 		return nil, err
 	}
