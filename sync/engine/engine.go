@@ -220,6 +220,15 @@ func (e *Engine) WaitForGeneration(ctx context.Context, n uint64) error {
 	}
 }
 
+// InForce returns the snapshot the mode last fully programmed (nil before
+// the first sync). It is immutable and taken under a lock held only for
+// the pointer copy, so readers such as /services never delay a sync.
+func (e *Engine) InForce() *servicemap.Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastGood
+}
+
 // sync is the runner's function: one attempt to bring the mode up to date.
 func (e *Engine) sync(ctx context.Context, reason runner.Reason) error {
 	if !e.smap.Synced() {

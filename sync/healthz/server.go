@@ -88,11 +88,15 @@ type MetricsServerConfig struct {
 	Statusz *debugz.Status
 	// Profiling serves net/http/pprof under /debug/pprof/ (--profiling).
 	Profiling bool
+	// Services, when not nil, is served at /services (sync/serviceview):
+	// the service map and what the mode programmed. Like /metrics' names,
+	// it reveals the node's services to whoever reaches this address.
+	Services http.Handler
 }
 
 // NewMetricsServer listens on the configured address and will serve
 // /metrics, /metrics/slis, /healthz (a ping, as kube-proxy's), /proxyMode and, if given,
-// /configz, /flagz, /statusz and /debug/pprof/.
+// /configz, /flagz, /services, /statusz and /debug/pprof/.
 func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 	if cfg.Metrics == nil {
 		return nil, errors.New("metrics server: Metrics is required")
@@ -121,6 +125,10 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 	if cfg.Flagz != nil {
 		mux.Handle("/flagz", debugz.FlagzHandler(cfg.Component, cfg.Flagz))
 		paths = append(paths, "/flagz")
+	}
+	if cfg.Services != nil {
+		// Unlisted on /statusz, whose list is kube-proxy's.
+		mux.Handle("/services", cfg.Services)
 	}
 	if cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

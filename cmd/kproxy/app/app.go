@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
@@ -31,6 +32,7 @@ import (
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicehealth"
 	"kproxy.dev/kproxy/sync/servicemap"
+	"kproxy.dev/kproxy/sync/serviceview"
 	"kproxy.dev/kproxy/sync/sysctl"
 )
 
@@ -80,7 +82,10 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	m.RecordFeatureGates(gates) // as kube-proxy: once, at start
 	health := healthz.New(2*syncPeriod, m, nil)
 
-	servers, err := listen(logger, cfg, name, health, m, dbg)
+	// Bound with the metrics server now, given what it shows once the
+	// mode and the engine run.
+	services := &serviceview.Handler{}
+	servers, err := listen(logger, cfg, name, health, m, dbg, services)
 	if err != nil {
 		if be := (*bindError)(nil); errors.As(err, &be) {
 			reportBindFailure(ctx, logger, cfg, be)
@@ -159,6 +164,8 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	if err != nil {
 		return fmt.Errorf("setting up the sync engine: %w", err)
 	}
+	describer, _ := proxyMode.(mode.Describer)
+	services.Attach(serviceview.Source{Mode: name, Node: cfg.NodeName, InForce: eng.InForce, Programmed: describer})
 
 	// kube-proxy exits when its --config file changes, so the DaemonSet
 	// restarts it on the new configuration; so does kproxy.
@@ -301,7 +308,7 @@ func reportBindFailure(ctx context.Context, logger klog.Logger, cfg *options.Con
 // use is known before anything starts: with --bind-address-hard-fail it
 // fails the start, else it is logged and retried in the background while
 // kproxy proxies, as kube-proxy does.
-func listen(logger klog.Logger, cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics, dbg Debug) (*serverSet, error) {
+func listen(logger klog.Logger, cfg *options.Config, name mode.Name, health *healthz.Health, m *metrics.Metrics, dbg Debug, services http.Handler) (*serverSet, error) {
 	set := &serverSet{logger: logger, hardFail: cfg.BindAddressHardFail}
 	if cfg.HealthzBindAddress != "" {
 		err := set.add("healthz", "--healthz-bind-address", cfg.HealthzBindAddress, func() (*healthz.Server, error) {
@@ -328,6 +335,7 @@ func listen(logger klog.Logger, cfg *options.Config, name mode.Name, health *hea
 			return healthz.NewMetricsServer(healthz.MetricsServerConfig{
 				Address: cfg.MetricsBindAddress, Metrics: m, ProxyMode: name, Configz: configz,
 				Component: "kproxy", Flagz: dbg.Flagz, Statusz: status, Profiling: cfg.EnableProfiling,
+				Services: services,
 			})
 		})
 		if err != nil {

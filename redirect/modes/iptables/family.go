@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -38,8 +39,19 @@ type family struct {
 	// State of the last successful sync; model is nil before the first.
 	model    RuleModel
 	modelCfg rules.Config
-	applied  map[servicemap.ServicePortName]*rules.PortRules
-	needFull bool
+	// applied is written by the sync only, under appliedMu, and read by
+	// /services (programmed) under its read lock, one port at a time; the
+	// sync's own reads need no lock.
+	applied   map[servicemap.ServicePortName]*rules.PortRules
+	appliedMu sync.RWMutex
+	needFull  bool
+}
+
+// programmed reads what the last sync wrote for name (nil: nothing).
+func (f *family) programmed(name servicemap.ServicePortName) *rules.PortRules {
+	f.appliedMu.RLock()
+	defer f.appliedMu.RUnlock()
+	return f.applied[name]
 }
 
 // RuleModel is what the mode needs from the rule builder; *rules.Builder
@@ -247,12 +259,15 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 	if err := restoreAll(ctx, f.tables, payloads); err != nil {
 		return fmt.Errorf("full sync, %w", err)
 	}
-	f.applied = make(map[servicemap.ServicePortName]*rules.PortRules, len(want))
+	applied := make(map[servicemap.ServicePortName]*rules.PortRules, len(want))
 	for name, pr := range want {
 		if pr != nil {
-			f.applied[name] = pr
+			applied[name] = pr
 		}
 	}
+	f.appliedMu.Lock()
+	f.applied = applied
+	f.appliedMu.Unlock()
 	return nil
 }
 
@@ -362,6 +377,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 	if err := restoreAll(ctx, f.tables, chunks.Payloads()); err != nil {
 		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
 	}
+	f.appliedMu.Lock()
 	for name, pr := range want {
 		if pr == nil {
 			delete(f.applied, name)
@@ -369,6 +385,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 			f.applied[name] = pr
 		}
 	}
+	f.appliedMu.Unlock()
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"k8s.io/klog/v2"
 
@@ -29,6 +30,9 @@ type family struct {
 	// lastPayload is the iptables layer the last successful restore
 	// wrote; "" forces the next restore.
 	lastPayload string
+	// inForce is the desired state of the last sync that fully succeeded,
+	// for /services; desired states are never modified once built.
+	inForce atomic.Pointer[desired.State]
 }
 
 // configFor completes the configured desired.Config from the snapshot and
@@ -82,6 +86,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, full bool)
 	if err := errors.Join(recErr, iptErr); err != nil {
 		return st, fmt.Errorf("%s: %w", f.fam, err)
 	}
+	f.inForce.Store(st)
 	return st, nil
 }
 

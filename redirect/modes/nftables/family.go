@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -40,7 +41,11 @@ type family struct {
 
 	// State of the last successful sync; builder is nil before the first.
 	builder *rules.Builder
-	applied map[servicemap.ServicePortName]*rules.Port
+	// applied is written by the sync only, under appliedMu, and read by
+	// /services (programmed) under its read lock, one port at a time; the
+	// sync's own reads need no lock.
+	applied   map[servicemap.ServicePortName]*rules.Port
+	appliedMu sync.RWMutex
 	// elems counts, per element ID, the ports that want it, with the
 	// element last written.
 	elems map[string]*elemState
@@ -72,6 +77,13 @@ type family struct {
 type elemState struct {
 	refs int
 	elem rules.Element
+}
+
+// programmed reads what the last sync wrote for name (nil: nothing).
+func (f *family) programmed(name servicemap.ServicePortName) *rules.Port {
+	f.appliedMu.RLock()
+	defer f.appliedMu.RUnlock()
+	return f.applied[name]
 }
 
 // configFor completes the configured rules.Config with what the snapshot
@@ -530,12 +542,15 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	if err := f.writeDeferred(ctx, deferred); err != nil {
 		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
 	}
-	f.applied = make(map[servicemap.ServicePortName]*rules.Port, len(want))
+	applied := make(map[servicemap.ServicePortName]*rules.Port, len(want))
 	for name, p := range want {
 		if p != nil {
-			f.applied[name] = p
+			applied[name] = p
 		}
 	}
+	f.appliedMu.Lock()
+	f.applied = applied
+	f.appliedMu.Unlock()
 	f.elems, f.stale, f.recreated = elems, stale, true
 	return nil
 }
@@ -903,6 +918,7 @@ func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStal
 	for _, c := range deleted {
 		delete(f.stale, c)
 	}
+	f.appliedMu.Lock()
 	for name, p := range want {
 		if p == nil {
 			delete(f.applied, name)
@@ -913,6 +929,7 @@ func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStal
 			}
 		}
 	}
+	f.appliedMu.Unlock()
 	for c := range newStale {
 		if _, ok := f.stale[c]; !ok {
 			f.stale[c] = now

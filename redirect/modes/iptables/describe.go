@@ -1,0 +1,30 @@
+package iptables
+
+import (
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+var _ mode.Describer = (*Mode)(nil)
+
+// Programmed implements mode.Describer: the chains each family's last
+// sync wrote for a port (a port whose rules were rejected shows the ones it
+// kept). It does not take m.mu, which a sync holds throughout.
+func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
+	return func(name servicemap.ServicePortName) mode.Programmed {
+		var out mode.Programmed
+		for _, f := range m.families {
+			pr := f.programmed(name)
+			if pr == nil {
+				continue
+			}
+			for _, c := range pr.Chains {
+				out.Chains = append(out.Chains, mode.Chain{Family: f.fam, Table: string(c.Table), Name: c.Name})
+			}
+		}
+		if len(out.Chains) == 0 {
+			out.Note = "no chains of its own: no cluster IP of a proxied family, no usable endpoint, or not synced yet"
+		}
+		return out
+	}
+}
