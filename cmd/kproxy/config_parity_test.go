@@ -192,7 +192,8 @@ func ignoredWarning(output string) string {
 
 // comparable decodes a written configuration and drops what differs for
 // known, intended reasons:
-//   - kproxy's own fields (udpIdleTimeout, userspacePortals, servicesFile);
+//   - kproxy's own fields (udpIdleTimeout, userspacePortals,
+//     userspaceServiceMetrics, servicesFile);
 //   - logging: kproxy logs through klog flags, not the logging section;
 //   - an empty mode, which kube-proxy writes as iptables (its default) and
 //     kproxy keeps empty (auto: iptables when usable, else userspace).
@@ -202,7 +203,7 @@ func comparable(t *testing.T, written []byte) map[string]any {
 	if err := yaml.Unmarshal(written, &m); err != nil {
 		t.Fatalf("decoding a written configuration: %v\n%s", err, written)
 	}
-	for _, k := range []string{"udpIdleTimeout", "userspacePortals", "servicesFile", "logging"} {
+	for _, k := range []string{"udpIdleTimeout", "userspacePortals", "userspaceServiceMetrics", "servicesFile", "logging"} {
 		delete(m, k)
 	}
 	if m["mode"] == "" || m["mode"] == nil {

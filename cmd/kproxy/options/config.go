@@ -86,6 +86,9 @@ type Config struct {
 	// UserspacePortals is the userspace mode's portal kind; resolved, so
 	// never empty.
 	UserspacePortals contract.Portals
+	// UserspaceServiceMetrics exports the relays' counters per service
+	// port.
+	UserspaceServiceMetrics bool
 
 	// NodePortAddresses restricts NodePorts to node IPs in these prefixes;
 	// empty means all local IPs. NodePortPrimary means "only the node's

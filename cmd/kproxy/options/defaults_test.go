@@ -42,6 +42,7 @@ func TestDefaultsMatchKubeProxy(t *testing.T) {
 		{"proxy-port-range", ""},
 		{"udp-timeout", "250ms"},
 		{"userspace-portals", ""},
+		{"userspace-service-metrics", "false"},
 		{"nodeport-addresses", "[]"},
 		{"conntrack-max-per-core", "32768"},
 		{"conntrack-min", "131072"},

@@ -35,6 +35,9 @@ type FileConfiguration struct {
 	// UserspacePortals is the userspace mode's portal kind: auto, redirect
 	// or local (kproxy's own; kube-proxy has no such setting).
 	UserspacePortals string `json:"userspacePortals,omitempty"`
+	// UserspaceServiceMetrics exports the userspace relays' counters per
+	// service port (kproxy's own; off by default for its cardinality).
+	UserspaceServiceMetrics bool `json:"userspaceServiceMetrics,omitempty"`
 	// ServicesFile, when set, makes kproxy read services from a manifest
 	// file or directory instead of a cluster.
 	ServicesFile string `json:"servicesFile,omitempty"`

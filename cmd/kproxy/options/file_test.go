@@ -111,6 +111,7 @@ func TestEveryFlagOverridesTheDefaults(t *testing.T) {
 		"proxy-port-range":                  "1000-2000",
 		"udp-timeout":                       "1s",
 		"userspace-portals":                 "local",
+		"userspace-service-metrics":         "true",
 		"nodeport-addresses":                "primary",
 		"detect-local-mode":                 "NodeCIDR",
 		"cluster-cidr":                      "198.19.0.0/16",

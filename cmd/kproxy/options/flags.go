@@ -161,6 +161,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How long the userspace proxier keeps an idle UDP flow open (e.g. '250ms', '2s'). Must be greater than 0.")
 	fs.StringVar(&f.UserspacePortals, "userspace-portals", f.UserspacePortals,
 		"How the userspace mode steers Service traffic to its relays: 'redirect' (iptables REDIRECT rules to proxy ports), 'sklookup' (service IPs made local with routes, a BPF socket-lookup program hands their service ports to one relay socket per protocol and drops their other ports; no netfilter needed), 'local' (service IPs made local with routes, relays listening on each; no netfilter, no BPF) or 'auto' (redirect where the nat table works, else sklookup where the kernel loads it, else local). Empty means auto.")
+	fs.BoolVar(&f.UserspaceServiceMetrics, "userspace-service-metrics", f.UserspaceServiceMetrics,
+		"In the userspace mode, export the relays' counters per service port on /metrics (kproxy_userspace_service_*, labelled service=\"namespace/name:port\"): about five series per service port, plus one per refusal reason seen. Off by default: a large cluster has tens of thousands of service ports.")
 	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
 		"CIDRs containing the node IPs NodePorts are served on, or the single value 'primary' for the node's primary IPs. Empty means all local IPs.")
 
@@ -318,6 +320,9 @@ func flagOverrides() map[string]func(dst, src *FileConfiguration) {
 		"proxy-port-range":    func(d, s *FileConfiguration) { d.PortRange = s.PortRange },
 		"udp-timeout":         func(d, s *FileConfiguration) { d.UDPIdleTimeout = s.UDPIdleTimeout },
 		"userspace-portals":   func(d, s *FileConfiguration) { d.UserspacePortals = s.UserspacePortals },
+		"userspace-service-metrics": func(d, s *FileConfiguration) {
+			d.UserspaceServiceMetrics = s.UserspaceServiceMetrics
+		},
 		"nodeport-addresses": func(d, s *FileConfiguration) {
 			d.NodePortAddresses = append([]string(nil), s.NodePortAddresses...)
 		},

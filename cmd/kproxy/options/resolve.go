@@ -109,6 +109,7 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 		IPVSUDPTimeout:              c.IPVS.UDPTimeout.Duration,
 		UDPIdleTimeout:              fc.UDPIdleTimeout.Duration,
 		UserspacePortals:            contract.Portals(fc.UserspacePortals),
+		UserspaceServiceMetrics:     fc.UserspaceServiceMetrics,
 		DetectLocalMode:             string(c.DetectLocalMode),
 		PodBridgeInterface:          c.DetectLocal.BridgeInterface,
 		PodInterfaceNamePrefix:      c.DetectLocal.InterfaceNamePrefix,

@@ -32,7 +32,8 @@ func (c *Config) ModeSettings() contract.Settings {
 			Scheduler: c.IPVSScheduler, ExcludeCIDRs: c.IPVSExcludeCIDRs, StrictARP: c.IPVSStrictARP,
 			TCPTimeout: c.IPVSTCPTimeout, TCPFinTimeout: c.IPVSTCPFinTimeout, UDPTimeout: c.IPVSUDPTimeout,
 		},
-		Userspace: contract.UserspaceSettings{UDPIdleTimeout: c.UDPIdleTimeout, Portals: c.UserspacePortals},
+		Userspace: contract.UserspaceSettings{UDPIdleTimeout: c.UDPIdleTimeout, Portals: c.UserspacePortals,
+			ServiceMetrics: c.UserspaceServiceMetrics},
 	}
 	if !c.PortRange.IsZero() {
 		s.Userspace.PortRange = ports.Range{Lo: uint16(c.PortRange.Base), Hi: uint16(c.PortRange.Last())}

@@ -113,6 +113,9 @@ type UserspaceSettings struct {
 	UDPIdleTimeout time.Duration
 	// Portals is --userspace-portals; "" means PortalsAuto.
 	Portals Portals
+	// ServiceMetrics is --userspace-service-metrics: the relays' counters
+	// per service port on /metrics.
+	ServiceMetrics bool
 }
 
 // Portals is how the userspace mode steers Service traffic to its relays.

@@ -56,7 +56,7 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 		Features: d.Features, NodeName: s.NodeName, NodePorts: s.NodePorts,
 		PortRange: s.Userspace.PortRange, UDPIdleTimeout: s.Userspace.UDPIdleTimeout, Registerer: d.Registry,
 		Portals: s.Userspace.Portals, LocalhostNodePorts: s.LocalhostNodePorts, Sysctls: d.Sysctls,
-		Detector: detector, ClusterCIDRs: s.ClusterCIDRs,
+		Detector: detector, ClusterCIDRs: s.ClusterCIDRs, ServiceMetrics: s.Userspace.ServiceMetrics,
 	})
 	if err != nil {
 		return nil, err

@@ -89,6 +89,9 @@ type Config struct {
 	// endpoint, as kube-proxy does (LocalPods).
 	Detector     contract.LocalDetector
 	ClusterCIDRs []netip.Prefix
+	// ServiceMetrics exports each service port's relay counters
+	// (--userspace-service-metrics): about five series per port.
+	ServiceMetrics bool
 }
 
 // Applier writes one family's portal rules.
@@ -145,6 +148,8 @@ type Mode struct {
 
 	// relays is owned by Sync, which the engine never runs concurrently.
 	relays map[balancer.Key]*relay
+	// served is what /services and the per-service metrics read of them.
+	served *servedPorts
 	// want is what relays should be, as of the last sync.
 	want wanted
 	// localRelays counts the relays with sockets of their own on service
@@ -166,12 +171,17 @@ type Mode struct {
 // programmed until the first Sync.
 func New(ctx context.Context, cfg Config) (*Mode, error) {
 	logger := klog.FromContext(ctx).WithValues("mode", mode.Userspace)
-	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, appliers: map[ipfamily.Family]Applier{},
+	m := &Mode{cfg: cfg, logger: logger, relays: map[balancer.Key]*relay{}, served: newServedPorts(), appliers: map[ipfamily.Family]Applier{},
 		kinds: map[ipfamily.Family]contract.Portals{}, applied: map[ipfamily.Family]bool{},
 		socketChecked: map[ipfamily.Family]bool{}}
 	var err error
 	if m.metrics, err = lbmetrics.New(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("userspace mode metrics: %w", err)
+	}
+	if cfg.ServiceMetrics && cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(lbmetrics.NewServiceCollector(m.served.each)); err != nil {
+			return nil, fmt.Errorf("userspace mode per-service metrics: %w", err)
+		}
 	}
 	if m.balancer, err = balancer.New(balancer.Config{NodeName: cfg.NodeName, Registerer: cfg.Registerer}); err != nil {
 		return nil, fmt.Errorf("userspace mode balancer: %w", err)
@@ -338,12 +348,14 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 		}
 		r, err := m.startRelay(key, spec)
 		if err != nil {
+			m.served.remove(key)
 			m.want.failed[key] = true
 			errs = append(errs, err)
 			return
 		}
 		delete(m.want.failed, key)
 		m.relays[key] = r
+		m.served.add(r)
 		if r.local {
 			m.localRelays++
 		}
@@ -357,6 +369,7 @@ func (m *Mode) syncRelays(snap *servicemap.Snapshot, node portal.Node, nodePortA
 		}
 		r.close(m.alloc)
 		delete(m.relays, key)
+		m.served.remove(key)
 	}
 	if all {
 		for key, spec := range want {
@@ -514,6 +527,7 @@ func (m *Mode) Close() error {
 	for key, r := range m.relays {
 		r.close(m.alloc)
 		delete(m.relays, key)
+		m.served.remove(key)
 	}
 	var steerErr error
 	if m.steering != nil {

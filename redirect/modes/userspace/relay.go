@@ -14,6 +14,7 @@ import (
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/balancer"
 	"kproxy.dev/kproxy/lb/fdbudget"
+	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/lb/sctprelay"
 	"kproxy.dev/kproxy/lb/tcprelay"
@@ -169,6 +170,9 @@ type relay struct {
 	// routes are a steered relay's routes in the shared relays
 	// (steer.go); only Sync touches them.
 	routes steeredRoutes
+	// metrics count into the data plane's series and into the service
+	// port's counters (servedPorts).
+	metrics *lbmetrics.Metrics
 }
 
 // server is one listening socket and the protocol relay serving it.
@@ -209,6 +213,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 	r.local = kind == contract.PortalsLocal || (kind == contract.PortalsSKLookup && !r.steered)
 	r.spec.Store(&spec)
 	r.picker = m.balancer.Picker(key)
+	r.metrics = m.metrics.WithPort(m.served.counters(key.Port))
 	if spec.protocol == v1.ProtocolTCP || spec.protocol == v1.ProtocolSCTP {
 		var err error
 		if r.limit, err = fdbudget.NewPort(m.portLimits); err != nil {
@@ -296,7 +301,7 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 			return nil, 0, fmt.Errorf("%s: %s: %w", name, where, explainInUse(err, ap))
 		}
 		port = addrPort(ln.Addr())
-		cfg := tcprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger,
+		cfg := tcprelay.Config{Listener: ln, Picker: r.picker, Metrics: r.metrics, Name: name, Logger: m.logger,
 			Dials: m.dials, Port: r.limit, KeepSource: m.kept.keeper}
 		if r.local {
 			cfg.Direct = true
@@ -323,7 +328,7 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		}
 		port = addrPort(conn.LocalAddr())
 		cfg := udprelay.Config{Conn: conn, Picker: r.picker, IdleTimeout: m.cfg.UDPIdleTimeout, Logger: m.logger,
-			Metrics: m.metrics, Name: name, Descriptors: m.descriptors, Dials: m.dials, KeepSource: m.kept.keeper}
+			Metrics: r.metrics, Name: name, Descriptors: m.descriptors, Dials: m.dials, KeepSource: m.kept.keeper}
 		if r.local {
 			cfg.Admit = func(client netip.Addr) bool { return r.spec.Load().admits(ap, client) }
 		}
@@ -354,7 +359,7 @@ func (m *Mode) openServer(r *relay, ap netip.AddrPort) (*server, uint16, error) 
 		// No markRelaySocket: the socket match cannot look SCTP sockets
 		// up, so the rules keep checking SCTP by conntrack alone.
 		if s.raw, err = ln.SyscallConn(); err == nil {
-			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: m.metrics, Name: name, Logger: m.logger,
+			s.sctp, err = sctprelay.New(sctprelay.Config{Listener: ln, Picker: r.picker, Metrics: r.metrics, Name: name, Logger: m.logger,
 				Dials: m.dials, Port: r.limit})
 		}
 		if err != nil {

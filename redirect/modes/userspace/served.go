@@ -1,0 +1,153 @@
+package userspace
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"kproxy.dev/kproxy/lb/balancer"
+	"kproxy.dev/kproxy/lb/lbmetrics"
+	"kproxy.dev/kproxy/redirect/modes/contract"
+	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/servicemap"
+)
+
+// servedPorts is what /services and the per-service metrics see of the
+// relays: each service port's running relays and its counters, shared by
+// them. Sync changes it only when a relay starts or stops, under mu;
+// readers hold mu only to copy one port's entry, never across a sync.
+type servedPorts struct {
+	mu    sync.RWMutex
+	ports map[servicemap.ServicePortName]*servedPort
+}
+
+type servedPort struct {
+	counters *lbmetrics.PortCounters
+	relays   map[balancer.Key]*relay
+}
+
+func newServedPorts() *servedPorts {
+	return &servedPorts{ports: map[servicemap.ServicePortName]*servedPort{}}
+}
+
+// counters returns name's counters, made for its first relay.
+func (s *servedPorts) counters(name servicemap.ServicePortName) *lbmetrics.PortCounters {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.ports[name]
+	if !ok {
+		p = &servedPort{counters: &lbmetrics.PortCounters{}, relays: map[balancer.Key]*relay{}}
+		s.ports[name] = p
+	}
+	return p.counters
+}
+
+// add records a started relay; its immutable fields (key, port, local,
+// steered) and its atomic spec are all readers look at.
+func (s *servedPorts) add(r *relay) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.ports[r.key.Port]; ok {
+		p.relays[r.key] = r
+	}
+}
+
+// remove forgets a stopped relay, or a relay that failed to start (key
+// only), and the port's counters with its last relay.
+func (s *servedPorts) remove(key balancer.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.ports[key.Port]
+	if !ok {
+		return
+	}
+	delete(p.relays, key)
+	if len(p.relays) == 0 {
+		delete(s.ports, key.Port)
+	}
+}
+
+// get copies name's relays (by key order) and counters.
+func (s *servedPorts) get(name servicemap.ServicePortName) ([]*relay, *lbmetrics.PortCounters) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.ports[name]
+	if !ok {
+		return nil, nil
+	}
+	keys := slices.SortedFunc(maps.Keys(p.relays), func(a, b balancer.Key) int {
+		if a.Family != b.Family {
+			return strings.Compare(string(a.Family), string(b.Family))
+		}
+		return int(a.Class) - int(b.Class)
+	})
+	out := make([]*relay, len(keys))
+	for i, k := range keys {
+		out[i] = p.relays[k]
+	}
+	return out, p.counters
+}
+
+// each yields every port's counters, for lbmetrics.ServiceCollector. The
+// entries are copied first so a scrape holds mu only for the copy.
+func (s *servedPorts) each(yield func(lbmetrics.ServicePort)) {
+	s.mu.RLock()
+	out := make([]lbmetrics.ServicePort, 0, len(s.ports))
+	for name, p := range s.ports {
+		out = append(out, lbmetrics.ServicePort{Service: serviceLabel(name), Protocol: strings.ToLower(string(name.Protocol)), Counters: p.counters})
+	}
+	s.mu.RUnlock()
+	for _, p := range out {
+		yield(p)
+	}
+}
+
+// serviceLabel is "namespace/name:port", or "namespace/name" for an
+// unnamed port, as kube-proxy names service ports in its rules.
+func serviceLabel(n servicemap.ServicePortName) string {
+	if n.Port == "" {
+		return n.Namespace + "/" + n.Name
+	}
+	return n.Namespace + "/" + n.Name + ":" + n.Port
+}
+
+var _ mode.Describer = (*Mode)(nil)
+
+// Programmed implements mode.Describer: a port's relays (family, class,
+// portal kind, proxy port or addresses served) and their counters.
+func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
+	return func(name servicemap.ServicePortName) mode.Programmed {
+		relays, counters := m.served.get(name)
+		var out mode.Programmed
+		steered := false
+		for _, r := range relays {
+			kind := m.kinds[r.key.Family]
+			if kind == contract.PortalsSKLookup && !r.steered {
+				kind = contract.PortalsLocal // SCTP: the program cannot steer it
+			}
+			d := mode.Relay{Family: r.key.Family, Class: r.key.Class.String(), Portal: string(kind), ProxyPort: r.port}
+			if r.local || r.steered {
+				for _, ap := range r.spec.Load().listen {
+					d.Listen = append(d.Listen, ap.String())
+				}
+			}
+			steered = steered || r.steered
+			out.Relays = append(out.Relays, d)
+		}
+		switch {
+		case len(relays) == 0:
+			out.Note = "no relay: no address of a proxied family, a protocol the kernel cannot serve, or not synced yet"
+		case steered:
+			out.Note = "socket-lookup portals share one relay socket per protocol and family: this port's traffic is not counted apart"
+		default:
+			c := counters
+			out.Counters = &mode.RelayCounters{
+				Connections: c.Connections.Load(), Flows: c.Flows.Load(), Active: c.Active.Load(),
+				DialFailures: c.DialFailures.Load(), BytesToEndpoint: c.BytesToEndpoint.Load(), BytesToClient: c.BytesToClient.Load(),
+				Refused: c.Refused(),
+			}
+		}
+		return out
+	}
+}
