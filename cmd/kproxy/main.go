@@ -168,6 +168,10 @@ func newRootCommand(d deps) *cobra.Command {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
 	})
 
+	cmd.AddCommand(newServicesCommand())
+	// A subcommand brings cobra's completion command; kproxy has none.
+	cmd.CompletionOptions.DisableDefaultCmd = true
+
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
 	// kube-proxy's logging flags: --logging-format, -v, --vmodule,
