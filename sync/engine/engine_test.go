@@ -493,6 +493,22 @@ func TestWaitForGeneration(t *testing.T) {
 	}
 }
 
+func TestInForceIsTheLastSnapshotSynced(t *testing.T) {
+	f := newFixture(t)
+	f.smap.synced = true
+	if got := f.engine.InForce(); got != nil {
+		t.Fatalf("InForce before any sync = generation %d, want nil", got.Generation)
+	}
+	for want := uint64(1); want <= 2; want++ {
+		if err := f.tick(runner.Requested); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.engine.InForce(); got == nil || got.Generation != want {
+			t.Errorf("InForce after sync %d = %+v", want, got)
+		}
+	}
+}
+
 func TestNotifyOnNilEngine(t *testing.T) {
 	var e *Engine
 	e.Notify() // must not panic: the Tracker may call back before New returns

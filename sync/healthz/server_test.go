@@ -80,6 +80,8 @@ func TestMetricsServer(t *testing.T) {
 		// The pings above are health-check SLIs.
 		{"/metrics/slis", 200, "", `kubernetes_healthchecks_total{name="ping",status="success",type="healthz"} 2`},
 		{"/nothing", 404, "", ""},
+		// Only served when given.
+		{"/services", 404, "", ""},
 	}
 	for _, tt := range tests {
 		code, ctype, b := fetch(t, base+tt.path)
@@ -98,6 +100,23 @@ func TestMetricsServer(t *testing.T) {
 	}
 	if code, _, _ := fetch(t, base+"/debug/pprof/"); code != 404 {
 		t.Errorf("/debug/pprof/ answered %d without --profiling, want 404", code)
+	}
+}
+
+func TestMetricsServerServices(t *testing.T) {
+	if lab.InFreshNetns(t) {
+		return
+	}
+	s, err := NewMetricsServer(MetricsServerConfig{
+		Address: "127.0.0.1:0", Metrics: metrics.New(), ProxyMode: mode.IPTables,
+		Services: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("page " + r.URL.RawQuery)) }),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s)
+	if code, _, body := fetch(t, "http://"+s.Addr().String()+"/services?format=text"); code != 200 || body != "page format=text" {
+		t.Errorf("/services = %d %q, want the handler's page", code, body)
 	}
 }
 
