@@ -6,6 +6,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// numReasons is how many reasons Reasons lists; TestWithPortCountsBothWays
+// checks the two agree.
+const numReasons = 7
+
 // Reasons lists the rejection reasons the relays count.
 func Reasons() []string {
 	return []string{ReasonNoEndpoints, ReasonDirect, ReasonFDExhausted, ReasonDialFailed, ReasonSourceRange, ReasonLoop, ReasonPortFull}
@@ -22,7 +26,7 @@ type PortCounters struct {
 	Active                                       atomic.Int64
 	DialFailures, BytesToEndpoint, BytesToClient atomic.Uint64
 	// refused is indexed as Reasons.
-	refused [7]atomic.Uint64
+	refused [numReasons]atomic.Uint64
 }
 
 // Refused returns the refusals counted, by reason; reasons never seen are

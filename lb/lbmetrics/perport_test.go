@@ -9,6 +9,9 @@ import (
 )
 
 func TestWithPortCountsBothWays(t *testing.T) {
+	if len(Reasons()) != numReasons {
+		t.Fatalf("Reasons lists %d reasons, PortCounters has room for %d", len(Reasons()), numReasons)
+	}
 	m := Discard()
 	var c PortCounters
 	tcp, udp := m.WithPort(&c).For(ProtocolTCP), m.WithPort(&c)
