@@ -87,7 +87,8 @@ cluster: tools cluster-tools $(if $(CLUSTER_IMAGE),,image)
 	$(GO) build -o $(KCLUSTER) ./bench/cluster/cmd/kcluster
 	$(KCLUSTER) up -nodes $(CLUSTER_NODES) -dir $(CLUSTER_DIR) -api-port $(CLUSTER_API_PORT) -tools $(TOOLS_BIN) \
 		-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -manifest $(CURDIR)/deploy/kproxy.yaml \
-		$(if $(CLUSTER_IMAGES),-images $(CLUSTER_IMAGES)) $(if $(CLUSTER_COREDNS),-coredns $(CLUSTER_COREDNS))
+		$(if $(CLUSTER_IMAGES),-images $(CLUSTER_IMAGES)) $(if $(CLUSTER_COREDNS),-coredns $(CLUSTER_COREDNS)) \
+		$(if $(CLUSTER_PAUSE_NAMES),-pause-names $(CLUSTER_PAUSE_NAMES))
 
 cluster-down:
 	@if [ "$$(id -u)" != 0 ]; then echo "make cluster-down needs root: run sudo make cluster-down"; exit 1; fi
@@ -174,7 +175,8 @@ kube-proxy-image: deps tools
 conformance: conformance-images kube-proxy-image $(if $(CLUSTER_IMAGE),,image)
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance needs root (the cluster): run sudo make conformance"; exit 1; fi
 	@if [ ! -e $(CLUSTER_DIR) ]; then \
-		$(MAKE) --no-print-directory cluster CLUSTER_NODES=$(CONFORMANCE_NODES) CLUSTER_IMAGES=$(CONFORMANCE_IMAGES) CLUSTER_COREDNS=$(TOOLS_BIN)/coredns || exit 1; fi
+		pause=$$($(E2E_TEST) --list-images | grep '/pause:' | paste -sd,) || exit 1; \
+		$(MAKE) --no-print-directory cluster CLUSTER_NODES=$(CONFORMANCE_NODES) CLUSTER_IMAGES=$(CONFORMANCE_IMAGES) CLUSTER_COREDNS=$(TOOLS_BIN)/coredns CLUSTER_PAUSE_NAMES="$$pause" || exit 1; fi
 	$(GO) build -o bin/kconformance ./bench/conformance/cmd/kconformance
 	bin/kconformance -dir $(CLUSTER_DIR) -tools $(TOOLS_BIN) -out $(CONFORMANCE_OUT) -proxies '$(CONFORMANCE_PROXIES)' \
 		-specs $(CONFORMANCE_SPECS) $(if $(CONFORMANCE_FOCUS),-focus '$(CONFORMANCE_FOCUS)') $(if $(CONFORMANCE_SKIP),-skip '$(CONFORMANCE_SKIP)') -procs $(CONFORMANCE_PROCS) \

@@ -72,6 +72,9 @@ type Config struct {
 	// CoreDNS, if set, is a static CoreDNS binary (bench/tools/coredns): the
 	// cluster then runs it as its DNS, at ClusterDNSIP.
 	CoreDNS string
+	// PauseNames are further names of PauseImage in every node, for pods
+	// that run the pause image by its upstream name (e2e.test's do).
+	PauseNames []string
 }
 
 // Validate checks the fields Up needs.

@@ -160,6 +160,13 @@ func (c *cluster) importImage(n Node, archive, ref string) error {
 	return err
 }
 
+// tagImage gives the image ref in n's containerd a further name.
+func (c *cluster) tagImage(n Node, ref, name string) error {
+	_, err := run("", nil, ctrProgram, "--address", n.containerdSocket(c.paths), "--namespace", "k8s.io",
+		"images", "tag", "--force", ref, name)
+	return err
+}
+
 // imageBase is ref without its tag: the colon after the last slash, so a
 // registry's port stays.
 func imageBase(ref string) string {

@@ -131,6 +131,11 @@ func (c *cluster) startNode(ctx context.Context, n Node, images []image, extra m
 			return err
 		}
 	}
+	for _, name := range c.cfg.PauseNames {
+		if err := c.tagImage(n, PauseImage, name); err != nil {
+			return err
+		}
+	}
 	return c.startKubelet(n)
 }
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"kproxy.dev/kproxy/bench/cluster"
@@ -44,6 +45,7 @@ func run(args []string) error {
 		port := fs.Int("api-port", cluster.DefaultAPIPort, "host loopback port for the API server")
 		images := fs.String("images", "", "directory of OCI archives (*.oci.tar) to import into every node")
 		coredns := fs.String("coredns", "", "static CoreDNS binary: run it as the cluster DNS")
+		pauseNames := fs.String("pause-names", "", "comma-separated further names of the pause image (the ones e2e.test's pods name)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -57,7 +59,7 @@ func run(args []string) error {
 		}
 		cfg := cluster.Config{Nodes: *nodes, StateDir: abs(*dir), ToolsBin: abs(*tools), Image: abs(*image),
 			Manifest: abs(*manifest), RepoRoot: root, APIPort: *port, Self: self,
-			Images: absOrEmpty(*images), CoreDNS: absOrEmpty(*coredns)}
+			Images: absOrEmpty(*images), CoreDNS: absOrEmpty(*coredns), PauseNames: splitList(*pauseNames)}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return cluster.Up(ctx, cfg, os.Stdout)
@@ -101,4 +103,15 @@ func absOrEmpty(p string) string {
 		return ""
 	}
 	return abs(p)
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
