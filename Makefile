@@ -158,7 +158,7 @@ conformance-images: conformance-tools
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance-images needs root (mmdebstrap's root mode): run sudo make conformance-images"; exit 1; fi
 	@images=$$($(E2E_TEST) --list-images) || exit 1; \
 	agnhost=$$(grep -x 'registry.k8s.io/e2e-test-images/agnhost:.*' <<<"$$images" | sort); \
-	busybox=$$(grep -x 'registry.k8s.io/e2e-test-images/busybox:.*' <<<"$$images" | sort); \
+	busybox=$$(grep -x -e 'registry.k8s.io/e2e-test-images/busybox:.*' -e 'registry.k8s.io/e2e-test-images/glibc-dns-testing:.*' <<<"$$images" | sort); \
 	inputs=$$(sha256sum $(TOOLS_BIN)/agnhost bench/conformance/images.sh; echo $$agnhost $$busybox); \
 	if [ "$$inputs" = "$$(cat $(CONFORMANCE_IMAGES)/inputs 2>/dev/null)" ]; then echo "$(CONFORMANCE_IMAGES) is up to date"; exit 0; fi; \
 	AGNHOST_IMAGES="$$agnhost" BUSYBOX_IMAGES="$$busybox" ./bench/conformance/images.sh $(TOOLS_BIN)/agnhost $(CONFORMANCE_IMAGES) && \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the images upstream's Services conformance specs run in pods, under
+# Builds the images upstream's sig-network conformance specs run in pods, under
 # the names the e2e framework of bench/tools' Kubernetes gives them, without
 # a registry: one Debian root filesystem (mmdebstrap) holding the tools the
 # specs and agnhost shell out to, then one OCI archive per image name
@@ -12,7 +12,9 @@
 # each). An agnhost image runs the static agnhost binary as its entrypoint;
 # a busybox image is the same filesystem with a shell as its command, which
 # is all the specs ask of it (Debian's busybox-static wget crashes on this
-# kernel, so the real tools stand in). Every name gets its own archive,
+# kernel, so the real tools stand in). The DNS specs' glibc-dns-testing
+# image, which runs dig from a shell, is made the same way: pass its name
+# among BUSYBOX_IMAGES. Every name gets its own archive,
 # NAME-TAG.oci.tar; their layers are the same, so containerd keeps one copy.
 # Environment: MIRROR, SUITE (as deploy/image/build.sh). Needs root and the
 # Debian packages mmdebstrap and umoci.
