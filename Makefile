@@ -159,9 +159,10 @@ conformance-images: conformance-tools
 	@images=$$($(E2E_TEST) --list-images) || exit 1; \
 	agnhost=$$(grep -x 'registry.k8s.io/e2e-test-images/agnhost:.*' <<<"$$images" | sort); \
 	busybox=$$(grep -x -e 'registry.k8s.io/e2e-test-images/busybox:.*' -e 'registry.k8s.io/e2e-test-images/glibc-dns-testing:.*' <<<"$$images" | sort); \
-	inputs=$$(sha256sum $(TOOLS_BIN)/agnhost bench/conformance/images.sh; echo $$agnhost $$busybox); \
+	source=$$(cd bench/tools && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost || exit 1; \
+	inputs=$$(sha256sum $(TOOLS_BIN)/agnhost bench/conformance/images.sh; echo $$agnhost $$busybox $$source); \
 	if [ "$$inputs" = "$$(cat $(CONFORMANCE_IMAGES)/inputs 2>/dev/null)" ]; then echo "$(CONFORMANCE_IMAGES) is up to date"; exit 0; fi; \
-	AGNHOST_IMAGES="$$agnhost" BUSYBOX_IMAGES="$$busybox" ./bench/conformance/images.sh $(TOOLS_BIN)/agnhost $(CONFORMANCE_IMAGES) && \
+	AGNHOST_IMAGES="$$agnhost" BUSYBOX_IMAGES="$$busybox" AGNHOST_SOURCE="$$source" ./bench/conformance/images.sh $(TOOLS_BIN)/agnhost $(CONFORMANCE_IMAGES) && \
 	echo "$$inputs" >$(CONFORMANCE_IMAGES)/inputs
 
 kube-proxy-image: deps tools

@@ -16,6 +16,8 @@
 # image, which runs dig from a shell, is made the same way: pass its name
 # among BUSYBOX_IMAGES. Every name gets its own archive,
 # NAME-TAG.oci.tar; their layers are the same, so containerd keeps one copy.
+# AGNHOST_SOURCE is agnhost's source directory, for the files upstream's
+# image holds beside the binary.
 # Environment: MIRROR, SUITE (as deploy/image/build.sh). Needs root and the
 # Debian packages mmdebstrap and umoci.
 set -euo pipefail
@@ -29,6 +31,7 @@ out=$2
 mirror=${MIRROR:-http://deb.debian.org/debian}
 suite=${SUITE:-bookworm}
 agnhost_images=${AGNHOST_IMAGES:?names of the agnhost images e2e.test runs}
+agnhost_source=${AGNHOST_SOURCE:?the source directory of agnhost (k8s.io/kubernetes/test/images/agnhost), for the files its image holds}
 busybox_images=${BUSYBOX_IMAGES:?names of the busybox images e2e.test runs}
 tag=build
 
@@ -52,9 +55,15 @@ mmdebstrap --quiet --variant=essential --include="$packages" \
 	--skip=output/dev \
 	"$suite" "$tmp/rootfs.tar" "$mirror"
 
-mkdir -p "$tmp/agnhost"
+# What upstream's agnhost image holds beside the binary and the specs use:
+# porter's TLS key pair (its HTTPS ports), netexec's upload directory and
+# the agnhost-2 name the entrypoint specs run.
+mkdir -p "$tmp/agnhost/uploads"
 install -m 0755 "$agnhost" "$tmp/agnhost/agnhost"
-tar --create --file="$tmp/agnhost.tar" --directory="$tmp/agnhost" --owner=0 --group=0 --numeric-owner agnhost
+ln -s agnhost "$tmp/agnhost/agnhost-2"
+install -m 0644 "$agnhost_source/porter/localhost.crt" "$agnhost_source/porter/localhost.key" "$tmp/agnhost/"
+tar --create --file="$tmp/agnhost.tar" --directory="$tmp/agnhost" --owner=0 --group=0 --numeric-owner \
+	agnhost agnhost-2 localhost.crt localhost.key uploads
 
 # archive REF UMOCI-CONFIG-ARGS...: the root filesystem and agnhost as two
 # layers, configured and named REF, written to OUTPUT_DIR/NAME-TAG.oci.tar.
