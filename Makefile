@@ -108,7 +108,7 @@ cluster-smoke:
 # on one shared core),
 # the ginkgo command, agnhost and a CoreDNS with only the plugins the cluster needs
 # (bench/tools/coredns, its own module) into bench/tools/bin; make
-# conformance-images builds the images the specs run (agnhost, busybox) from
+# conformance-images builds the images the specs run (agnhost, busybox, glibc-dns-testing) from
 # Debian's packages under the names e2e.test expects, in
 # bin/conformance-images (about a minute, and again only when agnhost, the
 # script or the names change; needs root); make kube-proxy-image builds the
