@@ -92,7 +92,8 @@ archive() {
 mkdir -p "$out"
 rm -f "$out"/*.oci.tar
 for ref in $agnhost_images; do
-	archive "$ref" --config.entrypoint=/agnhost
+	# Upstream's default command: a pod that names no args pauses.
+	archive "$ref" --config.entrypoint=/agnhost --config.cmd=pause
 done
 for ref in $busybox_images; do
 	archive "$ref" --config.cmd=sh
