@@ -1,9 +1,11 @@
 package syncscale
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -86,9 +88,18 @@ func TestStopGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Only the test's own children count: a node proxy elsewhere on the
+	// machine runs its own iptables-nft-restore and nft.
+	ours := func(p procInfo) bool {
+		if p.comm != "nft" && p.comm != "iptables-nft-re" {
+			return false
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
+		return err == nil && strings.HasPrefix(string(cmdline), dir+"/")
+	}
 	proc := topo.Node.StartFor(t, "sh", "-c", child+" 300 & setsid "+stray+" 300 & echo started; wait")
 	deadline := time.Now().Add(5 * time.Second)
-	for len(processes(func(p procInfo) bool { return p.comm == "nft" || p.comm == "iptables-nft-re" })) < 2 {
+	for len(processes(ours)) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the children did not start")
 		}
@@ -103,7 +114,7 @@ func TestStopGroup(t *testing.T) {
 	if err := StopGroup(proc, func(f string, a ...any) { logged = append(logged, f) }); err != nil {
 		t.Fatal(err)
 	}
-	if left := processes(func(p procInfo) bool { return p.comm == "nft" || p.comm == "iptables-nft-re" }); len(left) > 0 {
+	if left := processes(ours); len(left) > 0 {
 		t.Errorf("StopGroup left %v running", left)
 	}
 	if len(logged) != 1 {

@@ -54,6 +54,7 @@ var opaque = map[string]struct {
 	"bench/guest/program_linux.go runProgram path":                                {nil, "the guest's init runs the test binary guest-exec passed"},
 	"bench/ipvsref/ipvsref_test.go TestGuestSameIPVSStateAsKubeProxy kproxy":      {[]string{"kproxy"}, "KPROXY_BINARY, which make test-guest builds"},
 	"cmd/kproxy/observe_parity_test.go TestBindHardFailEventMatchesKubeProxy bin": {[]string{"kproxy", "kube-proxy"}, "the two proxies compared: the kproxy the test builds and the reference kube-proxy"},
+	"cmd/kproxy/monitoring_test.go TestDashboardMetricsInEveryMode bin":           {[]string{"kproxy", "kube-proxy"}, "the proxies whose dashboard series are checked: the kproxy the test builds and the reference kube-proxy"},
 	"bench/analysis/programs/programs_test.go TestListedProgramsAreInstalled p":   {nil, "the listed programs themselves"},
 	"bench/cluster/daemon.go (*cluster).start c.cfg.Self":                         {[]string{"kcluster"}, "kcluster itself (run-in, forward), which make cluster builds"},
 	"bench/cluster/daemon.go RunIn argv[0]":                                       {[]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kcluster"}, "the cluster's daemons, which (*cluster).start passes on to kcluster run-in"},
