@@ -67,6 +67,13 @@ type ReloadResult struct {
 	Errors []error
 }
 
+// heldForSave says a file was held because a save was in progress while it
+// was read: it is read again once the save has ended, not at the next
+// resync.
+func (r ReloadResult) heldForSave() bool {
+	return slices.ContainsFunc(r.Errors, func(err error) bool { return errors.Is(err, errSaveInProgress) })
+}
+
 // Option tunes a Source.
 type Option func(*Source)
 
@@ -188,6 +195,9 @@ func (s *Source) Run(ctx context.Context) error {
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
+	if first.heldForSave() {
+		debounce.Reset(s.debounce)
+	}
 	// unsettled counts the debounce periods a save in progress has delayed
 	// the pending reload.
 	unsettled := 0
@@ -201,7 +211,11 @@ func (s *Source) Run(ctx context.Context) error {
 			return
 		}
 		unsettled = 0
-		s.reloaded(s.reload(logger))
+		r := s.reload(logger)
+		s.reloaded(r)
+		if r.heldForSave() {
+			debounce.Reset(s.debounce)
+		}
 	}
 
 	for {
@@ -445,12 +459,26 @@ func typeName(m fs.FileMode) string {
 	}
 }
 
+// readLimited reads a regular file of at most limit bytes whole. A save in
+// progress must not be read halfway: the part before a truncation is
+// valid YAML often enough (a slice cut after "endpoints:" has none). So
+// the file is read under a read lease, which makes any open for writing
+// wait until it is released, and a file some process holds open for
+// writing is not read at all (errSaveInProgress). Where leases cannot be
+// taken, a read during which the file's size or modification time moved
+// is refused the same way.
 func readLimited(path string, limit int64) ([]byte, error) {
-	f, _, err := openRegular(path)
+	f, before, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	switch lease := takeReadLease(f); lease {
+	case leaseBusy:
+		return nil, errSaveInProgress
+	case leaseHeld:
+		defer releaseLease(f)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read: %w", err)
@@ -458,8 +486,18 @@ func readLimited(path string, limit int64) ([]byte, error) {
 	if int64(len(data)) > limit {
 		return nil, fmt.Errorf("cannot read: larger than %d MiB", max(limit>>20, 1))
 	}
+	after, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read: %w", err)
+	}
+	if int64(len(data)) != after.Size() || after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) {
+		return nil, errSaveInProgress
+	}
 	return data, nil
 }
+
+// errSaveInProgress refuses a file that was being written while it was read.
+var errSaveInProgress = errors.New("was being written while it was read, as a save in progress does; its last good version stays in force until the save ends")
 
 // settled says no save is in progress: no manifest is open for writing or
 // was modified within the debounce. Anything it cannot tell counts as
@@ -494,24 +532,54 @@ func fileSettled(path string, debounce time.Duration, now time.Time) bool {
 }
 
 // openForWriting says some process holds the file open for writing (an
-// editor between its truncation and its last write): the kernel refuses a
-// read lease on such a file. The lease, when granted, is released at once.
-// Without the right to take leases (CAP_LEASE, or leases disabled) it says
-// false, and the modification time alone tells a save in progress.
+// editor between its truncation and its last write). Without the right to
+// take leases it says false, and the modification time alone tells a save
+// in progress.
 func openForWriting(f *os.File) bool {
+	lease := takeReadLease(f)
+	if lease == leaseHeld {
+		releaseLease(f)
+	}
+	return lease == leaseBusy
+}
+
+// leaseResult is what asking for a read lease on a file got.
+type leaseResult int
+
+const (
+	// leaseUnavailable: leases cannot be taken here (no CAP_LEASE on
+	// someone else's file, leases disabled, a file system without them).
+	leaseUnavailable leaseResult = iota
+	// leaseBusy: the kernel refuses a read lease on a file some process
+	// holds open for writing.
+	leaseBusy
+	// leaseHeld: granted; until it is released, an open for writing or a
+	// truncation waits.
+	leaseHeld
+)
+
+func takeReadLease(f *os.File) leaseResult {
 	raw, err := f.SyscallConn()
 	if err != nil {
-		return false
+		return leaseUnavailable
 	}
-	busy := false
+	res := leaseUnavailable
 	_ = raw.Control(func(fd uintptr) {
-		if _, err := unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_RDLCK); err != nil {
-			busy = errors.Is(err, unix.EAGAIN)
-			return
+		_, err := unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_RDLCK)
+		switch {
+		case err == nil:
+			res = leaseHeld
+		case errors.Is(err, unix.EAGAIN):
+			res = leaseBusy
 		}
-		_, _ = unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_UNLCK)
 	})
-	return busy
+	return res
+}
+
+func releaseLease(f *os.File) {
+	if raw, err := f.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_UNLCK) })
+	}
 }
 
 // isManifestName says a directory entry is a manifest: a YAML or JSON file
