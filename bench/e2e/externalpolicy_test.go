@@ -112,14 +112,9 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 		t.Run("from the node itself, external traffic without local endpoints goes to every endpoint", func(t *testing.T) {
 			// kube-proxy's short-circuit of node-local traffic: as if it
 			// had come in through an outside load balancer.
-			bases := []string{fmt.Sprintf("http://%s:%d", nodeIP, etpRemoteNodePort), "http://" + etpRemoteIngress}
-			if m.localPortals {
-				// The node reaches a local portal's load-balancer IP from
-				// that address itself (a local route's source), which the
-				// relay does not count as the node's.
-				bases = bases[:1]
-			}
-			for _, base := range bases {
+			// Under local portals the node reaches the load-balancer IP
+			// from that address itself (a local route's source).
+			for _, base := range []string{fmt.Sprintf("http://%s:%d", nodeIP, etpRemoteNodePort), "http://" + etpRemoteIngress} {
 				l.wantBalanced(t, "externalTrafficPolicy=Local from the node through "+base, askHTTP(l.topo.Node, base+"/"))
 			}
 		})

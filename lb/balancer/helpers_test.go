@@ -55,6 +55,14 @@ func etpLocalNodePort(s *v1.Service) {
 	s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
 }
 
+// lbIngress makes the service a LoadBalancer with ingress IP ip.
+func lbIngress(ip string) svcOpt {
+	return func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip}}
+	}
+}
+
 func affinity(seconds int32) svcOpt {
 	return func(s *v1.Service) {
 		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP

@@ -2,12 +2,14 @@ package balancer
 
 import (
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
 
 	"kproxy.dev/kproxy/lb"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -29,6 +31,12 @@ type pickState struct {
 	// shortCircuit: external traffic under a Local policy, whose clients on
 	// this node go to the cluster-wide endpoints (ExternalFromNode).
 	shortCircuit bool
+	// ownAddrs are the port's external and load-balancer IPs. A client
+	// with one of them as its source is the node itself: where a local
+	// portal makes the address local, the kernel gives a connection to it
+	// that address as its source, and drops a packet from outside that
+	// claims it (a martian).
+	ownAddrs []netip.Addr
 }
 
 func newPickState(eps []netip.AddrPort, affinity time.Duration) *pickState {
@@ -50,7 +58,8 @@ func newPickState(eps []netip.AddrPort, affinity time.Duration) *pickState {
 
 // sameAs says st would hand out exactly what o does.
 func (st *pickState) sameAs(o *pickState) bool {
-	if st.n != o.n || st.timeout != o.timeout || st.keepsSource != o.keepsSource || st.shortCircuit != o.shortCircuit {
+	if st.n != o.n || st.timeout != o.timeout || st.keepsSource != o.keepsSource || st.shortCircuit != o.shortCircuit ||
+		!slices.Equal(st.ownAddrs, o.ownAddrs) {
 		return false
 	}
 	for i := range st.n {
@@ -196,6 +205,9 @@ func eligibleFor(sp *servicemap.ServicePort, key Key, topo servicemap.Topology) 
 	// masqueraded, which a dial from the node does (keepsource.Keeps).
 	st.keepsSource = key.Class != External || sp.ExternalPolicyLocal
 	st.shortCircuit = key.Class == External && sp.ExternalPolicyLocal
+	if st.shortCircuit {
+		st.ownAddrs = append(ipfamily.Addrs(sp.ExternalIPs, key.Family), ipfamily.Addrs(sp.LoadBalancerIPs, key.Family)...)
+	}
 	return st
 }
 
@@ -211,7 +223,7 @@ var _ lb.Picker = (*externalPicker)(nil)
 
 // of returns the picker that serves client.
 func (e *externalPicker) of(client netip.Addr) *picker {
-	if e.ext.state.Load().shortCircuit && e.local.Load().Contains(client) {
+	if st := e.ext.state.Load(); st.shortCircuit && (slices.Contains(st.ownAddrs, client.Unmap()) || e.local.Load().Contains(client)) {
 		return e.fromNode
 	}
 	return e.ext

@@ -616,11 +616,13 @@ func TestKeepsSource(t *testing.T) {
 
 // TestExternalFromNodeShortCircuits: under externalTrafficPolicy Local,
 // external traffic from this node (its addresses, its pods by the
-// detector) goes to every cluster endpoint, as kube-proxy's short-circuit
-// sends it; other clients get this node's endpoints only, and a Cluster
-// policy changes nothing.
+// detector, and the port's own load-balancer IP, the source of the node's
+// connection to it where a local portal makes it local) goes to every
+// cluster endpoint, as kube-proxy's short-circuit sends it; other clients
+// get this node's endpoints only, and a Cluster policy changes nothing.
 func TestExternalFromNodeShortCircuits(t *testing.T) {
 	nodeAddr, pod, outside := netip.MustParseAddr("198.19.0.13"), netip.MustParseAddr("198.19.16.5"), netip.MustParseAddr("198.19.200.1")
+	ingress, otherIngress := netip.MustParseAddr("198.18.7.2"), netip.MustParseAddr("198.18.7.3")
 	locals := &LocalClients{Addrs: map[netip.Addr]bool{nodeAddr: true}, Pods: &nodepods.Set{Known: []netip.Prefix{netip.MustParsePrefix("198.19.16.0/24")}}}
 	remoteOnly := []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode("node-b")), ep("198.19.1.2", onNode("node-b")))}
 	mixed := []*discovery.EndpointSlice{slice("s", "s-1", ep("198.19.1.1", onNode(thisNode)), ep("198.19.1.2", onNode("node-b")))}
@@ -639,6 +641,11 @@ func TestExternalFromNodeShortCircuits(t *testing.T) {
 		{"Local: an outside client gets the local endpoint", []svcOpt{etpLocalNodePort}, mixed, locals, outside, aps("198.19.1.1:8080")},
 		{"Local: the node gets every endpoint", []svcOpt{etpLocalNodePort}, mixed, locals, nodeAddr, all},
 		{"Local, no local clients known: no short-circuit", []svcOpt{etpLocalNodePort}, remoteOnly, nil, nodeAddr, nil},
+		{"Local, no local endpoint: the node's connection to the port's own load-balancer IP gets every endpoint",
+			[]svcOpt{etpLocalNodePort, lbIngress(ingress.String())}, remoteOnly, nil, ingress, all},
+		{"Local, no local endpoint: another service's load-balancer IP is not the node", []svcOpt{etpLocalNodePort, lbIngress(ingress.String())},
+			remoteOnly, nil, otherIngress, nil},
+		{"Cluster, no local endpoint needed: the load-balancer IP gets every endpoint", []svcOpt{lbIngress(ingress.String())}, remoteOnly, nil, ingress, all},
 		{"Cluster: every client gets every endpoint", nil, mixed, locals, outside, all},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -100,7 +100,10 @@ func (k *Keeper) Keeps(client, ep netip.Addr) bool {
 		return false
 	case !client.IsGlobalUnicast(), client.Is4() != ep.Is4(): // loopback, link-local, …
 		return false
-	case v.NodeAddrs[client]:
+	case v.NodeAddrs[client], v.Services[client]:
+		// The node's own connection (to a service address a local portal
+		// makes local, its source is that address): masqueraded, as
+		// kube-proxy does, by a plain dial.
 		return false
 	}
 	for _, p := range v.OnLink {

@@ -41,6 +41,7 @@ func TestKeeps(t *testing.T) {
 		{"an endpoint not on this node, a pod of this node on a route of its own", view, a("198.19.6.7"), a("198.19.9.13"), true},
 		{"an endpoint not on this node on the client pod's own link", view, a("198.19.1.11"), a("198.19.1.13"), false},
 		{"a pod of this node, a service address as endpoint", view, a("198.19.1.11"), a("198.19.8.8"), false},
+		{"a service address as client (the node's connection to a local portal), a local endpoint", view, a("198.19.8.8"), a("198.19.1.12"), false},
 		{"a pod of this node, the node as endpoint", view, a("198.19.1.11"), a("198.19.0.1"), false},
 		{"a host on the node's uplink (no pod), an endpoint elsewhere", view, a("198.19.0.2"), a("198.19.9.13"), false},
 		{"hairpin: the endpoint is the client", view, a("198.19.1.12"), a("198.19.1.12"), false},

@@ -93,16 +93,29 @@ func attachFilter(raw syscall.RawConn, prog []unix.SockFilter) error {
 }
 
 // dropUnlessFilter is a classic BPF socket filter that keeps a packet whose
-// IP source is in one of allowed (those of fam) and drops any other. The
-// source is read from the network header (SKF_NET_OFF), one 32-bit word
-// at a time, each masked by the prefix.
+// IP source is in one of allowed (those of fam), or is its destination, and
+// drops any other. The node's connection to a service address a local
+// portal makes local has that address as its source (a local route's), and
+// from outside such a packet is a martian the kernel drops. The addresses
+// are read from the network header (SKF_NET_OFF), one 32-bit word at a
+// time, the source's masked by the prefix.
 func dropUnlessFilter(fam ipfamily.Family, allowed []netip.Prefix) ([]unix.SockFilter, error) {
 	// SKF_NET_OFF: negative offsets read relative to the network header.
-	srcOff := int32(-0x100000 + 12)
+	srcOff, dstOff, words := int32(-0x100000+12), int32(-0x100000+16), 1
 	if fam == ipfamily.IPv6 {
-		srcOff = -0x100000 + 8
+		srcOff, dstOff, words = -0x100000+8, -0x100000+24, 4
 	}
 	var prog []unix.SockFilter
+	// Source and destination compared word by word; a word that differs
+	// skips to the prefixes.
+	for w := range words {
+		prog = append(prog,
+			unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(dstOff + int32(4*w))},
+			unix.SockFilter{Code: unix.BPF_MISC | unix.BPF_TAX},
+			unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(srcOff + int32(4*w))},
+			unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_X, Jf: uint8(4*(words-w) - 3)})
+	}
+	prog = append(prog, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0xffffffff})
 	for _, p := range ipfamily.Prefixes(allowed, fam) {
 		addr := p.Masked().Addr().AsSlice()
 		var block []unix.SockFilter

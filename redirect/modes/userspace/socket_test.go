@@ -118,12 +118,14 @@ func TestRelaySocketsMarkedWhereRulesCheckThem(t *testing.T) {
 }
 
 // TestDropUnlessFilter: a UDP socket with the filter receives datagrams
-// from the allowed sources of its family only (loopback addresses stand in
-// for the node's and for a pod prefix).
+// from the allowed sources of its family and from its own address (the
+// node's connection to a local service address) only; loopback addresses
+// stand in for the node's, a service's and a pod prefix.
 func TestDropUnlessFilter(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
 	}
+	lab.Run(t, "ip", "-6", "addr", "add", "fd00::2/128", "dev", "lo", "nodad")
 	for _, tc := range []struct {
 		name, network, listen string
 		allowed               []netip.Prefix
@@ -135,8 +137,12 @@ func TestDropUnlessFilter(t *testing.T) {
 		{"IPv4, outside", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.8.0/22")}, "127.0.0.3", false},
 		{"IPv4, nothing allowed", "udp4", "127.0.0.1:0", nil, "127.0.0.2", false},
 		{"IPv4, an IPv6 prefix does not count", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("::/0")}, "127.0.0.2", false},
-		{"IPv6, the allowed host", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("::1/128")}, "::1", true},
-		{"IPv6, outside", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00::/64")}, "::1", false},
+		{"IPv4, from its own address", "udp4", "127.0.0.5:0", nil, "127.0.0.5", true},
+		{"IPv4, its own address differs in the last bit", "udp4", "127.0.0.5:0", nil, "127.0.0.4", false},
+		{"IPv6, the allowed host", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00::2/128")}, "fd00::2", true},
+		{"IPv6, outside", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}, "fd00::2", false},
+		{"IPv6, from its own address", "udp6", "[fd00::2]:0", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}, "fd00::2", true},
+		{"IPv6, its own address differs in the first word", "udp6", "[::1]:0", nil, "fd00::2", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := net.ListenPacket(tc.network, tc.listen)
