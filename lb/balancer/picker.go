@@ -34,8 +34,8 @@ type pickState struct {
 	// ownAddrs are the port's external and load-balancer IPs. A client
 	// with one of them as its source is the node itself: where a local
 	// portal makes the address local, the kernel gives a connection to it
-	// that address as its source, and drops a packet from outside that
-	// claims it (a martian).
+	// that address as its source (IPv4 drops a packet from outside that
+	// claims it as a martian; an IPv6 one gets no answer back).
 	ownAddrs []netip.Addr
 }
 

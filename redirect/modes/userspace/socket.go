@@ -95,8 +95,10 @@ func attachFilter(raw syscall.RawConn, prog []unix.SockFilter) error {
 // dropUnlessFilter is a classic BPF socket filter that keeps a packet whose
 // IP source is in one of allowed (those of fam), or is its destination, and
 // drops any other. The node's connection to a service address a local
-// portal makes local has that address as its source (a local route's), and
-// from outside such a packet is a martian the kernel drops. The addresses
+// portal makes local has that address as its source (a local route's).
+// From outside such a packet is an IPv4 martian the kernel drops; an IPv6
+// one gets no answer back (the replies are local), as one forging a node
+// address does not. The addresses
 // are read from the network header (SKF_NET_OFF), one 32-bit word at a
 // time, the source's masked by the prefix.
 func dropUnlessFilter(fam ipfamily.Family, allowed []netip.Prefix) ([]unix.SockFilter, error) {
