@@ -1,8 +1,11 @@
 package kernel
 
 import (
+	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 
 	"kproxy.dev/kproxy/bench/lab"
@@ -52,5 +55,43 @@ func TestDirectRoutes(t *testing.T) {
 		if direct := slices.ContainsFunc(got, func(p netip.Prefix) bool { return p.Contains(a) }); direct != want {
 			t.Errorf("%s in DirectRoutes() = %v, want %v", addr, direct, want)
 		}
+	}
+}
+
+// BenchmarkDirectRoutes is the price of one look at the routes: the userspace
+// mode pays it once per sync, and once per address of a pod that started
+// since the sync (cached until the next one). The table holds a node's
+// links, a gateway's route and n pods routed as CNI's ptp plugin routes
+// them (a /32 per pod on a veth, scope host); kubelet's default is at most
+// 110 pods per node.
+func BenchmarkDirectRoutes(b *testing.B) {
+	for _, pods := range []int{110, 1000, 10000} {
+		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
+			if lab.InFreshNetns(b) {
+				return
+			}
+			lab.AddNodeLink(b, "198.19.0.1/24")
+			lab.Run(b, "ip", "link", "add", "veth-pods", "type", "veth", "peer", "name", "veth-pods-peer")
+			lab.Run(b, "ip", "link", "set", "veth-pods", "up")
+			lab.Run(b, "ip", "route", "add", "198.19.32.0/24", "via", "198.19.0.2")
+			var batch strings.Builder
+			for i := range pods {
+				fmt.Fprintf(&batch, "route add 198.19.%d.%d/32 dev veth-pods scope host\n", 64+i/250, 1+i%250)
+			}
+			cmd := exec.Command("ip", "-batch", "-")
+			cmd.Stdin = strings.NewReader(batch.String())
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("adding %d pod routes: %v\n%s", pods, err, out)
+			}
+			for b.Loop() {
+				routes, err := DirectRoutes()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(routes) < pods {
+					b.Fatalf("DirectRoutes() listed %d routes, want at least %d", len(routes), pods)
+				}
+			}
+		})
 	}
 }
