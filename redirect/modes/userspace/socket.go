@@ -96,11 +96,10 @@ func attachFilter(raw syscall.RawConn, prog []unix.SockFilter) error {
 // IP source is in one of allowed (those of fam), or is its destination, and
 // drops any other. The node's connection to a service address a local
 // portal makes local has that address as its source (a local route's).
-// From outside such a packet is an IPv4 martian the kernel drops; an IPv6
-// one gets no answer back (the replies are local), as one forging a node
-// address does not. The addresses
-// are read from the network header (SKF_NET_OFF), one 32-bit word at a
-// time, the source's masked by the prefix.
+// From outside, such a packet is an IPv4 martian the kernel drops, or an
+// IPv6 one whose replies stay on the node, like one forging a node address.
+// The addresses are read from the network header (SKF_NET_OFF), one 32-bit
+// word at a time, the source's masked by the prefix.
 func dropUnlessFilter(fam ipfamily.Family, allowed []netip.Prefix) ([]unix.SockFilter, error) {
 	// SKF_NET_OFF: negative offsets read relative to the network header.
 	srcOff, dstOff, words := int32(-0x100000+12), int32(-0x100000+16), 1
