@@ -272,7 +272,7 @@ func (m *Mode) syncListeners(r *relay, state portal.EndpointState) []error {
 			r.servers[ap] = s
 		}
 		if s.dropping != drop || !slices.Equal(s.letThrough, letThrough) {
-			if err := setDropUnless(s.raw, drop, r.key.Family, letThrough); err != nil {
+			if err := setDropUnless(s.raw, drop, r.key.Family, letThrough, r.key.Class == balancer.External); err != nil {
 				errs = append(errs, fmt.Errorf("%s on %s: %w", r.key, ap, err))
 				continue
 			}

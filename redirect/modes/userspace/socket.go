@@ -65,14 +65,16 @@ func setDropAll(raw syscall.RawConn, drop bool) error {
 
 // setDropUnless attaches (drop) or detaches a socket filter like
 // setDropAll's that lets through what comes from the allowed sources of
-// fam: a local portal's listener of a Local-policy class without local
+// fam, and, with fromItself, a packet whose source is its destination: a
+// local portal's listener of an external Local-policy class without local
 // endpoints drops outside clients and serves the node's own, which its
-// relay short-circuits to every endpoint.
-func setDropUnless(raw syscall.RawConn, drop bool, fam ipfamily.Family, allowed []netip.Prefix) error {
+// relay short-circuits to every endpoint. An internal class's drops the
+// node too, as kube-proxy does.
+func setDropUnless(raw syscall.RawConn, drop bool, fam ipfamily.Family, allowed []netip.Prefix, fromItself bool) error {
 	if !drop {
 		return setDropAll(raw, false)
 	}
-	prog, err := dropUnlessFilter(fam, allowed)
+	prog, err := dropUnlessFilter(fam, allowed, fromItself)
 	if err != nil {
 		return err
 	}
@@ -93,30 +95,33 @@ func attachFilter(raw syscall.RawConn, prog []unix.SockFilter) error {
 }
 
 // dropUnlessFilter is a classic BPF socket filter that keeps a packet whose
-// IP source is in one of allowed (those of fam), or is its destination, and
-// drops any other. The node's connection to a service address a local
-// portal makes local has that address as its source (a local route's).
-// From outside, such a packet is an IPv4 martian the kernel drops, or an
-// IPv6 one whose replies stay on the node, like one forging a node address.
-// The addresses are read from the network header (SKF_NET_OFF), one 32-bit
-// word at a time, the source's masked by the prefix.
-func dropUnlessFilter(fam ipfamily.Family, allowed []netip.Prefix) ([]unix.SockFilter, error) {
+// IP source is in one of allowed (those of fam), or, with fromItself, is its
+// destination, and drops any other. The node's connection to a service
+// address a local portal makes local has that address as its source (a
+// local route's). From outside, such a packet is an IPv4 martian the kernel
+// drops, or an IPv6 one whose replies stay on the node, like one forging a
+// node address. The addresses are read from the network header
+// (SKF_NET_OFF), one 32-bit word at a time, the source's masked by the
+// prefix.
+func dropUnlessFilter(fam ipfamily.Family, allowed []netip.Prefix, fromItself bool) ([]unix.SockFilter, error) {
 	// SKF_NET_OFF: negative offsets read relative to the network header.
 	srcOff, dstOff, words := int32(-0x100000+12), int32(-0x100000+16), 1
 	if fam == ipfamily.IPv6 {
 		srcOff, dstOff, words = -0x100000+8, -0x100000+24, 4
 	}
 	var prog []unix.SockFilter
-	// Source and destination compared word by word; a word that differs
-	// skips to the prefixes.
-	for w := range words {
-		prog = append(prog,
-			unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(dstOff + int32(4*w))},
-			unix.SockFilter{Code: unix.BPF_MISC | unix.BPF_TAX},
-			unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(srcOff + int32(4*w))},
-			unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_X, Jf: uint8(4*(words-w) - 3)})
+	if fromItself {
+		// Source and destination compared word by word; a word that
+		// differs skips to the prefixes.
+		for w := range words {
+			prog = append(prog,
+				unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(dstOff + int32(4*w))},
+				unix.SockFilter{Code: unix.BPF_MISC | unix.BPF_TAX},
+				unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(srcOff + int32(4*w))},
+				unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_X, Jf: uint8(4*(words-w) - 3)})
+		}
+		prog = append(prog, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0xffffffff})
 	}
-	prog = append(prog, unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: 0xffffffff})
 	for _, p := range ipfamily.Prefixes(allowed, fam) {
 		addr := p.Masked().Addr().AsSlice()
 		var block []unix.SockFilter

@@ -118,9 +118,10 @@ func TestRelaySocketsMarkedWhereRulesCheckThem(t *testing.T) {
 }
 
 // TestDropUnlessFilter: a UDP socket with the filter receives datagrams
-// from the allowed sources of its family and from its own address (the
-// node's connection to a local service address) only; loopback addresses
-// stand in for the node's, a service's and a pod prefix.
+// from the allowed sources of its family only, and from its own address
+// (the node's connection to a local service address) where the filter lets
+// that through; loopback addresses stand in for the node's, a service's and
+// a pod prefix.
 func TestDropUnlessFilter(t *testing.T) {
 	if lab.InFreshNetns(t) {
 		return
@@ -129,20 +130,22 @@ func TestDropUnlessFilter(t *testing.T) {
 	for _, tc := range []struct {
 		name, network, listen string
 		allowed               []netip.Prefix
+		fromItself            bool
 		from                  string
 		want                  bool
 	}{
-		{"IPv4, an allowed host", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}, "127.0.0.2", true},
-		{"IPv4, inside an allowed prefix", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.8.0/22")}, "127.0.9.7", true},
-		{"IPv4, outside", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.8.0/22")}, "127.0.0.3", false},
-		{"IPv4, nothing allowed", "udp4", "127.0.0.1:0", nil, "127.0.0.2", false},
-		{"IPv4, an IPv6 prefix does not count", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("::/0")}, "127.0.0.2", false},
-		{"IPv4, from its own address", "udp4", "127.0.0.5:0", nil, "127.0.0.5", true},
-		{"IPv4, its own address differs in the last bit", "udp4", "127.0.0.5:0", nil, "127.0.0.4", false},
-		{"IPv6, the allowed host", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00::2/128")}, "fd00::2", true},
-		{"IPv6, outside", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}, "fd00::2", false},
-		{"IPv6, from its own address", "udp6", "[fd00::2]:0", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}, "fd00::2", true},
-		{"IPv6, its own address differs in the first word", "udp6", "[::1]:0", nil, "fd00::2", false},
+		{"IPv4, an allowed host", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}, false, "127.0.0.2", true},
+		{"IPv4, inside an allowed prefix", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.8.0/22")}, false, "127.0.9.7", true},
+		{"IPv4, outside", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.8.0/22")}, false, "127.0.0.3", false},
+		{"IPv4, nothing allowed", "udp4", "127.0.0.1:0", nil, false, "127.0.0.2", false},
+		{"IPv4, an IPv6 prefix does not count", "udp4", "127.0.0.1:0", []netip.Prefix{netip.MustParsePrefix("::/0")}, false, "127.0.0.2", false},
+		{"IPv4, from its own address", "udp4", "127.0.0.5:0", nil, true, "127.0.0.5", true},
+		{"IPv4, its own address differs in the last bit", "udp4", "127.0.0.5:0", nil, true, "127.0.0.4", false},
+		{"IPv6, the allowed host", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00::2/128")}, false, "fd00::2", true},
+		{"IPv6, outside", "udp6", "[::1]:0", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}, false, "fd00::2", false},
+		{"IPv6, from its own address", "udp6", "[fd00::2]:0", []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}, true, "fd00::2", true},
+		{"IPv6, its own address differs in the first word", "udp6", "[::1]:0", nil, true, "fd00::2", false},
+		{"IPv4, from its own address, not let through (an internal class)", "udp4", "127.0.0.5:0", nil, false, "127.0.0.5", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := net.ListenPacket(tc.network, tc.listen)
@@ -155,7 +158,7 @@ func TestDropUnlessFilter(t *testing.T) {
 				t.Fatal(err)
 			}
 			fam := ipfamily.Of(netip.MustParseAddrPort(c.LocalAddr().String()).Addr())
-			if err := setDropUnless(raw, true, fam, tc.allowed); err != nil {
+			if err := setDropUnless(raw, true, fam, tc.allowed, tc.fromItself); err != nil {
 				t.Fatalf("setDropUnless: %v", err)
 			}
 			from := net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(tc.from), 0))

@@ -151,7 +151,7 @@ func (st *steering) letNodeThrough(fromNode []netip.Prefix) error {
 	}
 	var errs []error
 	for _, s := range st.nodeOnly {
-		if err := setDropUnless(s.raw, true, s.family, fromNode); err != nil {
+		if err := setDropUnless(s.raw, true, s.family, fromNode, true); err != nil {
 			errs = append(errs, fmt.Errorf("%s node-only socket: %w", s.family, err))
 		}
 	}
