@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,9 +62,7 @@ func New(cfg Config) (*Cleaner, error) {
 	if cfg.Table == nil {
 		return nil, errors.New("conntrack cleaner: no table")
 	}
-	if cfg.ReconcileInterval == 0 {
-		cfg.ReconcileInterval = DefaultReconcileInterval
-	}
+	cfg.ReconcileInterval = cmp.Or(cfg.ReconcileInterval, DefaultReconcileInterval)
 	if cfg.BoundUDPPorts == nil {
 		cfg.BoundUDPPorts = BoundUDPPorts
 	}

@@ -1,6 +1,7 @@
 package tcprelay
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"runtime"
@@ -31,9 +32,7 @@ func (p *Proxy) startLoops() error {
 		return net.ErrClosed
 	}
 	p.maxLoops = p.cfg.Loops
-	if p.maxLoops == 0 {
-		p.maxLoops = runtime.GOMAXPROCS(0)
-	}
+	p.maxLoops = cmp.Or(p.maxLoops, runtime.GOMAXPROCS(0))
 	if tl, ok := p.ln.(*net.TCPListener); ok {
 		fd, err := dupListener(tl)
 		if err != nil {

@@ -21,6 +21,7 @@
 package tcprelay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -209,28 +210,14 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Routes != nil && !cfg.Direct {
 		return nil, fmt.Errorf("tcprelay %s: a shared listener (Routes) must be Direct: its connections arrive unrewritten", cfg.Name)
 	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.SpliceAfter == 0 {
-		cfg.SpliceAfter = defaultSpliceAfter
-	}
-	if cfg.saturatedTurns == 0 {
-		cfg.saturatedTurns = saturatedTurns
-	}
-	if cfg.saturatedFor == 0 {
-		cfg.saturatedFor = saturatedFor
-	}
-	if cfg.keepAliveDelay == 0 {
-		cfg.keepAliveDelay = defaultKeepAliveDelay
-	}
+	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, DefaultDialTimeout)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.SpliceAfter = cmp.Or(cfg.SpliceAfter, defaultSpliceAfter)
+	cfg.saturatedTurns = cmp.Or(cfg.saturatedTurns, saturatedTurns)
+	cfg.saturatedFor = cmp.Or(cfg.saturatedFor, saturatedFor)
+	cfg.keepAliveDelay = cmp.Or(cfg.keepAliveDelay, defaultKeepAliveDelay)
 	name := cfg.Name
-	if name == "" {
-		name = cfg.Listener.Addr().String()
-	}
+	name = cmp.Or(name, cfg.Listener.Addr().String())
 	if tl, ok := cfg.Listener.(*net.TCPListener); ok {
 		// Now rather than in Serve: a connection that completes its
 		// handshake in between would not inherit them.

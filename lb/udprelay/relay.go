@@ -31,6 +31,7 @@
 package udprelay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -273,15 +274,9 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.IdleTimeout < 0 || cfg.MaxFlows < 0 || cfg.BatchSize < 0 {
 		return nil, fmt.Errorf("udp relay %s: negative idle timeout, flow bound or batch size", cfg.Name)
 	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.MaxFlows == 0 {
-		cfg.MaxFlows = DefaultMaxFlows
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = DefaultBatchSize
-	}
+	cfg.IdleTimeout = cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout)
+	cfg.MaxFlows = cmp.Or(cfg.MaxFlows, DefaultMaxFlows)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	m := cfg.Metrics
 	if m == nil {
 		m = lbmetrics.Discard()

@@ -6,6 +6,7 @@
 package buildinfo
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"runtime"
@@ -62,9 +63,7 @@ func FromStamp(ld Stamp, bi *debug.BuildInfo) apiversion.Info {
 				}
 			}
 		}
-		if s.CommitTime == "" {
-			s.CommitTime = settings["vcs.time"]
-		}
+		s.CommitTime = cmp.Or(s.CommitTime, settings["vcs.time"])
 	}
 	info := apiversion.Info{
 		GitVersion:   s.GitVersion,
@@ -75,9 +74,7 @@ func FromStamp(ld Stamp, bi *debug.BuildInfo) apiversion.Info {
 		Compiler:     runtime.Compiler,
 		Platform:     runtime.GOOS + "/" + runtime.GOARCH,
 	}
-	if info.GitVersion == "" {
-		info.GitVersion = derivedVersion(mainVersion, s)
-	}
+	info.GitVersion = cmp.Or(info.GitVersion, derivedVersion(mainVersion, s))
 	info.Major, info.Minor = majorMinor(info.GitVersion)
 	return info
 }

@@ -1,6 +1,7 @@
 package clustersource
 
 import (
+	"cmp"
 	"fmt"
 
 	"k8s.io/client-go/kubernetes"
@@ -54,15 +55,9 @@ func RESTConfig(kubeconfig, master string) (*rest.Config, error) {
 // half-filled configuration behaves like a defaulted one.
 func ApplyClientConnection(cfg *rest.Config, cc componentconfig.ClientConnectionConfiguration) {
 	def := DefaultClientConnection()
-	if cc.ContentType == "" {
-		cc.ContentType = def.ContentType
-	}
-	if cc.QPS == 0 {
-		cc.QPS = def.QPS
-	}
-	if cc.Burst == 0 {
-		cc.Burst = def.Burst
-	}
+	cc.ContentType = cmp.Or(cc.ContentType, def.ContentType)
+	cc.QPS = cmp.Or(cc.QPS, def.QPS)
+	cc.Burst = cmp.Or(cc.Burst, def.Burst)
 	cfg.AcceptContentTypes = cc.AcceptContentTypes
 	cfg.ContentType = cc.ContentType
 	cfg.QPS = cc.QPS

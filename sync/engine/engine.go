@@ -5,6 +5,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,18 +134,10 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.MinSyncPeriod < 0:
 		cfg.MinSyncPeriod = 0
 	}
-	if cfg.SyncPeriod == 0 {
-		cfg.SyncPeriod = DefaultSyncPeriod
-	}
-	if cfg.FullSyncPeriod == 0 {
-		cfg.FullSyncPeriod = DefaultFullSyncPeriod
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = DefaultBurst
-	}
-	if cfg.RetryInterval == 0 {
-		cfg.RetryInterval = cfg.SyncPeriod
-	}
+	cfg.SyncPeriod = cmp.Or(cfg.SyncPeriod, DefaultSyncPeriod)
+	cfg.FullSyncPeriod = cmp.Or(cfg.FullSyncPeriod, DefaultFullSyncPeriod)
+	cfg.Burst = cmp.Or(cfg.Burst, DefaultBurst)
+	cfg.RetryInterval = cmp.Or(cfg.RetryInterval, cfg.SyncPeriod)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}

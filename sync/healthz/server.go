@@ -1,6 +1,7 @@
 package healthz
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,9 +61,7 @@ func NewHealthServer(addr string, h *Health) (*Server, error) {
 	if h == nil {
 		return nil, errors.New("health server: nil Health")
 	}
-	if addr == "" {
-		addr = DefaultHealthzAddress
-	}
+	addr = cmp.Or(addr, DefaultHealthzAddress)
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", h.HealthzHandler())
 	mux.Handle("/livez", h.LivezHandler())
@@ -101,9 +100,7 @@ func NewMetricsServer(cfg MetricsServerConfig) (*Server, error) {
 	if cfg.Metrics == nil {
 		return nil, errors.New("metrics server: Metrics is required")
 	}
-	if cfg.Address == "" {
-		cfg.Address = DefaultMetricsAddress
-	}
+	cfg.Address = cmp.Or(cfg.Address, DefaultMetricsAddress)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", cfg.Metrics.Handler())
 	mux.Handle("/metrics/slis", cfg.Metrics.SLIHandler())

@@ -5,6 +5,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -94,9 +95,7 @@ func New(cfg Config, fn Func) (*Runner, error) {
 	}
 	if cfg.RetryInterval == 0 {
 		cfg.RetryInterval = cfg.MinInterval
-		if cfg.RetryInterval == 0 {
-			cfg.RetryInterval = time.Second
-		}
+		cfg.RetryInterval = cmp.Or(cfg.RetryInterval, time.Second)
 	}
 	return &Runner{
 		name:  cfg.Name,

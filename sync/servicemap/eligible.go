@@ -1,6 +1,7 @@
 package servicemap
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 
@@ -19,9 +20,7 @@ type Topology struct {
 func TopologyOf(nodeName string, snap *Snapshot) Topology {
 	t := Topology{NodeName: nodeName}
 	if snap != nil && snap.Node != nil {
-		if t.NodeName == "" {
-			t.NodeName = snap.Node.Name
-		}
+		t.NodeName = cmp.Or(t.NodeName, snap.Node.Name)
 		t.Zone = snap.Node.Labels[v1.LabelTopologyZone]
 	}
 	return t

@@ -1,6 +1,7 @@
 package serviceview
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -17,9 +18,7 @@ import (
 func WriteText(w io.Writer, p Page) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	node := p.Node
-	if node == "" {
-		node = "(unnamed)"
-	}
+	node = cmp.Or(node, "(unnamed)")
 	fmt.Fprintf(tw, "mode %s, node %s, snapshot generation %d, %d service port(s)\n", p.Mode, node, p.Generation, len(p.ServicePorts))
 	for _, sp := range p.ServicePorts {
 		writePort(tw, sp)

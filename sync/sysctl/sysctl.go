@@ -7,6 +7,7 @@
 package sysctl
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -117,9 +118,7 @@ func (p Proc) Write(name, value string) error {
 // path returns name's file and how errors name it.
 func (p Proc) path(name string) (path, errName string, err error) {
 	root := p.Root
-	if root == "" {
-		root = DefaultRoot
-	}
+	root = cmp.Or(root, DefaultRoot)
 	errName = name
 	if root != DefaultRoot {
 		errName = filepath.Join(root, name)

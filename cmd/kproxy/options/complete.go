@@ -1,6 +1,7 @@
 package options
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -124,15 +125,9 @@ func (o *Options) Effective(fs *pflag.FlagSet) (*FileConfiguration, []string, er
 	// Only a flag can leave an address empty (the file's defaulting fills
 	// it in), so store "disabled" as port 0, which survives
 	// --write-config-to and reading the file back.
-	if eff.HealthzBindAddress == "" {
-		eff.HealthzBindAddress = replacePort("", 0)
-	}
-	if eff.MetricsBindAddress == "" {
-		eff.MetricsBindAddress = replacePort("", 0)
-	}
-	if eff.DetectLocalMode == "" {
-		eff.DetectLocalMode = defaultDetectLocalMode
-	}
+	eff.HealthzBindAddress = cmp.Or(eff.HealthzBindAddress, replacePort("", 0))
+	eff.MetricsBindAddress = cmp.Or(eff.MetricsBindAddress, replacePort("", 0))
+	eff.DetectLocalMode = cmp.Or(eff.DetectLocalMode, defaultDetectLocalMode)
 	return eff, warnings, nil
 }
 

@@ -1,6 +1,7 @@
 package options
 
 import (
+	"cmp"
 	"net"
 	"strconv"
 	"time"
@@ -49,9 +50,7 @@ func NewDefaultFileConfiguration() *FileConfiguration {
 // kube-proxy defaults a decoded file. It is idempotent.
 func SetDefaults(fc *FileConfiguration) {
 	c := &fc.KubeProxyConfiguration
-	if c.BindAddress == "" {
-		c.BindAddress = defaultBindAddress
-	}
+	c.BindAddress = cmp.Or(c.BindAddress, defaultBindAddress)
 	healthzHost, metricsHost := "0.0.0.0", "127.0.0.1"
 	if ip := netutils.ParseIPSloppy(c.BindAddress); ip != nil && ip.To4() == nil {
 		healthzHost, metricsHost = "::", "::1"
@@ -100,15 +99,9 @@ func SetDefaults(fc *FileConfiguration) {
 	}
 	defaultDuration(&c.ConfigSyncPeriod, defaultConfigSyncPeriod)
 
-	if c.ClientConnection.ContentType == "" {
-		c.ClientConnection.ContentType = defaultContentType
-	}
-	if c.ClientConnection.QPS == 0 {
-		c.ClientConnection.QPS = defaultQPS
-	}
-	if c.ClientConnection.Burst == 0 {
-		c.ClientConnection.Burst = defaultBurst
-	}
+	c.ClientConnection.ContentType = cmp.Or(c.ClientConnection.ContentType, defaultContentType)
+	c.ClientConnection.QPS = cmp.Or(c.ClientConnection.QPS, defaultQPS)
+	c.ClientConnection.Burst = cmp.Or(c.ClientConnection.Burst, defaultBurst)
 	if c.FeatureGates == nil {
 		c.FeatureGates = map[string]bool{}
 	}
@@ -118,9 +111,7 @@ func SetDefaults(fc *FileConfiguration) {
 }
 
 func defaultDuration(d *metav1.Duration, def time.Duration) {
-	if d.Duration == 0 {
-		d.Duration = def
-	}
+	d.Duration = cmp.Or(d.Duration, def)
 }
 
 // appendPortIfNeeded turns a bare IP into ip:port; anything else (already

@@ -1,6 +1,7 @@
 package options
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -305,9 +306,7 @@ func (r *resolver) nodePortAddresses(cfg *Config, values []string) {
 
 func (r *resolver) detectLocal(cfg *Config, clusterCIDR string) {
 	modeSetting := setting{"detect-local-mode", "detectLocalMode"}
-	if cfg.DetectLocalMode == "" {
-		cfg.DetectLocalMode = defaultDetectLocalMode
-	}
+	cfg.DetectLocalMode = cmp.Or(cfg.DetectLocalMode, defaultDetectLocalMode)
 	switch cfg.DetectLocalMode {
 	case "BridgeInterface":
 		if cfg.PodBridgeInterface == "" {

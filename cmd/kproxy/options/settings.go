@@ -1,6 +1,7 @@
 package options
 
 import (
+	"cmp"
 	"time"
 
 	"kproxy.dev/kproxy/lb/ports"
@@ -44,8 +45,6 @@ func (c *Config) ModeSettings() contract.Settings {
 // syncPeriods turns a configured minimum of 0, which the user means as "no
 // limit", into the sync engine's -1 (its 0 means "default").
 func syncPeriods(minSync, maxSync time.Duration) contract.SyncPeriods {
-	if minSync == 0 {
-		minSync = -1
-	}
+	minSync = cmp.Or(minSync, -1)
 	return contract.SyncPeriods{Min: minSync, Max: maxSync}
 }
