@@ -20,9 +20,9 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/sync/clustersource"
 	"kproxy.dev/kproxy/sync/engine"
-	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/serve/healthz"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 

@@ -24,7 +24,7 @@ import (
 	"kproxy.dev/kproxy/cmd/kproxy/app"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/sync/buildinfo"
-	"kproxy.dev/kproxy/sync/debugz"
+	"kproxy.dev/kproxy/sync/serve/debugz"
 )
 
 const longHelp = `kproxy runs on every node and makes Kubernetes Services work there: it

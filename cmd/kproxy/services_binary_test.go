@@ -18,8 +18,8 @@ import (
 
 	"kproxy.dev/kproxy/bench/lab"
 	iptrules "kproxy.dev/kproxy/redirect/modes/iptables/rules"
+	"kproxy.dev/kproxy/sync/serve/serviceview"
 	"kproxy.dev/kproxy/sync/servicemap"
-	"kproxy.dev/kproxy/sync/serviceview"
 )
 
 // servicesFile is what the end-to-end tests of /services give kproxy: the

@@ -15,10 +15,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/runner"
+	"kproxy.dev/kproxy/sync/serve/healthz"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -74,7 +74,7 @@ type Config struct {
 	Clock clock.Clock
 	// ServiceHealth, if set, is given every snapshot the mode is given, to
 	// serve the health-check node ports of externalTrafficPolicy=Local
-	// services (sync/servicehealth).
+	// services (sync/serve/servicehealth).
 	ServiceHealth interface {
 		Sync(*servicemap.Snapshot) error
 	}

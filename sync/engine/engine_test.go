@@ -17,10 +17,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/runner"
+	"kproxy.dev/kproxy/sync/serve/healthz"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/klog/v2/ktesting"
 
-	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/runner"
+	"kproxy.dev/kproxy/sync/serve/healthz"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 

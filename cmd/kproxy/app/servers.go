@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"kproxy.dev/kproxy/sync/healthz"
+	"kproxy.dev/kproxy/sync/serve/healthz"
 )
 
 // bindRetry is how often kube-proxy retries binding its healthz and metrics

@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/sync/healthz"
 	"kproxy.dev/kproxy/sync/metrics"
+	"kproxy.dev/kproxy/sync/serve/healthz"
 )
 
 // TestMetricsPortTakenWithoutHardFail: without --bind-address-hard-fail (the

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"kproxy.dev/kproxy/sync/httplimit"
+	"kproxy.dev/kproxy/sync/serve/httplimit"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/sync/httplimit"
-	"kproxy.dev/kproxy/sync/httplimit/httplimittest"
+	"kproxy.dev/kproxy/sync/serve/httplimit"
+	"kproxy.dev/kproxy/sync/serve/httplimit/httplimittest"
 )
 
 // A load balancer's health check must be answered however many slow or idle

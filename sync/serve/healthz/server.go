@@ -12,10 +12,10 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"kproxy.dev/kproxy/sync/debugz"
-	"kproxy.dev/kproxy/sync/httplimit"
 	"kproxy.dev/kproxy/sync/metrics"
 	"kproxy.dev/kproxy/sync/mode"
+	"kproxy.dev/kproxy/sync/serve/debugz"
+	"kproxy.dev/kproxy/sync/serve/httplimit"
 )
 
 const (
@@ -87,7 +87,7 @@ type MetricsServerConfig struct {
 	Statusz *debugz.Status
 	// Profiling serves net/http/pprof under /debug/pprof/ (--profiling).
 	Profiling bool
-	// Services, when not nil, is served at /services (sync/serviceview):
+	// Services, when not nil, is served at /services (sync/serve/serviceview):
 	// the service map and what the mode programmed. Like /metrics' names,
 	// it reveals the node's services to whoever reaches this address.
 	Services http.Handler

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/sync/httplimit"
-	"kproxy.dev/kproxy/sync/httplimit/httplimittest"
+	"kproxy.dev/kproxy/sync/serve/httplimit"
+	"kproxy.dev/kproxy/sync/serve/httplimit/httplimittest"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
