@@ -46,7 +46,10 @@ Proxy modes (--proxy-mode):
   iptables   kube-proxy's DNAT rule model: packets go straight from the
              kernel to an endpoint.
   ipvs       the kernel's IPVS load balancer, with iptables for the rest.
-When --proxy-mode is empty kproxy uses iptables if usable, else userspace.`
+  nftables   kube-proxy's nftables ruleset (table kube-proxy, families ip
+             and ip6).
+When --proxy-mode is empty kproxy uses iptables if usable, else userspace.
+--cleanup removes what any of the four modes (or kube-proxy's) installed.`
 
 // deps are the parts of a run that tests replace: starting kproxy,
 // cleaning up, reading the OS hostname and applying the logging
