@@ -157,7 +157,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	fs.StringVar(&c.PortRange, "proxy-port-range", c.PortRange,
 		"Host ports the userspace proxier may open (begin-end, begin+offset or a single port, inclusive). Empty or 0-0 means any free port.")
-	fs.DurationVar(&f.UDPIdleTimeout.Duration, "udp-timeout", f.UDPIdleTimeout.Duration,
+	fs.DurationVar(&f.UDPIdleTimeout.Duration, "udp-timeout", defaultUDPIdleTimeout,
 		"How long the userspace proxier keeps an idle UDP flow open (e.g. '250ms', '2s'). Must be greater than 0.")
 	fs.StringVar(&f.UserspacePortals, "userspace-portals", f.UserspacePortals,
 		"How the userspace mode steers Service traffic to its relays: 'redirect' (iptables REDIRECT rules to proxy ports), 'sklookup' (service IPs made local with routes, a BPF socket-lookup program hands their service ports to one relay socket per protocol and drops their other ports; no netfilter needed), 'local' (service IPs made local with routes, relays listening on each; no netfilter, no BPF) or 'auto' (redirect where the nat table works, else sklookup where the kernel loads it, else local). Empty means auto.")
