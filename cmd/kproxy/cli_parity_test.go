@@ -1,10 +1,15 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 
 	"kproxy.dev/kproxy/bench/lab"
 )
@@ -47,4 +52,92 @@ func flagHelp(t *testing.T, help, flag string) string {
 		t.Fatalf("--help lists no --%s:\n%s", flag, help)
 	}
 	return m
+}
+
+// TestVersionFlagParity runs kube-proxy v1.36 and kproxy with each form of
+// --version (component-base's verflag: true, raw, false, vX.Y.Z to set the
+// reported version) and checks that both accept or refuse it alike and
+// print the same kind of answer. {base} stands for each binary's own
+// version: the one --version=vX.Y.Z must keep major, minor and patch of.
+func TestVersionFlagParity(t *testing.T) {
+	dir := t.TempDir()
+	proxies := []struct {
+		name, bin string
+		prefix    string // --version's output before the version
+	}{
+		{"kube-proxy", lab.KubeProxyBinary(t), "Kubernetes "},
+		{"kproxy", lab.KproxyBinary(t), "kproxy version "},
+	}
+	tests := []struct {
+		name string
+		args []string
+		// want is what is printed: "version" (the prefix and the
+		// version), "raw" (version.Info), "config" (the configuration
+		// written: the flag did nothing) or "refused".
+		want string
+		// version is the version printed, {base} for the built one.
+		version string
+		// mention must be in the output of both.
+		mention string
+	}{
+		{name: "bare", args: []string{"--version"}, want: "version", version: "{base}"},
+		{name: "true", args: []string{"--version=true"}, want: "version", version: "{base}"},
+		{name: "raw", args: []string{"--version=raw"}, want: "raw", version: "{base}"},
+		{name: "false", args: []string{"--version=false"}, want: "config"},
+		{name: "set, then print", args: []string{"--version={base}-custom.1", "--version"}, want: "version", version: "{base}-custom.1"},
+		{name: "set, then raw", args: []string{"--version={base}-custom.1", "--version=raw"}, want: "raw", version: "{base}-custom.1"},
+		{name: "set only", args: []string{"--version={base}-custom.1"}, want: "config"},
+		{name: "print, then set", args: []string{"--version", "--version={base}-custom.1"}, want: "config"},
+		{name: "another release", args: []string{"--version=v9.9.9"}, want: "refused", mention: "must match major/minor/patch of default version"},
+		{name: "not a version", args: []string{"--version=v1.x"}, want: "refused", mention: `"v1.x"`},
+		{name: "not a boolean", args: []string{"--version=bogus"}, want: "refused", mention: `strconv.ParseBool: parsing "bogus": invalid syntax`},
+	}
+	for _, p := range proxies {
+		out, err := exec.Command(p.bin, "--version").Output()
+		if err != nil {
+			t.Fatalf("%s --version: %v", p.name, err)
+		}
+		base, ok := strings.CutPrefix(strings.TrimSpace(string(out)), p.prefix)
+		if !ok {
+			t.Fatalf("%s --version printed %q, want %q and the version", p.name, out, p.prefix)
+		}
+		v, err := utilversion.ParseSemantic(strings.Fields(base)[0])
+		if err != nil {
+			t.Fatalf("%s --version: %v", p.name, err)
+		}
+		base = fmt.Sprintf("v%d.%d.%d", v.Major(), v.Minor(), v.Patch())
+		built := strings.Fields(strings.TrimSpace(string(out)))[len(strings.Fields(p.prefix))]
+		for _, tc := range tests {
+			t.Run(tc.name+"/"+p.name, func(t *testing.T) {
+				written := filepath.Join(dir, p.name+".yaml")
+				_ = os.Remove(written)
+				args := []string{"--hostname-override=n1", "--write-config-to=" + written}
+				for _, a := range tc.args {
+					args = append(args, strings.ReplaceAll(a, "{base}", base))
+				}
+				out, err := exec.Command(p.bin, args...).CombinedOutput()
+				code := exitCode(err)
+				output := strings.TrimSpace(string(out))
+				want := strings.ReplaceAll(strings.ReplaceAll(tc.version, "{base}-", base+"-"), "{base}", built)
+				switch tc.want {
+				case "version":
+					if code != 0 || !strings.HasPrefix(output, p.prefix+want) || strings.Contains(output, "\n") {
+						t.Errorf("%s %q: exit %d, printed %q; want exit 0 and %q", p.name, args, code, output, p.prefix+want)
+					}
+				case "raw":
+					if code != 0 || !strings.HasPrefix(output, "version.Info{Major:") || !strings.Contains(output, `GitVersion:"`+want+`"`) {
+						t.Errorf("%s %q: exit %d, printed %q; want exit 0 and version.Info{...GitVersion:%q...}", p.name, args, code, output, want)
+					}
+				case "config":
+					if _, err := os.Stat(written); code != 0 || err != nil {
+						t.Errorf("%s %q: exit %d, no configuration written (%v):\n%s", p.name, args, code, err, output)
+					}
+				case "refused":
+					if code != 1 || !strings.Contains(output, tc.mention) {
+						t.Errorf("%s %q: exit %d, want 1 and a message with %q:\n%s", p.name, args, code, tc.mention, output)
+					}
+				}
+			})
+		}
+	}
 }

@@ -10,11 +10,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	apiversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -102,6 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 func newRootCommand(d deps) *cobra.Command {
 	opts := options.NewOptions()
 	logFlags := logsapi.NewLoggingConfiguration()
+	version := newVersionFlag(buildinfo.Get())
 	if d.hostname != nil {
 		opts.Hostname = d.hostname
 	}
@@ -113,7 +117,6 @@ func newRootCommand(d deps) *cobra.Command {
 		// only hides the message.
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Version:       buildinfo.String(buildinfo.Get()),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("%q takes no arguments, got %q", cmd.CommandPath(), args)
@@ -121,6 +124,16 @@ func newRootCommand(d deps) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// First, as in kube-proxy: --version prints even next to a
+			// --config that does not load.
+			switch version.value {
+			case "true":
+				fmt.Fprintf(cmd.OutOrStdout(), "kproxy version %s\n", buildinfo.String(version.info))
+				return nil
+			case "raw":
+				fmt.Fprintf(cmd.OutOrStdout(), "%#v\n", version.info)
+				return nil
+			}
 			cfg, err := opts.Complete(cmd.Flags())
 			if err != nil {
 				return err
@@ -158,7 +171,7 @@ func newRootCommand(d deps) *cobra.Command {
 				}
 				return nil
 			default:
-				logger.Info("Starting kproxy", "version", cmd.Version, "mode", cfg.Mode, "node", cfg.NodeName)
+				logger.Info("Starting kproxy", "version", buildinfo.String(version.info), "mode", cfg.Mode, "node", cfg.NodeName)
 				dbg, err := debugPages(eff, cmd.Flags(), cfg.FeatureGates)
 				if err != nil {
 					return err
@@ -177,6 +190,8 @@ func newRootCommand(d deps) *cobra.Command {
 
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
+	fs.Var(version, "version", "--version, --version=raw prints version information and quits; --version=vX.Y.Z... sets the reported version")
+	fs.Lookup("version").NoOptDefVal = "true"
 	// kube-proxy's logging flags: --logging-format, -v, --vmodule,
 	// --log-flush-frequency and the --log-{text,json}-* options.
 	logsapi.AddFlags(logFlags, fs)
@@ -262,3 +277,45 @@ func gateOn(gates map[string]bool, name string) bool {
 	on, set := gates[name]
 	return on || !set
 }
+
+// versionFlag is kube-proxy's --version, with component-base's verflag
+// syntax: --version (or =true) prints the version and exits, =raw prints
+// every build field, =vX.Y.Z sets the version reported (same major, minor
+// and patch as the build), =false does nothing. verflag itself does not
+// fit: it registers on the process-wide pflag.CommandLine, keeps the
+// version in component-base's package state, reports Kubernetes's version
+// rather than kproxy's and exits the process from inside the command.
+type versionFlag struct {
+	value string          // "false", "true", "raw" or the version set
+	built apiversion.Info // what the build says
+	info  apiversion.Info // what kproxy reports
+}
+
+func newVersionFlag(built apiversion.Info) *versionFlag {
+	return &versionFlag{value: "false", built: built, info: built}
+}
+
+func (v *versionFlag) Set(s string) error {
+	switch {
+	case s == "raw":
+		v.value = s
+		return nil
+	case strings.HasPrefix(s, "v"):
+		info, err := buildinfo.WithVersion(v.built, s)
+		if err != nil {
+			return err
+		}
+		v.value, v.info = s, info
+		return nil
+	}
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	v.value = strconv.FormatBool(on)
+	return nil
+}
+
+func (v *versionFlag) String() string { return v.value }
+
+func (v *versionFlag) Type() string { return "version" }
