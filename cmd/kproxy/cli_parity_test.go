@@ -141,3 +141,115 @@ func TestVersionFlagParity(t *testing.T) {
 		}
 	}
 }
+
+// flagLineRE is a -v=1 FLAG line of klog's text format.
+var flagLineRE = regexp.MustCompile(`(?m)^I\d{4} [^]]*\] FLAG: --([a-z0-9-]+)=(".*")$`)
+
+// TestFlagLinesParity: at -v=1 kube-proxy v1.36 and kproxy log one
+// `FLAG: --name="value"` line per flag, and none at -v=0. Every
+// kube-proxy flag is among kproxy's lines with the same value, but for an
+// unset --proxy-mode (kube-proxy: its default, iptables; kproxy: "",
+// picking iptables or userspace at start) and the file each writes.
+func TestFlagLinesParity(t *testing.T) {
+	kubeProxy := lab.KubeProxyBinary(t)
+	kproxy := lab.KproxyBinary(t)
+	dir := t.TempDir()
+	tests := []struct {
+		name  string
+		args  []string
+		lines bool
+	}{
+		{name: "-v=0", args: []string{"--hostname-override=n1"}},
+		{name: "-v=1", args: []string{"--hostname-override=n1", "-v=1"}, lines: true},
+		{name: "-v=1 with flags", args: []string{"--hostname-override=n1", "--v=1", "--proxy-mode=ipvs", "--nodeport-addresses=10.0.0.0/8,fd00::/64", "--feature-gates=AllBeta=false", "--cluster-cidr=10.1.0.0/16"}, lines: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			flags := map[string]map[string]string{}
+			for _, p := range []struct{ name, bin string }{{"kube-proxy", kubeProxy}, {"kproxy", kproxy}} {
+				args := append([]string{"--write-config-to=" + filepath.Join(dir, "config.yaml")}, tc.args...)
+				out, err := exec.Command(p.bin, args...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s %q: %v\n%s", p.name, args, err, out)
+				}
+				lines := flagLineRE.FindAllStringSubmatch(string(out), -1)
+				if got := strings.Count(string(out), "FLAG: --"); got != len(lines) {
+					t.Errorf("%s: %d FLAG lines, %d of them in klog's form:\n%s", p.name, got, len(lines), out)
+				}
+				flags[p.name] = map[string]string{}
+				for _, m := range lines {
+					flags[p.name][m[1]] = m[2]
+				}
+			}
+			kp, k := flags["kube-proxy"], flags["kproxy"]
+			if !tc.lines {
+				if len(kp)+len(k) > 0 {
+					t.Errorf("FLAG lines at -v=0: kube-proxy %d, kproxy %d", len(kp), len(k))
+				}
+				return
+			}
+			if len(kp) == 0 {
+				t.Fatal("kube-proxy logged no FLAG lines (has kube-proxy changed?)")
+			}
+			if kp["proxy-mode"] == `"iptables"` && k["proxy-mode"] == `""` {
+				k["proxy-mode"] = kp["proxy-mode"]
+			}
+			for name, want := range kp {
+				if got, ok := k[name]; !ok {
+					t.Errorf("kproxy logs no FLAG line for --%s (kube-proxy: %s)", name, want)
+				} else if got != want {
+					t.Errorf("FLAG: --%s=%s in kproxy, =%s in kube-proxy", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestNodePortAddressesUnsetWarning runs kproxy --init-only in a fresh
+// network namespace and checks that it logs kube-proxy v1.36's error-level
+// warning (checkBadConfig in cmd/kube-proxy/app/server.go, same text) when
+// NodePorts are open on every local IP, and not when nodePortAddresses
+// limits them. kube-proxy itself reaches that check only once it has read
+// its Node from an API server.
+func TestNodePortAddressesUnsetWarning(t *testing.T) {
+	bin := inNetnsWithBinary(t)
+	if bin == "" {
+		return
+	}
+	const warning = `] "Kube-proxy configuration may be incomplete or incorrect" err="nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using ` + "`--nodeport-addresses primary`" + `"`
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: n1\nmode: iptables\nnodePortAddresses: [127.0.0.0/8]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{name: "unset", args: []string{"--hostname-override=n1", "--proxy-mode=iptables"}, want: true},
+		{name: "primary", args: []string{"--hostname-override=n1", "--proxy-mode=iptables", "--nodeport-addresses=primary"}},
+		{name: "CIDRs", args: []string{"--hostname-override=n1", "--proxy-mode=iptables", "--nodeport-addresses=10.0.0.0/8"}},
+		{name: "set in the file", args: []string{"--config=" + config}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--init-only"}, tc.args...)
+			out, err := exec.Command(bin, args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("kproxy %q: %v\n%s", args, err, out)
+			}
+			var found bool
+			for line := range strings.SplitSeq(string(out), "\n") {
+				if strings.HasSuffix(line, warning) {
+					found = true
+					if !strings.HasPrefix(line, "E") {
+						t.Errorf("the warning is not logged as an error:\n%s", line)
+					}
+				}
+			}
+			if found != tc.want {
+				t.Errorf("kproxy %q logged the nodePortAddresses warning: %t, want %t:\n%s", args, found, tc.want, out)
+			}
+		})
+	}
+}

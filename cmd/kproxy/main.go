@@ -153,6 +153,7 @@ func newRootCommand(d deps) *cobra.Command {
 					return fmt.Errorf("initialize logging: %w", err)
 				}
 			}
+			printFlags(cmd.Flags())
 			// The logging section in force, as kube-proxy writes and
 			// serves it: the flags', or the file's with the flags over it.
 			eff.Logging = *lc
@@ -172,6 +173,9 @@ func newRootCommand(d deps) *cobra.Command {
 				return nil
 			default:
 				logger.Info("Starting kproxy", "version", buildinfo.String(version.info), "mode", cfg.Mode, "node", cfg.NodeName)
+				if err := checkBadConfig(eff); err != nil {
+					logger.Error(err, "Kube-proxy configuration may be incomplete or incorrect")
+				}
 				dbg, err := debugPages(eff, cmd.Flags(), cfg.FeatureGates)
 				if err != nil {
 					return err
@@ -261,15 +265,43 @@ func debugPages(eff *options.FileConfiguration, fs *pflag.FlagSet, featureGates 
 	}
 	dbg := app.Debug{Configz: configz, Statusz: gateOn(featureGates, "ComponentStatusz")}
 	if gateOn(featureGates, "ComponentFlagz") {
-		dbg.Flagz = debugz.Flags(fs)
-		// kube-proxy's flag is bound to its configuration, whose defaulting
-		// (without --config) writes ClusterCIDR into it before /flagz reads
-		// it; kproxy resolves an empty mode to ClusterCIDR later.
-		if config := fs.Lookup("config"); dbg.Flagz["detect-local-mode"] == "" && (config == nil || config.Value.String() == "") {
-			dbg.Flagz["detect-local-mode"] = "ClusterCIDR"
-		}
+		dbg.Flagz = shownFlags(fs)
 	}
 	return dbg, nil
+}
+
+// shownFlags is every flag's value as /flagz and the -v=1 FLAG lines show
+// it. kube-proxy's --detect-local-mode is bound to its configuration, whose
+// defaulting (without --config) writes ClusterCIDR into it before either
+// reads it; kproxy resolves an empty mode to ClusterCIDR later.
+func shownFlags(fs *pflag.FlagSet) map[string]string {
+	shown := debugz.Flags(fs)
+	if config := fs.Lookup("config"); shown["detect-local-mode"] == "" && (config == nil || config.Value.String() == "") {
+		shown["detect-local-mode"] = "ClusterCIDR"
+	}
+	return shown
+}
+
+// printFlags logs one line per flag at -v=1, as kube-proxy does
+// (component-base's cliflag.PrintFlags), once logging is configured.
+func printFlags(fs *pflag.FlagSet) {
+	if !klog.V(1).Enabled() {
+		return
+	}
+	shown := shownFlags(fs)
+	fs.VisitAll(func(f *pflag.Flag) {
+		klog.V(1).Infof("FLAG: --%s=%q", f.Name, shown[f.Name])
+	})
+}
+
+// checkBadConfig is the part of kube-proxy's check of the same name that
+// needs no Node: NodePorts open on every local IP unless nodePortAddresses
+// limits them (the nftables mode's default, primary, does).
+func checkBadConfig(eff *options.FileConfiguration) error {
+	if len(eff.NodePortAddresses) == 0 && eff.Mode != "nftables" {
+		return errors.New("nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using `--nodeport-addresses primary`")
+	}
+	return nil
 }
 
 // gateOn reads a gate that is on by default.
