@@ -190,21 +190,16 @@ func ignoredWarning(output string) string {
 	}
 }
 
-// comparable decodes a written configuration and drops what differs for
-// known, intended reasons:
-//   - kproxy's own fields (udpIdleTimeout, userspacePortals,
-//     userspaceServiceMetrics, servicesFile);
-//   - logging: kproxy logs through klog flags, not the logging section;
-//   - an empty mode, which kube-proxy writes as iptables (its default) and
-//     kproxy keeps empty (auto: iptables when usable, else userspace).
+// comparable decodes a written configuration and evens out the one
+// intended difference: an unset mode, which kube-proxy writes as iptables
+// (its default) and kproxy keeps empty (options.AsKubeProxyWrites says why).
+// kproxy's own fields are written only when set, and none of these runs
+// sets them, so any other difference counts.
 func comparable(t *testing.T, written []byte) map[string]any {
 	t.Helper()
 	m := map[string]any{}
 	if err := yaml.Unmarshal(written, &m); err != nil {
 		t.Fatalf("decoding a written configuration: %v\n%s", err, written)
-	}
-	for _, k := range []string{"udpIdleTimeout", "userspacePortals", "userspaceServiceMetrics", "servicesFile", "logging"} {
-		delete(m, k)
 	}
 	if m["mode"] == "" || m["mode"] == nil {
 		m["mode"] = "iptables"
@@ -251,4 +246,91 @@ func TestFlagsOnlyConfigParityWithKubeProxy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWrittenConfigFileMatchesKubeProxy compares the files kube-proxy v1.36
+// and kproxy write with --write-config-to line by line: the same text but
+// for an unset mode (kube-proxy: iptables, kproxy: "", which kube-proxy
+// reads as iptables) and kproxy's own fields, which appear only when a flag
+// or the file sets them, so a rollback to kube-proxy reads the file without
+// an unknown-field warning.
+func TestWrittenConfigFileMatchesKubeProxy(t *testing.T) {
+	kubeProxy := lab.KubeProxyBinary(t)
+	kproxy := lab.KproxyBinary(t)
+	const header = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: parity-node\n"
+	tests := []struct {
+		name  string
+		file  string   // --config contents, "" for none
+		flags []string // given to both
+		// kproxyFlags are kproxy's own, which kube-proxy does not accept.
+		kproxyFlags []string
+		// modeLine is kproxy's mode line where kube-proxy writes
+		// "mode: iptables"; "" when both write the same.
+		modeLine string
+		// extra are the lines only kproxy writes (its own fields, top
+		// level).
+		extra []string
+	}{
+		{name: "defaults", modeLine: `mode: ""`},
+		{name: "iptables", flags: []string{"--proxy-mode=iptables"}},
+		{name: "ipvs", flags: []string{"--proxy-mode=ipvs"}},
+		{name: "nftables", flags: []string{"--proxy-mode=nftables"}},
+		{name: "file without a mode", file: header, modeLine: `mode: ""`},
+		{name: "file with a mode", file: header + "mode: nftables\n"},
+		{name: "kproxy flags", flags: []string{"--proxy-mode=iptables"},
+			kproxyFlags: []string{"--udp-timeout=1s", "--userspace-portals=local", "--userspace-service-metrics"},
+			extra:       []string{"udpIdleTimeout: 1s", "userspacePortals: local", "userspaceServiceMetrics: true"}},
+		{name: "kproxy fields in the file", file: header + "mode: iptables\nudpIdleTimeout: 2s\n",
+			extra: []string{"udpIdleTimeout: 2s"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append([]string(nil), tc.flags...)
+			if tc.file == "" {
+				args = append(args, "--hostname-override=parity-node")
+			} else {
+				config := filepath.Join(dir, "config.yaml")
+				if err := os.WriteFile(config, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config="+config)
+			}
+			want := writeConfig(t, kubeProxy, filepath.Join(dir, "kube-proxy.yaml"), args)
+			got := writeConfig(t, kproxy, filepath.Join(dir, "kproxy.yaml"), append(args, tc.kproxyFlags...))
+			if tc.modeLine != "" {
+				i := slices.Index(want, "mode: iptables")
+				if i < 0 {
+					t.Fatalf("kube-proxy wrote no \"mode: iptables\" line (has kube-proxy changed?):\n%s", strings.Join(want, "\n"))
+				}
+				want[i] = tc.modeLine
+			}
+			for _, line := range tc.extra {
+				i := slices.Index(got, line)
+				if i < 0 {
+					t.Errorf("kproxy did not write %q", line)
+					continue
+				}
+				got = slices.Delete(got, i, i+1)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("written files differ (-kube-proxy +kproxy, less the lines above):\n%s", diff)
+			}
+		})
+	}
+}
+
+// writeConfig runs bin --write-config-to=out args... and returns the lines
+// of the file it wrote.
+func writeConfig(t *testing.T, bin, out string, args []string) []string {
+	t.Helper()
+	args = append([]string{"--write-config-to=" + out}, args...)
+	if output, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %q: %v\n%s", filepath.Base(bin), args, err, output)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
 }

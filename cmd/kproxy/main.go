@@ -10,11 +10,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	apiversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -46,7 +49,10 @@ Proxy modes (--proxy-mode):
   iptables   kube-proxy's DNAT rule model: packets go straight from the
              kernel to an endpoint.
   ipvs       the kernel's IPVS load balancer, with iptables for the rest.
-When --proxy-mode is empty kproxy uses iptables if usable, else userspace.`
+  nftables   kube-proxy's nftables ruleset (table kube-proxy, families ip
+             and ip6).
+When --proxy-mode is empty kproxy uses iptables if usable, else userspace.
+--cleanup removes what any of the four modes (or kube-proxy's) installed.`
 
 // deps are the parts of a run that tests replace: starting kproxy,
 // cleaning up, reading the OS hostname and applying the logging
@@ -99,6 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, d deps) i
 func newRootCommand(d deps) *cobra.Command {
 	opts := options.NewOptions()
 	logFlags := logsapi.NewLoggingConfiguration()
+	version := newVersionFlag(buildinfo.Get())
 	if d.hostname != nil {
 		opts.Hostname = d.hostname
 	}
@@ -110,7 +117,6 @@ func newRootCommand(d deps) *cobra.Command {
 		// only hides the message.
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Version:       buildinfo.String(buildinfo.Get()),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("%q takes no arguments, got %q", cmd.CommandPath(), args)
@@ -118,6 +124,16 @@ func newRootCommand(d deps) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// First, as in kube-proxy: --version prints even next to a
+			// --config that does not load.
+			switch version.value {
+			case "true":
+				fmt.Fprintf(cmd.OutOrStdout(), "kproxy version %s\n", buildinfo.String(version.info))
+				return nil
+			case "raw":
+				fmt.Fprintf(cmd.OutOrStdout(), "%#v\n", version.info)
+				return nil
+			}
 			cfg, err := opts.Complete(cmd.Flags())
 			if err != nil {
 				return err
@@ -137,6 +153,7 @@ func newRootCommand(d deps) *cobra.Command {
 					return fmt.Errorf("initialize logging: %w", err)
 				}
 			}
+			printFlags(cmd.Flags())
 			// The logging section in force, as kube-proxy writes and
 			// serves it: the flags', or the file's with the flags over it.
 			eff.Logging = *lc
@@ -155,7 +172,10 @@ func newRootCommand(d deps) *cobra.Command {
 				}
 				return nil
 			default:
-				logger.Info("Starting kproxy", "version", cmd.Version, "mode", cfg.Mode, "node", cfg.NodeName)
+				logger.Info("Starting kproxy", "version", buildinfo.String(version.info), "mode", cfg.Mode, "node", cfg.NodeName)
+				if err := checkBadConfig(eff); err != nil {
+					logger.Error(err, "Kube-proxy configuration may be incomplete or incorrect")
+				}
 				dbg, err := debugPages(eff, cmd.Flags(), cfg.FeatureGates)
 				if err != nil {
 					return err
@@ -174,6 +194,8 @@ func newRootCommand(d deps) *cobra.Command {
 
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
+	fs.Var(version, "version", "--version, --version=raw prints version information and quits; --version=vX.Y.Z... sets the reported version")
+	fs.Lookup("version").NoOptDefVal = "true"
 	// kube-proxy's logging flags: --logging-format, -v, --vmodule,
 	// --log-flush-frequency and the --log-{text,json}-* options.
 	logsapi.AddFlags(logFlags, fs)
@@ -243,15 +265,43 @@ func debugPages(eff *options.FileConfiguration, fs *pflag.FlagSet, featureGates 
 	}
 	dbg := app.Debug{Configz: configz, Statusz: gateOn(featureGates, "ComponentStatusz")}
 	if gateOn(featureGates, "ComponentFlagz") {
-		dbg.Flagz = debugz.Flags(fs)
-		// kube-proxy's flag is bound to its configuration, whose defaulting
-		// (without --config) writes ClusterCIDR into it before /flagz reads
-		// it; kproxy resolves an empty mode to ClusterCIDR later.
-		if config := fs.Lookup("config"); dbg.Flagz["detect-local-mode"] == "" && (config == nil || config.Value.String() == "") {
-			dbg.Flagz["detect-local-mode"] = "ClusterCIDR"
-		}
+		dbg.Flagz = shownFlags(fs)
 	}
 	return dbg, nil
+}
+
+// shownFlags is every flag's value as /flagz and the -v=1 FLAG lines show
+// it. kube-proxy's --detect-local-mode is bound to its configuration, whose
+// defaulting (without --config) writes ClusterCIDR into it before either
+// reads it; kproxy resolves an empty mode to ClusterCIDR later.
+func shownFlags(fs *pflag.FlagSet) map[string]string {
+	shown := debugz.Flags(fs)
+	if config := fs.Lookup("config"); shown["detect-local-mode"] == "" && (config == nil || config.Value.String() == "") {
+		shown["detect-local-mode"] = "ClusterCIDR"
+	}
+	return shown
+}
+
+// printFlags logs one line per flag at -v=1, as kube-proxy does
+// (component-base's cliflag.PrintFlags), once logging is configured.
+func printFlags(fs *pflag.FlagSet) {
+	if !klog.V(1).Enabled() {
+		return
+	}
+	shown := shownFlags(fs)
+	fs.VisitAll(func(f *pflag.Flag) {
+		klog.V(1).Infof("FLAG: --%s=%q", f.Name, shown[f.Name])
+	})
+}
+
+// checkBadConfig is the part of kube-proxy's check of the same name that
+// needs no Node: NodePorts open on every local IP unless nodePortAddresses
+// limits them (the nftables mode's default, primary, does).
+func checkBadConfig(eff *options.FileConfiguration) error {
+	if len(eff.NodePortAddresses) == 0 && eff.Mode != "nftables" {
+		return errors.New("nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using `--nodeport-addresses primary`")
+	}
+	return nil
 }
 
 // gateOn reads a gate that is on by default.
@@ -259,3 +309,45 @@ func gateOn(gates map[string]bool, name string) bool {
 	on, set := gates[name]
 	return on || !set
 }
+
+// versionFlag is kube-proxy's --version, with component-base's verflag
+// syntax: --version (or =true) prints the version and exits, =raw prints
+// every build field, =vX.Y.Z sets the version reported (same major, minor
+// and patch as the build), =false does nothing. verflag itself does not
+// fit: it registers on the process-wide pflag.CommandLine, keeps the
+// version in component-base's package state, reports Kubernetes's version
+// rather than kproxy's and exits the process from inside the command.
+type versionFlag struct {
+	value string          // "false", "true", "raw" or the version set
+	built apiversion.Info // what the build says
+	info  apiversion.Info // what kproxy reports
+}
+
+func newVersionFlag(built apiversion.Info) *versionFlag {
+	return &versionFlag{value: "false", built: built, info: built}
+}
+
+func (v *versionFlag) Set(s string) error {
+	switch {
+	case s == "raw":
+		v.value = s
+		return nil
+	case strings.HasPrefix(s, "v"):
+		info, err := buildinfo.WithVersion(v.built, s)
+		if err != nil {
+			return err
+		}
+		v.value, v.info = s, info
+		return nil
+	}
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	v.value = strconv.FormatBool(on)
+	return nil
+}
+
+func (v *versionFlag) String() string { return v.value }
+
+func (v *versionFlag) Type() string { return "version" }

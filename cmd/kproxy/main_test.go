@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	kubeproxyconfig "k8s.io/kube-proxy/config/v1alpha1"
+
 	"kproxy.dev/kproxy/cmd/kproxy/app"
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/sync/mode"
@@ -172,5 +174,29 @@ func TestCancelledContextReachesRun(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(ctx, nil, &out, &errOut, d); code != 0 || !sawCancel {
 		t.Errorf("exit %d, run saw cancellation: %v, stderr %q", code, sawCancel, errOut.String())
+	}
+}
+
+func TestCheckBadConfig(t *testing.T) {
+	tests := []struct {
+		mode      string
+		addresses []string
+		want      bool
+	}{
+		{mode: "", want: true},
+		{mode: "iptables", want: true},
+		{mode: "ipvs", want: true},
+		{mode: "userspace", want: true},
+		{mode: "nftables"}, // defaults to primary
+		{mode: "iptables", addresses: []string{"primary"}},
+		{mode: "ipvs", addresses: []string{"10.0.0.0/8"}},
+	}
+	for _, tt := range tests {
+		fc := options.NewDefaultFileConfiguration()
+		fc.Mode = kubeproxyconfig.ProxyMode(tt.mode)
+		fc.NodePortAddresses = tt.addresses
+		if err := checkBadConfig(fc); (err != nil) != tt.want {
+			t.Errorf("mode %q, nodePortAddresses %q: checkBadConfig = %v, want an error: %t", tt.mode, tt.addresses, err, tt.want)
+		}
 	}
 }

@@ -1,7 +1,10 @@
 package buildinfo
 
 import (
+	"os"
+	"os/exec"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -12,6 +15,9 @@ func vcs(rev, modified, at string) *debug.BuildInfo {
 }
 
 const rev = "fb963affdd50b2d23e924dc3f0500f8ccdaceb24"
+
+// buildIDDigest is the first 6 bytes of sha256("a/b/c/d"), in hex.
+const buildIDDigest = "69b3db0fc351"
 
 func TestFromStamp(t *testing.T) {
 	tests := []struct {
@@ -40,9 +46,11 @@ func TestFromStamp(t *testing.T) {
 		{name: "explicit version keeps the revision visible", ld: Stamp{GitVersion: "v1.2.3", GitCommit: rev, GitTreeState: "clean"},
 			wantVersion: "v1.2.3", wantCommit: rev, state: "clean",
 			wantString: "v1.2.3 (" + rev + ")"},
-		{name: "no VCS information at all", bi: &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}},
-			wantVersion: "v0.0.0-unknown", wantString: "v0.0.0-unknown"},
-		{name: "no build information", wantVersion: "v0.0.0-unknown", wantString: "v0.0.0-unknown"},
+		{name: "no VCS information, a build ID", ld: Stamp{BuildID: "a/b/c/d"}, bi: &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}},
+			wantVersion: "v0.0.0-devel+" + buildIDDigest, wantString: "v0.0.0-devel+" + buildIDDigest},
+		{name: "no VCS information, no build ID", bi: &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}},
+			wantVersion: "v0.0.0-devel", wantString: "v0.0.0-devel"},
+		{name: "no build information", wantVersion: "v0.0.0-devel", wantString: "v0.0.0-devel"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,5 +74,50 @@ func TestMajorMinor(t *testing.T) {
 		if ma, mi := majorMinor(v); ma != want[0] || mi != want[1] {
 			t.Errorf("majorMinor(%q) = %q, %q, want %q", v, ma, mi, want)
 		}
+	}
+}
+
+// TestExecutableBuildID: the build ID read from the running executable is
+// the one the Go toolchain reports for it.
+func TestExecutableBuildID(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "tool", "buildid", exe).Output()
+	if err != nil {
+		t.Fatalf("go tool buildid: %v", err)
+	}
+	if got, want := executableBuildID(), strings.TrimSpace(string(out)); got != want {
+		t.Errorf("executableBuildID() = %q, go tool buildid says %q", got, want)
+	}
+}
+
+func TestWithVersion(t *testing.T) {
+	tests := []struct {
+		built, set string
+		wantErr    string // "" when accepted
+		wantMinor  string
+	}{
+		{built: "v1.36.3", set: "v1.36.3-custom.1", wantMinor: "36"},
+		{built: "v1.36.3", set: "v1.36.3", wantMinor: "36"},
+		{built: "v0.0.0-devel+69b3db0fc351", set: "v0.0.0-node7", wantMinor: "0"},
+		{built: "v0.0.0-20261127153612-fb963affdd50", set: "v0.0.0-20261127153612-fb963affdd50", wantMinor: "0"},
+		{built: "v1.36.3", set: "v1.37.0", wantErr: `must match major/minor/patch of default version "v1.36.3"`},
+		{built: "v1.36.3", set: "v1.36", wantErr: `version "v1.36"`},
+		{built: "v1.36.3", set: "", wantErr: "must not be empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.built+" "+tt.set, func(t *testing.T) {
+			got, err := WithVersion(FromStamp(Stamp{GitVersion: tt.built}, nil), tt.set)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("WithVersion: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("WithVersion error = %v, want one containing %q", err, tt.wantErr)
+			case tt.wantErr == "" && (got.GitVersion != tt.set || got.Minor != tt.wantMinor):
+				t.Errorf("WithVersion = version %q minor %q, want %q %q", got.GitVersion, got.Minor, tt.set, tt.wantMinor)
+			}
+		})
 	}
 }

@@ -106,8 +106,7 @@ func SetDefaults(fc *FileConfiguration) {
 		c.FeatureGates = map[string]bool{}
 	}
 	logsapi.SetRecommendedLoggingConfiguration(&c.Logging)
-
-	defaultDuration(&fc.UDPIdleTimeout, defaultUDPIdleTimeout)
+	// fc.UDPIdleTimeout stays unset: resolve defaults it (see the field).
 }
 
 func defaultDuration(d *metav1.Duration, def time.Duration) {

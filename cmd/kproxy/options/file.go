@@ -31,7 +31,10 @@ type FileConfiguration struct {
 
 	// UDPIdleTimeout is the userspace proxier's idle UDP flow timeout (the
 	// field old v1alpha1 files carried before userspace mode was removed).
-	UDPIdleTimeout metav1.Duration `json:"udpIdleTimeout"`
+	// Zero until a file or --udp-timeout sets it (resolve applies the
+	// default), so --write-config-to writes it only then: kube-proxy v1.36
+	// reads a file without it with no unknown-field warning.
+	UDPIdleTimeout metav1.Duration `json:"udpIdleTimeout,omitzero"`
 	// UserspacePortals is the userspace mode's portal kind: auto, redirect
 	// or local (kproxy's own; kube-proxy has no such setting).
 	UserspacePortals string `json:"userspacePortals,omitempty"`

@@ -73,7 +73,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo,
 		"If set, write the effective configuration (defaults, then --config, then flags) to this file and exit without touching the kernel.")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup,
-		"If true, remove every iptables, ipvs and userspace rule kproxy may have installed, then exit.")
+		"If true, remove everything any proxy mode (userspace, iptables, ipvs or nftables; kproxy's or kube-proxy's) may have installed, then exit.")
 	fs.BoolVar(&o.InitOnly, "init-only", o.InitOnly,
 		"If true, do the setup that needs full root privileges and exit; kproxy can then run with only CAP_NET_ADMIN.")
 	fs.Var(newFeatureGatesValue(&c.FeatureGates), "feature-gates",
@@ -121,7 +121,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.IPTables.MasqueradeAll, "masquerade-all", c.IPTables.MasqueradeAll,
 		"If true, SNAT all traffic sent to Service cluster IPs (some CNI plugins need this).")
 	fs.Int32Var(c.IPTables.MasqueradeBit, "iptables-masquerade-bit", *c.IPTables.MasqueradeBit,
-		"In iptables or ipvs mode, the fwmark bit that marks packets needing SNAT, within [0, 31].")
+		"In iptables or ipvs mode, the fwmark bit that marks packets needing SNAT, within [0, 31] (the nftables mode takes --nftables-masquerade-bit; the userspace mode does not mark).")
 	fs.BoolVar(c.IPTables.LocalhostNodePorts, "iptables-localhost-nodeports", *c.IPTables.LocalhostNodePorts,
 		"If false, NodePorts are not reachable via localhost (iptables mode, IPv4 only).")
 	fs.DurationVar(&c.IPTables.SyncPeriod.Duration, "iptables-sync-period", c.IPTables.SyncPeriod.Duration,
@@ -157,7 +157,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	fs.StringVar(&c.PortRange, "proxy-port-range", c.PortRange,
 		"Host ports the userspace proxier may open (begin-end, begin+offset or a single port, inclusive). Empty or 0-0 means any free port.")
-	fs.DurationVar(&f.UDPIdleTimeout.Duration, "udp-timeout", f.UDPIdleTimeout.Duration,
+	fs.DurationVar(&f.UDPIdleTimeout.Duration, "udp-timeout", defaultUDPIdleTimeout,
 		"How long the userspace proxier keeps an idle UDP flow open (e.g. '250ms', '2s'). Must be greater than 0.")
 	fs.StringVar(&f.UserspacePortals, "userspace-portals", f.UserspacePortals,
 		"How the userspace mode steers Service traffic to its relays: 'redirect' (iptables REDIRECT rules to proxy ports), 'sklookup' (service IPs made local with routes, a BPF socket-lookup program hands their service ports to one relay socket per protocol and drops their other ports; no netfilter needed), 'local' (service IPs made local with routes, relays listening on each; no netfilter, no BPF) or 'auto' (redirect where the nat table works, else sklookup where the kernel loads it, else local). Empty means auto.")

@@ -183,6 +183,10 @@ func resolve(fc *FileConfiguration, from origin) (*Config, []error) {
 
 	// userspace.
 	cfg.PortRange = r.portRange(setting{"proxy-port-range", "portRange"}, c.PortRange)
+	// Unset in the file and not given (a given --udp-timeout=0 is an error).
+	if cfg.UDPIdleTimeout == 0 && !from.changed("udp-timeout") {
+		cfg.UDPIdleTimeout = defaultUDPIdleTimeout
+	}
 	if cfg.UDPIdleTimeout <= 0 {
 		r.invalid(setting{"udp-timeout", "udpIdleTimeout"}, cfg.UDPIdleTimeout, "must be greater than 0")
 	}

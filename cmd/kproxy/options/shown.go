@@ -33,9 +33,18 @@ func AsKubeProxyShows(fc *FileConfiguration) kubeproxyconfig.KubeProxyConfigurat
 }
 
 // AsKubeProxyWrites returns fc as kube-proxy v1.36 writes its own with
-// --write-config-to: AsKubeProxyShows, and kproxy's own fields as they are.
+// --write-config-to: AsKubeProxyShows, and kproxy's own fields only where a
+// file or flag set them (kube-proxy warns about fields it does not know).
 // Read back with --config it runs the same (the sections other than the
 // mode's are not used, and their 0s read back as the defaults).
+//
+// The one line that differs is an unset mode: kube-proxy writes its
+// default, iptables; kproxy writes mode: "". kube-proxy reads "" as
+// iptables, so the file means the same to it, and kproxy keeps its
+// automatic choice (iptables where the kernel can, else userspace) on
+// whichever node reads the file; mode: iptables would make kproxy fail on
+// a node without netfilter instead. Deciding at write time would need a
+// probe of the kernel, which --write-config-to does not touch.
 func AsKubeProxyWrites(fc *FileConfiguration) *FileConfiguration {
 	out := *fc
 	out.KubeProxyConfiguration = AsKubeProxyShows(fc)
