@@ -52,9 +52,9 @@ type family struct {
 	// stale are flushed per-port chains waiting to be deleted, with the
 	// time they were flushed.
 	stale map[string]time.Time
-	// needFull: the kernel's state is unknown (a failure, a flush by
-	// someone else); the next sync reads it and rewrites everything.
-	needFull bool
+	// resync: after a failure, or a flush by someone else, the kernel's
+	// state is unknown; the next sync reads it and rewrites everything.
+	resync kernelmode.Resync
 	// recreated: base chains were deleted and re-added once, as kube-proxy
 	// does at start.
 	recreated bool
@@ -121,7 +121,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	if err != nil {
 		return f.failed(err)
 	}
-	full := changes.Full || f.needFull || f.builder == nil
+	full := f.resync.Full(changes, f.builder != nil)
 	if !full && check {
 		f.checks++
 		damage, chainsIntact, err := f.damaged(ctx)
@@ -142,7 +142,8 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		default:
 			f.logger.Info("The kube-proxy table was changed by someone else; rewriting it", "table", TableName, "damage", damage)
 			f.repairs++
-			f.needFull, full = true, true
+			f.resync.Damaged()
+			full = true
 		}
 	}
 	start := time.Now()
@@ -151,18 +152,16 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		if err != nil {
 			return f.failed(fmt.Errorf("nftables rules: %w", err))
 		}
-		err = f.fullSync(ctx, snap, b, f.builder == nil || f.needFull)
-		f.metrics.fullDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
+		err = f.fullSync(ctx, snap, b, f.builder == nil || f.resync.Unknown())
+		f.metrics.Observe(true, start)
 		if err != nil {
 			return f.failed(err)
 		}
-		f.builder, f.needFull, f.backlog = b, false, nil
+		f.builder, f.backlog = b, nil
+		f.resync.Synced()
 		return nil
 	}
-	names := slices.Clone(changes.Changed)
-	for _, sp := range changes.Removed {
-		names = append(names, sp.Name)
-	}
+	names := kernelmode.Touched(changes)
 	backlog := f.backlog
 	f.backlog = nil
 	b, shared := f.builder, false
@@ -189,7 +188,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	} else {
 		err = f.chunkedSync(ctx, snap, names, backlog, b, start)
 	}
-	f.metrics.partialDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
+	f.metrics.Observe(false, start)
 	if err != nil {
 		return f.failed(err)
 	}
@@ -275,9 +274,8 @@ func (f *family) chunkedSync(ctx context.Context, snap *servicemap.Snapshot, nam
 
 // failed marks the state unknown: the next sync is a full one.
 func (f *family) failed(err error) error {
-	f.needFull = true
 	f.backlog = nil // the full sync writes everything
-	return fmt.Errorf("%s: %w", f.fam, err)
+	return f.resync.Failed(f.fam, err)
 }
 
 // damaged compares the table with what the mode last wrote, over netlink,
@@ -390,7 +388,7 @@ func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []serv
 			return nil, nil // nothing in this family
 		}
 		return &p, nil
-	}, f.metrics.portErrors.WithLabelValues(string(f.fam)).Inc)
+	}, f.metrics.PortErrors)
 	if err != nil {
 		f.logger.Error(err, "Some service ports cannot be programmed; they keep their previous rules")
 	}
