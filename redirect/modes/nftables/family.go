@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -352,29 +351,6 @@ func (f *family) dueStale() map[string]bool {
 	return due
 }
 
-// countFailure counts a write the kernel refused at line in kube-proxy's
-// metrics: a failed deletion of a stale chain is a cleanup failure,
-// anything else a sync one.
-func (f *family) countFailure(line string) {
-	if strings.HasPrefix(line, "delete chain ") {
-		f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-	} else {
-		f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
-	}
-}
-
-// runTx runs tx, counting a failure (countFailure).
-func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
-	err := f.nft.Run(ctx, tx)
-	if err == nil {
-		f.commits++
-		return nil
-	}
-	line, wrapped := txError(err, tx)
-	f.countFailure(line)
-	return wrapped
-}
-
 // ports builds the objects of the named ports. A port the builder rejects
 // keeps what was last applied for it: bad input for one service never takes
 // down the others, nor its own previous rules.
@@ -564,44 +540,6 @@ type deferredChain struct {
 // its transaction list for each anonymous set of a batch, so batches stay
 // small.
 const deferredPerBatch = 200
-
-// writeDeferred writes the deferred policy chains' rules over netlink, in
-// batches of deferredPerBatch chains, each atomic: a chain has its old rule
-// or its new one, never none. nft writes each rule's anonymous map under a
-// name the kernel numbers by scanning every set of the table (minutes at
-// 30,000 services); these go under names of their own.
-func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) error {
-	for start := 0; start < len(chains); start += deferredPerBatch {
-		var ops []op
-		for _, d := range chains[start:min(start+deferredPerBatch, len(chains))] {
-			if d.existed {
-				ops = append(ops, op{kind: opFlushChain, chain: d.chain.Name})
-			}
-			ops = append(ops, op{kind: opAddRule, chain: d.chain.Name, rule: d.chain.Rules[0]})
-		}
-		batch, ok := f.fast.encode(ops)
-		if ok {
-			line, err := f.fast.run(batch)
-			if err == nil {
-				f.commits++
-				continue
-			}
-			if line != "" {
-				f.countFailure(line)
-				return err
-			}
-			f.logger.Error(err, "Writing over netlink failed; using nft")
-		}
-		tx := f.nft.NewTransaction()
-		for _, o := range ops {
-			o.write(tx, f.fast.addrType)
-		}
-		if err := f.runTx(ctx, tx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // writeChain adds a chain with its complete rule list; a chain that may
 // exist is flushed first.
@@ -807,104 +745,6 @@ func (f *family) deleteStale(ctx context.Context, b *rules.Builder, newStale, wa
 		return nil
 	}
 	return deletes
-}
-
-// runOps runs a partial sync's operations: over netlink when possible,
-// else through nft in one transaction. groups, when given, are the same
-// operations in groups that may go in separate transactions; a sync too
-// big for one netlink batch goes in several (splitBatches), each atomic.
-func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, groups [][]op, shared bool) error {
-	if f.fast != nil && !shared && groups != nil && len(ops) > splitAbove {
-		done, err := f.runSplit(groups)
-		if done || err != nil {
-			return err
-		}
-	}
-	if f.fast != nil && !shared {
-		if batch, ok := f.fast.encode(ops); ok {
-			line, err := f.fast.run(batch)
-			switch {
-			case err == nil:
-				f.commits++
-				return nil
-			case line == "":
-				// Not the kernel's refusal: the socket failed, and
-				// nothing was applied. nft may still get through.
-				f.logger.Error(err, "Writing over netlink failed; using nft")
-			default:
-				f.countFailure(line)
-				return err
-			}
-		}
-	}
-	tx := f.nft.NewTransaction()
-	if shared {
-		b.WriteShared(tx, false, false)
-	}
-	addrType := b.AddrType()
-	for _, o := range ops {
-		o.write(tx, addrType)
-	}
-	return f.runTx(ctx, tx)
-}
-
-// runSplit writes a partial sync too big for one netlink batch as several,
-// each holding whole groups and at most deferredPerBatch DNAT rules: nft
-// would write it as one transaction whose cost grows with the square of
-// its anonymous maps (for each, the kernel walks the table's sets and the
-// transaction's list). Batches commit one after the other; a refused one
-// leaves the earlier ones applied, and the next sync is a full one. done
-// is false, with nothing written, when some operation has no netlink form.
-func (f *family) runSplit(groups [][]op) (done bool, err error) {
-	var batches []*batch
-	var cur []op
-	rules, size := 0, 0
-	flush := func() bool {
-		if len(cur) == 0 {
-			return true
-		}
-		b, ok := f.fast.encode(cur)
-		if !ok {
-			return false
-		}
-		batches = append(batches, b)
-		cur, rules, size = nil, 0, 0
-		return true
-	}
-	for _, g := range groups {
-		gRules, gSize := 0, 0
-		for _, o := range g {
-			if o.kind == opAddRule {
-				gRules++
-			}
-			gSize += o.sizeEstimate()
-		}
-		// A new batch before the group that would overfill this one.
-		if (rules+gRules > deferredPerBatch || size+gSize > maxBatch/2) && !flush() {
-			return false, nil
-		}
-		cur = append(cur, g...)
-		rules, size = rules+gRules, size+gSize
-	}
-	if !flush() {
-		return false, nil
-	}
-	for _, b := range batches {
-		line, err := f.fast.run(b)
-		if err == nil {
-			f.commits++
-			continue
-		}
-		if line == "" && len(batches) > 0 && b == batches[0] {
-			// The socket failed before anything was applied: nft may
-			// still get through.
-			f.logger.Error(err, "Writing over netlink failed; using nft")
-			return false, nil
-		}
-		f.countFailure(line)
-		return true, err
-	}
-	return true, nil
 }
 
 // splitAbove is the size (in operations) past which a partial sync goes
