@@ -380,34 +380,7 @@ func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []serv
 // sets are not known (first sync, after a failure or a flush by someone
 // else) and are listed, so leftovers get removed.
 func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rules.Builder, readKernel bool) error {
-	existingChains := map[string]bool{}
-	existingSets := map[string]bool{}
-	if readKernel {
-		chains, sets, err := f.lister.Names(ctx)
-		if err != nil {
-			// kube-proxy goes on too: the transaction itself tells.
-			f.logger.Error(err, "Failed to list the existing nftables objects")
-		}
-		for _, c := range chains {
-			existingChains[c] = true
-		}
-		for _, s := range sets {
-			existingSets[s] = true
-		}
-	} else {
-		for _, p := range f.applied {
-			for _, c := range p.Chains {
-				existingChains[c.Name] = true
-			}
-			for _, s := range p.AffinitySets {
-				existingSets[s.Name] = true
-			}
-		}
-		for c := range f.stale {
-			existingChains[c] = true
-		}
-	}
-
+	existingChains, existingSets := f.existing(ctx, readKernel)
 	names := make([]servicemap.ServicePortName, 0, snap.Len())
 	for name := range snap.All() {
 		names = append(names, name)
@@ -486,24 +459,7 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	for _, id := range order {
 		tx.Add(elems[id].elem.Object())
 	}
-	now := f.now()
-	stale := map[string]time.Time{}
-	var deletes []string
-	due := f.dueStale()
-	for _, c := range slices.Sorted(maps.Keys(existingChains)) {
-		if !rules.IsPortChain(c) || keepChains[c] {
-			continue
-		}
-		if due[c] && !readKernel {
-			deletes = append(deletes, c)
-			continue
-		}
-		tx.Flush(&knftables.Chain{Name: c})
-		stale[c] = now
-		if t, ok := f.stale[c]; ok && !readKernel {
-			stale[c] = t
-		}
-	}
+	stale, deletes := f.flushStale(tx, existingChains, keepChains, readKernel)
 	for _, s := range staleSets {
 		tx.Delete(&knftables.Set{Name: s})
 	}
@@ -527,6 +483,64 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	f.appliedMu.Unlock()
 	f.elems, f.stale, f.recreated = elems, stale, true
 	return nil
+}
+
+// existing returns the chains and sets of the table: listed when the
+// kernel's state is unknown (readKernel), else what the last syncs wrote.
+func (f *family) existing(ctx context.Context, readKernel bool) (chains, sets map[string]bool) {
+	chains, sets = map[string]bool{}, map[string]bool{}
+	if readKernel {
+		cs, ss, err := f.lister.Names(ctx)
+		if err != nil {
+			// kube-proxy goes on too: the transaction itself tells.
+			f.logger.Error(err, "Failed to list the existing nftables objects")
+		}
+		for _, c := range cs {
+			chains[c] = true
+		}
+		for _, s := range ss {
+			sets[s] = true
+		}
+		return chains, sets
+	}
+	for _, p := range f.applied {
+		for _, c := range p.Chains {
+			chains[c.Name] = true
+		}
+		for _, s := range p.AffinitySets {
+			sets[s.Name] = true
+		}
+	}
+	for c := range f.stale {
+		chains[c] = true
+	}
+	return chains, sets
+}
+
+// flushStale flushes, in a full sync's tx, the per-port chains of existing
+// that no port keeps, and returns them as the stale chains with the time
+// they were flushed (kept from before when the state is known), but for
+// the ones due for deletion, returned as deletes for the caller to add
+// after the sets that go.
+func (f *family) flushStale(tx *knftables.Transaction, existing, keep map[string]bool, readKernel bool) (stale map[string]time.Time, deletes []string) {
+	now := f.now()
+	stale = map[string]time.Time{}
+	due := f.dueStale()
+	for _, c := range slices.Sorted(maps.Keys(existing)) {
+		if !rules.IsPortChain(c) || keep[c] {
+			continue
+		}
+		if due[c] && !readKernel {
+			deletes = append(deletes, c)
+			continue
+		}
+		tx.Flush(&knftables.Chain{Name: c})
+		stale[c] = now
+		if t, ok := f.stale[c]; ok && !readKernel {
+			stale[c] = t
+		}
+	}
+	return stale, deletes
 }
 
 // deferredChain is a policy chain whose one numgen DNAT rule a full sync
@@ -674,34 +688,9 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		}
 	}
 
-	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps)
-	var adds []op
 	// Element changes, after the chains they point to.
-	for _, id := range slices.Sorted(maps.Keys(prev)) {
-		before := prev[id]
-		st := f.elems[id]
-		live := st != nil && st.refs > 0
-		var group []op
-		switch {
-		case before != nil && !live:
-			ops = append(ops, op{kind: opDeleteElem, elem: *before})
-			group = []op{{kind: opDeleteElem, elem: *before}}
-			delete(f.elems, id)
-		case before == nil && live:
-			adds = append(adds, op{kind: opAddElem, elem: st.elem})
-			group = []op{{kind: opAddElem, elem: st.elem}}
-		case before != nil && live && !elementEqual(*before, st.elem):
-			ops = append(ops, op{kind: opDeleteElem, elem: *before})
-			adds = append(adds, op{kind: opAddElem, elem: st.elem})
-			group = []op{{kind: opDeleteElem, elem: *before}, {kind: opAddElem, elem: st.elem}}
-		case !live:
-			delete(f.elems, id)
-		}
-		if group != nil {
-			portGroups[lastPort[id]] = append(portGroups[lastPort[id]], group)
-		}
-	}
-	ops = append(ops, adds...)
+	elemDeletes, elemAdds := f.elementOps(prev, lastPort, portGroups)
+	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps, elemDeletes, elemAdds)
 	if len(ops) > 0 || shared {
 		var groups [][]op
 		if len(setDeletes)+len(setAdds) == 0 {
@@ -721,6 +710,38 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		f.wrote(names)
 	}
 	return nil
+}
+
+// elementOps returns the operations that take the elements touched from
+// prev (as applied before; nil: absent) to f.elems, the deletes apart from
+// the adds, forgets the elements no port wants any more, and adds each
+// change as a group to portGroups at the last port touching it (lastPort).
+func (f *family) elementOps(prev map[string]*rules.Element, lastPort map[string]int, portGroups [][][]op) (deletes, adds []op) {
+	for _, id := range slices.Sorted(maps.Keys(prev)) {
+		before := prev[id]
+		st := f.elems[id]
+		live := st != nil && st.refs > 0
+		var group []op
+		switch {
+		case before != nil && !live:
+			deletes = append(deletes, op{kind: opDeleteElem, elem: *before})
+			group = []op{{kind: opDeleteElem, elem: *before}}
+			delete(f.elems, id)
+		case before == nil && live:
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+			group = []op{{kind: opAddElem, elem: st.elem}}
+		case before != nil && live && !elementEqual(*before, st.elem):
+			deletes = append(deletes, op{kind: opDeleteElem, elem: *before})
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+			group = []op{{kind: opDeleteElem, elem: *before}, {kind: opAddElem, elem: st.elem}}
+		case !live:
+			delete(f.elems, id)
+		}
+		if group != nil {
+			portGroups[lastPort[id]] = append(portGroups[lastPort[id]], group)
+		}
+	}
+	return deletes, adds
 }
 
 // deleteStale deletes the stale chains that are due, in a transaction of
