@@ -19,6 +19,7 @@ import (
 	"kproxy.dev/kproxy/lb/ports"
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/kernel"
+	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/sysctl"
@@ -182,6 +183,16 @@ func (s Settings) LocalDetector() (LocalDetector, error) {
 		return LocalDetector{InterfaceNamePrefix: s.PodInterfaceNamePrefix}, nil
 	}
 	return LocalDetector{}, fmt.Errorf("--detect-local-mode=%s is not one kube-proxy knows", s.DetectLocalMode)
+}
+
+// ClusterCIDRsFor returns the configured cluster CIDRs of fam under the
+// ClusterCIDR detector, the one that takes them from the command line; nil
+// under the others (NodeCIDR's come from each snapshot).
+func (s Settings) ClusterCIDRsFor(d LocalDetector, fam ipfamily.Family) []netip.Prefix {
+	if d != (LocalDetector{}) {
+		return nil
+	}
+	return ipfamily.Prefixes(s.ClusterCIDRs, fam)
 }
 
 // ByCIDR says whether the detector matches source addresses (ClusterCIDR,

@@ -73,9 +73,7 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 			LocalhostNodePorts:    s.LocalhostNodePorts && fam == ipfamily.IPv4,
 			ConntrackTCPBeLiberal: beLiberal == "1",
 			NFAcct:                counters,
-		}
-		if detector == (contract.LocalDetector{}) {
-			rc.ClusterCIDRs = ipfamily.Prefixes(s.ClusterCIDRs, fam)
+			ClusterCIDRs:          s.ClusterCIDRsFor(detector, fam),
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			rc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync

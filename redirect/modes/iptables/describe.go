@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -11,20 +12,15 @@ var _ mode.Describer = (*Mode)(nil)
 // sync wrote for a port (a port whose rules were rejected shows the ones it
 // kept). It does not take m.mu, which a sync holds throughout.
 func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
-	return func(name servicemap.ServicePortName) mode.Programmed {
-		var out mode.Programmed
-		for _, f := range m.families {
-			pr := f.programmed(name)
-			if pr == nil {
-				continue
-			}
-			for _, c := range pr.Chains {
-				out.Chains = append(out.Chains, mode.Chain{Family: f.fam, Table: string(c.Table), Name: c.Name})
-			}
+	return kernelmode.Programmed(m.families.List(), func(f *family, name servicemap.ServicePortName) []mode.Chain {
+		pr := f.programmed(name)
+		if pr == nil {
+			return nil
 		}
-		if len(out.Chains) == 0 {
-			out.Note = "no chains of its own: no cluster IP of a proxied family, no usable endpoint, or not synced yet"
+		chains := make([]mode.Chain, 0, len(pr.Chains))
+		for _, c := range pr.Chains {
+			chains = append(chains, mode.Chain{Family: f.fam, Table: string(c.Table), Name: c.Name})
 		}
-		return out
-	}
+		return chains
+	}, "no chains of its own: no cluster IP of a proxied family, no usable endpoint, or not synced yet")
 }

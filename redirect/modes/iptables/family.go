@@ -44,7 +44,7 @@ type family struct {
 	// sync's own reads need no lock.
 	applied   map[servicemap.ServicePortName]*rules.PortRules
 	appliedMu sync.RWMutex
-	needFull  bool
+	resync    kernelmode.Resync
 }
 
 // programmed reads what the last sync wrote for name (nil: nothing).
@@ -104,7 +104,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	if err != nil {
 		return f.failed(err)
 	}
-	full := changes.Full || f.needFull || f.model == nil || !configEqual(cfg, f.modelCfg)
+	full := f.resync.Full(changes, f.model != nil) || !configEqual(cfg, f.modelCfg)
 	f.metrics.SyncStarted()
 	if !full {
 		tables := canaryTables[:1]
@@ -117,7 +117,8 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		}
 		if !intact {
 			f.logger.Info("A canary chain is gone: someone flushed iptables; rewriting every rule", "family", f.fam)
-			f.needFull, full = true, true
+			f.resync.Damaged()
+			full = true
 		}
 	}
 	if full {
@@ -127,19 +128,20 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		}
 		// The kernel is read for leftovers only when what is there is not
 		// known: at start, after a failure, after someone flushed.
-		readKernel := f.model == nil || f.needFull
+		readKernel := f.model == nil || f.resync.Unknown()
 		start := time.Now()
 		err = f.fullSync(ctx, snap, model, readKernel)
-		f.metrics.fullDuration.Observe(time.Since(start).Seconds())
+		f.metrics.Observe(true, start)
 		if err != nil {
 			f.metrics.Failures.Inc()
 			return f.failed(err)
 		}
-		f.model, f.modelCfg, f.needFull = model, cfg, false
+		f.model, f.modelCfg = model, cfg
+		f.resync.Synced()
 	} else {
 		start := time.Now()
 		err := f.partialSync(ctx, snap, changes)
-		f.metrics.partialDuration.Observe(time.Since(start).Seconds())
+		f.metrics.Observe(false, start)
 		if err != nil {
 			f.metrics.Failures.Inc()
 			f.metrics.partialRestoreFailures.Inc()
@@ -153,8 +155,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 
 // failed marks the state unknown: the next sync is a full one.
 func (f *family) failed(err error) error {
-	f.needFull = true
-	return fmt.Errorf("%s: %w", f.fam, err)
+	return f.resync.Failed(f.fam, err)
 }
 
 // portRules builds the rules of every port of snap, sorted by name. A port
@@ -168,7 +169,7 @@ func (f *family) portRules(snap *servicemap.Snapshot, model RuleModel, names []s
 			return nil, fmt.Errorf("service port %s: %w", sp.Name, err)
 		}
 		return &pr, nil
-	}, f.metrics.portErrors.Inc)
+	}, f.metrics.PortErrors)
 }
 
 // fullSync rewrites every chain kproxy owns. On nf_tables a restore's cost
@@ -353,12 +354,7 @@ func isBuiltin(chain string) bool {
 // in one transaction when it is small enough (nearly always), touching the
 // shared chains rule by rule.
 func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
-	names := slices.Clone(changes.Changed)
-	for _, sp := range changes.Removed {
-		names = append(names, sp.Name)
-	}
-	slices.SortFunc(names, servicemap.ServicePortName.Compare)
-	names = slices.Compact(names)
+	names := kernelmode.Touched(changes)
 	want, portErr := f.portRules(snap, f.model, names)
 	if portErr != nil {
 		f.logger.Error(portErr, "Some service ports cannot be programmed; they keep their previous rules", "family", f.fam)

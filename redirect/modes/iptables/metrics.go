@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	k8smetrics "k8s.io/component-base/metrics"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/metrics"
 )
@@ -16,17 +17,15 @@ import (
 type modeVecs struct {
 	restore                *metrics.IPTablesRestore
 	partialRestoreFailures *k8smetrics.CounterVec
-	sync                   *metrics.RuleSync
+	sync                   kernelmode.RuleSync
 }
 
 // modeMetrics is one family's view of modeVecs: the Prometheus metrics
 // component-base created.
 type modeMetrics struct {
 	*metrics.IPTablesRestoreFamily
+	kernelmode.SyncMetrics
 	partialRestoreFailures prometheus.Counter
-	fullDuration           prometheus.Observer
-	partialDuration        prometheus.Observer
-	portErrors             prometheus.Counter
 }
 
 func newModeMetrics(reg prometheus.Registerer) (*modeVecs, error) {
@@ -40,7 +39,7 @@ func newModeMetrics(reg prometheus.Registerer) (*modeVecs, error) {
 	if m.restore, err = metrics.NewIPTablesRestore(reg, true); err != nil {
 		return nil, err
 	}
-	if m.sync, err = metrics.NewRuleSync(reg, "iptables"); err != nil {
+	if m.sync, err = kernelmode.NewRuleSync(reg, "iptables"); err != nil {
 		return nil, err
 	}
 	if err := metrics.Register(reg, m.partialRestoreFailures); err != nil {
@@ -50,13 +49,10 @@ func newModeMetrics(reg prometheus.Registerer) (*modeVecs, error) {
 }
 
 func (m *modeVecs) forFamily(fam ipfamily.Family) *modeMetrics {
-	f := string(fam)
 	return &modeMetrics{
 		IPTablesRestoreFamily:  m.restore.For(fam),
-		partialRestoreFailures: m.partialRestoreFailures.CounterVec.WithLabelValues(f),
-		fullDuration:           m.sync.FullDuration.HistogramVec.WithLabelValues(f),
-		partialDuration:        m.sync.PartialDuration.HistogramVec.WithLabelValues(f),
-		portErrors:             m.sync.PortErrors.CounterVec.WithLabelValues(f),
+		SyncMetrics:            m.sync.For(fam),
+		partialRestoreFailures: m.partialRestoreFailures.CounterVec.WithLabelValues(string(fam)),
 	}
 }
 

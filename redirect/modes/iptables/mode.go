@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -83,8 +82,7 @@ type Config struct {
 
 // Mode is kube-proxy's iptables mode.
 type Mode struct {
-	mu       sync.Mutex
-	families []*family
+	families kernelmode.Families[*family]
 }
 
 var _ mode.Mode = (*Mode)(nil)
@@ -111,7 +109,7 @@ func New(cfg Config) (*Mode, error) {
 			return nil, fmt.Errorf("iptables mode: %s: %w", fc.Rules.Family, err)
 		}
 		fm := met.forFamily(fc.Rules.Family)
-		m.families = append(m.families, &family{
+		m.families.Add(&family{
 			fam:      fc.Rules.Family,
 			tables:   countingTables{Tables: fc.Tables, met: fm},
 			newModel: newModel,
@@ -133,15 +131,7 @@ func (m *Mode) Name() mode.Name { return mode.IPTables }
 // Sync implements mode.Mode: each family is synced; a failing family does
 // not stop the other, and its next sync is a full one.
 func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var errs []error
-	for _, f := range m.families {
-		if err := f.sync(ctx, snap, changes); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return m.families.Each(func(f *family) error { return f.sync(ctx, snap, changes) })
 }
 
 // Close implements mode.Mode. The rules stay: a restarting kproxy must not

@@ -222,7 +222,7 @@ func TestFailedRestoreKeepsRulesAndForcesFullSync(t *testing.T) {
 	if diff := cmp.Diff(good, h.fake.Save("")); diff != "" {
 		t.Errorf("a failed restore changed the tables (-before +after):\n%s", diff)
 	}
-	failures := testutil.ToFloat64(h.mode.families[0].metrics.Failures)
+	failures := testutil.ToFloat64(h.mode.families.List()[0].metrics.Failures)
 	if failures != 1 {
 		t.Errorf("restore failures metric = %v, want 1", failures)
 	}
@@ -271,7 +271,7 @@ func TestRuleCountMetric(t *testing.T) {
 			nat++
 		}
 	}
-	got := testutil.ToFloat64(h.mode.families[0].metrics.Rules.WithLabelValues("nat", "IPv4"))
+	got := testutil.ToFloat64(h.mode.families.List()[0].metrics.Rules.WithLabelValues("nat", "IPv4"))
 	if int(got) != nat {
 		t.Errorf("kubeproxy_sync_proxy_rules_iptables_total{table=nat} = %v, the nat table holds %d kproxy rules", got, nat)
 	}

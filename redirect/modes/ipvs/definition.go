@@ -81,11 +81,9 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 			MasqueradeBit: s.MasqueradeBit,
 			RandomFully:   ipt.RandomFully,
 			StrictARP:     s.IPVS.StrictARP,
+			ClusterCIDRs:  s.ClusterCIDRsFor(detector, fam),
 
 			BridgeInterface: detector.BridgeInterface, InterfaceNamePrefix: detector.InterfaceNamePrefix,
-		}
-		if detector == (contract.LocalDetector{}) {
-			dc.ClusterCIDRs = ipfamily.Prefixes(s.ClusterCIDRs, fam)
 		}
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			dc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync

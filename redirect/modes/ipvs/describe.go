@@ -18,7 +18,7 @@ func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
 		svc *desired.Service
 	}
 	index := map[servicemap.ServicePortName][]owned{}
-	for _, f := range m.families {
+	for _, f := range m.families.List() {
 		st := f.inForce.Load()
 		if st == nil {
 			continue

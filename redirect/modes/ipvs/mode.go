@@ -75,9 +75,8 @@ type Mode struct {
 	sysctls sysctl.Sysctls
 	logger  klog.Logger
 
-	mu       sync.Mutex
-	families []*family
-	// sysctlsDone holds the sysctls written (or warned about) so far, so
+	families kernelmode.Families[*family]
+	// sysctlsDone, under the families' lock, holds the sysctls written (or warned about) so far, so
 	// each is written once, and again on full syncs.
 	sysctlsDone map[string]int
 
@@ -117,7 +116,7 @@ func New(cfg Config) (*Mode, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ipvs mode: %s: %w", fam, err)
 		}
-		m.families = append(m.families, &family{
+		m.families.Add(&family{
 			fam: fam, base: fc.Desired,
 			node: kernelmode.Node{Family: fam, Name: cfg.NodeName, NodePorts: cfg.NodePorts,
 				NodeCIDR: cfg.NodeCIDRDetector, LocalAddrs: cfg.LocalAddresses},
@@ -142,37 +141,31 @@ func (m *Mode) Name() mode.Name { return mode.IPVS }
 // Sync implements mode.Mode. Each family is synced; a failing family does
 // not stop the other. Then the sysctls the families want are written.
 func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	full := changes == nil || changes.Full
-	var errs []error
-	var sysctls []desired.Sysctl
-	for _, f := range m.families {
-		st, err := f.sync(ctx, snap, full)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if st != nil {
-			sysctls = append(sysctls, st.Sysctls...)
-		}
-	}
-	if err := m.writeSysctls(sysctls, full); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return m.families.Locked(func(fams []*family) error {
+		var sysctls []desired.Sysctl
+		err := kernelmode.EachOf(fams, func(f *family) error {
+			st, err := f.sync(ctx, snap, full)
+			if st != nil {
+				sysctls = append(sysctls, st.Sysctls...)
+			}
+			return err
+		})
+		return errors.Join(err, m.writeSysctls(sysctls, full))
+	})
 }
 
 // Init implements mode.Initializer: the sysctls the mode needs, written
 // before any sync (--init-only). IPv4's are the node's whatever the
 // families.
 func (m *Mode) Init(_ context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var sysctls []desired.Sysctl
-	for _, f := range m.families {
-		sysctls = append(sysctls, desired.Sysctls(f.base)...)
-	}
-	return m.writeSysctls(sysctls, true)
+	return m.families.Locked(func(fams []*family) error {
+		var sysctls []desired.Sysctl
+		for _, f := range fams {
+			sysctls = append(sysctls, desired.Sysctls(f.base)...)
+		}
+		return m.writeSysctls(sysctls, true)
+	})
 }
 
 var _ mode.Initializer = (*Mode)(nil)
@@ -212,15 +205,7 @@ func (m *Mode) writeSysctls(sysctls []desired.Sysctl, full bool) error {
 // Drain deletes draining TCP real servers that hold no connection any more
 // or have drained long enough. The background drain calls it; so may tests.
 func (m *Mode) Drain() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var errs []error
-	for _, f := range m.families {
-		if err := f.drain(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return m.families.Each((*family).drain)
 }
 
 func (m *Mode) drainLoop(ctx context.Context, interval time.Duration) {

@@ -1,7 +1,11 @@
-// Package kernelmode holds what the kernel modes (iptables, nftables, IPVS)
-// share around their rule models: reading a snapshot for what it says
-// about this node, and building each service port while a port the model
-// rejects keeps what was last programmed for it.
+// Package kernelmode is the skeleton the kernel modes (iptables, nftables,
+// IPVS) fill in: the per-family loop under the sync lock (Families), the
+// full-or-partial decision with a failure forcing the next sync full
+// (Resync), kube-proxy's rule-sync metrics per family (RuleSync), the
+// node's configuration read from each snapshot (Node, Facts), building
+// each service port while a port the model rejects keeps what was last
+// programmed for it (BuildPorts), and /services' view (Programmed). A
+// mode brings its rule model and its write path.
 package kernelmode
 
 import (

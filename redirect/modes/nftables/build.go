@@ -43,7 +43,7 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 				Family:        fam,
 				MasqueradeBit: s.NFTables.MasqueradeBit,
 				MasqueradeAll: s.MasqueradeAll,
-				ClusterCIDRs:  ipfamily.Prefixes(s.ClusterCIDRs, fam),
+				ClusterCIDRs:  s.ClusterCIDRsFor(detector, fam),
 
 				BridgeInterface: detector.BridgeInterface, InterfaceNamePrefix: detector.InterfaceNamePrefix,
 			},
@@ -54,11 +54,6 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 	}
 	if len(fams) == 0 {
 		return nil, fmt.Errorf("nftables mode: no IP family has a usable nf_tables")
-	}
-	if detector.NodeCIDR || !detector.ByCIDR() {
-		for i := range fams {
-			fams[i].Rules.ClusterCIDRs = nil
-		}
 	}
 	return New(Config{
 		Families: fams, NodeName: s.NodeName, NodePorts: s.NodePorts, Registry: d.Registry, Logger: logger,

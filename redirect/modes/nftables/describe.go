@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -13,24 +14,19 @@ var _ mode.Describer = (*Mode)(nil)
 // kept), in table "ip kube-proxy" or "ip6 kube-proxy". It does not take
 // m.mu, which a sync holds throughout.
 func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
-	return func(name servicemap.ServicePortName) mode.Programmed {
-		var out mode.Programmed
-		for _, f := range m.families {
-			p := f.programmed(name)
-			if p == nil {
-				continue
-			}
-			table := "ip " + TableName
-			if f.fam == ipfamily.IPv6 {
-				table = "ip6 " + TableName
-			}
-			for _, c := range p.Chains {
-				out.Chains = append(out.Chains, mode.Chain{Family: f.fam, Table: table, Name: c.Name})
-			}
+	return kernelmode.Programmed(m.families.List(), func(f *family, name servicemap.ServicePortName) []mode.Chain {
+		p := f.programmed(name)
+		if p == nil {
+			return nil
 		}
-		if len(out.Chains) == 0 {
-			out.Note = "no chains of its own: no cluster IP of a proxied family, or not synced yet"
+		table := "ip " + TableName
+		if f.fam == ipfamily.IPv6 {
+			table = "ip6 " + TableName
 		}
-		return out
-	}
+		chains := make([]mode.Chain, 0, len(p.Chains))
+		for _, c := range p.Chains {
+			chains = append(chains, mode.Chain{Family: f.fam, Table: table, Name: c.Name})
+		}
+		return chains
+	}, "no chains of its own: no cluster IP of a proxied family, or not synced yet")
 }

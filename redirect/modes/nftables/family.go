@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,9 +51,9 @@ type family struct {
 	// stale are flushed per-port chains waiting to be deleted, with the
 	// time they were flushed.
 	stale map[string]time.Time
-	// needFull: the kernel's state is unknown (a failure, a flush by
-	// someone else); the next sync reads it and rewrites everything.
-	needFull bool
+	// resync: after a failure, or a flush by someone else, the kernel's
+	// state is unknown; the next sync reads it and rewrites everything.
+	resync kernelmode.Resync
 	// recreated: base chains were deleted and re-added once, as kube-proxy
 	// does at start.
 	recreated bool
@@ -121,7 +120,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	if err != nil {
 		return f.failed(err)
 	}
-	full := changes.Full || f.needFull || f.builder == nil
+	full := f.resync.Full(changes, f.builder != nil)
 	if !full && check {
 		f.checks++
 		damage, chainsIntact, err := f.damaged(ctx)
@@ -142,7 +141,8 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		default:
 			f.logger.Info("The kube-proxy table was changed by someone else; rewriting it", "table", TableName, "damage", damage)
 			f.repairs++
-			f.needFull, full = true, true
+			f.resync.Damaged()
+			full = true
 		}
 	}
 	start := time.Now()
@@ -151,18 +151,16 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 		if err != nil {
 			return f.failed(fmt.Errorf("nftables rules: %w", err))
 		}
-		err = f.fullSync(ctx, snap, b, f.builder == nil || f.needFull)
-		f.metrics.fullDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
+		err = f.fullSync(ctx, snap, b, f.builder == nil || f.resync.Unknown())
+		f.metrics.Observe(true, start)
 		if err != nil {
 			return f.failed(err)
 		}
-		f.builder, f.needFull, f.backlog = b, false, nil
+		f.builder, f.backlog = b, nil
+		f.resync.Synced()
 		return nil
 	}
-	names := slices.Clone(changes.Changed)
-	for _, sp := range changes.Removed {
-		names = append(names, sp.Name)
-	}
+	names := kernelmode.Touched(changes)
 	backlog := f.backlog
 	f.backlog = nil
 	b, shared := f.builder, false
@@ -189,7 +187,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 	} else {
 		err = f.chunkedSync(ctx, snap, names, backlog, b, start)
 	}
-	f.metrics.partialDuration.WithLabelValues(string(f.fam)).Observe(time.Since(start).Seconds())
+	f.metrics.Observe(false, start)
 	if err != nil {
 		return f.failed(err)
 	}
@@ -275,9 +273,8 @@ func (f *family) chunkedSync(ctx context.Context, snap *servicemap.Snapshot, nam
 
 // failed marks the state unknown: the next sync is a full one.
 func (f *family) failed(err error) error {
-	f.needFull = true
 	f.backlog = nil // the full sync writes everything
-	return fmt.Errorf("%s: %w", f.fam, err)
+	return f.resync.Failed(f.fam, err)
 }
 
 // damaged compares the table with what the mode last wrote, over netlink,
@@ -354,29 +351,6 @@ func (f *family) dueStale() map[string]bool {
 	return due
 }
 
-// countFailure counts a write the kernel refused at line in kube-proxy's
-// metrics: a failed deletion of a stale chain is a cleanup failure,
-// anything else a sync one.
-func (f *family) countFailure(line string) {
-	if strings.HasPrefix(line, "delete chain ") {
-		f.metrics.cleanupFailures.WithLabelValues(string(f.fam)).Inc()
-	} else {
-		f.metrics.syncFailures.WithLabelValues(string(f.fam)).Inc()
-	}
-}
-
-// runTx runs tx, counting a failure (countFailure).
-func (f *family) runTx(ctx context.Context, tx *knftables.Transaction) error {
-	err := f.nft.Run(ctx, tx)
-	if err == nil {
-		f.commits++
-		return nil
-	}
-	line, wrapped := txError(err, tx)
-	f.countFailure(line)
-	return wrapped
-}
-
 // ports builds the objects of the named ports. A port the builder rejects
 // keeps what was last applied for it: bad input for one service never takes
 // down the others, nor its own previous rules.
@@ -390,7 +364,7 @@ func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []serv
 			return nil, nil // nothing in this family
 		}
 		return &p, nil
-	}, f.metrics.portErrors.WithLabelValues(string(f.fam)).Inc)
+	}, f.metrics.PortErrors)
 	if err != nil {
 		f.logger.Error(err, "Some service ports cannot be programmed; they keep their previous rules")
 	}
@@ -406,34 +380,7 @@ func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []serv
 // sets are not known (first sync, after a failure or a flush by someone
 // else) and are listed, so leftovers get removed.
 func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rules.Builder, readKernel bool) error {
-	existingChains := map[string]bool{}
-	existingSets := map[string]bool{}
-	if readKernel {
-		chains, sets, err := f.lister.Names(ctx)
-		if err != nil {
-			// kube-proxy goes on too: the transaction itself tells.
-			f.logger.Error(err, "Failed to list the existing nftables objects")
-		}
-		for _, c := range chains {
-			existingChains[c] = true
-		}
-		for _, s := range sets {
-			existingSets[s] = true
-		}
-	} else {
-		for _, p := range f.applied {
-			for _, c := range p.Chains {
-				existingChains[c.Name] = true
-			}
-			for _, s := range p.AffinitySets {
-				existingSets[s.Name] = true
-			}
-		}
-		for c := range f.stale {
-			existingChains[c] = true
-		}
-	}
-
+	existingChains, existingSets := f.existing(ctx, readKernel)
 	names := make([]servicemap.ServicePortName, 0, snap.Len())
 	for name := range snap.All() {
 		names = append(names, name)
@@ -512,24 +459,7 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	for _, id := range order {
 		tx.Add(elems[id].elem.Object())
 	}
-	now := f.now()
-	stale := map[string]time.Time{}
-	var deletes []string
-	due := f.dueStale()
-	for _, c := range slices.Sorted(maps.Keys(existingChains)) {
-		if !rules.IsPortChain(c) || keepChains[c] {
-			continue
-		}
-		if due[c] && !readKernel {
-			deletes = append(deletes, c)
-			continue
-		}
-		tx.Flush(&knftables.Chain{Name: c})
-		stale[c] = now
-		if t, ok := f.stale[c]; ok && !readKernel {
-			stale[c] = t
-		}
-	}
+	stale, deletes := f.flushStale(tx, existingChains, keepChains, readKernel)
 	for _, s := range staleSets {
 		tx.Delete(&knftables.Set{Name: s})
 	}
@@ -555,6 +485,64 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	return nil
 }
 
+// existing returns the chains and sets of the table: listed when the
+// kernel's state is unknown (readKernel), else what the last syncs wrote.
+func (f *family) existing(ctx context.Context, readKernel bool) (chains, sets map[string]bool) {
+	chains, sets = map[string]bool{}, map[string]bool{}
+	if readKernel {
+		cs, ss, err := f.lister.Names(ctx)
+		if err != nil {
+			// kube-proxy goes on too: the transaction itself tells.
+			f.logger.Error(err, "Failed to list the existing nftables objects")
+		}
+		for _, c := range cs {
+			chains[c] = true
+		}
+		for _, s := range ss {
+			sets[s] = true
+		}
+		return chains, sets
+	}
+	for _, p := range f.applied {
+		for _, c := range p.Chains {
+			chains[c.Name] = true
+		}
+		for _, s := range p.AffinitySets {
+			sets[s.Name] = true
+		}
+	}
+	for c := range f.stale {
+		chains[c] = true
+	}
+	return chains, sets
+}
+
+// flushStale flushes, in a full sync's tx, the per-port chains of existing
+// that no port keeps, and returns them as the stale chains with the time
+// they were flushed (kept from before when the state is known), but for
+// the ones due for deletion, returned as deletes for the caller to add
+// after the sets that go.
+func (f *family) flushStale(tx *knftables.Transaction, existing, keep map[string]bool, readKernel bool) (stale map[string]time.Time, deletes []string) {
+	now := f.now()
+	stale = map[string]time.Time{}
+	due := f.dueStale()
+	for _, c := range slices.Sorted(maps.Keys(existing)) {
+		if !rules.IsPortChain(c) || keep[c] {
+			continue
+		}
+		if due[c] && !readKernel {
+			deletes = append(deletes, c)
+			continue
+		}
+		tx.Flush(&knftables.Chain{Name: c})
+		stale[c] = now
+		if t, ok := f.stale[c]; ok && !readKernel {
+			stale[c] = t
+		}
+	}
+	return stale, deletes
+}
+
 // deferredChain is a policy chain whose one numgen DNAT rule a full sync
 // writes over netlink.
 type deferredChain struct {
@@ -566,44 +554,6 @@ type deferredChain struct {
 // its transaction list for each anonymous set of a batch, so batches stay
 // small.
 const deferredPerBatch = 200
-
-// writeDeferred writes the deferred policy chains' rules over netlink, in
-// batches of deferredPerBatch chains, each atomic: a chain has its old rule
-// or its new one, never none. nft writes each rule's anonymous map under a
-// name the kernel numbers by scanning every set of the table (minutes at
-// 30,000 services); these go under names of their own.
-func (f *family) writeDeferred(ctx context.Context, chains []deferredChain) error {
-	for start := 0; start < len(chains); start += deferredPerBatch {
-		var ops []op
-		for _, d := range chains[start:min(start+deferredPerBatch, len(chains))] {
-			if d.existed {
-				ops = append(ops, op{kind: opFlushChain, chain: d.chain.Name})
-			}
-			ops = append(ops, op{kind: opAddRule, chain: d.chain.Name, rule: d.chain.Rules[0]})
-		}
-		batch, ok := f.fast.encode(ops)
-		if ok {
-			line, err := f.fast.run(batch)
-			if err == nil {
-				f.commits++
-				continue
-			}
-			if line != "" {
-				f.countFailure(line)
-				return err
-			}
-			f.logger.Error(err, "Writing over netlink failed; using nft")
-		}
-		tx := f.nft.NewTransaction()
-		for _, o := range ops {
-			o.write(tx, f.fast.addrType)
-		}
-		if err := f.runTx(ctx, tx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // writeChain adds a chain with its complete rule list; a chain that may
 // exist is flushed first.
@@ -738,34 +688,9 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		}
 	}
 
-	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps)
-	var adds []op
 	// Element changes, after the chains they point to.
-	for _, id := range slices.Sorted(maps.Keys(prev)) {
-		before := prev[id]
-		st := f.elems[id]
-		live := st != nil && st.refs > 0
-		var group []op
-		switch {
-		case before != nil && !live:
-			ops = append(ops, op{kind: opDeleteElem, elem: *before})
-			group = []op{{kind: opDeleteElem, elem: *before}}
-			delete(f.elems, id)
-		case before == nil && live:
-			adds = append(adds, op{kind: opAddElem, elem: st.elem})
-			group = []op{{kind: opAddElem, elem: st.elem}}
-		case before != nil && live && !elementEqual(*before, st.elem):
-			ops = append(ops, op{kind: opDeleteElem, elem: *before})
-			adds = append(adds, op{kind: opAddElem, elem: st.elem})
-			group = []op{{kind: opDeleteElem, elem: *before}, {kind: opAddElem, elem: st.elem}}
-		case !live:
-			delete(f.elems, id)
-		}
-		if group != nil {
-			portGroups[lastPort[id]] = append(portGroups[lastPort[id]], group)
-		}
-	}
-	ops = append(ops, adds...)
+	elemDeletes, elemAdds := f.elementOps(prev, lastPort, portGroups)
+	ops := slices.Concat(flushes, setDeletes, setAdds, chainOps, elemDeletes, elemAdds)
 	if len(ops) > 0 || shared {
 		var groups [][]op
 		if len(setDeletes)+len(setAdds) == 0 {
@@ -785,6 +710,38 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 		f.wrote(names)
 	}
 	return nil
+}
+
+// elementOps returns the operations that take the elements touched from
+// prev (as applied before; nil: absent) to f.elems, the deletes apart from
+// the adds, forgets the elements no port wants any more, and adds each
+// change as a group to portGroups at the last port touching it (lastPort).
+func (f *family) elementOps(prev map[string]*rules.Element, lastPort map[string]int, portGroups [][][]op) (deletes, adds []op) {
+	for _, id := range slices.Sorted(maps.Keys(prev)) {
+		before := prev[id]
+		st := f.elems[id]
+		live := st != nil && st.refs > 0
+		var group []op
+		switch {
+		case before != nil && !live:
+			deletes = append(deletes, op{kind: opDeleteElem, elem: *before})
+			group = []op{{kind: opDeleteElem, elem: *before}}
+			delete(f.elems, id)
+		case before == nil && live:
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+			group = []op{{kind: opAddElem, elem: st.elem}}
+		case before != nil && live && !elementEqual(*before, st.elem):
+			deletes = append(deletes, op{kind: opDeleteElem, elem: *before})
+			adds = append(adds, op{kind: opAddElem, elem: st.elem})
+			group = []op{{kind: opDeleteElem, elem: *before}, {kind: opAddElem, elem: st.elem}}
+		case !live:
+			delete(f.elems, id)
+		}
+		if group != nil {
+			portGroups[lastPort[id]] = append(portGroups[lastPort[id]], group)
+		}
+	}
+	return deletes, adds
 }
 
 // deleteStale deletes the stale chains that are due, in a transaction of
@@ -809,104 +766,6 @@ func (f *family) deleteStale(ctx context.Context, b *rules.Builder, newStale, wa
 		return nil
 	}
 	return deletes
-}
-
-// runOps runs a partial sync's operations: over netlink when possible,
-// else through nft in one transaction. groups, when given, are the same
-// operations in groups that may go in separate transactions; a sync too
-// big for one netlink batch goes in several (splitBatches), each atomic.
-func (f *family) runOps(ctx context.Context, b *rules.Builder, ops []op, groups [][]op, shared bool) error {
-	if f.fast != nil && !shared && groups != nil && len(ops) > splitAbove {
-		done, err := f.runSplit(groups)
-		if done || err != nil {
-			return err
-		}
-	}
-	if f.fast != nil && !shared {
-		if batch, ok := f.fast.encode(ops); ok {
-			line, err := f.fast.run(batch)
-			switch {
-			case err == nil:
-				f.commits++
-				return nil
-			case line == "":
-				// Not the kernel's refusal: the socket failed, and
-				// nothing was applied. nft may still get through.
-				f.logger.Error(err, "Writing over netlink failed; using nft")
-			default:
-				f.countFailure(line)
-				return err
-			}
-		}
-	}
-	tx := f.nft.NewTransaction()
-	if shared {
-		b.WriteShared(tx, false, false)
-	}
-	addrType := b.AddrType()
-	for _, o := range ops {
-		o.write(tx, addrType)
-	}
-	return f.runTx(ctx, tx)
-}
-
-// runSplit writes a partial sync too big for one netlink batch as several,
-// each holding whole groups and at most deferredPerBatch DNAT rules: nft
-// would write it as one transaction whose cost grows with the square of
-// its anonymous maps (for each, the kernel walks the table's sets and the
-// transaction's list). Batches commit one after the other; a refused one
-// leaves the earlier ones applied, and the next sync is a full one. done
-// is false, with nothing written, when some operation has no netlink form.
-func (f *family) runSplit(groups [][]op) (done bool, err error) {
-	var batches []*batch
-	var cur []op
-	rules, size := 0, 0
-	flush := func() bool {
-		if len(cur) == 0 {
-			return true
-		}
-		b, ok := f.fast.encode(cur)
-		if !ok {
-			return false
-		}
-		batches = append(batches, b)
-		cur, rules, size = nil, 0, 0
-		return true
-	}
-	for _, g := range groups {
-		gRules, gSize := 0, 0
-		for _, o := range g {
-			if o.kind == opAddRule {
-				gRules++
-			}
-			gSize += o.sizeEstimate()
-		}
-		// A new batch before the group that would overfill this one.
-		if (rules+gRules > deferredPerBatch || size+gSize > maxBatch/2) && !flush() {
-			return false, nil
-		}
-		cur = append(cur, g...)
-		rules, size = rules+gRules, size+gSize
-	}
-	if !flush() {
-		return false, nil
-	}
-	for _, b := range batches {
-		line, err := f.fast.run(b)
-		if err == nil {
-			f.commits++
-			continue
-		}
-		if line == "" && len(batches) > 0 && b == batches[0] {
-			// The socket failed before anything was applied: nft may
-			// still get through.
-			f.logger.Error(err, "Writing over netlink failed; using nft")
-			return false, nil
-		}
-		f.countFailure(line)
-		return true, err
-	}
-	return true, nil
 }
 
 // splitAbove is the size (in operations) past which a partial sync goes

@@ -158,7 +158,7 @@ func BenchmarkKernelDamageCheck(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			f := m.families[0]
+			f := m.families.List()[0]
 			check := timeIt(b, 3, func() error {
 				damage, _, err := f.damaged(ctx)
 				if err == nil && damage != "" {
@@ -224,7 +224,7 @@ func BenchmarkKernelLargeAddition(b *testing.B) {
 			start, cpuStart := time.Now(), cpuTime(b)
 			var removedAt time.Time
 			var removal, inKernel time.Duration
-			m.families[0].wrote = func(names []servicemap.ServicePortName) {
+			m.families.List()[0].wrote = func(names []servicemap.ServicePortName) {
 				if !removedAt.IsZero() && inKernel == 0 && slices.Contains(names, shrunk.Name) {
 					inKernel = time.Since(removedAt)
 				}

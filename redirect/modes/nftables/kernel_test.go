@@ -132,7 +132,7 @@ func TestKernelIncremental(t *testing.T) {
 				prev = snap
 			}
 			sent := 0
-			for _, f := range m.families {
+			for _, f := range m.families.List() {
 				sent += f.fast.sent
 			}
 			if sent == 0 {

@@ -30,7 +30,7 @@ func TestKernelLargeAddition(t *testing.T) {
 	const before, added = 100, 2500
 	fam := ipfamily.IPv4
 	m := newTestMode(t, nil, map[ipfamily.Family]knftables.Interface{fam: realNFT(t, fam)})
-	f := m.families[0]
+	f := m.families.List()[0]
 	f.syncBudget = time.Nanosecond
 	all := scalePorts(before + added)
 	mustSync(t, m, snapshotOf(1, all[:before]...), full())

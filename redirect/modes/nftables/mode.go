@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,8 +57,7 @@ type Config struct {
 
 // Mode is kube-proxy's nftables mode.
 type Mode struct {
-	mu       sync.Mutex
-	families []*family
+	families kernelmode.Families[*family]
 	// gen reads nf_tables' generation (nil: unknown, every sync checks the
 	// table). lastGen is the generation after the last sync, when every
 	// step of it between the two reads was the mode's own (genKnown).
@@ -105,7 +103,7 @@ func New(cfg Config) (*Mode, error) {
 		if fc.Netlink {
 			fast = newNetlinkWriter(fc.Rules.Family, TableName)
 		}
-		m.families = append(m.families, &family{
+		m.families.Add(&family{
 			fast:   fast,
 			fam:    fc.Rules.Family,
 			nft:    fc.NFT,
@@ -113,7 +111,7 @@ func New(cfg Config) (*Mode, error) {
 			base:   fc.Rules,
 			node: kernelmode.Node{Family: fc.Rules.Family, Name: cfg.NodeName, NodePorts: cfg.NodePorts,
 				NodeCIDR: cfg.NodeCIDRDetector, LocalAddrs: cfg.LocalAddresses},
-			metrics: met,
+			metrics: met.forFamily(fc.Rules.Family),
 			logger:  cfg.Logger.WithValues("ipFamily", fc.Rules.Family),
 			now:     now,
 			applied: map[servicemap.ServicePortName]*rules.Port{},
@@ -138,30 +136,28 @@ func (m *Mode) Name() mode.Name { return mode.NFTables }
 // and nothing is checked; otherwise the families compare the table with
 // what they wrote.
 func (m *Mode) Sync(ctx context.Context, snap *servicemap.Snapshot, changes *servicemap.ChangeSet) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if changes == nil {
 		changes = &servicemap.ChangeSet{Full: true}
 	}
-	before, known := m.generation(ctx)
-	check := !(known && m.genKnown && before == m.lastGen)
-	var errs []error
-	commits := 0
-	for _, f := range m.families {
-		f.commits = 0
-		if err := f.sync(ctx, snap, changes, check); err != nil {
-			errs = append(errs, err)
-		}
-		commits += f.commits
-	}
-	after, knownAfter := m.generation(ctx)
-	// Only the mode's own transactions came between the two reads: the
-	// table is as it wrote it. Anything else (a foreign write in between,
-	// an empty transaction the kernel did not count, a failure) leaves the
-	// next sync to check.
-	m.lastGen = after
-	m.genKnown = known && knownAfter && len(errs) == 0 && after-before == uint32(commits)
-	return errors.Join(errs...)
+	return m.families.Locked(func(fams []*family) error {
+		before, known := m.generation(ctx)
+		check := !(known && m.genKnown && before == m.lastGen)
+		commits := 0
+		err := kernelmode.EachOf(fams, func(f *family) error {
+			f.commits = 0
+			err := f.sync(ctx, snap, changes, check)
+			commits += f.commits
+			return err
+		})
+		after, knownAfter := m.generation(ctx)
+		// Only the mode's own transactions came between the two reads: the
+		// table is as it wrote it. Anything else (a foreign write in
+		// between, an empty transaction the kernel did not count, a
+		// failure) leaves the next sync to check.
+		m.lastGen = after
+		m.genKnown = known && knownAfter && err == nil && after-before == uint32(commits)
+		return err
+	})
 }
 
 // generation reads nf_tables' generation; false when it is unknown.
@@ -171,7 +167,7 @@ func (m *Mode) generation(ctx context.Context) (uint32, bool) {
 	}
 	g, err := m.gen.Generation(ctx)
 	if err != nil {
-		m.families[0].logger.Error(err, "Failed to read the nf_tables generation; checking the table")
+		m.families.List()[0].logger.Error(err, "Failed to read the nf_tables generation; checking the table")
 		return 0, false
 	}
 	return g, true
@@ -180,12 +176,13 @@ func (m *Mode) generation(ctx context.Context) (uint32, bool) {
 // Backlog implements mode.Backlogger: the service ports of a large partial
 // sync not written yet.
 func (m *Mode) Backlog() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	n := 0
-	for _, f := range m.families {
-		n += len(f.backlog)
-	}
+	_ = m.families.Locked(func(fams []*family) error {
+		for _, f := range fams {
+			n += len(f.backlog)
+		}
+		return nil
+	})
 	return n
 }
 

@@ -105,7 +105,7 @@ func TestKernelRepairsDamagedMaps(t *testing.T) {
 
 func checks(m *Mode) int {
 	n := 0
-	for _, f := range m.families {
+	for _, f := range m.families.List() {
 		n += f.checks
 	}
 	return n
@@ -113,7 +113,7 @@ func checks(m *Mode) int {
 
 func repairs(m *Mode) int {
 	n := 0
-	for _, f := range m.families {
+	for _, f := range m.families.List() {
 		n += f.repairs
 	}
 	return n

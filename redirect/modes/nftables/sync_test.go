@@ -305,7 +305,7 @@ func TestFailedTransaction(t *testing.T) {
 			if got := fake.Dump(); got != dumpBefore {
 				t.Errorf("a failed transaction changed the table:\n%s", testkit.LineDiff(dumpBefore, got))
 			}
-			if n := testutil.ToFloat64(m.families[0].metrics.syncFailures.WithLabelValues("IPv4")); n != 1 {
+			if n := testutil.ToFloat64(m.families.List()[0].metrics.syncFailures.WithLabelValues("IPv4")); n != 1 {
 				t.Errorf("kubeproxy_sync_proxy_rules_nftables_sync_failures_total = %v, want 1", n)
 			}
 			// The engine retries with the changes merged; even with none,
