@@ -198,9 +198,10 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 // portsPerChunk bounds the service ports of one write of a large partial
 // sync: as many as one netlink batch holds (deferredPerBatch DNAT rules),
 // so that the sync's budget is checked after every batch. A batch of
-// 200 new services costs the kernel about 0.3 s at 20,000 services (each
-// new anonymous map costs walks of the table's sets); larger ones would
-// only make a change queued behind them wait longer.
+// new services costs the kernel more the larger the table is (each new
+// anonymous map costs walks of the table's sets; bench/MEASUREMENTS.md has
+// the figures); larger ones would only make a change queued behind them
+// wait longer.
 const portsPerChunk = deferredPerBatch
 
 // defaultSyncBudget is how long one sync writes chunks of a large change
@@ -373,10 +374,10 @@ func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []serv
 
 // fullSync rewrites the whole table: one nft transaction, and, with the
 // netlink writer, the policy chains' DNAT rules after it in netlink batches
-// (each chain keeps its old rule until its batch; the kernel takes about
-// 150 s at 30,000 services for the single transaction kube-proxy writes,
-// and about a quarter of that this way, most of it walking its list of
-// anonymous sets once per new one). readKernel: the kernel's chains and
+// (each chain keeps its old rule until its batch; the kernel takes minutes
+// at 30,000 services for the single transaction kube-proxy writes, and a
+// fraction of that this way, most of it walking its list of anonymous sets
+// once per new one). readKernel: the kernel's chains and
 // sets are not known (first sync, after a failure or a flush by someone
 // else) and are listed, so leftovers get removed.
 func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rules.Builder, readKernel bool) error {

@@ -14,8 +14,8 @@ import (
 )
 
 // Lister reads what the mode needs to know about its table without the nft
-// tool, whose every run loads every chain and set of the namespace (about
-// 4 s for `nft list chain` at 10,000 services): the names of its chains and
+// tool, whose every run loads every chain and set of the namespace (seconds
+// at 10,000 services): the names of its chains and
 // sets, and how many rules one chain holds.
 type Lister interface {
 	// Names lists the table's chains and sets (none when it is missing).

@@ -19,7 +19,7 @@ import (
 
 // netlinkWriter writes a partial sync's operations to the kernel as one
 // nf_tables batch, without the nft tool. nft loads every chain and set of
-// the namespace before each run (about 0.3 s at 30,000 services), which a
+// the namespace before each run (a cost that grows with the table), which a
 // change of one endpoint need not pay. It encodes exactly what nft 1.0.6
 // sends for the same text (checked by the kernel tests, which list the
 // table after both), for the operations partial syncs of ordinary services
