@@ -233,7 +233,7 @@ test: deps tools build image cluster-tools conformance-images
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
 	@cd $(ANALYSIS) && $(PROGRESS) "go vet ./... in bench/analysis" "under a minute" $(GO) vet ./...
 	@$(MAKE) --no-print-directory bin/guest-exec
-	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 20 minutes" \
+	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 15 minutes" \
 		$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_SUITES) || rc=$$?; \
 	KPROXY_CLUSTER_TEST=1 KPROXY_IMAGE=$(IMAGE) KPROXY_CONFORMANCE_IMAGES=$(CONFORMANCE_IMAGES) \
 		$(PROGRESS) "alone: a 2-node cluster with kproxy as its DaemonSet, Service traffic and the 15 Services conformance specs" \
