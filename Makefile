@@ -17,7 +17,7 @@ export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 # out of kproxy's go.mod (DEVELOPERS.md).
 ANALYSIS := $(CURDIR)/bench/analysis
 
-.PHONY: all build print-version-ldflags deps tools test test-guest test-host test-race test-guest-pkgs test-guest-nonf unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image kube-proxy-image conformance-compare cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
+.PHONY: all build print-version-ldflags deps tools test test-guest test-host test-race test-guest-pkgs test-guest-nonf test-guest-nonf-self unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image kube-proxy-image conformance-compare cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
 
 all: build
 
@@ -213,21 +213,30 @@ RACE_PKGS := ./sync/servicemap/ ./sync/runner/ ./sync/engine/ ./sync/filesource/
 # for a guest kernel's slow system calls: the host's end-to-end package used
 # a quarter of one core over its 21 minutes), so make test runs them side by
 # side, TEST_JOBS at a time, each suite's output printed whole when it ends.
-# TEST_JOBS=1 runs them one after the other.
-TEST_JOBS ?= 6
-# The host's end-to-end package runs as E2E_SHARDS processes, each with every
-# E2E_SHARDS-th of its top-level tests (every test runs in network
-# namespaces of its own, so the processes cannot meet).
+# TEST_JOBS=1 runs them one after the other. With six, the four longest
+# suites held four places to the end and the host's end-to-end shards
+# queued behind the rest: with eight, all but the shortest start at once.
+# (A guest is no waiting process: each used about a third of a core.)
+TEST_JOBS ?= 8
+# The host's end-to-end package runs as E2E_SHARDS processes, with its
+# top-level tests dealt out by their time in E2E_COSTS (.ci/shard), so the
+# shards end together (every test runs in network namespaces of its own, so
+# the processes cannot meet).
 E2E_SHARDS := 4
 E2E_SHARD_TARGETS := $(foreach i,$(shell seq $(E2E_SHARDS)),test-e2e-$(i))
-# Longest first, so the slowest suites start at once.
-TEST_SUITES = $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs $(E2E_SHARD_TARGETS) test-host test-race
+# Seconds per end-to-end case on the host, in the guest and in the guest
+# without netfilter, measured under load: only the split uses them.
+E2E_COSTS := $(CURDIR)/.ci/e2e-costs
+SHARD := $(CURDIR)/.ci/shard
+# Longest first, so the slowest suites start at once: the guest's, and
+# test-host, whose bench/modes alone takes five minutes.
+TEST_SUITES = $(GUEST_E2E_TARGETS) test-host $(GUEST_NONF_E2E_TARGETS) $(E2E_SHARD_TARGETS) test-guest-pkgs test-guest-nonf-self test-race
 test: deps tools build image cluster-tools conformance-images
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
 	@cd $(ANALYSIS) && $(PROGRESS) "go vet ./... in bench/analysis" "under a minute" $(GO) vet ./...
 	@$(MAKE) --no-print-directory bin/guest-exec
-	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 20 minutes" \
+	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 15 minutes" \
 		$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_SUITES) || rc=$$?; \
 	KPROXY_CLUSTER_TEST=1 KPROXY_IMAGE=$(IMAGE) KPROXY_CONFORMANCE_IMAGES=$(CONFORMANCE_IMAGES) \
 		$(PROGRESS) "alone: a 2-node cluster with kproxy as its DaemonSet, Service traffic and the 15 Services conformance specs" \
@@ -246,7 +255,7 @@ test-host:
 	exit $$rc
 
 test-e2e-%:
-	@names=$$($(GO) test -list '^Test' ./bench/e2e/ | grep '^Test' | awk -v n=$(E2E_SHARDS) -v i=$* 'NR % n == i % n' | paste -sd'|') && \
+	@names=$$($(GO) test -list '^Test' ./bench/e2e/ | grep '^Test' | $(SHARD) $(E2E_COSTS) host $(E2E_SHARDS) $*) && \
 	$(PROGRESS) "end-to-end cases, shard $*/$(E2E_SHARDS)" "about 6 minutes" \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run "^($$names)$$" ./bench/e2e/
 
@@ -256,7 +265,8 @@ test-race:
 
 # Tests that need a kernel with IPVS and SCTP (TestGuest*) run in a
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
-# (see bench/guest/doc.go). Guest RAM is a sparse file in GUEST_TMPDIR.
+# (see bench/guest/doc.go). Guest RAM is a file in /dev/shm, or in
+# GUEST_TMPDIR when /dev/shm is no tmpfs with room for it.
 GUEST_TEST_PKGS := ./bench/guest/ ./redirect/sklookup/ ./lb/sctprelay/ ./redirect/modes/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
 GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
@@ -265,9 +275,10 @@ GUEST_TMPDIR ?= /var/tmp
 # The nftables mode runs on the host only: the guest kernel has nf_tables
 # without its ip/ip6 families (TestGuestNFTablesHasNoIPFamilies).
 GUEST_E2E_CASES := TestClusterIP TestUserspaceKeepsClientAddress TestHairpinToLocalEndpoint TestNodePortAddressesPrimary TestWithoutTheNFTAndIPSetTools TestRefusals TestNodePortAndExternalIP TestAffinityAndEndpointChanges TestCleanupRestoresTables TestSCTP TestSCTPLoopsAreRefused TestGracefulTermination TestIPVSStartup TestDualStack TestUDPEndpointRemoval TestConntrackEndpointRemovalOnEveryDestination
-# The guest's end-to-end cases run in two guests side by side, each with
-# every other case.
-GUEST_E2E_TARGETS := test-guest-e2e-1 test-guest-e2e-2
+# The guest's end-to-end cases run in GUEST_E2E_SHARDS guests side by side,
+# dealt out by their time in E2E_COSTS.
+GUEST_E2E_SHARDS := 3
+GUEST_E2E_TARGETS := $(foreach i,$(shell seq $(GUEST_E2E_SHARDS)),test-guest-e2e-$(i))
 # The cases that apply to the userspace mode also run in a guest booted
 # without netfilter (no netfilter module, module loading disabled; see
 # bench/guest/doc.go), like a node whose kernel lacks it: kproxy, given no
@@ -275,8 +286,13 @@ GUEST_E2E_TARGETS := test-guest-e2e-1 test-guest-e2e-2
 # guest RAM: etcd and kube-apiserver (TestAPIServer) take about 360M of the
 # default 512M.
 GUEST_NONF_E2E_CASES := TestClusterIP TestUserspaceKeepsClientAddress TestRefusals TestNodePortAndExternalIP TestNodePortAddressesPrimary TestAffinityAndEndpointChanges TestUDPEndpointRemoval TestSCTP TestSCTPLoopsAreRefused TestDualStack TestCleanupRestoresTables TestLoadBalancerIngress TestPortalKind TestServiceAddressesNotAnnounced TestExternalTrafficPolicyLocal TestInternalTrafficPolicyLocal TestHealthCheckNodePort TestAPIServer TestServiceAddressesAreIsolated TestExternalTrafficPolicyLocalShortCircuitsUDPFromTheNode TestUserspaceKeepsRoutedPodAddress
+# They run in GUEST_NONF_SHARDS guests (TestAPIServer alone takes most of
+# one), after the guest's self-test without netfilter in one more.
+GUEST_NONF_SHARDS := 2
+GUEST_NONF_E2E_TARGETS := $(foreach i,$(shell seq $(GUEST_NONF_SHARDS)),test-guest-nonf-e2e-$(i))
+GUEST_NONF_TARGETS := $(GUEST_NONF_E2E_TARGETS) test-guest-nonf-self
 test-guest: deps tools build bin/guest-exec
-	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(GUEST_E2E_TARGETS) test-guest-nonf test-guest-pkgs
+	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(GUEST_E2E_TARGETS) $(GUEST_NONF_TARGETS) test-guest-pkgs
 
 bin/guest-exec: $(shell find bench/guest -name '*.go')
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
@@ -286,15 +302,19 @@ test-guest-pkgs:
 		$(GO) test -count=1 -timeout $(GUEST_TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run '^TestGuest' $(GUEST_TEST_PKGS)
 
 test-guest-e2e-%:
-	@cases=$$(tr ' ' '\n' <<<'$(GUEST_E2E_CASES)' | awk -v i=$* 'NR % 2 == i % 2' | paste -sd'|') && \
-	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel, half $*" "about 10 minutes" \
+	@cases=$$(tr ' ' '\n' <<<'$(GUEST_E2E_CASES)' | $(SHARD) $(E2E_COSTS) guest $(GUEST_E2E_SHARDS) $*) && \
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel, shard $*/$(GUEST_E2E_SHARDS)" "about 10 minutes" \
 		$(GO) test -count=1 -timeout $(GUEST_TEST_TIMEOUT) -exec $(CURDIR)/bin/guest-exec -run "^($$cases)$$" ./bench/e2e/
 
-test-guest-nonf:
+test-guest-nonf: $(GUEST_NONF_TARGETS)
+
+test-guest-nonf-self:
 	@TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "guest-kernel self-test without netfilter" "under a minute" \
 		$(GO) test -count=1 -timeout $(GUEST_TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false" -run '^TestGuest' ./bench/guest/
-	@cases=$$(tr ' ' '|' <<<'$(GUEST_NONF_E2E_CASES)') && \
-	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel without netfilter" "about 6 minutes" \
+
+test-guest-nonf-e2e-%:
+	@cases=$$(tr ' ' '\n' <<<'$(GUEST_NONF_E2E_CASES)' | $(SHARD) $(E2E_COSTS) nonf $(GUEST_NONF_SHARDS) $*) && \
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy TMPDIR=$(GUEST_TMPDIR) $(PROGRESS) "end-to-end cases in the guest kernel without netfilter, shard $*/$(GUEST_NONF_SHARDS)" "about 6 minutes" \
 		$(GO) test -count=1 -timeout $(GUEST_TEST_TIMEOUT) -exec "$(CURDIR)/bin/guest-exec -netfilter=false -mem 1G" -run "^($$cases)$$" ./bench/e2e/
 
 # Unit tests only (no root needed; kernel tests skip).

@@ -70,7 +70,9 @@ func newLabOn(t *testing.T, m proxyMode, opts lab.TopologyOptions, render func(l
 	l := &e2eLab{mode: m, bin: bin}
 	l.topo = lab.NewTopology(t, opts)
 	quietRedirects(t)
-	lab.StartServers(t, l.topo, lab.ServerOptions{NoIperf: true})
+	// No case fetches the servers' large file: one byte, not the 8 MiB
+	// default, written (and hashed) for every lab.
+	lab.StartServers(t, l.topo, lab.ServerOptions{NoIperf: true, LargeFileBytes: 1})
 	for _, b := range l.topo.Backends {
 		l.backends = append(l.backends, b.IPv4.String())
 	}

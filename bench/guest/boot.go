@@ -23,10 +23,10 @@ const (
 	resultPollInterval = 200 * time.Millisecond
 )
 
-// boot runs UML until it powers off (or ctx ends, or it outstays haltGrace
+// boot runs UML, its RAM in a file in memDir, until it powers off (or ctx ends, or it outstays haltGrace
 // after reported says the guest's result is in), streaming the guest's two
 // program consoles to stdout and stderr.
-func boot(ctx context.Context, kernel string, args []string, runDir string, stdout, stderr io.Writer,
+func boot(ctx context.Context, kernel string, args []string, runDir, memDir string, stdout, stderr io.Writer,
 	reported func() bool, haltGrace time.Duration) error {
 	console, err := os.Create(filepath.Join(runDir, "console.log"))
 	if err != nil {
@@ -55,8 +55,8 @@ func boot(ctx context.Context, kernel string, args []string, runDir string, stdo
 	}
 
 	cmd := exec.Command(kernel, args...)
-	// Guest RAM is a file in TMPDIR; keep it in the run directory.
-	cmd.Env = append(os.Environ(), "TMPDIR="+runDir)
+	// Guest RAM is a file UML makes in TMPDIR (see memDir).
+	cmd.Env = append(os.Environ(), "TMPDIR="+memDir)
 	cmd.Stdout, cmd.Stderr = umlLog, umlLog
 	cmd.ExtraFiles = []*os.File{console, outW, errW} // fds 3, 4, 5: see consoleFD
 	cmd.SysProcAttr = umlProcAttr()

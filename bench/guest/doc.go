@@ -9,8 +9,9 @@
 // bin/guest-exec (cmd/guest-exec) is a `go test -exec` helper. For each
 // test binary it
 //
-//  1. makes a run directory in $TMPDIR (guest RAM is a sparse file there,
-//     next to UML's control sockets) with a shared/ directory holding
+//  1. makes a run directory in $TMPDIR (UML's control sockets; guest RAM
+//     is a file in /dev/shm, a tmpfs, when it has room, else here) with a
+//     shared/ directory holding
 //     run.json: the binary, its arguments, environment, working directory
 //     and the modules to load;
 //  2. boots linux.uml with the host's root filesystem as a read-only hostfs

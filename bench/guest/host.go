@@ -35,8 +35,9 @@ type Config struct {
 	NoNetfilter bool
 	// Mem is the guest's RAM, e.g. "512M"; "" means DefaultMem.
 	Mem string
-	// TempDir holds the per-run directory (guest RAM, UML sockets, the
-	// shared directory); "" means os.TempDir(). It needs room for Mem.
+	// TempDir holds the per-run directory (UML sockets, the shared
+	// directory, and guest RAM when /dev/shm has no room for it; see
+	// memDir); "" means os.TempDir().
 	TempDir string
 	// Dir is the program's working directory in the guest; "" means the
 	// current directory (go test runs a test binary in its package).
@@ -105,7 +106,7 @@ func Run(ctx context.Context, cfg Config, argv []string) (code int, err error) {
 		return -1, err
 	}
 	reported := func() bool { return resultReported(paths.SharedDir) }
-	if err := boot(ctx, kernel, args, runDir, cfg.Stdout, cfg.Stderr, reported, cfg.haltGrace); err != nil {
+	if err := boot(ctx, kernel, args, runDir, memDir(runDir, cfg.Mem), cfg.Stdout, cfg.Stderr, reported, cfg.haltGrace); err != nil {
 		return -1, withLogs(err, runDir)
 	}
 	code, err = readResult(paths.SharedDir)
