@@ -160,11 +160,3 @@ func TestRowRoundTrip(t *testing.T) {
 		t.Error("ReadRow of a missing file succeeded")
 	}
 }
-
-func TestThousands(t *testing.T) {
-	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 160005: "160,005", 1234567: "1,234,567", -4500: "-4,500"} {
-		if got := thousands(n); got != want {
-			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
