@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -132,6 +133,19 @@ func Mark(ok bool) string {
 		return "✓"
 	}
 	return "✗"
+}
+
+// Median is the median of vs (the mean of the middle two for an even
+// count), 0 for none: a benchmark's figure from its repeated runs.
+func Median[T ~float64 | ~int64](vs []T) T {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(vs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // CPUModel is /proc/cpuinfo's first model name.

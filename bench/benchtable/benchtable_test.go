@@ -3,6 +3,7 @@ package benchtable
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPage(t *testing.T) {
@@ -63,5 +64,23 @@ func TestMachine(t *testing.T) {
 	}
 	if got := FirstLineOf("sh", "-c", "echo one; echo two"); got != "one" {
 		t.Errorf("FirstLineOf = %q, want the first line", got)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tt := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := Median(tt.in); got != tt.want {
+			t.Errorf("Median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+	in := []time.Duration{400 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, 200 * time.Millisecond}
+	if got := Median(in); got != 250*time.Millisecond {
+		t.Errorf("Median of durations = %v, want 250ms", got)
+	}
+	if in[0] != 400*time.Millisecond {
+		t.Errorf("Median sorted its argument: %v", in)
 	}
 }
