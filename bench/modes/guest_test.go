@@ -144,7 +144,9 @@ func TestRunGuestSection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots the guest kernel (-short)")
 	}
-	t.Setenv(EnvGuestExec, "")
+	// Beside TestBenchModesTiny: the guest (one CPU, mostly waiting) and
+	// the host section each take minutes, and neither judges a figure.
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.GuestSizes, cfg.RunSeconds, cfg.Repeats = []int{1}, 0.5, 1
 	var out syncBuffer

@@ -17,6 +17,7 @@ import (
 // TestRunGuestSection's: booting the guest here too would double the
 // package's time for the same check.
 func TestBenchModesTiny(t *testing.T) {
+	t.Parallel() // beside TestRunGuestSection
 	cfg := modes.DefaultConfig()
 	cfg.Sizes, cfg.GuestSizes = []int{1}, []int{1}
 	cfg.RunSeconds, cfg.Repeats, cfg.NewServiceRepeats = 0.3, 1, 1
