@@ -335,93 +335,99 @@ demo: deps
 	@$(DATAPLANE_USERSPACE) >/dev/null 2>&1 || { echo "the benchmark failed: run make bench-dataplane"; exit 1; }
 	@cat $(DATAPLANE_TABLE)
 
-# Micro-benchmarks of every package, then the data-plane table (direct, DNAT,
-# kproxy userspace with REDIRECT, local and socket-lookup portals, a Go io.Copy relay
-# and HAProxy in one lab; medians of
-# DATAPLANE_ROUNDS rounds, about 7 minutes for 3; make demo measures one),
-# printed and kept in bin/dataplane-table.md,
-# the iptables mode's against a hand-written DNAT rule in a second lab
-# (bin/dataplane-iptables-table.md; the modes cannot share a node) and the
-# nftables mode's in a third (bin/dataplane-nftables-table.md), the
-# table at scale (bench-dataplane-scale, below), then the
-# sync-scale table against kube-proxy, one row per proxy mode and size
-# (iptables-nft, iptables-legacy, nftables; KPROXY_SYNCSCALE_MODES to choose)
-# with both proxies' RSS (about 15 minutes with the default sizes 100, 1,000
-# and 5,000; KPROXY_SYNCSCALE_SIZES=100,1000,5000,10000,30000 for the
-# full table), kept in bin/syncscale-table.md.
-DATAPLANE_TABLE := $(CURDIR)/bin/dataplane-table.md
+# The benchmarks: one entry, make bench-modes, whose BENCH (a comma-separated
+# list) chooses what it measures, each into BENCH_MODES_OUT (bin/bench-modes);
+# `all` is every one. They share bench/benchtable's page, table and machine
+# description.
+#   modes (the default): every mode side by side (bench/modes): kproxy's
+#     userspace (both portal kinds), iptables (both backends) and nftables
+#     modes and kube-proxy v1.36.3's iptables and nftables modes at 1, 1,000
+#     and 10,000 services (KPROXY_BENCH_SIZES), control plane and data plane
+#     against a hand-written DNAT rule, then the IPVS modes in the guest
+#     kernel (KPROXY_BENCH_GUEST=off skips them). Under 30 minutes on 2
+#     cores; leaves results.json, bench-modes.md and the plots (PNG, SVG).
+#     The plots are drawn from results.json by bench/analysis's bench-plots,
+#     a module of its own so that the plotting library stays out of
+#     kproxy's go.mod.
+#   syncscale: the sync cost against kube-proxy per proxy mode and size
+#     (iptables-nft, iptables-legacy, nftables; KPROXY_SYNCSCALE_MODES to
+#     choose) with both proxies' RSS (about 15 minutes with the default
+#     sizes 100, 1,000 and 5,000; KPROXY_SYNCSCALE_SIZES=100,1000,5000,10000,30000
+#     for the full table): syncscale-table.md.
+#   ipvs: the IPVS sync cost, the desired-state build on the host and the
+#     netlink apply in a guest kernel per size (about 2.5 minutes for 1,000
+#     and 10,000 ports; KPROXY_IPVSSCALE_SIZES to choose): ipvs-table.md.
+#   dataplane: the data-plane tables: direct, DNAT, kproxy userspace with
+#     REDIRECT, local and socket-lookup portals, a Go io.Copy relay and
+#     HAProxy in one lab (medians of DATAPLANE_ROUNDS rounds, about 7
+#     minutes for 3; make demo measures one): dataplane-table.md; the
+#     iptables and nftables modes' against a hand-written DNAT rule, each in
+#     a lab of its own as the modes cannot share a node:
+#     dataplane-iptables-table.md, dataplane-nftables-table.md.
+#   dataplane-scale: new-connection requests and new UDP flows per second
+#     through one service with 1 and 10,000 services programmed
+#     (KPROXY_DATAPLANE_SCALE=10000,30000 adds 30,000), for kube-proxy-shaped
+#     DNAT, kproxy's iptables and nftables modes and its userspace mode with
+#     REDIRECT and with local portals, each on a fresh node; medians of
+#     DATAPLANE_ROUNDS rounds (6-8 minutes for 3 on 2 cores, where
+#     RLIMIT_NOFILE 20000 also adds 5,000 services: the userspace paths
+#     cannot hold 10,000): dataplane-scale-table.md.
+# make bench runs every package's micro-benchmarks, then make bench-modes
+# BENCH=all. bench-syncscale, bench-ipvs, bench-dataplane and
+# bench-dataplane-scale are make bench-modes with that BENCH.
+BENCH ?= modes
+BENCH_ALL := modes syncscale ipvs dataplane dataplane-scale
+BENCH_CELLS = $(if $(filter all,$(subst $(COMMA), ,$(BENCH))),$(BENCH_ALL),$(subst $(COMMA), ,$(BENCH)))
+COMMA := ,
+BENCH_MODES_OUT ?= $(CURDIR)/bin/bench-modes
+BENCH_OUT = $(abspath $(BENCH_MODES_OUT))
 DATAPLANE_ROUNDS ?= 3
-DATAPLANE_USERSPACE = KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(GO) test -run '^$$' -bench '^BenchmarkDataPlane$$' -benchtime 1x -timeout 20m ./bench/dataplane/
-DATAPLANE_IPTABLES_TABLE := $(CURDIR)/bin/dataplane-iptables-table.md
-DATAPLANE_NFTABLES_TABLE := $(CURDIR)/bin/dataplane-nftables-table.md
-SYNCSCALE_TABLE := $(CURDIR)/bin/syncscale-table.md
+# make demo's one round of the userspace data-plane table.
+DATAPLANE_TABLE := $(CURDIR)/bin/dataplane-table.md
+DATAPLANE_BENCH = $(GO) test -run '^$$' -bench '^BenchmarkDataPlane$$' -benchtime 1x -timeout 20m ./bench/dataplane/
+DATAPLANE_USERSPACE = KPROXY_BENCH_TABLE=$(DATAPLANE_TABLE) $(DATAPLANE_BENCH)
 bench: deps tools
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /bench/dataplane -e /bench/syncscale -e /bench/ipvsscale -e /bench/modes)
-	$(MAKE) --no-print-directory bench-dataplane
-	$(MAKE) --no-print-directory bench-syncscale
-	$(MAKE) --no-print-directory bench-ipvs
-	$(MAKE) --no-print-directory bench-modes
+	$(MAKE) --no-print-directory bench-modes BENCH=all
 
-# The IPVS sync table: desired-state computation on the host, netlink apply
-# in a guest kernel per size (about 2.5 minutes for 1,000 and 10,000 ports;
-# KPROXY_IPVSSCALE_SIZES to choose), kept in bin/ipvs-table.md.
-IPVS_TABLE := $(CURDIR)/bin/ipvs-table.md
-bench-ipvs: deps
-	@mkdir -p bin
-	KPROXY_BENCH_TABLE=$(IPVS_TABLE) TMPDIR=$(GUEST_TMPDIR) $(GO) test -run '^$$' -bench '^BenchmarkIPVSScale$$' -benchtime 1x -timeout 30m ./bench/ipvsscale/
-	@cat $(IPVS_TABLE)
-
-bench-syncscale: deps tools
-	@mkdir -p bin
-	KPROXY_BENCH_TABLE=$(SYNCSCALE_TABLE) $(GO) test -run '^$$' -bench SyncScale -benchtime 1x -timeout 0 ./bench/syncscale/
-	@cat $(SYNCSCALE_TABLE)
-
-bench-dataplane: deps
-	@mkdir -p bin
-	KPROXY_DATAPLANE_ROUNDS=$(DATAPLANE_ROUNDS) $(DATAPLANE_USERSPACE)
-	@cat $(DATAPLANE_TABLE)
-	KPROXY_DATAPLANE_KPROXY_MODE=iptables KPROXY_DATAPLANE_PATHS=direct,kproxy-iptables KPROXY_DATAPLANE_ROUNDS=3 KPROXY_BENCH_TABLE=$(DATAPLANE_IPTABLES_TABLE) \
-		$(GO) test -run '^$$' -bench '^BenchmarkDataPlane$$' -benchtime 1x -timeout 20m ./bench/dataplane/
-	@cat $(DATAPLANE_IPTABLES_TABLE)
-	KPROXY_DATAPLANE_KPROXY_MODE=nftables KPROXY_DATAPLANE_PATHS=direct,kproxy-nftables KPROXY_DATAPLANE_ROUNDS=3 KPROXY_BENCH_TABLE=$(DATAPLANE_NFTABLES_TABLE) \
-		$(GO) test -run '^$$' -bench '^BenchmarkDataPlane$$' -benchtime 1x -timeout 20m ./bench/dataplane/
-	@cat $(DATAPLANE_NFTABLES_TABLE)
-	$(MAKE) --no-print-directory bench-dataplane-scale
-
-# The data-plane table at scale: new-connection requests and new UDP flows
-# per second through one service with 1 and 10,000 services programmed
-# (KPROXY_DATAPLANE_SCALE=10000,30000 adds 30,000), for kube-proxy-shaped
-# DNAT, kproxy's iptables and nftables modes and its userspace mode with
-# REDIRECT and with local portals, each on a fresh node; medians of
-# DATAPLANE_ROUNDS rounds,
-# kept in bin/dataplane-scale-table.md. Each node takes 10-17 s (lab,
-# start-up, a 5 s and a 4 s run): 6 minutes for 3 rounds on 2 cores (before
-# the nftables column: add a quarter), where
-# RLIMIT_NOFILE 20000 also adds 5,000 services (the userspace paths cannot
-# hold 10,000). The whole of bench-dataplane took 20 minutes (2026-11-25).
-DATAPLANE_SCALE_TABLE := $(CURDIR)/bin/dataplane-scale-table.md
-bench-dataplane-scale: deps
-	@mkdir -p bin
-	KPROXY_DATAPLANE_ROUNDS=$(DATAPLANE_ROUNDS) KPROXY_BENCH_TABLE=$(DATAPLANE_SCALE_TABLE) \
-		$(GO) test -run '^$$' -bench '^BenchmarkDataPlaneScale$$' -benchtime 1x -timeout 90m ./bench/dataplane/
-	@cat $(DATAPLANE_SCALE_TABLE)
-
-# Every mode side by side (bench/modes): kproxy's userspace (both portal
-# kinds), iptables (both backends) and nftables modes and kube-proxy
-# v1.36.3's iptables and nftables modes at 1, 1,000 and 10,000 services
-# (KPROXY_BENCH_SIZES), control plane and data plane against a hand-written
-# DNAT rule, then the IPVS modes in the guest kernel (KPROXY_BENCH_GUEST=off
-# skips them). Under 30 minutes on 2 cores; leaves results.json,
-# bench-modes.md and the plots (PNG, SVG) in bin/bench-modes. The plots are
-# drawn from results.json by bench/analysis's bench-plots, a module of its
-# own so that the plotting library stays out of kproxy's go.mod.
-BENCH_MODES_OUT ?= $(CURDIR)/bin/bench-modes
 bench-modes: deps tools build
+	@for c in $(BENCH_CELLS); do case " $(BENCH_ALL) " in *" $$c "*) ;; *) echo "BENCH=$(BENCH): $$c is not one of all $(BENCH_ALL)"; exit 2;; esac; done
+	@mkdir -p $(BENCH_OUT)
+	@for c in $(BENCH_CELLS); do $(MAKE) --no-print-directory bench-cell-$$c || exit 1; done
+	@echo "Written to $(BENCH_OUT)"
+
+bench-syncscale bench-ipvs bench-dataplane-scale: bench-%:
+	@$(MAKE) --no-print-directory bench-modes BENCH=$*
+bench-dataplane:
+	@$(MAKE) --no-print-directory bench-modes BENCH=dataplane,dataplane-scale
+
+bench-cell-modes:
 	$(GO) build -o bin/guest-exec ./bench/guest/cmd/guest-exec
-	KPROXY_BINARY=$(CURDIR)/bin/kproxy KPROXY_GUEST_EXEC=$(CURDIR)/bin/guest-exec KPROXY_BENCH_OUT=$(abspath $(BENCH_MODES_OUT)) TMPDIR=$(GUEST_TMPDIR) \
+	KPROXY_BINARY=$(CURDIR)/bin/kproxy KPROXY_GUEST_EXEC=$(CURDIR)/bin/guest-exec KPROXY_BENCH_OUT=$(BENCH_OUT) TMPDIR=$(GUEST_TMPDIR) \
 		$(GO) test -run '^$$' -bench '^BenchmarkModes$$' -benchtime 1x -timeout 0 ./bench/modes/
-	cd $(ANALYSIS) && $(GO) run ./cmd/bench-plots $(abspath $(BENCH_MODES_OUT))/results.json
-	@echo "Written to $(BENCH_MODES_OUT)"
+	cd $(ANALYSIS) && $(GO) run ./cmd/bench-plots $(BENCH_OUT)/results.json
+
+bench-cell-syncscale:
+	KPROXY_BENCH_TABLE=$(BENCH_OUT)/syncscale-table.md $(GO) test -run '^$$' -bench SyncScale -benchtime 1x -timeout 0 ./bench/syncscale/
+	@cat $(BENCH_OUT)/syncscale-table.md
+
+bench-cell-ipvs:
+	KPROXY_BENCH_TABLE=$(BENCH_OUT)/ipvs-table.md TMPDIR=$(GUEST_TMPDIR) $(GO) test -run '^$$' -bench '^BenchmarkIPVSScale$$' -benchtime 1x -timeout 30m ./bench/ipvsscale/
+	@cat $(BENCH_OUT)/ipvs-table.md
+
+bench-cell-dataplane:
+	KPROXY_DATAPLANE_ROUNDS=$(DATAPLANE_ROUNDS) KPROXY_BENCH_TABLE=$(BENCH_OUT)/dataplane-table.md $(DATAPLANE_BENCH)
+	@cat $(BENCH_OUT)/dataplane-table.md
+	@for mode in iptables nftables; do \
+		KPROXY_DATAPLANE_KPROXY_MODE=$$mode KPROXY_DATAPLANE_PATHS=direct,kproxy-$$mode KPROXY_DATAPLANE_ROUNDS=3 \
+			KPROXY_BENCH_TABLE=$(BENCH_OUT)/dataplane-$$mode-table.md $(DATAPLANE_BENCH) && \
+		cat $(BENCH_OUT)/dataplane-$$mode-table.md || exit 1; \
+	done
+
+bench-cell-dataplane-scale:
+	KPROXY_DATAPLANE_ROUNDS=$(DATAPLANE_ROUNDS) KPROXY_BENCH_TABLE=$(BENCH_OUT)/dataplane-scale-table.md \
+		$(GO) test -run '^$$' -bench '^BenchmarkDataPlaneScale$$' -benchtime 1x -timeout 90m ./bench/dataplane/
+	@cat $(BENCH_OUT)/dataplane-scale-table.md
 
 # Two bench-modes runs: the figures that moved by more than the noise
 # measured in the runs. make bench-compare OLD NEW, or OLD=… NEW=…: the two

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 )
 
 // Knobs for comparison runs (variants of a relay measured against each
@@ -133,23 +134,10 @@ func (r *roundValues) medians() []rowValue {
 	var out []rowValue
 	for _, row := range r.rows {
 		for _, p := range r.order[row] {
-			out = append(out, rowValue{row, p, median(r.values[row][p])})
+			out = append(out, rowValue{row, p, benchtable.Median(r.values[row][p])})
 		}
 	}
 	return out
-}
-
-func median(vs []float64) float64 {
-	s := append([]float64(nil), vs...)
-	sort.Float64s(s)
-	n := len(s)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // report lists, per row and path, every round's value and its ratio to
@@ -166,7 +154,7 @@ func (r *roundValues) report(ref Path) string {
 					fmt.Fprintf(&b, " (%.0f%%)", 100*v/refs[i])
 				}
 			}
-			fmt.Fprintf(&b, " median %.4g\n", median(r.values[row][p]))
+			fmt.Fprintf(&b, " median %.4g\n", benchtable.Median(r.values[row][p]))
 		}
 	}
 	return b.String()

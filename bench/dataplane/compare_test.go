@@ -112,9 +112,6 @@ func TestRoundValues(t *testing.T) {
 	if got := r.report(DNAT); got != wantReport {
 		t.Errorf("report =\n%s\nwant\n%s", got, wantReport)
 	}
-	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
-		t.Errorf("median of an even count = %v, want 2.5", got)
-	}
 }
 
 func TestParseProcCPU(t *testing.T) {

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/redirect/sklookup"
@@ -1213,22 +1215,9 @@ func proxyLog(p *dataPath) string {
 
 // machineHeader is the table's first lines: when and on what it ran.
 func machineHeader() []string {
-	kernel := "unknown"
-	if out, err := exec.Command("uname", "-r").Output(); err == nil {
-		kernel = strings.TrimSpace(string(out))
-	}
-	cpu := "unknown"
-	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(info)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				cpu = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
 	return []string{
 		"**kproxy data-plane benchmark** (`go test -run '^$' -bench '^BenchmarkDataPlane$' -benchtime 1x ./bench/dataplane/`)",
 		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		fmt.Sprintf("Machine: %s, %d CPUs, Linux %s, %s", cpu, runtime.NumCPU(), kernel, runtime.Version()),
+		"Machine: " + benchtable.Machine(),
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 )
 
 // The scale benchmark (BenchmarkDataPlaneScale): new-connection and new UDP
@@ -297,39 +299,21 @@ func scaleTitle(p Path) string {
 
 // Markdown renders the header, the table and the notes.
 func (t *ScaleTable) Markdown() string {
-	var b strings.Builder
-	for _, h := range t.Header {
-		fmt.Fprintf(&b, "%s  \n", h)
-	}
-	if len(t.Header) > 0 {
-		b.WriteString("\n")
-	}
-	short := shortTitle(t.Subject)
-	b.WriteString("| measurement |")
+	tab := benchtable.Table{Header: []string{"measurement"}, Right: []bool{false}}
 	for _, p := range ScalePaths() {
-		fmt.Fprintf(&b, " %s |", scaleTitle(p))
+		tab.Header, tab.Right = append(tab.Header, scaleTitle(p)), append(tab.Right, true)
 	}
-	fmt.Fprintf(&b, " %s target |\n|---|", short)
-	for range ScalePaths() {
-		b.WriteString("---:|")
-	}
-	b.WriteString("---|\n")
+	tab.Header, tab.Right = append(tab.Header, shortTitle(t.Subject)+" target"), append(tab.Right, false)
 	for _, m := range ScaleMetrics() {
 		for _, n := range t.Scales {
-			fmt.Fprintf(&b, "| %s, %s (%s) |", m.Title, services(n), m.Unit)
+			row := []string{fmt.Sprintf("%s, %s (%s)", m.Title, benchtable.Services(n), m.Unit)}
 			for _, p := range ScalePaths() {
-				fmt.Fprintf(&b, " %s |", t.cell(m, n, p))
+				row = append(row, t.cell(m, n, p))
 			}
-			fmt.Fprintf(&b, " %s |\n", t.target(m, n))
+			tab.Rows = append(tab.Rows, append(row, t.target(m, n)))
 		}
 	}
-	if len(t.Notes) > 0 {
-		b.WriteString("\n")
-		for _, n := range t.Notes {
-			fmt.Fprintf(&b, "%s  \n", n)
-		}
-	}
-	return b.String()
+	return benchtable.Page(t.Header, tab.Markdown(), t.Notes)
 }
 
 func shortTitle(p Path) string {
@@ -337,18 +321,6 @@ func shortTitle(p Path) string {
 		return "local portals"
 	}
 	return p.Title()
-}
-
-// services writes "1 service", "10,000 services".
-func services(n int) string {
-	if n == 1 {
-		return "1 service"
-	}
-	s := strconv.Itoa(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s + " services"
 }
 
 // cell is the value, and for rates its share of DNAT's one-service rate
@@ -393,7 +365,7 @@ func (t *ScaleTable) target(m ScaleMetric, n int) string {
 	if !ok {
 		return "not measured"
 	}
-	s := fmt.Sprintf("≥ %.0f%% of own 1-service rate: %.0f%% %s", 100*(1-t.MaxDrop), 100*own, mark(own >= 1-t.MaxDrop-1e-9))
+	s := fmt.Sprintf("≥ %.0f%% of own 1-service rate: %.0f%% %s", 100*(1-t.MaxDrop), 100*own, benchtable.Mark(own >= 1-t.MaxDrop-1e-9))
 	v, _ := t.Get(m.ID, n, t.Subject)
 	var best Path
 	var bestV float64

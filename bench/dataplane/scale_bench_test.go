@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"kproxy.dev/kproxy/bench/lab"
 )
 
@@ -111,7 +113,7 @@ func BenchmarkDataPlaneScale(b *testing.B) {
 	for _, n := range scales {
 		if userspaceFDs(n+1, loops) > limit {
 			fdNote = fmt.Sprintf("The userspace paths need about %d descriptors at %s (%d per service port: a listener and a duplicate for each of its %d event loops, plus what the runs' connections and UDP flows hold); RLIMIT_NOFILE here is %d and cannot be raised (no CAP_SYS_RESOURCE), so they run up to %s, added as a row for every path.",
-				userspaceFDs(n+1, loops), services(n), 1+loops, loops, limit, services(fit))
+				userspaceFDs(n+1, loops), benchtable.Services(n), 1+loops, loops, limit, benchtable.Services(fit))
 			if fit > 0 && !slices.Contains(scales, fit) {
 				scales = append(scales, fit)
 				slices.Sort(scales)
@@ -128,7 +130,7 @@ func BenchmarkDataPlaneScale(b *testing.B) {
 		return true
 	}
 	rounds := newRoundValues()
-	loadBefore := loadAverage()
+	loadBefore := benchtable.LoadAverage()
 	began := time.Now()
 	wall := map[ScaleConfig][]time.Duration{}
 	for round := range cmp.rounds {
@@ -161,9 +163,9 @@ func BenchmarkDataPlaneScale(b *testing.B) {
 	tab.Header = []string{
 		"**kproxy data-plane benchmark at scale** (`go test -run '^$' -bench '^BenchmarkDataPlaneScale$' -benchtime 1x ./bench/dataplane/`)",
 		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		machineHeader()[2],
-		fmt.Sprintf("Load average (1 min) before: %s, after: %s; %d rounds, medians; the whole run took %s",
-			loadBefore, loadAverage(), cmp.rounds, time.Since(began).Round(time.Second)),
+		"Machine: " + benchtable.Machine(),
+		fmt.Sprintf("Load average (1, 5, 15 min) before: %s, after: %s; %d rounds, medians; the whole run took %s",
+			loadBefore, benchtable.LoadAverage(), cmp.rounds, time.Since(began).Round(time.Second)),
 	}
 	tab.Notes = scaleNotes(scales, wall)
 	if fdNote != "" {
@@ -224,7 +226,7 @@ func scaleNotes(scales []int, wall map[ScaleConfig][]time.Duration) []string {
 			}
 		}
 		if k > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.0f s", services(n), (sum/time.Duration(k)).Seconds()))
+			parts = append(parts, fmt.Sprintf("%s %.0f s", benchtable.Services(n), (sum/time.Duration(k)).Seconds()))
 		}
 	}
 	notes = append(notes, "Time per node (lab, servers, start-up, the two runs, teardown), mean over paths and rounds: "+strings.Join(parts, ", ")+".")
@@ -592,13 +594,4 @@ func clipLog(log string) string {
 		return log
 	}
 	return log[:3000] + "\n…\n" + log[len(log)-3000:]
-}
-
-// loadAverage is /proc/loadavg's one-minute figure.
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(data)); err == nil && len(f) > 0 {
-		return f[0]
-	}
-	return "unknown"
 }

@@ -196,14 +196,6 @@ func TestFittingScale(t *testing.T) {
 	}
 }
 
-func TestServicesWording(t *testing.T) {
-	for n, want := range map[int]string{1: "1 service", 10: "10 services", 10000: "10,000 services", 30000: "30,000 services", 1234567: "1,234,567 services"} {
-		if got := services(n); got != want {
-			t.Errorf("services(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestParseUDPFlowsResult(t *testing.T) {
 	for _, tc := range []struct {
 		in      string

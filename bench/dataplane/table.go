@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 )
 
 // Path is one way from the client to the backend.
@@ -166,57 +167,35 @@ func (t *Table) Ratio(row string, p Path) (float64, bool) {
 
 // Markdown renders the header, the table and the notes.
 func (t *Table) Markdown() string {
-	var b strings.Builder
-	for _, h := range t.Header {
-		fmt.Fprintf(&b, "%s  \n", h)
-	}
-	if len(t.Header) > 0 {
-		b.WriteString("\n")
-	}
 	columns := t.Columns
 	if columns == nil {
 		columns = append(Paths(), t.Extra...)
 	}
 	withHAProxy := slices.Contains(columns, HAProxy)
-	b.WriteString("| measurement |")
-	for _, p := range columns {
-		fmt.Fprintf(&b, " %s |", p.Title())
-	}
 	label := "kproxy REDIRECT"
 	if t.subject() != Kproxy {
 		label = t.subject().Title()
 	}
-	fmt.Fprintf(&b, " %s target |", label)
+	tab := benchtable.Table{Header: []string{"measurement"}, Right: []bool{false}}
+	for _, p := range columns {
+		tab.Header, tab.Right = append(tab.Header, p.Title()), append(tab.Right, true)
+	}
+	tab.Header, tab.Right = append(tab.Header, label+" target"), append(tab.Right, false)
 	if withHAProxy {
-		fmt.Fprintf(&b, " %s vs HAProxy |", label)
+		tab.Header, tab.Right = append(tab.Header, label+" vs HAProxy"), append(tab.Right, false)
 	}
-	b.WriteString("\n|---|")
-	for range columns {
-		b.WriteString("---:|")
-	}
-	b.WriteString("---|")
-	if withHAProxy {
-		b.WriteString("---|")
-	}
-	b.WriteString("\n")
 	for _, r := range t.Rows {
-		fmt.Fprintf(&b, "| %s (%s) |", r.Title, r.Unit)
+		row := []string{fmt.Sprintf("%s (%s)", r.Title, r.Unit)}
 		for _, p := range columns {
-			fmt.Fprintf(&b, " %s |", t.cell(r, p))
+			row = append(row, t.cell(r, p))
 		}
-		fmt.Fprintf(&b, " %s |", t.target(r))
+		row = append(row, t.target(r))
 		if withHAProxy {
-			fmt.Fprintf(&b, " %s |", t.versusHAProxy(r))
+			row = append(row, t.versusHAProxy(r))
 		}
-		b.WriteString("\n")
+		tab.Rows = append(tab.Rows, row)
 	}
-	if len(t.Notes) > 0 {
-		b.WriteString("\n")
-		for _, n := range t.Notes {
-			fmt.Fprintf(&b, "%s  \n", n)
-		}
-	}
-	return b.String()
+	return benchtable.Page(t.Header, tab.Markdown(), t.Notes)
 }
 
 func (t *Table) cell(r Row, p Path) string {
@@ -250,13 +229,13 @@ func (t *Table) target(r Row) string {
 		if !ok {
 			return fmt.Sprintf("≥ %.0f%% of DNAT: not measured", 100*r.MinRatio)
 		}
-		return fmt.Sprintf("≥ %.0f%% of DNAT: %.0f%% %s", 100*r.MinRatio, 100*ratio, mark(ratio >= r.MinRatio))
+		return fmt.Sprintf("≥ %.0f%% of DNAT: %.0f%% %s", 100*r.MinRatio, 100*ratio, benchtable.Mark(ratio >= r.MinRatio))
 	case r.MaxValue > 0:
 		v, ok := t.Get(r.ID, t.subject())
 		if !ok {
 			return fmt.Sprintf("≤ %s: not measured", formatValue(r.MaxValue, r.Decimals))
 		}
-		return fmt.Sprintf("≤ %s: %s %s", formatValue(r.MaxValue, r.Decimals), formatValue(v, r.Decimals), mark(v <= r.MaxValue))
+		return fmt.Sprintf("≤ %s: %s %s", formatValue(r.MaxValue, r.Decimals), formatValue(v, r.Decimals), benchtable.Mark(v <= r.MaxValue))
 	}
 	return ""
 }
@@ -278,14 +257,7 @@ func (t *Table) versusHAProxy(r Row) string {
 	if ahead {
 		word = "ahead"
 	}
-	return fmt.Sprintf("%s (%.2f×) %s", word, k/h, mark(ahead))
-}
-
-func mark(ok bool) string {
-	if ok {
-		return "✓"
-	}
-	return "✗"
+	return fmt.Sprintf("%s (%.2f×) %s", word, k/h, benchtable.Mark(ahead))
 }
 
 func formatValue(v float64, decimals int) string {

@@ -2,12 +2,9 @@ package ipvsscale
 
 import (
 	"fmt"
-	"os"
-	"runtime"
-	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"kproxy.dev/kproxy/bench/benchtable"
 )
 
 // Command is how the table is made (see the package documentation).
@@ -21,7 +18,7 @@ func tableHeader(s Settings, guestKernel string, took time.Duration) []string {
 	return []string{
 		"**IPVS mode sync cost** (`" + Command + "`)",
 		"Date: " + time.Now().UTC().Format("2006-01-02 15:04 MST") + fmt.Sprintf(", the run took %.1f min", took.Minutes()),
-		fmt.Sprintf("Host: %s, %d CPUs, Linux %s, %s", cpuModel(), runtime.NumCPU(), hostRelease(), runtime.Version()),
+		"Host: " + benchtable.Machine(),
 		fmt.Sprintf("Guest: user-mode-linux, Linux %s, 1 CPU, %s RAM; its syscalls are about 60× slower than the host's", guestKernel, s.GuestMem),
 		"Settings: " + s.String(),
 	}
@@ -39,25 +36,4 @@ func tableNotes(s Settings) []string {
 			" ensures are kube-ipvs0's and the ipsets' create-if-missing calls) with nothing changed.",
 		"Guest times are upper bounds for a real node: the guest's syscalls are about 60× slower.",
 	}
-}
-
-func cpuModel() string {
-	info, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.Lines(string(info)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
-
-func hostRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "(unknown release)"
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }

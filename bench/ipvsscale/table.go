@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 )
 
 // Table is a run's rows, one per size, rendered as Markdown.
@@ -18,51 +19,25 @@ type Table struct {
 // Markdown renders the header, the table and the notes. A row whose guest
 // half did not report says so instead of leaving cells empty.
 func (t *Table) Markdown() string {
-	var b strings.Builder
-	for _, h := range t.Header {
-		fmt.Fprintf(&b, "%s  \n", h)
-	}
-	if len(t.Header) > 0 {
-		b.WriteString("\n")
-	}
-	b.WriteString("| service ports × endpoints | desired-state build (host) | full apply (guest) | one-endpoint change (guest)" +
-		" | netlink ops for one change | ops for a no-change resync | periodic full resync, nothing changed (guest) |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	tab := benchtable.Table{Header: []string{"service ports × endpoints", "desired-state build (host)", "full apply (guest)", "one-endpoint change (guest)",
+		"netlink ops for one change", "ops for a no-change resync", "periodic full resync, nothing changed (guest)"}}
 	for _, r := range t.Rows {
-		cells := []string{fmt.Sprintf("%s × %d", thousands(r.Ports), EndpointsPerPort), duration(r.Build)}
+		cells := []string{fmt.Sprintf("%s × %d", benchtable.Thousands(r.Ports), EndpointsPerPort), duration(r.Build)}
 		if g := r.Guest; g != nil {
 			cells = append(cells,
-				fmt.Sprintf("%s (%s ops)", duration(g.FullSync), thousands(g.FullSyncOps)),
+				fmt.Sprintf("%s (%s ops)", duration(g.FullSync), benchtable.Thousands(g.FullSyncOps)),
 				fmt.Sprintf("%s (mean of %d)", duration(g.Change), g.Changes),
 				mean(g.ChangeOps),
-				thousands(g.NoChangeOps),
+				benchtable.Thousands(g.NoChangeOps),
 				fmt.Sprintf("%s (%s reads, %s ensures, %s writes)", duration(g.FullResync),
-					thousands(g.FullResyncReads), thousands(g.FullResyncEnsures), thousands(g.FullResyncWrites)),
+					benchtable.Thousands(g.FullResyncReads), benchtable.Thousands(g.FullResyncEnsures), benchtable.Thousands(g.FullResyncWrites)),
 			)
 		} else {
 			cells = append(cells, "failed: see the benchmark log", "—", "—", "—", "—")
 		}
-		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+		tab.Rows = append(tab.Rows, cells)
 	}
-	if len(t.Notes) > 0 {
-		b.WriteString("\n")
-		for _, n := range t.Notes {
-			fmt.Fprintf(&b, "%s  \n", n)
-		}
-	}
-	return b.String()
-}
-
-// thousands writes n with comma separators: 130,021.
-func thousands(n int) string {
-	if n < 0 {
-		return "-" + thousands(-n)
-	}
-	s := strconv.Itoa(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
+	return benchtable.Page(t.Header, tab.Markdown(), t.Notes)
 }
 
 // mean writes an average as an integer when it is one, else to a tenth.

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"kproxy.dev/kproxy/bench/benchtable"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -54,7 +55,7 @@ func (w Workload) Validate() error {
 
 // String is "1,000 ports × 10 endpoints".
 func (w Workload) String() string {
-	return fmt.Sprintf("%s ports × %d endpoints", thousands(w.Ports), w.Endpoints)
+	return fmt.Sprintf("%s ports × %d endpoints", benchtable.Thousands(w.Ports), w.Endpoints)
 }
 
 // VIP is service port i's cluster IP.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"kproxy.dev/kproxy/bench/syncscale"
 )
 
@@ -118,7 +120,7 @@ func TestProgress(t *testing.T) {
 	if got := p.Left(); got != 16*time.Minute {
 		t.Errorf("Left = %v, want 16m (8m estimated left, running 2x slow)", got)
 	}
-	p.Printf("%s services: %s", count(10000), ModeKproxyNFTables)
+	p.Printf("%s services: %s", benchtable.Thousands(10000), ModeKproxyNFTables)
 	if want := "bench-modes 13:04:00 [4m0s elapsed, about 16m0s left] 10,000 services: kproxy-nftables\n"; out.String() != want {
 		t.Errorf("progress line %q, want %q", out.String(), want)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -294,23 +296,11 @@ func summarizeRuns(runs []load.Result) Workload {
 		w.Lost += r.Errors
 	}
 	w.Rates = rates
-	w.Rate, w.P50, w.P99, w.CPUPerOp = medianOf(rates), medianOf(p50), medianOf(p99), medianOf(cpu)
+	w.Rate, w.P50, w.P99, w.CPUPerOp = benchtable.Median(rates), benchtable.Median(p50), benchtable.Median(p99), benchtable.Median(cpu)
 	return w
 }
 
 func durationMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// medianOf is the median of xs (the mean of the middle two for an even count); 0 for none.
-func medianOf(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
 // BenchService is the measured service and its EndpointSlice: ports http
 // (BenchHTTPPort → lab.NginxPort, TCP) and udp (BenchUDPPort →

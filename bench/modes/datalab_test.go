@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -225,18 +227,6 @@ func TestBenchService(t *testing.T) {
 	}
 }
 
-func TestMedianOf(t *testing.T) {
-	tests := []struct {
-		in   []float64
-		want float64
-	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}}
-	for _, tt := range tests {
-		if got := medianOf(tt.in); got != tt.want {
-			t.Errorf("medianOf(%v) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestSummarizeRuns(t *testing.T) {
 	runs := []load.Result{
 		{Rate: 100, P50: 2 * time.Millisecond, P99: 9 * time.Millisecond, Ops: 100, Errors: 1, BusyCPU: 10 * time.Millisecond, Elapsed: time.Second},
@@ -248,7 +238,7 @@ func TestSummarizeRuns(t *testing.T) {
 	for _, r := range runs {
 		cpu = append(cpu, float64(r.CPUPerOp())/float64(time.Microsecond))
 	}
-	want := Workload{Rate: 200, P50: 2, P99: 7, CPUPerOp: medianOf(cpu), Rates: []float64{100, 300, 200}, Lost: 3}
+	want := Workload{Rate: 200, P50: 2, P99: 7, CPUPerOp: benchtable.Median(cpu), Rates: []float64{100, 300, 200}, Lost: 3}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("summarize (-want +got):\n%s", diff)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"github.com/moby/ipvs"
 	discovery "k8s.io/api/discovery/v1"
 
@@ -209,7 +211,7 @@ func (g *guestLab) kproxyCell(ctx context.Context, n int) (Cell, error) {
 		}
 		ctl.ChangeAll = append(ctl.ChangeAll, time.Since(t0).Seconds())
 	}
-	ctl.Change = medianOf(ctl.ChangeAll)
+	ctl.Change = benchtable.Median(ctl.ChangeAll)
 	// New services as the host benchmark times them: syncscale's
 	// network-programming services, answered by its answer server on
 	// backend-2, probed until the client reads the answer.
@@ -243,7 +245,7 @@ func (g *guestLab) kproxyCell(ctx context.Context, n int) (Cell, error) {
 		}
 		ctl.NewServiceAll = append(ctl.NewServiceAll, answered.Sub(t0).Seconds())
 	}
-	ctl.NewService = medianOf(ctl.NewServiceAll)
+	ctl.NewService = benchtable.Median(ctl.NewServiceAll)
 	if err := alive(); err != nil {
 		return Cell{}, err
 	}

@@ -1,12 +1,12 @@
 package modes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -127,10 +127,12 @@ func tailLines(path string, fn func(string)) (stop func()) {
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
-// TestRunGuestSection runs the guest section end to end at a tiny size:
+// TestRunGuestSection runs the guest section end to end at a tiny size, as
+// RunAll does (runGuest: guest-exec built, the run's settings passed on):
 // guest-exec boots the guest with this test binary, which measures DNAT,
 // kproxy's IPVS mode and kube-proxy's for one service and prints the
-// section, which RunGuestSection reads back.
+// section, which RunGuestSection reads back. TestBenchModesTiny leaves the
+// guest to this test, so that the package boots it once.
 func TestRunGuestSection(t *testing.T) {
 	if guest.InGuest() {
 		t.Skip("runs the guest from the host")
@@ -142,35 +144,20 @@ func TestRunGuestSection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots the guest kernel (-short)")
 	}
-	kproxy := lab.KproxyBinary(t)
-	guestExec := filepath.Join(t.TempDir(), "guest-exec")
-	if out, err := exec.Command("go", "build", "-o", guestExec, "kproxy.dev/kproxy/bench/guest/cmd/guest-exec").CombinedOutput(); err != nil {
-		t.Fatalf("building guest-exec: %v\n%s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var progress []string
+	// Beside TestBenchModesTiny: the guest (one CPU, mostly waiting) and
+	// the host section each take minutes, and neither judges a figure.
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.GuestSizes, cfg.RunSeconds, cfg.Repeats = []int{1}, 0.5, 1
+	var out syncBuffer
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	section, err := RunGuestSection(ctx, GuestOptions{
-		GuestExec: guestExec, TestBinary: self, KproxyBinary: kproxy,
-		Sizes: []int{1}, RunSeconds: 0.5, Repeats: 1,
-		Progress: func(line string) {
-			mu.Lock()
-			defer mu.Unlock()
-			progress = append(progress, line)
-			t.Logf("guest: %s", line)
-		},
-	})
+	section, err := runGuest(t, cfg, Binaries{Kproxy: lab.KproxyBinary(t)}, &Progress{Out: &out, Started: start})
+	t.Logf("the guest's progress:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the guest section took %v", time.Since(start).Round(100*time.Millisecond))
-	if len(progress) == 0 {
+	if !strings.Contains(out.String(), "guest: ") {
 		t.Errorf("no progress lines from the guest")
 	}
 	if section.Name != SectionGuest || section.Reference != ModeDNAT || !strings.Contains(section.Title, "guest kernel") || len(section.Notes) == 0 {
@@ -337,4 +324,23 @@ func TestGuestOutputTailIsBounded(t *testing.T) {
 	if len(tail) != guestOutputTail || strings.TrimSpace(tail[len(tail)-1]) != "line 999" || strings.TrimSpace(tail[0]) != fmt.Sprintf("line %d", 1000-guestOutputTail) {
 		t.Errorf("tail has %d lines, %q … %q", len(tail), tail[0], tail[len(tail)-1])
 	}
+}
+
+// syncBuffer is a bytes.Buffer the guest's progress lines can be written
+// to while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kproxy.dev/kproxy/bench/lab"
@@ -59,7 +61,7 @@ func MeasureSize(tb testing.TB, cfg Config, size int, bins Binaries, progress *P
 	var cells []Cell
 	order := runOrder(cfg.Modes)
 	for i, id := range order {
-		progress.Printf("%s services: %s (%d/%d)", count(size), id, i+1, len(order))
+		progress.Printf("%s services: %s (%d/%d)", benchtable.Thousands(size), id, i+1, len(order))
 		cells = append(cells, s.measureMode(ctx, id, i))
 		progress.Step(s.plan.CellCost(id, size))
 	}
@@ -114,13 +116,13 @@ func (s *sizeLab) setUp(ctx context.Context) {
 		tb.Fatalf("creating the measured service's endpoint slice: %v", err)
 	}
 	s.progress.Step(estSizeSetUp + time.Duration(s.size)*estPerObject)
-	s.progress.Printf("%s services: lab ready in %v (objects created in %v)", count(s.size), time.Since(began).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
+	s.progress.Printf("%s services: lab ready in %v (objects created in %v)", benchtable.Thousands(s.size), time.Since(began).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
 }
 
 // measureDNAT measures the reference, a hand-written DNAT rule with no
 // proxy running, and returns its runs.
 func (s *sizeLab) measureDNAT(ctx context.Context, when string) map[string][]load.Result {
-	s.progress.Printf("%s services: the DNAT reference, %s", count(s.size), when)
+	s.progress.Printf("%s services: the DNAT reference, %s", benchtable.Thousands(s.size), when)
 	s.flushConntrack()
 	remove, err := s.dl.InstallDNAT(BenchVIP)
 	if err != nil {
@@ -147,7 +149,7 @@ func (s *sizeLab) measureMode(ctx context.Context, id string, index int) Cell {
 		s.tb.Fatal(err)
 	}
 	if cell.Skipped = skipReason(m, s.size, s.noFile, runtime.GOMAXPROCS(0)); cell.Skipped != "" {
-		s.progress.Printf("%s services: %s skipped: %s", count(s.size), id, cell.Skipped)
+		s.progress.Printf("%s services: %s skipped: %s", benchtable.Thousands(s.size), id, cell.Skipped)
 		return cell
 	}
 	node := s.dl.Topo.Node
@@ -168,10 +170,10 @@ func (s *sizeLab) measureMode(ctx context.Context, id string, index int) Cell {
 			MinSyncPeriod: minSyncPeriod, NPLRepeats: s.cfg.NewServiceRepeats, LogDir: s.cfg.LogDir},
 		Client: s.api.Client, ClientHost: s.dl.Topo.Client, Server: s.dl.Spare.IPv4,
 		Logf: func(format string, args ...any) {
-			s.progress.Printf("%s services: %s: %s", count(s.size), id, fmt.Sprintf(format, args...))
+			s.progress.Printf("%s services: %s: %s", benchtable.Thousands(s.size), id, fmt.Sprintf(format, args...))
 		},
 		Then: func(ctx context.Context, proc *lab.Process) error {
-			s.progress.Printf("%s services: %s: data plane", count(s.size), id)
+			s.progress.Printf("%s services: %s: data plane", benchtable.Thousands(s.size), id)
 			var err error
 			cell.Data, err = s.dl.MeasureData(ctx, BenchVIP, s.cfg.RunFor(), s.cfg.Repeats, func() error { return processAlive(proc) })
 			return err
@@ -300,15 +302,6 @@ func raiseNoFile() int {
 		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
 	return int(lim.Cur)
-}
-
-// count writes a service count with thousands separators.
-func count(n int) string {
-	s := fmt.Sprint(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 // writeCells and readCells carry a size's cells from its namespace's

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"kproxy.dev/kproxy/bench/lab"
-	"kproxy.dev/kproxy/bench/syncscale"
 )
 
 // The run's process tree: the benchmark (the parent, in the host's
@@ -100,7 +101,7 @@ func RunAll(tb testing.TB, cfg Config, command string) (run Run, ok bool) {
 		}
 	}
 	run.TookSeconds = time.Since(progress.Started).Seconds()
-	run.Machine.LoadAfter = syncscale.LoadAverage()
+	run.Machine.LoadAfter = benchtable.LoadAverage()
 	return run, true
 }
 
@@ -166,18 +167,8 @@ func commit() string {
 
 // machine describes this machine.
 func machine(kubeProxyBin string) Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: syncscale.LoadAverage()}
-	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(data))
-	}
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: benchtable.LoadAverage(),
+		Kernel: benchtable.KernelRelease(), CPUModel: benchtable.CPUModel()}
 	if out, err := exec.Command(kubeProxyBin, "--version").Output(); err == nil {
 		m.KubeProxy = strings.TrimSpace(string(out))
 	}

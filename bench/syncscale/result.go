@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
 	"time"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 )
 
 // Proxy names a proxy under test.
@@ -56,17 +57,7 @@ type Measured struct {
 }
 
 // NPLMedian is the median network programming latency (0 when none).
-func (m Measured) NPLMedian() time.Duration {
-	if len(m.NPL) == 0 {
-		return 0
-	}
-	s := slices.Clone(m.NPL)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+func (m Measured) NPLMedian() time.Duration { return benchtable.Median(m.NPL) }
 
 // Row is one (mode, size) row's result.
 type Row struct {

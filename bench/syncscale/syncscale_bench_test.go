@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"kproxy.dev/kproxy/bench/lab"
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/sync/ipfamily"
@@ -124,10 +126,10 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	logf("created %d services and endpoint slices in %v (load average %s)", spec.Services, took, LoadAverage())
+	logf("created %d services and endpoint slices in %v (load average %s)", spec.Services, took, benchtable.LoadAverage())
 
 	rl := &RowLab{Spec: spec, Settings: s, Client: api.Client, ClientHost: topo.Client, Server: server.IPv4, Logf: logf}
-	row := Row{Spec: spec, Populate: took, Proxies: map[Proxy]Measured{}, Load: LoadAverage()}
+	row := Row{Spec: spec, Populate: took, Proxies: map[Proxy]Measured{}, Load: benchtable.LoadAverage()}
 	flags := ProxyFlags(api.KubeconfigPath, spec.Mode, s.MinSyncPeriod)
 
 	if s.Runs(Kproxy) {
@@ -164,7 +166,7 @@ func runRow(b *testing.B, spec RowSpec, s Settings, kproxyBin, kubeProxyBin stri
 		}
 		row.Proxies[KubeProxy] = kpm
 	}
-	row.LoadAfter = LoadAverage()
+	row.LoadAfter = benchtable.LoadAverage()
 	return row
 }
 

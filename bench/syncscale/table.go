@@ -2,9 +2,9 @@ package syncscale
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 )
 
 // Target is a row's goal for kproxy; a zero duration means none there.
@@ -62,30 +62,20 @@ var tableColumns = []string{"mode", "service ports", "rules", "rule dump",
 
 // Markdown renders the header, the table and the notes.
 func (t *Table) Markdown() string {
-	var b strings.Builder
-	for _, h := range t.Header {
-		fmt.Fprintf(&b, "%s  \n", h)
-	}
-	if len(t.Header) > 0 {
-		b.WriteString("\n")
-	}
-	b.WriteString("| " + strings.Join(tableColumns, " | ") + " |\n")
-	b.WriteString("|---|" + strings.Repeat("---:|", len(tableColumns)-1) + "\n")
+	tab := benchtable.Table{Header: tableColumns}
 	for _, spec := range t.Specs {
 		r, ok := t.Results[spec.Name()]
 		if !ok {
-			fmt.Fprintf(&b, "| %s | %s | failed: see the benchmark log |%s\n", spec.Mode, thousands(spec.Services), strings.Repeat(" — |", len(tableColumns)-3))
+			row := []string{string(spec.Mode), benchtable.Thousands(spec.Services), "failed: see the benchmark log"}
+			for len(row) < len(tableColumns) {
+				row = append(row, "—")
+			}
+			tab.Rows = append(tab.Rows, row)
 			continue
 		}
-		b.WriteString(t.row(r))
+		tab.Rows = append(tab.Rows, t.row(r))
 	}
-	if len(t.Notes) > 0 {
-		b.WriteString("\n")
-		for _, n := range t.Notes {
-			fmt.Fprintf(&b, "%s  \n", n)
-		}
-	}
-	return b.String()
+	return benchtable.Page(t.Header, tab.Markdown(), t.Notes)
 }
 
 // side is one proxy's numbers in a row, or that it did not run.
@@ -97,7 +87,7 @@ type side struct {
 // measured says whether the side's numbers past the first sync exist.
 func (s side) measured() bool { return s.ran && !s.OverBudget }
 
-func (t *Table) row(r Row) string {
+func (t *Table) row(r Row) []string {
 	km, kran := r.Proxies[Kproxy]
 	kpm, kpran := r.Proxies[KubeProxy]
 	k, kp := side{km, kran}, side{kpm, kpran}
@@ -105,7 +95,7 @@ func (t *Table) row(r Row) string {
 	if !k.ran {
 		target = Target{} // nothing of kproxy's to judge
 	}
-	cells := []string{string(r.Spec.Mode), thousands(r.Spec.Services), ruleCount(k, kp), dumpSize(k, kp)}
+	cells := []string{string(r.Spec.Mode), benchtable.Thousands(r.Spec.Services), ruleCount(k, kp), dumpSize(k, kp)}
 	cells = append(cells,
 		withTarget(fullSync(k), k.measured(), k.FullSync, target.FullSync), fullSync(kp),
 		ratio(target, k, kp, func(m Measured) time.Duration { return m.FullSync }, true),
@@ -115,7 +105,7 @@ func (t *Table) row(r Row) string {
 		ratio(target, k, kp, Measured.NPLMedian, false),
 		rss(k), rss(kp), rssRatio(k, kp),
 	)
-	return "| " + strings.Join(cells, " | ") + " |\n"
+	return cells
 }
 
 func ruleCount(k, kp side) string {
@@ -123,11 +113,11 @@ func ruleCount(k, kp side) string {
 	case !k.measured() && !kp.measured():
 		return "—"
 	case !k.measured():
-		return "kube-proxy " + thousands(kp.Rules)
+		return "kube-proxy " + benchtable.Thousands(kp.Rules)
 	case !kp.measured() || kp.Rules == k.Rules:
-		return thousands(k.Rules)
+		return benchtable.Thousands(k.Rules)
 	}
-	return fmt.Sprintf("%s (kube-proxy %s)", thousands(k.Rules), thousands(kp.Rules))
+	return fmt.Sprintf("%s (kube-proxy %s)", benchtable.Thousands(k.Rules), benchtable.Thousands(kp.Rules))
 }
 
 func dumpSize(k, kp side) string {
@@ -138,18 +128,6 @@ func dumpSize(k, kp side) string {
 		return "kube-proxy " + mebibytes(kp.DumpBytes)
 	}
 	return "—"
-}
-
-// thousands writes n with comma separators: 160,005.
-func thousands(n int) string {
-	s := strconv.Itoa(n)
-	if n < 0 {
-		return "-" + thousands(-n)
-	}
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 func mebibytes(n int) string {

@@ -115,34 +115,6 @@ func TestTargetFor(t *testing.T) {
 	}
 }
 
-func TestNPLMedian(t *testing.T) {
-	ms := func(v ...int) []time.Duration {
-		var out []time.Duration
-		for _, x := range v {
-			out = append(out, time.Duration(x)*time.Millisecond)
-		}
-		return out
-	}
-	tests := []struct {
-		npl  []time.Duration
-		want time.Duration
-	}{
-		{nil, 0},
-		{ms(700), 700 * time.Millisecond},
-		{ms(900, 100, 500), 500 * time.Millisecond},
-		{ms(400, 100, 300, 200), 250 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		m := Measured{NPL: tt.npl}
-		if got := m.NPLMedian(); got != tt.want {
-			t.Errorf("NPLMedian(%v) = %v, want %v", tt.npl, got, tt.want)
-		}
-		if len(tt.npl) > 1 && m.NPL[0] != tt.npl[0] {
-			t.Errorf("NPLMedian reordered the measurements")
-		}
-	}
-}
-
 func TestRowRoundTrip(t *testing.T) {
 	want := goldenTable().Results["iptables-nft-5000"]
 	path := filepath.Join(t.TempDir(), "row.json")
@@ -158,13 +130,5 @@ func TestRowRoundTrip(t *testing.T) {
 	}
 	if _, err := ReadRow(filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Error("ReadRow of a missing file succeeded")
-	}
-}
-
-func TestThousands(t *testing.T) {
-	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 160005: "160,005", 1234567: "1,234,567", -4500: "-4,500"} {
-		if got := thousands(n); got != want {
-			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
-		}
 	}
 }

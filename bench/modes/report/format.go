@@ -10,7 +10,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 
 	"kproxy.dev/kproxy/bench/modes"
 )
@@ -133,24 +134,6 @@ func orderedSections(run modes.Run) []modes.Section {
 	return out
 }
 
-// Thousands writes an integer with comma separators: 18300 -> "18,300".
-func Thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
 // fmtRate rounds a rate to three significant digits (run-to-run noise is
 // a few per cent, more digits would be noise) with thousands separators.
 func fmtRate(v float64) string {
@@ -161,7 +144,7 @@ func fmtRate(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	mag := math.Pow(10, math.Floor(math.Log10(math.Abs(v)))-2)
-	return Thousands(int64(math.Round(v/mag) * mag))
+	return benchtable.Thousands(int64(math.Round(v/mag) * mag))
 }
 
 // fmtNum formats a positive figure (seconds, ms, µs, MiB) with about three
@@ -172,7 +155,7 @@ func fmtNum(v float64) string {
 	case math.IsNaN(v) || math.IsInf(v, 0):
 		return "—"
 	case a >= 1000:
-		return Thousands(int64(math.Round(v)))
+		return benchtable.Thousands(int64(math.Round(v)))
 	case a >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	case a >= 10:

@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"kproxy.dev/kproxy/bench/benchtable"
 
 	"kproxy.dev/kproxy/bench/modes"
 )
@@ -136,9 +137,9 @@ func writeSection(b *strings.Builder, run modes.Run, s modes.Section, fn *footno
 }
 
 func writeControlTable(b *strings.Builder, s modes.Section, modeList []string, sizes []int, fn *footnotes) {
-	t := table{
-		header: []string{"Mode", "Services", "First full sync (s)", "One change (s)", "New service answers (s, median)", "Proxy CPU (s)", "Proxy RSS (MiB)"},
-		right:  []bool{false, true, true, true, true, true, true},
+	t := benchtable.Table{
+		Header: []string{"Mode", "Services", "First full sync (s)", "One change (s)", "New service answers (s, median)", "Proxy CPU (s)", "Proxy RSS (MiB)"},
+		Pad:    true,
 	}
 	for _, m := range modeList {
 		if m == s.Reference || m == modes.ModeDNAT {
@@ -149,7 +150,7 @@ func writeControlTable(b *strings.Builder, s modes.Section, modeList []string, s
 			if !ok {
 				continue
 			}
-			row := []string{m, Thousands(int64(n))}
+			row := []string{m, benchtable.Thousands(int64(n))}
 			switch {
 			case c.Skipped != "":
 				row = append(row, dashes("—"+fn.ref("Skipped: "+c.Skipped), len(controlFigures()))...)
@@ -164,14 +165,14 @@ func writeControlTable(b *strings.Builder, s modes.Section, modeList []string, s
 					row = append(row, fmtControl(f, ControlValue(*c.Control, f)))
 				}
 			}
-			t.rows = append(t.rows, row)
+			t.Rows = append(t.Rows, row)
 		}
 	}
-	if len(t.rows) == 0 {
+	if len(t.Rows) == 0 {
 		return
 	}
 	b.WriteString("### Control plane\n\n")
-	t.write(b)
+	b.WriteString(t.Markdown() + "\n")
 	fn.flush(b)
 }
 
@@ -245,10 +246,10 @@ func SectionWorkloads(s modes.Section) []string {
 }
 
 func writeDataTable(b *strings.Builder, s modes.Section, modeList []string, sizes []int, fn *footnotes) {
-	t := table{header: []string{"Workload", "Services"}, right: []bool{false, true}}
+	t := benchtable.Table{Header: []string{"Workload", "Services"}, Right: []bool{false, true}, Pad: true}
 	for _, m := range modeList {
-		t.header = append(t.header, m)
-		t.right = append(t.right, true)
+		t.Header = append(t.Header, m)
+		t.Right = append(t.Right, true)
 	}
 	// cellText is one mode's text in a row; only the rate row of a
 	// skipped cell carries the footnote.
@@ -271,7 +272,7 @@ func writeDataTable(b *strings.Builder, s modes.Section, modeList []string, size
 	}
 	for _, w := range SectionWorkloads(s) {
 		for _, n := range sizes {
-			rate := []string{workloadName(w), Thousands(int64(n))}
+			rate := []string{workloadName(w), benchtable.Thousands(int64(n))}
 			lat := []string{"↳ p50 / p99 (ms)", ""}
 			cpu := []string{"↳ machine CPU (µs/req)", ""}
 			for _, m := range modeList {
@@ -298,14 +299,14 @@ func writeDataTable(b *strings.Builder, s modes.Section, modeList []string, size
 					return fmtNum(wl.CPUPerOp)
 				}, w, false))
 			}
-			t.rows = append(t.rows, rate)
+			t.Rows = append(t.Rows, rate)
 			if tcpWorkload(w) {
-				t.rows = append(t.rows, lat)
+				t.Rows = append(t.Rows, lat)
 			}
-			t.rows = append(t.rows, cpu)
+			t.Rows = append(t.Rows, cpu)
 		}
 	}
-	if len(t.rows) == 0 {
+	if len(t.Rows) == 0 {
 		return
 	}
 	ref := s.Reference
@@ -313,7 +314,7 @@ func writeDataTable(b *strings.Builder, s modes.Section, modeList []string, size
 		ref = "the reference"
 	}
 	fmt.Fprintf(b, "### Data plane\n\nRates, each with its ratio to %s (the reference) at the same service count.\n\n", ref)
-	t.write(b)
+	b.WriteString(t.Markdown() + "\n")
 	fn.flush(b)
 }
 
@@ -328,7 +329,7 @@ func writeNotes(b *strings.Builder, s modes.Section, modeList []string, sizes []
 			}
 			for _, w := range SectionWorkloads(s) {
 				if wl, ok := c.Data[w]; ok && wl.Lost > 0 {
-					lost = append(lost, fmt.Sprintf("%s at %s, %s: %s", m, FormatServices(n), ShortWorkload(w), Thousands(wl.Lost)))
+					lost = append(lost, fmt.Sprintf("%s at %s, %s: %s", m, benchtable.Services(n), ShortWorkload(w), benchtable.Thousands(wl.Lost)))
 				}
 			}
 		}
@@ -371,61 +372,4 @@ func (f *footnotes) flush(b *strings.Builder) {
 		b.WriteString("\n")
 	}
 	f.pending = nil
-}
-
-// table is a Markdown table padded so its columns line up in the text too.
-type table struct {
-	header []string
-	right  []bool
-	rows   [][]string
-}
-
-func (t table) write(b *strings.Builder) {
-	width := make([]int, len(t.header))
-	for i, h := range t.header {
-		width[i] = max(3, utf8.RuneCountInString(h))
-	}
-	for _, r := range t.rows {
-		for i := range min(len(r), len(width)) {
-			width[i] = max(width[i], utf8.RuneCountInString(r[i]))
-		}
-	}
-	line := func(cells []string) {
-		b.WriteString("|")
-		for i := range width {
-			c := ""
-			if i < len(cells) {
-				c = cells[i]
-			}
-			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
-			if t.right[i] {
-				b.WriteString(" " + pad + c + " |")
-			} else {
-				b.WriteString(" " + c + pad + " |")
-			}
-		}
-		b.WriteString("\n")
-	}
-	line(t.header)
-	b.WriteString("|")
-	for i, w := range width {
-		if t.right[i] {
-			b.WriteString(" " + strings.Repeat("-", w-1) + ": |")
-		} else {
-			b.WriteString(" " + strings.Repeat("-", w) + " |")
-		}
-	}
-	b.WriteString("\n")
-	for _, r := range t.rows {
-		line(r)
-	}
-	b.WriteString("\n")
-}
-
-// FormatServices writes a service count: "1 service", "10,000 services".
-func FormatServices(n int) string {
-	if n == 1 {
-		return "1 service"
-	}
-	return Thousands(int64(n)) + " services"
 }
