@@ -86,7 +86,7 @@ func TestAPIServer(t *testing.T) {
 		l.runKproxyOn(t, "--kubeconfig="+api.KubeconfigPath, nil)
 		client := l.topo.Client
 		askWeb, askGone, askLate := askHTTP(client, "http://"+webVIP+"/"), askHTTP(client, "http://"+apiGoneVIP+"/"), askHTTP(client, "http://"+apiLateVIP+"/")
-		askEcho := askUDPNewFlows(t, client, echoVIP+":53")
+		askEcho := l.askUDPNewFlows(t, client, echoVIP+":53")
 		lab.Eventually(t, "kproxy to serve the services from the API server", func() (bool, string) {
 			l.alive(t)
 			web, err := trySpread(3, askWeb)

@@ -29,7 +29,7 @@ func TestClusterIP(t *testing.T) {
 		}
 		for _, from := range from {
 			l.wantBalanced(t, "TCP ClusterIP from "+from.Name, askHTTP(from, "http://"+webVIP+"/"))
-			l.wantBalanced(t, "UDP ClusterIP from "+from.Name, askUDPNewFlows(t, from, echoVIP+":53"))
+			l.wantBalanced(t, "UDP ClusterIP from "+from.Name, l.askUDPNewFlows(t, from, echoVIP+":53"))
 		}
 	})
 }

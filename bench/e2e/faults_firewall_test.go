@@ -103,7 +103,7 @@ func TestFirewallReloadIsRepaired(t *testing.T) {
 				if _, err := lab.UDPAsk(l.topo.Client, nodeIP+":"+udpProxyPort[1], "ping"); !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Errorf("a datagram straight to proxy port %s after the repair: %v, want it refused", udpProxyPort[1], err)
 				}
-				l.wantBalanced(t, "UDP ClusterIP after the repair", askUDPNewFlows(t, l.topo.Client, echoVIP+":53"))
+				l.wantBalanced(t, "UDP ClusterIP after the repair", l.askUDPNewFlows(t, l.topo.Client, echoVIP+":53"))
 			})
 		}
 	})

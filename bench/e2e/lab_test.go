@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,9 @@ type e2eLab struct {
 	backends []string // the backends' IPv4 addresses, backend-1 first
 	manifest string   // the services file kproxy watches
 	kproxy   *lab.Process
+	// udpResends counts the new-flow UDP asks that sent their datagram
+	// again (askUDPNewFlows): each may have taken a round-robin turn.
+	udpResends atomic.Int64
 }
 
 // startLab builds the lab for mode m with the services file render makes from

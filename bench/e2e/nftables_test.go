@@ -81,6 +81,23 @@ func nftObjectNamed(t *testing.T, listing, kind, pattern string) string {
 // errorEntries are kproxy's error log entries (klog's E prefix, with the
 // indented lines of a multi-line value that follow) that contain every one
 // of words.
+// waitErrorEntry waits for kproxy to log an error entry holding every one
+// of words and returns it: the failure counter may rise before the entry
+// is written.
+func waitErrorEntry(t *testing.T, l *e2eLab, words ...string) string {
+	t.Helper()
+	var entry string
+	lab.Within(t, changeBound, "kproxy to log an error naming "+strings.Join(words, ", "), func() (bool, string) {
+		lines := errorEntries(l.kproxy.Log(), words...)
+		if len(lines) == 0 {
+			return false, "not logged:\n" + l.kproxy.Log()
+		}
+		entry = lines[0]
+		return true, ""
+	})
+	return entry
+}
+
 func errorEntries(log string, words ...string) []string {
 	klogHeader := regexp.MustCompile(`^[IWEF]\d{4} `)
 	var entries []string
@@ -126,7 +143,7 @@ func TestNFTablesTableRestored(t *testing.T) {
 			return
 		}
 		askWeb := askHTTP(l.topo.Client, "http://"+webVIP+"/")
-		askEcho := askUDPNewFlows(t, l.topo.Client, echoVIP+":53")
+		askEcho := l.askUDPNewFlows(t, l.topo.Client, echoVIP+":53")
 		l.wantBalanced(t, "TCP ClusterIP at first", askWeb)
 		node := l.topo.Node
 		chains := map[string][]string{}
@@ -189,7 +206,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 			return
 		}
 		askWeb := askHTTP(l.topo.Client, "http://"+webVIP+"/")
-		askEcho := askUDPNewFlows(t, l.topo.Client, echoVIP+":53")
+		askEcho := l.askUDPNewFlows(t, l.topo.Client, echoVIP+":53")
 		node := l.topo.Node
 		l.wantBalanced(t, "TCP ClusterIP at first", askWeb)
 		backend3 := l.backends[2]
@@ -219,11 +236,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 				v := nftFamilyCounter(t, nftSyncFailuresMetric)
 				return v > failures, fmt.Sprint(v)
 			})
-			if lines := errorEntries(l.kproxy.Log(), "delete set ip "+nftTable+" "+set, "busy"); len(lines) == 0 {
-				t.Errorf("kproxy logged no error naming the failed line (the deletion of %s, busy):\n%s", set, l.kproxy.Log())
-			} else {
-				t.Logf("logged: %s", lines[0])
-			}
+			t.Logf("logged: %s", waitErrorEntry(t, l, "delete set ip "+nftTable+" "+set, "busy"))
 			// Failed syncs are retried (in full) every sync period: watch a
 			// few of them.
 			time.Sleep(2 * nftResyncPeriod)
@@ -287,11 +300,7 @@ func TestNFTablesFailedTransaction(t *testing.T) {
 				v := nftFamilyCounter(t, nftCleanupFailuresMetric)
 				return v > cleanupFailures, fmt.Sprint(v)
 			})
-			if lines := errorEntries(l.kproxy.Log(), "delete chain ip "+nftTable+" "+chain, "busy"); len(lines) == 0 {
-				t.Errorf("kproxy logged no error naming the failed line (the deletion of %s, busy):\n%s", chain, l.kproxy.Log())
-			} else {
-				t.Logf("logged: %s", lines[0])
-			}
+			t.Logf("logged: %s", waitErrorEntry(t, l, "delete chain ip "+nftTable+" "+chain, "busy"))
 			l.wantBalanced(t, "UDP ClusterIP while the stale chain cannot go", askEcho)
 			if seen, err := spreadOver(2, askWeb); err != nil || len(seen) != 2 || seen["backend-3"] != 0 {
 				t.Errorf("web reached %v (%v) while the stale chain cannot go, want backend-1 and backend-2", seen, err)

@@ -186,24 +186,41 @@ func UDPAsk(d Dialer, addr, msg string) (string, error) {
 // with it.
 func UDPAskHeld(tb testing.TB, d Dialer, addr, msg string) (string, error) {
 	tb.Helper()
+	answer, _, err := UDPAskHeldCounted(tb, d, addr, msg)
+	return answer, err
+}
+
+// UDPAskHeldCounted is UDPAskHeld that also says how many times msg was
+// sent. A datagram sent again can reach a relay after the flow of the first
+// one has idled out, and so start a flow of its own: a round-robin turn the
+// asker never sees the answer of.
+func UDPAskHeldCounted(tb testing.TB, d Dialer, addr, msg string) (answer string, sends int, err error) {
+	tb.Helper()
 	conn, err := dialBounded(d, "udp", addr, udpAskTimeout)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	tb.Cleanup(func() { conn.Close() })
-	return askOn(conn, msg)
+	return askCounted(conn, msg)
 }
 
 // askOn sends msg on the connected UDP socket conn, again every
 // udpResendAfter until an answer or an error comes, and returns the first
 // answer, giving up after udpAskTimeout.
 func askOn(conn net.Conn, msg string) (string, error) {
+	answer, _, err := askCounted(conn, msg)
+	return answer, err
+}
+
+// askCounted is askOn that also returns how many times msg was sent.
+func askCounted(conn net.Conn, msg string) (answer string, sends int, err error) {
 	deadline := time.Now().Add(udpAskTimeout)
 	buf := make([]byte, MaxUDPPayload)
 	for {
 		if _, err := io.WriteString(conn, msg); err != nil {
-			return "", err
+			return "", sends, err
 		}
+		sends++
 		wait := time.Now().Add(udpResendAfter)
 		if wait.After(deadline) {
 			wait = deadline
@@ -212,7 +229,7 @@ func askOn(conn net.Conn, msg string) (string, error) {
 		n, err := conn.Read(buf)
 		var ne net.Error
 		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || !wait.Before(deadline) {
-			return string(buf[:n]), err
+			return string(buf[:n]), sends, err
 		}
 	}
 }
