@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// Estimates of what each step costs on a 2-core machine, from the first
-// full run (2026-11-27: 25 s a cell at 1 and 1,000 services, most of it the
-// data plane; kernel-bound syncs and clean-ups at 10,000); the time left
-// shown is scaled by how the run has kept to them so far.
+// Estimates of what each step costs on a 2-core machine, from a full run
+// (about 25 s a cell at 1 and 1,000 services, most of it the data plane;
+// kernel-bound syncs and clean-ups at 10,000); the time left shown is
+// scaled by how the run has kept to them so far.
 const (
 	estSizeSetUp      = 3 * time.Second         // API server, lab, servers
 	estPerObject      = 4700 * time.Microsecond // creating one service and its slice
