@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -46,7 +47,7 @@ func FirewallChain(n servicemap.ServicePortName) string { return FirewallPrefix 
 // EndpointChain returns the KUBE-SEP- chain name of one endpoint of the port.
 func EndpointChain(n servicemap.ServicePortName, ep netip.AddrPort) string {
 	var h [hashLen]byte
-	endpointHash(&h, portNameString(n), lowerProtocol(n), ep)
+	endpointHash(&h, kernelmode.PortName(n), lowerProtocol(n), ep)
 	return EndpointPrefix + string(h[:])
 }
 
@@ -62,17 +63,6 @@ func IsPortChain(name string) bool {
 	return false
 }
 
-// portNameString is the name kube-proxy hashes and prints in comments:
-// "ns/name:port", or "ns/name" for an unnamed port. Unlike
-// ServicePortName.String it carries no protocol.
-func portNameString(n servicemap.ServicePortName) string {
-	s := n.Namespace + "/" + n.Name
-	if n.Port != "" {
-		s += ":" + n.Port
-	}
-	return s
-}
-
 // lowerProtocol is the protocol as kube-proxy hashes it and as iptables
 // names it ("tcp", "udp", "sctp").
 func lowerProtocol(n servicemap.ServicePortName) string { return strings.ToLower(string(n.Protocol)) }
@@ -81,7 +71,7 @@ func lowerProtocol(n servicemap.ServicePortName) string { return strings.ToLower
 // sha256(port name + lower-case protocol), cut to 16 characters.
 func portHash(n servicemap.ServicePortName) string {
 	var h [hashLen]byte
-	portHashInto(&h, portNameString(n), lowerProtocol(n))
+	portHashInto(&h, kernelmode.PortName(n), lowerProtocol(n))
 	return string(h[:])
 }
 

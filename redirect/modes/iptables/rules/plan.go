@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -58,7 +59,7 @@ type portPlan struct {
 // plan decides everything about sp for the Builder's family; ok is false
 // when sp has no cluster IP of the family and contributes nothing.
 func (b *Builder) plan(sp *servicemap.ServicePort) (p portPlan, ok bool, err error) {
-	p.clusterIP, ok = b.clusterIP(sp)
+	p.clusterIP, ok = kernelmode.ClusterIP(sp, b.v6)
 	if !ok {
 		return p, false, nil
 	}
@@ -74,11 +75,11 @@ func (b *Builder) plan(sp *servicemap.ServicePort) (p portPlan, ok bool, err err
 	if p.affinitySeconds, err = affinitySeconds(sp.AffinityTimeout); err != nil {
 		return p, false, err
 	}
-	p.name = portNameString(sp.Name)
+	p.name = kernelmode.PortName(sp.Name)
 	portHashInto(&p.hash, p.name, p.proto)
 	p.port, p.nodePort, p.healthCheckNodePort = sp.Port, sp.NodePort, sp.HealthCheckNodePort
-	p.externalIPs = b.addrsOfFamily(sp.ExternalIPs)
-	p.lbIPs = b.addrsOfFamily(sp.LoadBalancerIPs)
+	p.externalIPs = kernelmode.AddrsOf(sp.ExternalIPs, b.v6)
+	p.lbIPs = kernelmode.AddrsOf(sp.LoadBalancerIPs, b.v6)
 	p.sourceRanges = b.sourceRanges(sp.LoadBalancerSourceRanges)
 
 	b.categorize(&p, sp)
@@ -97,7 +98,7 @@ func (b *Builder) categorize(p *portPlan, sp *servicemap.ServicePort) {
 	// Hidden external IPs (AllowServiceExternalIPs off) count, as in
 	// kube-proxy's ExternallyAccessible, though nothing leads to them.
 	accessible := sp.NodePort != 0 || len(p.externalIPs) > 0 || len(p.lbIPs) > 0 ||
-		len(b.addrsOfFamily(sp.HiddenExternalIPs)) > 0
+		len(kernelmode.AddrsOf(sp.HiddenExternalIPs, b.v6)) > 0
 	// Cluster endpoints are needed for Cluster policies and, with
 	// externalTrafficPolicy Local, to short-circuit node-local clients.
 	usesCluster := !sp.InternalPolicyLocal || accessible
@@ -205,32 +206,6 @@ func compareAsText(a, b servicemap.Endpoint) int {
 	return bytes.Compare(appendEndpoint(ab[:0], a.AddrPort()), appendEndpoint(bb[:0], b.AddrPort()))
 }
 
-// clusterIP returns sp's cluster IP of the Builder's family.
-func (b *Builder) clusterIP(sp *servicemap.ServicePort) (netip.Addr, bool) {
-	for _, ip := range sp.ClusterIPs {
-		if ip.IsValid() && servicemap.IsIPv6(ip) == b.v6 {
-			return ip.Unmap(), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-// addrsOfFamily returns the addresses of the Builder's family, without
-// copying when all are.
-func (b *Builder) addrsOfFamily(as []netip.Addr) []netip.Addr {
-	keep := func(a netip.Addr) bool { return a.IsValid() && servicemap.IsIPv6(a) == b.v6 }
-	if !slices.ContainsFunc(as, func(a netip.Addr) bool { return !keep(a) }) {
-		return as
-	}
-	var out []netip.Addr
-	for _, a := range as {
-		if keep(a) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 // sourceRanges returns the ranges of the Builder's family; a zero-length
 // range means every source is allowed, the same as no range at all.
 func (b *Builder) sourceRanges(ps []netip.Prefix) []netip.Prefix {
@@ -273,8 +248,8 @@ func checkName(n servicemap.ServicePortName) error {
 			}
 		}
 	}
-	if l := len(portNameString(n)); l > maxNameLen {
-		return fmt.Errorf("%q is %d characters long; iptables comments allow %d for it", portNameString(n), l, maxNameLen)
+	if l := len(kernelmode.PortName(n)); l > maxNameLen {
+		return fmt.Errorf("%q is %d characters long; iptables comments allow %d for it", kernelmode.PortName(n), l, maxNameLen)
 	}
 	return nil
 }
