@@ -1,8 +1,10 @@
 package kernelmode
 
 import (
+	"bytes"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -42,4 +44,37 @@ func AddrsOf(as []netip.Addr, v6 bool) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// AppendEndpoint appends "ip:port" ("[ip]:port" for IPv6), an IPv4-mapped
+// address written as plain IPv4 as kube-proxy's net.IP does.
+func AppendEndpoint(b []byte, ep netip.AddrPort) []byte {
+	addr := ep.Addr().Unmap()
+	if addr.Is6() {
+		b = append(b, '[')
+		b = addr.AppendTo(b)
+		b = append(b, ']')
+	} else {
+		b = addr.AppendTo(b)
+	}
+	b = append(b, ':')
+	return strconv.AppendUint(b, uint64(ep.Port()), 10)
+}
+
+// SortedAsText returns eps ordered by their "ip:port" text, as kube-proxy
+// orders them, copying only when they are not in that order already: the
+// lists may share memory with the snapshot, which must not change.
+func SortedAsText(eps []servicemap.Endpoint) []servicemap.Endpoint {
+	if slices.IsSortedFunc(eps, CompareAsText) {
+		return eps
+	}
+	eps = slices.Clone(eps)
+	slices.SortFunc(eps, CompareAsText)
+	return eps
+}
+
+// CompareAsText compares endpoints as their "ip:port" text.
+func CompareAsText(a, b servicemap.Endpoint) int {
+	var ab, bb [64]byte
+	return bytes.Compare(AppendEndpoint(ab[:0], a.AddrPort()), AppendEndpoint(bb[:0], b.AddrPort()))
 }

@@ -52,3 +52,54 @@ func TestClusterIPAndAddrsOf(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendEndpoint(t *testing.T) {
+	tests := []struct{ ep, want string }{
+		{"10.0.0.1:80", "10.0.0.1:80"},
+		{"[::ffff:10.0.0.1]:80", "10.0.0.1:80"},
+		{"[fd00::1]:8080", "[fd00::1]:8080"},
+	}
+	for _, tt := range tests {
+		if got := string(AppendEndpoint([]byte("x "), netip.MustParseAddrPort(tt.ep))); got != "x "+tt.want {
+			t.Errorf("AppendEndpoint(%s) = %q, want %q", tt.ep, got, "x "+tt.want)
+		}
+	}
+}
+
+func TestSortedAsText(t *testing.T) {
+	ep := func(s string) servicemap.Endpoint {
+		ap := netip.MustParseAddrPort(s)
+		return servicemap.Endpoint{Addr: ap.Addr(), Port: ap.Port()}
+	}
+	tests := []struct {
+		name   string
+		in     []servicemap.Endpoint
+		want   []string
+		shared bool // the input comes back, not a copy
+	}{
+		{name: "empty", shared: true},
+		{name: "sorted already", in: []servicemap.Endpoint{ep("10.0.0.1:80"), ep("10.0.0.2:80")}, want: []string{"10.0.0.1:80", "10.0.0.2:80"}, shared: true},
+		// As text "10.0.0.10:" sorts before "10.0.0.1:" (':' follows the
+		// digits) and "10.0.0.9", and port "100" before "80".
+		{name: "text order", in: []servicemap.Endpoint{ep("10.0.0.9:80"), ep("10.0.0.10:80"), ep("10.0.0.1:80"), ep("10.0.0.1:100")},
+			want: []string{"10.0.0.10:80", "10.0.0.1:100", "10.0.0.1:80", "10.0.0.9:80"}},
+		{name: "IPv6", in: []servicemap.Endpoint{ep("[fd00::2]:80"), ep("[fd00::10]:80")}, want: []string{"[fd00::10]:80", "[fd00::2]:80"}},
+	}
+	for _, tt := range tests {
+		orig := slices.Clone(tt.in)
+		got := SortedAsText(tt.in)
+		var texts []string
+		for _, e := range got {
+			texts = append(texts, e.String())
+		}
+		if !slices.Equal(texts, tt.want) {
+			t.Errorf("%s: SortedAsText = %v, want %v", tt.name, texts, tt.want)
+		}
+		if !slices.EqualFunc(tt.in, orig, func(a, b servicemap.Endpoint) bool { return a.AddrPort() == b.AddrPort() }) {
+			t.Errorf("%s: the input changed to %v", tt.name, tt.in)
+		}
+		if shared := len(got) > 0 && &got[0] == &tt.in[0]; shared != (tt.shared && len(got) > 0) {
+			t.Errorf("%s: result shares the input: %v, want %v", tt.name, shared, tt.shared)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"kproxy.dev/kproxy/redirect/modes/kernelmode"
@@ -88,26 +87,11 @@ func endpointHash(dst *[hashLen]byte, portName, proto string, ep netip.AddrPort)
 	var stack [128]byte
 	in := append(stack[:0], portName...)
 	in = append(in, proto...)
-	in = appendEndpoint(in, ep)
+	in = kernelmode.AppendEndpoint(in, ep)
 	hashInto(dst, in)
 }
 
 func hashInto(dst *[hashLen]byte, in []byte) {
 	sum := sha256.Sum256(in)
 	base32.StdEncoding.Encode(dst[:], sum[:hashedBytes])
-}
-
-// appendEndpoint appends "ip:port" ("[ip]:port" for IPv6), with an
-// IPv4-mapped address written as plain IPv4 as kube-proxy's net.IP does.
-func appendEndpoint(b []byte, ep netip.AddrPort) []byte {
-	addr := ep.Addr().Unmap()
-	if addr.Is6() {
-		b = append(b, '[')
-		b = addr.AppendTo(b)
-		b = append(b, ']')
-	} else {
-		b = addr.AppendTo(b)
-	}
-	b = append(b, ':')
-	return strconv.AppendUint(b, uint64(ep.Port()), 10)
 }

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -112,9 +111,9 @@ func (b *Builder) categorize(p *portPlan, sp *servicemap.ServicePort) {
 	p.reachable = union(sp.Endpoints, p.clusterEPs, p.localEPs)
 	// kube-proxy orders endpoints by their "ip:port" text; the same order
 	// gives each endpoint the same --probability rule as kube-proxy's.
-	p.clusterEPs = sortedAsText(p.clusterEPs)
-	p.localEPs = sortedAsText(p.localEPs)
-	p.reachable = sortedAsText(p.reachable)
+	p.clusterEPs = kernelmode.SortedAsText(p.clusterEPs)
+	p.localEPs = kernelmode.SortedAsText(p.localEPs)
+	p.reachable = kernelmode.SortedAsText(p.reachable)
 
 	p.hasEndpoints = b.anyUsable(sp.Endpoints)
 	p.internalLocal, p.externalLocal = sp.InternalPolicyLocal, sp.ExternalPolicyLocal
@@ -186,24 +185,6 @@ func walkUnion(all, a, b []servicemap.Endpoint, visit func(servicemap.Endpoint))
 			visit(ep)
 		}
 	}
-}
-
-// sortedAsText returns eps ordered by their "ip:port" text, copying them
-// only when they are not in that order already: the lists may share
-// memory with the snapshot, which must not change.
-func sortedAsText(eps []servicemap.Endpoint) []servicemap.Endpoint {
-	if slices.IsSortedFunc(eps, compareAsText) {
-		return eps
-	}
-	eps = slices.Clone(eps)
-	slices.SortFunc(eps, compareAsText)
-	return eps
-}
-
-// compareAsText compares endpoints as strings "ip:port" ("[ip]:port").
-func compareAsText(a, b servicemap.Endpoint) int {
-	var ab, bb [64]byte
-	return bytes.Compare(appendEndpoint(ab[:0], a.AddrPort()), appendEndpoint(bb[:0], b.AddrPort()))
 }
 
 // sourceRanges returns the ranges of the Builder's family; a zero-length

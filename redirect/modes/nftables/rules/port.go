@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -172,10 +171,10 @@ func (w *portWriter) write(clusterIP netip.Addr) {
 	usesLocal := sp.InternalPolicyLocal || (sp.ExternalPolicyLocal && accessible)
 	var clusterEPs, localEPs []servicemap.Endpoint
 	if usesCluster {
-		clusterEPs = sortedAsText(sp.EligibleEndpoints(b.v6, false, b.cfg.Topology))
+		clusterEPs = kernelmode.SortedAsText(sp.EligibleEndpoints(b.v6, false, b.cfg.Topology))
 	}
 	if usesLocal {
-		localEPs = sortedAsText(sp.EligibleEndpoints(b.v6, true, b.cfg.Topology))
+		localEPs = kernelmode.SortedAsText(sp.EligibleEndpoints(b.v6, true, b.cfg.Topology))
 	}
 	reachable := unionAsText(clusterEPs, localEPs)
 	hasEndpoints := false
@@ -389,21 +388,6 @@ func checkName(n servicemap.ServicePortName) error {
 	return nil
 }
 
-// sortedAsText returns eps ordered by their "ip:port" text, as kube-proxy
-// orders them (copying only when they are not already).
-func sortedAsText(eps []servicemap.Endpoint) []servicemap.Endpoint {
-	if slices.IsSortedFunc(eps, compareAsText) {
-		return eps
-	}
-	eps = slices.Clone(eps)
-	slices.SortFunc(eps, compareAsText)
-	return eps
-}
-
-func compareAsText(a, b servicemap.Endpoint) int {
-	return bytes.Compare([]byte(endpointString(a.AddrPort())), []byte(endpointString(b.AddrPort())))
-}
-
 // unionAsText merges two text-sorted lists, each endpoint once.
 func unionAsText(a, b []servicemap.Endpoint) []servicemap.Endpoint {
 	switch {
@@ -418,6 +402,6 @@ func unionAsText(a, b []servicemap.Endpoint) []servicemap.Endpoint {
 			out = append(out, ep)
 		}
 	}
-	slices.SortFunc(out, compareAsText)
+	slices.SortFunc(out, kernelmode.CompareAsText)
 	return out
 }
