@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -39,19 +38,13 @@ type family struct {
 	// State of the last successful sync; model is nil before the first.
 	model    RuleModel
 	modelCfg rules.Config
-	// applied is written by the sync only, under appliedMu, and read by
-	// /services (programmed) under its read lock, one port at a time; the
-	// sync's own reads need no lock.
-	applied   map[servicemap.ServicePortName]*rules.PortRules
-	appliedMu sync.RWMutex
-	resync    kernelmode.Resync
+	applied  kernelmode.Applied[rules.PortRules]
+	resync   kernelmode.Resync
 }
 
 // programmed reads what the last sync wrote for name (nil: nothing).
 func (f *family) programmed(name servicemap.ServicePortName) *rules.PortRules {
-	f.appliedMu.RLock()
-	defer f.appliedMu.RUnlock()
-	return f.applied[name]
+	return f.applied.Get(name)
 }
 
 // RuleModel is what the mode needs from the rule builder; *rules.Builder
@@ -163,7 +156,7 @@ func (f *family) failed(err error) error {
 // bad input for one service never takes down the others, nor its own
 // previous rules.
 func (f *family) portRules(snap *servicemap.Snapshot, model RuleModel, names []servicemap.ServicePortName) (map[servicemap.ServicePortName]*rules.PortRules, error) {
-	return kernelmode.BuildPorts(snap, names, f.applied, func(sp *servicemap.ServicePort) (*rules.PortRules, error) {
+	return kernelmode.BuildPorts(snap, names, f.applied.Last(), func(sp *servicemap.ServicePort) (*rules.PortRules, error) {
 		pr, err := model.ForPort(sp)
 		if err != nil {
 			return nil, fmt.Errorf("service port %s: %w", sp.Name, err)
@@ -260,15 +253,7 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 	if err := restoreAll(ctx, f.tables, payloads); err != nil {
 		return fmt.Errorf("full sync, %w", err)
 	}
-	applied := make(map[servicemap.ServicePortName]*rules.PortRules, len(want))
-	for name, pr := range want {
-		if pr != nil {
-			applied[name] = pr
-		}
-	}
-	f.appliedMu.Lock()
-	f.applied = applied
-	f.appliedMu.Unlock()
+	f.applied.Replace(want)
 	return nil
 }
 
@@ -279,7 +264,7 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, model 
 func (f *family) kernelState(ctx context.Context, readKernel bool) (map[rules.Table]map[string]bool, map[sharedKey][]string, error) {
 	existing := map[rules.Table]map[string]bool{rules.NAT: {}, rules.Filter: {}, rules.Mangle: {}}
 	if !readKernel {
-		for _, pr := range f.applied {
+		for _, pr := range f.applied.Last() {
 			for _, c := range pr.Chains {
 				existing[c.Table][c.Name] = true
 			}
@@ -362,7 +347,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 	hasTail := sharedHasTail(f.model.SharedChains())
 	chunks := restore.NewChunks(f.maxChains, tableOrder...)
 	for _, name := range names {
-		old, new := f.applied[name], want[name]
+		old, new := f.applied.Last()[name], want[name]
 		if old == new {
 			continue
 		}
@@ -373,15 +358,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, cha
 	if err := restoreAll(ctx, f.tables, chunks.Payloads()); err != nil {
 		return fmt.Errorf("partial sync of %d service ports, %w", len(names), err)
 	}
-	f.appliedMu.Lock()
-	for name, pr := range want {
-		if pr == nil {
-			delete(f.applied, name)
-		} else {
-			f.applied[name] = pr
-		}
-	}
-	f.appliedMu.Unlock()
+	f.applied.Update(want)
 	return nil
 }
 
@@ -399,7 +376,7 @@ func (f *family) canariesIntact(ctx context.Context, tables []rules.Table) (bool
 // reportRuleCounts sets kubeproxy_sync_proxy_rules_iptables_total per table.
 func (f *family) reportRuleCounts() {
 	counts := map[rules.Table]int{}
-	for _, pr := range f.applied {
+	for _, pr := range f.applied.Last() {
 		for _, c := range pr.Chains {
 			counts[c.Table] += len(c.Rules)
 		}

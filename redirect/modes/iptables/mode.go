@@ -119,7 +119,6 @@ func New(cfg Config) (*Mode, error) {
 			maxChains: fc.MaxChainsPerRestore,
 			metrics:   fm,
 			logger:    cfg.Logger,
-			applied:   map[servicemap.ServicePortName]*rules.PortRules{},
 		})
 	}
 	return m, nil

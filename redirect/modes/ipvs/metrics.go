@@ -21,27 +21,21 @@ type modeVecs struct {
 
 func newModeMetrics(reg prometheus.Registerer) (*modeVecs, error) {
 	fam := []string{"ip_family"}
+	// Every kproxy_ipvs_* gauge is an alpha one labelled by family.
+	gauge := func(name, help string) *k8smetrics.GaugeVec {
+		return k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
+			Namespace: "kproxy", Name: name, Help: help, StabilityLevel: k8smetrics.ALPHA,
+		}, fam)
+	}
 	m := &modeVecs{
-		virtualServers: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
-			Namespace: "kproxy", Name: "ipvs_virtual_servers",
-			Help: "IPVS virtual servers the last sync wanted", StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
-		realServers: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
-			Namespace: "kproxy", Name: "ipvs_real_servers",
-			Help: "IPVS real servers (weight > 0) the last sync wanted, over all virtual servers", StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
-		draining: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
-			Namespace: "kproxy", Name: "ipvs_real_servers_draining",
-			Help: "Removed TCP real servers kept at weight 0 until their connections end", StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
+		virtualServers: gauge("ipvs_virtual_servers", "IPVS virtual servers the last sync wanted"),
+		realServers:    gauge("ipvs_real_servers", "IPVS real servers (weight > 0) the last sync wanted, over all virtual servers"),
+		draining:       gauge("ipvs_real_servers_draining", "Removed TCP real servers kept at weight 0 until their connections end"),
 		reconcileFailures: k8smetrics.NewCounterVec(&k8smetrics.CounterOpts{
 			Namespace: "kproxy", Name: "ipvs_reconcile_failures_total",
 			Help: "Syncs or drain passes in which some IPVS, address or ipset operation failed", StabilityLevel: k8smetrics.ALPHA,
 		}, fam),
-		conflictingServers: k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{
-			Namespace: "kproxy", Name: "ipvs_conflicting_virtual_servers",
-			Help: "Virtual servers wanted by more than one service port (the first keeps it)", StabilityLevel: k8smetrics.ALPHA,
-		}, fam),
+		conflictingServers: gauge("ipvs_conflicting_virtual_servers", "Virtual servers wanted by more than one service port (the first keeps it)"),
 	}
 	var err error
 	if m.restore, err = metrics.NewIPTablesRestore(reg, false); err != nil {

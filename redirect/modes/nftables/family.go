@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -40,11 +39,7 @@ type family struct {
 
 	// State of the last successful sync; builder is nil before the first.
 	builder *rules.Builder
-	// applied is written by the sync only, under appliedMu, and read by
-	// /services (programmed) under its read lock, one port at a time; the
-	// sync's own reads need no lock.
-	applied   map[servicemap.ServicePortName]*rules.Port
-	appliedMu sync.RWMutex
+	applied kernelmode.Applied[rules.Port]
 	// elems counts, per element ID, the ports that want it, with the
 	// element last written.
 	elems map[string]*elemState
@@ -80,9 +75,7 @@ type elemState struct {
 
 // programmed reads what the last sync wrote for name (nil: nothing).
 func (f *family) programmed(name servicemap.ServicePortName) *rules.Port {
-	f.appliedMu.RLock()
-	defer f.appliedMu.RUnlock()
-	return f.applied[name]
+	return f.applied.Get(name)
 }
 
 // configFor completes the configured rules.Config with what the snapshot
@@ -177,7 +170,7 @@ func (f *family) sync(ctx context.Context, snap *servicemap.Snapshot, changes *s
 			for name := range snap.All() {
 				names = append(names, name)
 			}
-			for name := range f.applied {
+			for name := range f.applied.Last() {
 				names = append(names, name)
 			}
 		}
@@ -227,7 +220,7 @@ func (f *family) chunkedSync(ctx context.Context, snap *servicemap.Snapshot, nam
 	for _, name := range names {
 		changed[name] = true
 	}
-	programmed := func(name servicemap.ServicePortName) bool { return f.applied[name] != nil }
+	programmed := func(name servicemap.ServicePortName) bool { return f.applied.Last()[name] != nil }
 	order := make([]servicemap.ServicePortName, 0, len(names)+len(backlog))
 	for _, name := range names {
 		if programmed(name) {
@@ -356,7 +349,7 @@ func (f *family) dueStale() map[string]bool {
 // keeps what was last applied for it: bad input for one service never takes
 // down the others, nor its own previous rules.
 func (f *family) ports(b *rules.Builder, snap *servicemap.Snapshot, names []servicemap.ServicePortName) map[servicemap.ServicePortName]*rules.Port {
-	out, err := kernelmode.BuildPorts(snap, names, f.applied, func(sp *servicemap.ServicePort) (*rules.Port, error) {
+	out, err := kernelmode.BuildPorts(snap, names, f.applied.Last(), func(sp *servicemap.ServicePort) (*rules.Port, error) {
 		p, err := b.ForPort(sp)
 		if err != nil {
 			return nil, err
@@ -473,15 +466,7 @@ func (f *family) fullSync(ctx context.Context, snap *servicemap.Snapshot, b *rul
 	if err := f.writeDeferred(ctx, deferred); err != nil {
 		return fmt.Errorf("full sync of %d service ports, %w", len(names), err)
 	}
-	applied := make(map[servicemap.ServicePortName]*rules.Port, len(want))
-	for name, p := range want {
-		if p != nil {
-			applied[name] = p
-		}
-	}
-	f.appliedMu.Lock()
-	f.applied = applied
-	f.appliedMu.Unlock()
+	f.applied.Replace(want)
 	f.elems, f.stale, f.recreated = elems, stale, true
 	return nil
 }
@@ -504,7 +489,7 @@ func (f *family) existing(ctx context.Context, readKernel bool) (chains, sets ma
 		}
 		return chains, sets
 	}
-	for _, p := range f.applied {
+	for _, p := range f.applied.Last() {
 		for _, c := range p.Chains {
 			chains[c.Name] = true
 		}
@@ -614,7 +599,7 @@ func (f *family) partialSync(ctx context.Context, snap *servicemap.Snapshot, nam
 	wanted := map[string]bool{} // chains this sync (re)writes
 	for i, name := range names {
 		port = i
-		old, cur := f.applied[name], want[name]
+		old, cur := f.applied.Last()[name], want[name]
 		if old == cur {
 			continue
 		}
@@ -778,18 +763,14 @@ func (f *family) commit(want map[servicemap.ServicePortName]*rules.Port, newStal
 	for _, c := range deleted {
 		delete(f.stale, c)
 	}
-	f.appliedMu.Lock()
-	for name, p := range want {
-		if p == nil {
-			delete(f.applied, name)
-		} else {
-			f.applied[name] = p
+	f.applied.Update(want)
+	for _, p := range want {
+		if p != nil {
 			for _, c := range p.Chains {
 				delete(f.stale, c.Name)
 			}
 		}
 	}
-	f.appliedMu.Unlock()
 	for c := range newStale {
 		if _, ok := f.stale[c]; !ok {
 			f.stale[c] = now

@@ -114,7 +114,6 @@ func New(cfg Config) (*Mode, error) {
 			metrics: met.forFamily(fc.Rules.Family),
 			logger:  cfg.Logger.WithValues("ipFamily", fc.Rules.Family),
 			now:     now,
-			applied: map[servicemap.ServicePortName]*rules.Port{},
 			elems:   map[string]*elemState{},
 			stale:   map[string]time.Time{},
 		})

@@ -4,9 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"net/netip"
-	"strconv"
 	"strings"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -46,7 +46,7 @@ func FirewallChain(n servicemap.ServicePortName) string { return FirewallPrefix 
 // EndpointChain returns the KUBE-SEP- chain name of one endpoint of the port.
 func EndpointChain(n servicemap.ServicePortName, ep netip.AddrPort) string {
 	var h [hashLen]byte
-	endpointHash(&h, portNameString(n), lowerProtocol(n), ep)
+	endpointHash(&h, kernelmode.PortName(n), lowerProtocol(n), ep)
 	return EndpointPrefix + string(h[:])
 }
 
@@ -62,17 +62,6 @@ func IsPortChain(name string) bool {
 	return false
 }
 
-// portNameString is the name kube-proxy hashes and prints in comments:
-// "ns/name:port", or "ns/name" for an unnamed port. Unlike
-// ServicePortName.String it carries no protocol.
-func portNameString(n servicemap.ServicePortName) string {
-	s := n.Namespace + "/" + n.Name
-	if n.Port != "" {
-		s += ":" + n.Port
-	}
-	return s
-}
-
 // lowerProtocol is the protocol as kube-proxy hashes it and as iptables
 // names it ("tcp", "udp", "sctp").
 func lowerProtocol(n servicemap.ServicePortName) string { return strings.ToLower(string(n.Protocol)) }
@@ -81,7 +70,7 @@ func lowerProtocol(n servicemap.ServicePortName) string { return strings.ToLower
 // sha256(port name + lower-case protocol), cut to 16 characters.
 func portHash(n servicemap.ServicePortName) string {
 	var h [hashLen]byte
-	portHashInto(&h, portNameString(n), lowerProtocol(n))
+	portHashInto(&h, kernelmode.PortName(n), lowerProtocol(n))
 	return string(h[:])
 }
 
@@ -98,26 +87,11 @@ func endpointHash(dst *[hashLen]byte, portName, proto string, ep netip.AddrPort)
 	var stack [128]byte
 	in := append(stack[:0], portName...)
 	in = append(in, proto...)
-	in = appendEndpoint(in, ep)
+	in = kernelmode.AppendEndpoint(in, ep)
 	hashInto(dst, in)
 }
 
 func hashInto(dst *[hashLen]byte, in []byte) {
 	sum := sha256.Sum256(in)
 	base32.StdEncoding.Encode(dst[:], sum[:hashedBytes])
-}
-
-// appendEndpoint appends "ip:port" ("[ip]:port" for IPv6), with an
-// IPv4-mapped address written as plain IPv4 as kube-proxy's net.IP does.
-func appendEndpoint(b []byte, ep netip.AddrPort) []byte {
-	addr := ep.Addr().Unmap()
-	if addr.Is6() {
-		b = append(b, '[')
-		b = addr.AppendTo(b)
-		b = append(b, ']')
-	} else {
-		b = addr.AppendTo(b)
-	}
-	b = append(b, ':')
-	return strconv.AppendUint(b, uint64(ep.Port()), 10)
 }

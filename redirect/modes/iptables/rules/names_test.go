@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/bench/testkit"
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 )
 
 // TestChainNamesMatchKubeProxy checks names against the ones kube-proxy
@@ -58,12 +59,12 @@ func TestChainNameInputs(t *testing.T) {
 		name       string
 		got, input string
 	}{
-		{"port name", portNameString(tcp), "ns/svc:p"},
-		{"unnamed port", portNameString(testkit.PortName("ns", "svc", "", v1.ProtocolTCP)), "ns/svc"},
+		{"port name", kernelmode.PortName(tcp), "ns/svc:p"},
+		{"unnamed port", kernelmode.PortName(testkit.PortName("ns", "svc", "", v1.ProtocolTCP)), "ns/svc"},
 		{"protocol", lowerProtocol(testkit.PortName("ns", "svc", "", v1.ProtocolSCTP)), "sctp"},
-		{"IPv4 endpoint", string(appendEndpoint(nil, netip.MustParseAddrPort("10.0.0.1:80"))), "10.0.0.1:80"},
-		{"IPv4-mapped endpoint", string(appendEndpoint(nil, netip.MustParseAddrPort("[::ffff:10.0.0.1]:80"))), "10.0.0.1:80"},
-		{"IPv6 endpoint", string(appendEndpoint(nil, netip.MustParseAddrPort("[fd00::1]:80"))), "[fd00::1]:80"},
+		{"IPv4 endpoint", string(kernelmode.AppendEndpoint(nil, netip.MustParseAddrPort("10.0.0.1:80"))), "10.0.0.1:80"},
+		{"IPv4-mapped endpoint", string(kernelmode.AppendEndpoint(nil, netip.MustParseAddrPort("[::ffff:10.0.0.1]:80"))), "10.0.0.1:80"},
+		{"IPv6 endpoint", string(kernelmode.AppendEndpoint(nil, netip.MustParseAddrPort("[fd00::1]:80"))), "[fd00::1]:80"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.input {

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -58,7 +58,7 @@ type portPlan struct {
 // plan decides everything about sp for the Builder's family; ok is false
 // when sp has no cluster IP of the family and contributes nothing.
 func (b *Builder) plan(sp *servicemap.ServicePort) (p portPlan, ok bool, err error) {
-	p.clusterIP, ok = b.clusterIP(sp)
+	p.clusterIP, ok = kernelmode.ClusterIP(sp, b.v6)
 	if !ok {
 		return p, false, nil
 	}
@@ -74,11 +74,11 @@ func (b *Builder) plan(sp *servicemap.ServicePort) (p portPlan, ok bool, err err
 	if p.affinitySeconds, err = affinitySeconds(sp.AffinityTimeout); err != nil {
 		return p, false, err
 	}
-	p.name = portNameString(sp.Name)
+	p.name = kernelmode.PortName(sp.Name)
 	portHashInto(&p.hash, p.name, p.proto)
 	p.port, p.nodePort, p.healthCheckNodePort = sp.Port, sp.NodePort, sp.HealthCheckNodePort
-	p.externalIPs = b.addrsOfFamily(sp.ExternalIPs)
-	p.lbIPs = b.addrsOfFamily(sp.LoadBalancerIPs)
+	p.externalIPs = kernelmode.AddrsOf(sp.ExternalIPs, b.v6)
+	p.lbIPs = kernelmode.AddrsOf(sp.LoadBalancerIPs, b.v6)
 	p.sourceRanges = b.sourceRanges(sp.LoadBalancerSourceRanges)
 
 	b.categorize(&p, sp)
@@ -97,7 +97,7 @@ func (b *Builder) categorize(p *portPlan, sp *servicemap.ServicePort) {
 	// Hidden external IPs (AllowServiceExternalIPs off) count, as in
 	// kube-proxy's ExternallyAccessible, though nothing leads to them.
 	accessible := sp.NodePort != 0 || len(p.externalIPs) > 0 || len(p.lbIPs) > 0 ||
-		len(b.addrsOfFamily(sp.HiddenExternalIPs)) > 0
+		len(kernelmode.AddrsOf(sp.HiddenExternalIPs, b.v6)) > 0
 	// Cluster endpoints are needed for Cluster policies and, with
 	// externalTrafficPolicy Local, to short-circuit node-local clients.
 	usesCluster := !sp.InternalPolicyLocal || accessible
@@ -111,9 +111,9 @@ func (b *Builder) categorize(p *portPlan, sp *servicemap.ServicePort) {
 	p.reachable = union(sp.Endpoints, p.clusterEPs, p.localEPs)
 	// kube-proxy orders endpoints by their "ip:port" text; the same order
 	// gives each endpoint the same --probability rule as kube-proxy's.
-	p.clusterEPs = sortedAsText(p.clusterEPs)
-	p.localEPs = sortedAsText(p.localEPs)
-	p.reachable = sortedAsText(p.reachable)
+	p.clusterEPs = kernelmode.SortedAsText(p.clusterEPs)
+	p.localEPs = kernelmode.SortedAsText(p.localEPs)
+	p.reachable = kernelmode.SortedAsText(p.reachable)
 
 	p.hasEndpoints = b.anyUsable(sp.Endpoints)
 	p.internalLocal, p.externalLocal = sp.InternalPolicyLocal, sp.ExternalPolicyLocal
@@ -187,50 +187,6 @@ func walkUnion(all, a, b []servicemap.Endpoint, visit func(servicemap.Endpoint))
 	}
 }
 
-// sortedAsText returns eps ordered by their "ip:port" text, copying them
-// only when they are not in that order already: the lists may share
-// memory with the snapshot, which must not change.
-func sortedAsText(eps []servicemap.Endpoint) []servicemap.Endpoint {
-	if slices.IsSortedFunc(eps, compareAsText) {
-		return eps
-	}
-	eps = slices.Clone(eps)
-	slices.SortFunc(eps, compareAsText)
-	return eps
-}
-
-// compareAsText compares endpoints as strings "ip:port" ("[ip]:port").
-func compareAsText(a, b servicemap.Endpoint) int {
-	var ab, bb [64]byte
-	return bytes.Compare(appendEndpoint(ab[:0], a.AddrPort()), appendEndpoint(bb[:0], b.AddrPort()))
-}
-
-// clusterIP returns sp's cluster IP of the Builder's family.
-func (b *Builder) clusterIP(sp *servicemap.ServicePort) (netip.Addr, bool) {
-	for _, ip := range sp.ClusterIPs {
-		if ip.IsValid() && servicemap.IsIPv6(ip) == b.v6 {
-			return ip.Unmap(), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-// addrsOfFamily returns the addresses of the Builder's family, without
-// copying when all are.
-func (b *Builder) addrsOfFamily(as []netip.Addr) []netip.Addr {
-	keep := func(a netip.Addr) bool { return a.IsValid() && servicemap.IsIPv6(a) == b.v6 }
-	if !slices.ContainsFunc(as, func(a netip.Addr) bool { return !keep(a) }) {
-		return as
-	}
-	var out []netip.Addr
-	for _, a := range as {
-		if keep(a) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 // sourceRanges returns the ranges of the Builder's family; a zero-length
 // range means every source is allowed, the same as no range at all.
 func (b *Builder) sourceRanges(ps []netip.Prefix) []netip.Prefix {
@@ -273,8 +229,8 @@ func checkName(n servicemap.ServicePortName) error {
 			}
 		}
 	}
-	if l := len(portNameString(n)); l > maxNameLen {
-		return fmt.Errorf("%q is %d characters long; iptables comments allow %d for it", portNameString(n), l, maxNameLen)
+	if l := len(kernelmode.PortName(n)); l > maxNameLen {
+		return fmt.Errorf("%q is %d characters long; iptables comments allow %d for it", kernelmode.PortName(n), l, maxNameLen)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/redirect/netfilter/restore"
 )
 
@@ -127,12 +128,12 @@ func (t *portText) endpointComment(name string, ep netip.AddrPort) *portText {
 	start := t.openComment()
 	t.buf = append(t.buf, name...)
 	t.buf = append(t.buf, " -> "...)
-	t.buf = appendEndpoint(t.buf, ep)
+	t.buf = kernelmode.AppendEndpoint(t.buf, ep)
 	return t.closeComment(start)
 }
 
 func (t *portText) endpoint(ep netip.AddrPort) *portText {
-	t.buf = appendEndpoint(t.buf, ep)
+	t.buf = kernelmode.AppendEndpoint(t.buf, ep)
 	t.buf = append(t.buf, ' ')
 	return t
 }

@@ -117,16 +117,6 @@ func PortOf(name string) (port string, ok bool) {
 	return "", false
 }
 
-// portNameString is "ns/name:port" ("ns/name" for an unnamed port), as
-// kube-proxy writes it into element comments.
-func portNameString(n servicemap.ServicePortName) string {
-	s := n.Namespace + "/" + n.Name
-	if n.Port != "" {
-		s += ":" + n.Port
-	}
-	return s
-}
-
 // endpointString is "ip:port" ("[ip]:port" for IPv6).
 func endpointString(ep netip.AddrPort) string {
 	return netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()).String()

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -114,7 +114,7 @@ func (b *Builder) ForPort(sp *servicemap.ServicePort) (Port, error) {
 		return Port{}, errNilPort
 	}
 	out := Port{Name: sp.Name}
-	clusterIP, ok := b.clusterIP(sp)
+	clusterIP, ok := kernelmode.ClusterIP(sp, b.v6)
 	if !ok {
 		return out, nil
 	}
@@ -131,7 +131,7 @@ func (b *Builder) ForPort(sp *servicemap.ServicePort) (Port, error) {
 	if sp.AffinityTimeout != 0 && sp.AffinityTimeout < time.Second {
 		return out, fmt.Errorf("service port %s: ClientIP affinity timeout %s is under nftables' 1 s resolution", sp.Name, sp.AffinityTimeout)
 	}
-	w := portWriter{b: b, sp: sp, out: &out, proto: proto, port: itoa(sp.Port), nameString: portNameString(sp.Name)}
+	w := portWriter{b: b, sp: sp, out: &out, proto: proto, port: itoa(sp.Port), nameString: kernelmode.PortName(sp.Name)}
 	base := portBase(sp.Name, proto)
 	w.clusterChain, w.localChain = ClusterPolicyPrefix+base, LocalPolicyPrefix+base
 	w.externalChain, w.firewallChain = ExternalPrefix+base, FirewallPrefix+base
@@ -158,23 +158,23 @@ type endpoint struct {
 
 func (w *portWriter) write(clusterIP netip.Addr) {
 	b, sp := w.b, w.sp
-	externalIPs := b.addrsOfFamily(sp.ExternalIPs)
-	lbIPs := b.addrsOfFamily(sp.LoadBalancerIPs)
+	externalIPs := kernelmode.AddrsOf(sp.ExternalIPs, b.v6)
+	lbIPs := kernelmode.AddrsOf(sp.LoadBalancerIPs, b.v6)
 	sourceRanges := b.sourceRanges(sp.LoadBalancerSourceRanges)
 
 	// kube-proxy's CategorizeEndpoints, per family.
 	// Hidden external IPs (AllowServiceExternalIPs off) count, as in
 	// kube-proxy's ExternallyAccessible, though nothing leads to them.
 	accessible := sp.NodePort != 0 || len(externalIPs) > 0 || len(lbIPs) > 0 ||
-		len(b.addrsOfFamily(sp.HiddenExternalIPs)) > 0
+		len(kernelmode.AddrsOf(sp.HiddenExternalIPs, b.v6)) > 0
 	usesCluster := !sp.InternalPolicyLocal || accessible
 	usesLocal := sp.InternalPolicyLocal || (sp.ExternalPolicyLocal && accessible)
 	var clusterEPs, localEPs []servicemap.Endpoint
 	if usesCluster {
-		clusterEPs = sortedAsText(sp.EligibleEndpoints(b.v6, false, b.cfg.Topology))
+		clusterEPs = kernelmode.SortedAsText(sp.EligibleEndpoints(b.v6, false, b.cfg.Topology))
 	}
 	if usesLocal {
-		localEPs = sortedAsText(sp.EligibleEndpoints(b.v6, true, b.cfg.Topology))
+		localEPs = kernelmode.SortedAsText(sp.EligibleEndpoints(b.v6, true, b.cfg.Topology))
 	}
 	reachable := unionAsText(clusterEPs, localEPs)
 	hasEndpoints := false
@@ -359,25 +359,6 @@ func (w *portWriter) endpointRules(eps []servicemap.Endpoint, affinity bool, nam
 
 func (w *portWriter) elem(e Element) { w.out.Elements = append(w.out.Elements, e) }
 
-func (b *Builder) clusterIP(sp *servicemap.ServicePort) (netip.Addr, bool) {
-	for _, ip := range sp.ClusterIPs {
-		if ip.IsValid() && servicemap.IsIPv6(ip) == b.v6 {
-			return ip.Unmap(), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-func (b *Builder) addrsOfFamily(as []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range as {
-		if a.IsValid() && servicemap.IsIPv6(a) == b.v6 {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
 // sourceRanges returns the ranges of the Builder's family.
 func (b *Builder) sourceRanges(ps []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
@@ -402,24 +383,9 @@ func checkName(n servicemap.ServicePortName) error {
 		}
 	}
 	if n.Namespace == "" || n.Name == "" {
-		return fmt.Errorf("%q has an empty namespace or name", portNameString(n))
+		return fmt.Errorf("%q has an empty namespace or name", kernelmode.PortName(n))
 	}
 	return nil
-}
-
-// sortedAsText returns eps ordered by their "ip:port" text, as kube-proxy
-// orders them (copying only when they are not already).
-func sortedAsText(eps []servicemap.Endpoint) []servicemap.Endpoint {
-	if slices.IsSortedFunc(eps, compareAsText) {
-		return eps
-	}
-	eps = slices.Clone(eps)
-	slices.SortFunc(eps, compareAsText)
-	return eps
-}
-
-func compareAsText(a, b servicemap.Endpoint) int {
-	return bytes.Compare([]byte(endpointString(a.AddrPort())), []byte(endpointString(b.AddrPort())))
 }
 
 // unionAsText merges two text-sorted lists, each endpoint once.
@@ -436,6 +402,6 @@ func unionAsText(a, b []servicemap.Endpoint) []servicemap.Endpoint {
 			out = append(out, ep)
 		}
 	}
-	slices.SortFunc(out, compareAsText)
+	slices.SortFunc(out, kernelmode.CompareAsText)
 	return out
 }
