@@ -9,6 +9,7 @@ import (
 	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/redirect/netfilter/nfacct"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
@@ -54,14 +55,7 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 	}
 	counters := ensureNFAcct(logger, nfacct.Netlink{})
 	var fams []FamilyConfig
-	for _, fam := range ipfamily.All() {
-		ipt := d.Features.Chosen(fam)
-		if !ipt.Usable {
-			if fam == ipfamily.IPv6 {
-				logger.Info("IPv6 iptables is not usable; proxying IPv4 only", "backend", d.Features.Backend, "problem", ipt.Problem)
-			}
-			continue
-		}
+	for fam, ipt := range kernelmode.UsableIPTables(d.Features, logger) {
 		rc := rules.Config{
 			Family:        fam,
 			MasqueradeBit: s.MasqueradeBit,

@@ -12,6 +12,7 @@ import (
 	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/mode"
 )
@@ -66,14 +67,7 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 		return nil, err
 	}
 	var fams []FamilyConfig
-	for _, fam := range ipfamily.All() {
-		ipt := d.Features.Chosen(fam)
-		if !ipt.Usable {
-			if fam == ipfamily.IPv6 {
-				logger.Info("IPv6 iptables is not usable; proxying IPv4 only", "backend", d.Features.Backend, "problem", ipt.Problem)
-			}
-			continue
-		}
+	for fam, ipt := range kernelmode.UsableIPTables(d.Features, logger) {
 		dc := desired.Config{
 			Family:        fam,
 			Scheduler:     s.IPVS.Scheduler,
