@@ -96,16 +96,8 @@ func NewNetlinkLister(fam ipfamily.Family, table string) *NetlinkLister {
 // dump runs one nf_tables dump request with attrs and returns the
 // attributes of each message.
 func (l *NetlinkLister) dump(msgType int, attrs ...*nl.RtAttr) ([][]nlAttr, error) {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|msgType, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: l.family, Version: nl.NFNETLINK_V0})
-	for _, a := range attrs {
-		req.AddData(a)
-	}
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	msgs, _, err := l.request(msgType, unix.NLM_F_DUMP, attrs...)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil, nil
-		}
 		return nil, err
 	}
 	out := make([][]nlAttr, 0, len(msgs))
@@ -124,6 +116,32 @@ func (l *NetlinkLister) dump(msgType int, attrs ...*nl.RtAttr) ([][]nlAttr, erro
 		out = append(out, as)
 	}
 	return out, nil
+}
+
+// request runs one nf_tables request of msgType for the lister's family,
+// with flags and attrs, and returns the messages of the answer. found is
+// false when the kernel answers ENOENT: what was asked for is missing (a
+// dump of a missing table or set says so too).
+func (l *NetlinkLister) request(msgType, flags int, attrs ...*nl.RtAttr) (msgs [][]byte, found bool, err error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|msgType, flags)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: l.family, Version: nl.NFNETLINK_V0})
+	for _, a := range attrs {
+		req.AddData(a)
+	}
+	msgs, err = req.Execute(unix.NETLINK_NETFILTER, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, false, nil
+	}
+	return msgs, err == nil, err
+}
+
+// exists asks the kernel for one object of the table by name: msgType is
+// its get message (NFT_MSG_GETCHAIN, NFT_MSG_GETSET), tableAttr and
+// nameAttr the attributes naming its table and itself.
+func (l *NetlinkLister) exists(msgType, tableAttr, nameAttr int, name string) (bool, error) {
+	msgs, found, err := l.request(msgType, unix.NLM_F_ACK,
+		nl.NewRtAttr(tableAttr, nl.ZeroTerminated(l.table)), nl.NewRtAttr(nameAttr, nl.ZeroTerminated(name)))
+	return found && len(msgs) > 0, err
 }
 
 type nlAttr struct {
@@ -185,18 +203,9 @@ func (l *NetlinkLister) Names(context.Context) ([]string, []string, error) {
 // serves from its chain hash table.
 func (l *NetlinkLister) RuleCount(_ context.Context, chain string) (int, error) {
 	// The chain must exist: a dump of a missing one answers nothing.
-	exists := false
-	getChain := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETCHAIN, unix.NLM_F_ACK)
-	getChain.AddData(&nl.Nfgenmsg{NfgenFamily: l.family, Version: nl.NFNETLINK_V0})
-	getChain.AddData(nl.NewRtAttr(unix.NFTA_CHAIN_TABLE, nl.ZeroTerminated(l.table)))
-	getChain.AddData(nl.NewRtAttr(unix.NFTA_CHAIN_NAME, nl.ZeroTerminated(chain)))
-	if msgs, err := getChain.Execute(unix.NETLINK_NETFILTER, 0); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return -1, nil
-		}
+	exists, err := l.exists(unix.NFT_MSG_GETCHAIN, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, chain)
+	if err != nil {
 		return 0, fmt.Errorf("reading nftables chain %s over netlink: %w", chain, err)
-	} else {
-		exists = len(msgs) > 0
 	}
 	if !exists {
 		return -1, nil
@@ -247,20 +256,21 @@ func (l *NetlinkLister) Generation(context.Context) (uint32, error) {
 func (l *NetlinkLister) ElementCount(_ context.Context, name string, _ bool) (int, error) {
 	// A dump of a missing set fails with ENOENT, which dump turns into no
 	// messages; a set that exists answers at least its header.
-	exists, err := l.setExists(name)
-	if err != nil || !exists {
-		return -1, err
-	}
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSETELEM, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: l.family, Version: nl.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(l.table)))
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_SET, nl.ZeroTerminated(name)))
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	exists, err := l.exists(unix.NFT_MSG_GETSET, unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, name)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return -1, nil
-		}
+		return -1, fmt.Errorf("reading nftables set %s over netlink: %w", name, err)
+	}
+	if !exists {
+		return -1, nil
+	}
+	msgs, found, err := l.request(unix.NFT_MSG_GETSETELEM, unix.NLM_F_DUMP,
+		nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(l.table)),
+		nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_SET, nl.ZeroTerminated(name)))
+	if err != nil {
 		return 0, fmt.Errorf("listing the elements of nftables set %s over netlink: %w", name, err)
+	}
+	if !found {
+		return -1, nil
 	}
 	n := 0
 	for _, msg := range msgs {
@@ -293,20 +303,4 @@ func countAttrs(b []byte) int {
 		b = b[min(len(b), (l+unix.NLA_ALIGNTO-1)&^(unix.NLA_ALIGNTO-1)):]
 	}
 	return n
-}
-
-// setExists asks the kernel for one set (or map) by name.
-func (l *NetlinkLister) setExists(name string) (bool, error) {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSET, unix.NLM_F_ACK)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: l.family, Version: nl.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_TABLE, nl.ZeroTerminated(l.table)))
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_NAME, nl.ZeroTerminated(name)))
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading nftables set %s over netlink: %w", name, err)
-	}
-	return len(msgs) > 0, nil
 }
