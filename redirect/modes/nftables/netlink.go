@@ -97,19 +97,13 @@ func (w *netlinkWriter) encode(ops []op) (*batch, bool) {
 		before := w.seq
 		switch o.kind {
 		case opFlushChain:
-			w.begin(m, unix.NFT_MSG_DELRULE, 0)
-			m.str(unix.NFTA_RULE_TABLE, w.table)
-			m.str(unix.NFTA_RULE_CHAIN, o.chain)
+			w.beginNamed(m, unix.NFT_MSG_DELRULE, 0, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, o.chain)
 			m.end()
 		case opAddChain:
-			w.begin(m, unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE)
-			m.str(unix.NFTA_CHAIN_TABLE, w.table)
-			m.str(unix.NFTA_CHAIN_NAME, o.chain)
+			w.beginNamed(m, unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, o.chain)
 			m.end()
 		case opDeleteChain:
-			w.begin(m, unix.NFT_MSG_DELCHAIN, 0)
-			m.str(unix.NFTA_CHAIN_TABLE, w.table)
-			m.str(unix.NFTA_CHAIN_NAME, o.chain)
+			w.beginNamed(m, unix.NFT_MSG_DELCHAIN, 0, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, o.chain)
 			m.end()
 		case opAddRule:
 			if o.rule.DNAT == nil || o.rule.Comment != "" {
@@ -142,6 +136,15 @@ func (w *netlinkWriter) encode(ops []op) (*batch, bool) {
 func (w *netlinkWriter) begin(m *msgBuf, typ, flags int) {
 	w.seq++
 	m.begin(unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|flags|unix.NLM_F_ACK, w.seq, w.nfproto)
+}
+
+// beginNamed starts the next message of the batch in m with the
+// attributes naming what it is about: the table (tableAttr) and one object
+// of it (nameAttr), a chain or a set.
+func (w *netlinkWriter) beginNamed(m *msgBuf, typ, flags, tableAttr, nameAttr int, name string) {
+	w.begin(m, typ, flags)
+	m.str(tableAttr, w.table)
+	m.str(nameAttr, name)
 }
 
 func (w *netlinkWriter) batchMsg(typ int) []byte {
@@ -259,9 +262,7 @@ func (w *netlinkWriter) dnatRule(m *msgBuf, chain string, d *rules.DNATMap, setI
 	// table's list, and names that differ early (or in length) compare
 	// fast.
 	name := "__map" + strconv.FormatUint(w.maps, 10) + w.mapPrefix
-	w.begin(m, unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE)
-	m.str(unix.NFTA_SET_TABLE, w.table)
-	m.str(unix.NFTA_SET_NAME, name)
+	w.beginNamed(m, unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, name)
 	m.u32(unix.NFTA_SET_FLAGS, unix.NFT_SET_ANONYMOUS|unix.NFT_SET_CONSTANT|unix.NFT_SET_MAP)
 	m.u32(unix.NFTA_SET_KEY_TYPE, 4) // integer
 	m.u32(unix.NFTA_SET_KEY_LEN, 4)
@@ -308,9 +309,7 @@ func (w *netlinkWriter) dnatRule(m *msgBuf, chain string, d *rules.DNATMap, setI
 	m.unnest()
 	m.end()
 
-	w.begin(m, unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND)
-	m.str(unix.NFTA_RULE_TABLE, w.table)
-	m.str(unix.NFTA_RULE_CHAIN, chain)
+	w.beginNamed(m, unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, chain)
 	m.nest(unix.NFTA_RULE_EXPRESSIONS)
 	expr := func(name string, attrs func()) {
 		m.nest(unix.NFTA_LIST_ELEM)
@@ -406,9 +405,7 @@ func (w *netlinkWriter) element(m *msgBuf, add bool, e rules.Element) bool {
 	if add && len(e.Comment) > 254 {
 		return false
 	}
-	w.begin(m, typ, flags)
-	m.str(unix.NFTA_SET_ELEM_LIST_TABLE, w.table)
-	m.str(unix.NFTA_SET_ELEM_LIST_SET, e.Container)
+	w.beginNamed(m, typ, flags, unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET, e.Container)
 	m.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 	m.nest(unix.NFTA_LIST_ELEM)
 	m.nest(unix.NFTA_SET_ELEM_KEY)
