@@ -2,9 +2,11 @@ package kernelmode
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -18,6 +20,29 @@ func PortName(n servicemap.ServicePortName) string {
 		s += ":" + n.Port
 	}
 	return s
+}
+
+// CheckNameChars refuses a port name whose namespace, name or port name
+// has a character other than letters, digits, '-', '.' and '_', the ones
+// rules take unquoted. The API server never lets other ones through; a
+// services file might. into says where the name would go, for the error
+// ("an iptables comment").
+func CheckNameChars(n servicemap.ServicePortName, into string) error {
+	for _, part := range [...]struct{ what, s string }{{"namespace", n.Namespace}, {"name", n.Name}, {"port name", n.Port}} {
+		if NeedsQuotes(part.s) {
+			return fmt.Errorf("%s %q: only letters, digits, '-', '.' and '_' can go into %s", part.what, part.s, into)
+		}
+	}
+	return nil
+}
+
+// NeedsQuotes says whether s has a character other than letters, digits,
+// '-', '.' and '_': one a name in a rule (iptables or nft) could not carry
+// unquoted.
+func NeedsQuotes(s string) bool {
+	return strings.ContainsFunc(s, func(c rune) bool {
+		return !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_')
+	})
 }
 
 // ClusterIP returns sp's cluster IP of the family (v6 or not), unmapped.

@@ -221,13 +221,8 @@ func affinitySeconds(d time.Duration) (uint64, error) {
 // comment. Kubernetes names never contain such characters, but a services
 // file is not checked by an API server.
 func checkName(n servicemap.ServicePortName) error {
-	for _, part := range [...]struct{ what, s string }{{"namespace", n.Namespace}, {"name", n.Name}, {"port name", n.Port}} {
-		for i := 0; i < len(part.s); i++ {
-			c := part.s[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
-				return fmt.Errorf("%s %q: only letters, digits, '-', '.' and '_' can go into an iptables comment", part.what, part.s)
-			}
-		}
+	if err := kernelmode.CheckNameChars(n, "an iptables comment"); err != nil {
+		return err
 	}
 	if l := len(kernelmode.PortName(n)); l > maxNameLen {
 		return fmt.Errorf("%q is %d characters long; iptables comments allow %d for it", kernelmode.PortName(n), l, maxNameLen)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
 
@@ -73,10 +74,8 @@ func checkInterfaceName(name string) error {
 	if len(name) >= 16 {
 		return fmt.Errorf("%q is longer than an interface name (15)", name)
 	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Errorf("%q has a character an interface name in a rule cannot carry unquoted", name)
-		}
+	if kernelmode.NeedsQuotes(name) {
+		return fmt.Errorf("%q has a character an interface name in a rule cannot carry unquoted", name)
 	}
 	return nil
 }

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -78,9 +78,7 @@ func Validate(c Config) error {
 		errs = append(errs, errors.New("BridgeInterface and InterfaceNamePrefix are two detectors; set one"))
 	}
 	for field, name := range map[string]string{"BridgeInterface": c.BridgeInterface, "InterfaceNamePrefix": c.InterfaceNamePrefix} {
-		if len(name) >= 16 || strings.ContainsFunc(name, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
-		}) {
+		if len(name) >= 16 || kernelmode.NeedsQuotes(name) {
 			errs = append(errs, fmt.Errorf("%s: %q cannot be an interface name in a rule", field, name))
 		}
 	}

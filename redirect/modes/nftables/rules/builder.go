@@ -19,6 +19,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/ipfamily"
 	"kproxy.dev/kproxy/sync/nodeaddr"
 	"kproxy.dev/kproxy/sync/servicemap"
@@ -138,10 +139,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, name := range []string{c.BridgeInterface, c.InterfaceNamePrefix} {
-		for _, r := range name {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-				return fmt.Errorf("nftables rules: interface name %q has a character nft would need quoted", name)
-			}
+		if kernelmode.NeedsQuotes(name) {
+			return fmt.Errorf("nftables rules: interface name %q has a character nft would need quoted", name)
 		}
 	}
 	return nil

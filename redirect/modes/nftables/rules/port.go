@@ -374,13 +374,8 @@ func (b *Builder) sourceRanges(ps []netip.Prefix) []netip.Prefix {
 // comment. The API server never lets such names through; a services file
 // might.
 func checkName(n servicemap.ServicePortName) error {
-	for _, part := range [...]struct{ what, s string }{{"namespace", n.Namespace}, {"name", n.Name}, {"port name", n.Port}} {
-		for i := 0; i < len(part.s); i++ {
-			c := part.s[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
-				return fmt.Errorf("%s %q: only letters, digits, '-', '.' and '_' can go into an nftables name", part.what, part.s)
-			}
-		}
+	if err := kernelmode.CheckNameChars(n, "an nftables name"); err != nil {
+		return err
 	}
 	if n.Namespace == "" || n.Name == "" {
 		return fmt.Errorf("%q has an empty namespace or name", kernelmode.PortName(n))
