@@ -25,6 +25,7 @@ import (
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/nodepods"
 	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
 
@@ -327,16 +328,7 @@ func (b *Balancer) RunSweeper(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		every = time.Minute
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			b.Sweep(b.clk.clock.Now())
-		}
-	}
+	runner.Every(ctx, every, func() { b.Sweep(b.clk.clock.Now()) })
 }
 
 // AffinityEntries is the number of affinity pins held over all pickers.

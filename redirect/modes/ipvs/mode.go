@@ -18,6 +18,7 @@ import (
 	"kproxy.dev/kproxy/redirect/modes/kernelmode"
 	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/nodeaddr"
+	"kproxy.dev/kproxy/sync/runner"
 	"kproxy.dev/kproxy/sync/servicemap"
 	"kproxy.dev/kproxy/sync/sysctl"
 )
@@ -210,18 +211,11 @@ func (m *Mode) Drain() error {
 
 func (m *Mode) drainLoop(ctx context.Context, interval time.Duration) {
 	defer close(m.drainDone)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := m.Drain(); err != nil {
-				m.logger.Error(err, "Draining IPVS real servers failed; the next sync re-reads the kernel")
-			}
+	runner.Every(ctx, interval, func() {
+		if err := m.Drain(); err != nil {
+			m.logger.Error(err, "Draining IPVS real servers failed; the next sync re-reads the kernel")
 		}
-	}
+	})
 }
 
 // Close implements mode.Mode: it stops the background drain. Virtual
