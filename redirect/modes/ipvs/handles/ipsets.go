@@ -53,25 +53,25 @@ func (NetlinkIPSets) List(name string) ([]desired.Entry, error) {
 }
 
 func (NetlinkIPSets) Add(name string, e desired.Entry) error {
-	if isBarePort(e) {
-		return portEntry(nl.IPSET_CMD_ADD, name, e.Port)
-	}
-	ne, err := toNetlink(e)
-	if err != nil {
-		return err
-	}
-	return netlink.IpsetAdd(name, ne)
+	return editMember(name, e, nl.IPSET_CMD_ADD, netlink.IpsetAdd)
 }
 
 func (NetlinkIPSets) Del(name string, e desired.Entry) error {
+	return editMember(name, e, nl.IPSET_CMD_DEL, netlink.IpsetDel)
+}
+
+// editMember adds or deletes e in set name: a bare port (bitmap:port) in
+// portEntry's request for cmd, any other member through send, the netlink
+// package's request.
+func editMember(name string, e desired.Entry, cmd int, send func(string, *netlink.IPSetEntry) error) error {
 	if isBarePort(e) {
-		return portEntry(nl.IPSET_CMD_DEL, name, e.Port)
+		return portEntry(cmd, name, e.Port)
 	}
 	ne, err := toNetlink(e)
 	if err != nil {
 		return err
 	}
-	return netlink.IpsetDel(name, ne)
+	return send(name, ne)
 }
 
 // isBarePort says whether e is a bitmap:port member: a port alone.
