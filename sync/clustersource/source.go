@@ -131,37 +131,21 @@ func (s *Source) Run(ctx context.Context) error {
 		nodeReady = HasNodeIP
 	}
 	h := handlers{sink: s.sink, nodeName: s.nodeName, logger: logger, node: newNodeGate(nodeReady)}
-	svcReg, err := svcFactory.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    h.serviceUpdate,
-		UpdateFunc: func(_, obj any) { h.serviceUpdate(obj) },
-		DeleteFunc: h.serviceDelete,
-	})
+	svcReg, err := svcFactory.Core().V1().Services().Informer().AddEventHandler(eventHandler(h.serviceUpdate, h.serviceDelete))
 	if err != nil {
 		return fmt.Errorf("registering Service handler: %w", err)
 	}
-	sliceReg, err := sliceFactory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    h.sliceUpdate,
-		UpdateFunc: func(_, obj any) { h.sliceUpdate(obj) },
-		DeleteFunc: h.sliceDelete,
-	})
+	sliceReg, err := sliceFactory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(eventHandler(h.sliceUpdate, h.sliceDelete))
 	if err != nil {
 		return fmt.Errorf("registering EndpointSlice handler: %w", err)
 	}
-	if _, err := nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    h.nodeUpdate,
-		UpdateFunc: func(_, obj any) { h.nodeUpdate(obj) },
-		DeleteFunc: h.nodeDelete,
-	}); err != nil {
+	if _, err := nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(eventHandler(h.nodeUpdate, h.nodeDelete)); err != nil {
 		return fmt.Errorf("registering Node handler: %w", err)
 	}
 
 	if cidrSink, ok := s.sink.(servicemap.ServiceCIDRSink); ok && s.WatchServiceCIDRs {
 		ch := cidrHandlers{sink: cidrSink, logger: logger}
-		if _, err := cidrFactory.Networking().V1().ServiceCIDRs().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    ch.update,
-			UpdateFunc: func(_, obj any) { ch.update(obj) },
-			DeleteFunc: ch.delete,
-		}); err != nil {
+		if _, err := cidrFactory.Networking().V1().ServiceCIDRs().Informer().AddEventHandler(eventHandler(ch.update, ch.delete)); err != nil {
 			return fmt.Errorf("registering ServiceCIDR handler: %w", err)
 		}
 	}
@@ -235,27 +219,19 @@ func HasNodeIP(node *v1.Node) bool {
 }
 
 func (h handlers) serviceUpdate(obj any) {
-	if svc, ok := updated[*v1.Service](h.logger, obj, "Unexpected object in Service handler"); ok {
-		h.sink.OnServiceUpdate(svc)
-	}
+	onUpdated(h.logger, obj, "Unexpected object in Service handler", h.sink.OnServiceUpdate)
 }
 
 func (h handlers) serviceDelete(obj any) {
-	if key, ok := deleted[*v1.Service](h.logger, obj, "Unexpected object in Service delete handler"); ok {
-		h.sink.OnServiceDelete(key)
-	}
+	onDeleted[*v1.Service](h.logger, obj, "Unexpected object in Service delete handler", h.sink.OnServiceDelete)
 }
 
 func (h handlers) sliceUpdate(obj any) {
-	if slice, ok := updated[*discovery.EndpointSlice](h.logger, obj, "Unexpected object in EndpointSlice handler"); ok {
-		h.sink.OnEndpointSliceUpdate(slice)
-	}
+	onUpdated(h.logger, obj, "Unexpected object in EndpointSlice handler", h.sink.OnEndpointSliceUpdate)
 }
 
 func (h handlers) sliceDelete(obj any) {
-	if key, ok := deleted[*discovery.EndpointSlice](h.logger, obj, "Unexpected object in EndpointSlice delete handler"); ok {
-		h.sink.OnEndpointSliceDelete(key)
-	}
+	onDeleted[*discovery.EndpointSlice](h.logger, obj, "Unexpected object in EndpointSlice delete handler", h.sink.OnEndpointSliceDelete)
 }
 
 func (h handlers) nodeUpdate(obj any) {
@@ -295,6 +271,33 @@ func (h cidrHandlers) update(obj any) {
 func (h cidrHandlers) delete(obj any) {
 	if key, ok := deleted[*networkingv1.ServiceCIDR](h.logger, obj, "Unexpected object in ServiceCIDR delete handler"); ok {
 		h.sink.OnServiceCIDRDelete(key.Name)
+	}
+}
+
+// eventHandler sends an informer's adds and updates to update (the sink
+// keeps only the latest object, so the old one is not needed) and its
+// deletes to remove.
+func eventHandler(update, remove func(obj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    update,
+		UpdateFunc: func(_, obj any) { update(obj) },
+		DeleteFunc: remove,
+	}
+}
+
+// onUpdated hands the object of an add or update callback to handle when it
+// is a T; see updated for anything else.
+func onUpdated[T any](logger klog.Logger, obj any, msg string, handle func(T)) {
+	if o, ok := updated[T](logger, obj, msg); ok {
+		handle(o)
+	}
+}
+
+// onDeleted hands the key of a deleted T to handle; see deleted for what
+// cannot be read.
+func onDeleted[T metav1.Object](logger klog.Logger, obj any, msg string, handle func(types.NamespacedName)) {
+	if key, ok := deleted[T](logger, obj, msg); ok {
+		handle(key)
 	}
 }
 

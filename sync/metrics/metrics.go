@@ -187,10 +187,10 @@ func New(families ...ipfamily.Family) *Metrics {
 	// Registered, the vectors are real: hand out the Prometheus ones where
 	// callers need their type.
 	m.HealthzTotal, m.LivezTotal = healthz.CounterVec, livez.CounterVec
-	m.SyncDuration = FamilyHistogram{vec: syncDuration, families: fams}
-	m.NetworkProgrammingDuration = FamilyHistogram{vec: networkProgramming, families: fams}
-	m.SyncLastTimestamp = FamilyGauge{vec: lastTimestamp, families: fams}
-	m.LastQueuedTimestamp = FamilyGauge{vec: lastQueued, families: fams}
+	m.SyncDuration = FamilyHistogram{familyVec[k8smetrics.ObserverMetric]{syncDuration, fams}}
+	m.NetworkProgrammingDuration = FamilyHistogram{familyVec[k8smetrics.ObserverMetric]{networkProgramming, fams}}
+	m.SyncLastTimestamp = FamilyGauge{familyVec[k8smetrics.GaugeMetric]{lastTimestamp, fams}}
+	m.LastQueuedTimestamp = FamilyGauge{familyVec[k8smetrics.GaugeMetric]{lastQueued, fams}}
 
 	slis.Register(m.slis)
 	return m
@@ -217,45 +217,50 @@ func (m *Metrics) SLIHandler() http.Handler {
 	return k8smetrics.HandlerFor(m.slis, k8smetrics.HandlerOpts{})
 }
 
-// FamilyHistogram is a histogram with kube-proxy's ip_family label that a
-// kproxy sync, which covers every family at once, observes for each.
-type FamilyHistogram struct {
-	vec      *k8smetrics.HistogramVec
+// familyVec is a vector with kube-proxy's ip_family label that a kproxy
+// sync, which covers every family at once, updates for each family.
+type familyVec[M any] struct {
+	vec interface {
+		prometheus.Collector
+		WithLabelValues(lvs ...string) M
+	}
 	families []string
+}
+
+// each calls update with the metric of every family.
+func (f familyVec[M]) each(update func(M)) {
+	for _, family := range f.families {
+		update(f.vec.WithLabelValues(family))
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (f familyVec[M]) Describe(ch chan<- *prometheus.Desc) { f.vec.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (f familyVec[M]) Collect(ch chan<- prometheus.Metric) { f.vec.Collect(ch) }
+
+// FamilyHistogram is a histogram with kube-proxy's ip_family label, observed
+// for every family at once.
+type FamilyHistogram struct {
+	familyVec[k8smetrics.ObserverMetric]
 }
 
 // Observe records v for every family.
 func (h FamilyHistogram) Observe(v float64) {
-	for _, f := range h.families {
-		h.vec.WithLabelValues(f).Observe(v)
-	}
+	h.each(func(o k8smetrics.ObserverMetric) { o.Observe(v) })
 }
-
-// Describe implements prometheus.Collector.
-func (h FamilyHistogram) Describe(ch chan<- *prometheus.Desc) { h.vec.Describe(ch) }
-
-// Collect implements prometheus.Collector.
-func (h FamilyHistogram) Collect(ch chan<- prometheus.Metric) { h.vec.Collect(ch) }
 
 // FamilyGauge is a gauge with kube-proxy's ip_family label, set for every
 // family at once.
 type FamilyGauge struct {
-	vec      *k8smetrics.GaugeVec
-	families []string
+	familyVec[k8smetrics.GaugeMetric]
 }
 
 // Set sets v for every family.
 func (g FamilyGauge) Set(v float64) {
-	for _, f := range g.families {
-		g.vec.WithLabelValues(f).Set(v)
-	}
+	g.each(func(m k8smetrics.GaugeMetric) { m.Set(v) })
 }
-
-// Describe implements prometheus.Collector.
-func (g FamilyGauge) Describe(ch chan<- *prometheus.Desc) { g.vec.Describe(ch) }
-
-// Collect implements prometheus.Collector.
-func (g FamilyGauge) Collect(ch chan<- prometheus.Metric) { g.vec.Collect(ch) }
 
 func newBuildInfo() *k8smetrics.GaugeVec {
 	return k8smetrics.NewGaugeVec(&k8smetrics.GaugeOpts{

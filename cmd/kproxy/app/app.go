@@ -60,15 +60,11 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
 
 	settings := cfg.ModeSettings()
-	// Only the IPVS mode's probes load its modules (ip_vs, ip_set, dummy).
-	features := kernel.Detect(ctx, cfg.Mode == mode.IPVS)
-	logger.V(2).Info("Kernel features", "features", features.String())
-	def, reason, err := modes.Choose(string(cfg.Mode), features)
+	features, def, err := chooseMode(ctx, logger, cfg)
 	if err != nil {
 		return err
 	}
 	name := def.Name
-	logger.Info("Using proxy mode", "mode", name, "reason", reason)
 
 	periods := def.SyncPeriods(settings)
 	minSync, syncPeriod := periods.Min, periods.Max
@@ -228,6 +224,20 @@ func RunWithDebug(ctx context.Context, cfg *options.Config, dbg Debug) error {
 	}
 	logger.Info("kproxy stopped")
 	return nil
+}
+
+// chooseMode detects what the kernel can do and picks the mode cfg asks
+// for, or the one the kernel best supports when it asks for none.
+func chooseMode(ctx context.Context, logger klog.Logger, cfg *options.Config) (kernel.Features, contract.Definition, error) {
+	// Only the IPVS mode's probes load its modules (ip_vs, ip_set, dummy).
+	features := kernel.Detect(ctx, cfg.Mode == mode.IPVS)
+	logger.V(2).Info("Kernel features", "features", features.String())
+	def, reason, err := modes.Choose(string(cfg.Mode), features)
+	if err != nil {
+		return features, def, err
+	}
+	logger.Info("Using proxy mode", "mode", def.Name, "reason", reason)
+	return features, def, nil
 }
 
 // Cleanup removes everything any mode may have installed (--cleanup).

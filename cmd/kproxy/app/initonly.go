@@ -8,7 +8,6 @@ import (
 
 	"kproxy.dev/kproxy/cmd/kproxy/options"
 	"kproxy.dev/kproxy/redirect/cleanup"
-	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/modes"
 	"kproxy.dev/kproxy/redirect/modes/contract"
 	"kproxy.dev/kproxy/sync/metrics"
@@ -24,12 +23,10 @@ import (
 // Init (mode.Initializer). No API server is needed, and no port is bound.
 func initOnly(ctx context.Context, cfg *options.Config) error {
 	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
-	features := kernel.Detect(ctx, cfg.Mode == mode.IPVS)
-	def, reason, err := modes.Choose(string(cfg.Mode), features)
+	features, def, err := chooseMode(ctx, logger, cfg)
 	if err != nil {
 		return err
 	}
-	logger.Info("Using proxy mode", "mode", def.Name, "reason", reason)
 	if err := cleanup.Clean(ctx, features, modes.CleanupScope(def.Name)); err != nil {
 		logger.Error(err, "Removing leftovers of other proxy modes failed; carrying on", "keep", def.Name)
 	}

@@ -115,9 +115,16 @@ func (h *Health) Status() Status {
 
 // NodeEligible reports the last SetNodeEligible value (true initially).
 func (h *Health) NodeEligible() bool {
+	eligible, _ := h.nodeState()
+	return eligible
+}
+
+// nodeState reads, under one lock, what /healthz adds to Status: whether the
+// node is eligible and who reports portal conflicts (nil: nobody).
+func (h *Health) nodeState() (eligible bool, conflicts mode.ConflictReporter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.nodeEligible
+	return h.nodeEligible, h.conflicts
 }
 
 // HealthzHandler serves /healthz: 200 when in sync and the node is eligible,
@@ -125,19 +132,13 @@ func (h *Health) NodeEligible() bool {
 func (h *Health) HealthzHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := h.Status()
-		eligible := h.NodeEligible()
+		eligible, conflicts := h.nodeState()
 		st.NodeEligible = &eligible
-		if r := h.conflictReporter(); r != nil {
-			st.PortalConflicts, st.PortalConflictsHeld = r.PortalConflicts()
+		if conflicts != nil {
+			st.PortalConflicts, st.PortalConflictsHeld = conflicts.PortalConflicts()
 		}
 		h.respond(w, r, st, st.Healthy && eligible, h.healthz)
 	})
-}
-
-func (h *Health) conflictReporter() mode.ConflictReporter {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.conflicts
 }
 
 // LivezHandler serves /livez: like /healthz but blind to node eligibility, so

@@ -99,44 +99,55 @@ func (r *Recorder) record(format string, args ...any) {
 // OnServiceUpdate records the call and keeps svc. A nil svc is logged but not
 // kept, so a source bug shows up as an assertion failure, not a panic.
 func (r *Recorder) OnServiceUpdate(svc *v1.Service) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if svc == nil {
-		r.record("update Service <nil>")
-		return
-	}
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	r.record("update Service %s", key)
-	r.services[key] = svc
+	recordUpdate(r, r.services, "Service", svc)
 }
 
 // OnServiceDelete records the call and forgets the Service.
 func (r *Recorder) OnServiceDelete(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.record("delete Service %s", key)
-	delete(r.services, key)
+	recordDelete(r, r.services, "Service", key)
 }
 
 // OnEndpointSliceUpdate records the call and keeps slice (nil: logged only).
 func (r *Recorder) OnEndpointSliceUpdate(slice *discovery.EndpointSlice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if slice == nil {
-		r.record("update EndpointSlice <nil>")
-		return
-	}
-	key := types.NamespacedName{Namespace: slice.Namespace, Name: slice.Name}
-	r.record("update EndpointSlice %s", key)
-	r.slices[key] = slice
+	recordUpdate(r, r.slices, "EndpointSlice", slice)
 }
 
 // OnEndpointSliceDelete records the call and forgets the EndpointSlice.
 func (r *Recorder) OnEndpointSliceDelete(key types.NamespacedName) {
+	recordDelete(r, r.slices, "EndpointSlice", key)
+}
+
+// namespaced is what Recorder keeps by namespace/name: a pointer to an API
+// object, so a nil one can be told apart.
+type namespaced interface {
+	comparable
+	GetNamespace() string
+	GetName() string
+}
+
+// recordUpdate logs the update of an object of kind and keeps it in kept (a
+// nil one is logged only). kept is one of r's maps, made by New and never
+// replaced, so the caller may read the field without r.mu.
+func recordUpdate[T namespaced](r *Recorder, kept map[types.NamespacedName]T, kind string, obj T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.record("delete EndpointSlice %s", key)
-	delete(r.slices, key)
+	var none T
+	if obj == none {
+		r.record("update %s <nil>", kind)
+		return
+	}
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	r.record("update %s %s", kind, key)
+	kept[key] = obj
+}
+
+// recordDelete logs the delete of an object of kind and forgets it (see
+// recordUpdate).
+func recordDelete[T any](r *Recorder, kept map[types.NamespacedName]T, kind string, key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.record("delete %s %s", kind, key)
+	delete(kept, key)
 }
 
 // OnNodeUpdate records the call and keeps node (nil: logged only).
