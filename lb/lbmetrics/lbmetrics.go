@@ -82,6 +82,9 @@ type Metrics struct {
 	SCTPUnservedServicePorts prometheus.Gauge
 
 	perProtocol map[string]*Protocol
+	// port, when set, are one protocol's handles that also count into a
+	// service port's counters (WithPort).
+	port *Protocol
 }
 
 // Protocol is one protocol's pre-curried handles: plain counters and gauges,
@@ -208,6 +211,9 @@ func (m *Metrics) curry(protocol string) *Protocol {
 func (m *Metrics) For(protocol string) *Protocol {
 	if m == nil {
 		return Discard().For(protocol)
+	}
+	if m.port != nil && m.port.protocol == protocol {
+		return m.port
 	}
 	if p, ok := m.perProtocol[protocol]; ok {
 		return p

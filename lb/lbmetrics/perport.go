@@ -44,32 +44,47 @@ func (c *PortCounters) Refused() map[string]uint64 {
 	return out
 }
 
-// WithPort returns metrics whose handles count into c as well as into m's
-// series, for the relays of one service port.
-func (m *Metrics) WithPort(c *PortCounters) *Metrics {
+// WithPort returns metrics whose handles of protocol (a Protocol* value: a
+// service port has one) count into c as well as into m's series, for the
+// relays of one service port. A node may run tens of thousands of relays, so
+// this costs three allocations, not one per handle.
+func (m *Metrics) WithPort(protocol string, c *PortCounters) *Metrics {
 	if m == nil {
 		m = Discard()
 	}
+	t := &portTees{}
 	out := *m
-	out.perProtocol = make(map[string]*Protocol, len(m.perProtocol))
-	for name, p := range m.perProtocol {
-		out.perProtocol[name] = p.withPort(c)
+	out.port = m.For(protocol).withPort(c, t)
+	if protocol == ProtocolUDP {
+		t.flowsActive = teeGauge{m.UDPFlowsActive, &c.Active}
+		t.flows = teeCounter{m.UDPFlowsTotal, &c.Flows}
+		out.UDPFlowsActive, out.UDPFlowsTotal = &t.flowsActive, &t.flows
 	}
-	out.UDPFlowsActive = teeGauge{m.UDPFlowsActive, &c.Active}
-	out.UDPFlowsTotal = teeCounter{m.UDPFlowsTotal, &c.Flows}
 	return &out
 }
 
-func (p *Protocol) withPort(c *PortCounters) *Protocol {
+// portTees holds one service port's tee handles in one allocation; the
+// handles point into it.
+type portTees struct {
+	active, flowsActive teeGauge
+	counters            [4 + numReasons]teeCounter
+	flows               teeCounter
+}
+
+func (p *Protocol) withPort(c *PortCounters, t *portTees) *Protocol {
 	out := *p
-	out.ConnectionsActive = teeGauge{p.ConnectionsActive, &c.Active}
-	out.ConnectionsTotal = teeCounter{p.ConnectionsTotal, &c.Connections}
-	out.BytesToEndpoint = teeCounter{p.BytesToEndpoint, &c.BytesToEndpoint}
-	out.BytesToClient = teeCounter{p.BytesToClient, &c.BytesToClient}
-	out.DialFailures = teeCounter{p.DialFailures, &c.DialFailures}
-	for i, slot := range []*prometheus.Counter{&out.RejectedNoEndpoints, &out.RejectedDirect, &out.RejectedFDExhausted,
-		&out.RejectedDialFailed, &out.RejectedSourceRange, &out.RejectedLoop, &out.RejectedPortFull} {
-		*slot = teeCounter{*slot, &c.refused[i]}
+	t.active = teeGauge{p.ConnectionsActive, &c.Active}
+	out.ConnectionsActive = &t.active
+	slots := [4 + numReasons]*prometheus.Counter{&out.ConnectionsTotal, &out.BytesToEndpoint, &out.BytesToClient, &out.DialFailures,
+		&out.RejectedNoEndpoints, &out.RejectedDirect, &out.RejectedFDExhausted,
+		&out.RejectedDialFailed, &out.RejectedSourceRange, &out.RejectedLoop, &out.RejectedPortFull}
+	owns := [4 + numReasons]*atomic.Uint64{&c.Connections, &c.BytesToEndpoint, &c.BytesToClient, &c.DialFailures}
+	for i := range numReasons {
+		owns[4+i] = &c.refused[i]
+	}
+	for i, slot := range slots {
+		t.counters[i] = teeCounter{*slot, owns[i]}
+		*slot = &t.counters[i]
 	}
 	return &out
 }

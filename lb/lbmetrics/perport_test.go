@@ -14,7 +14,7 @@ func TestWithPortCountsBothWays(t *testing.T) {
 	}
 	m := Discard()
 	var c PortCounters
-	tcp, udp := m.WithPort(&c).For(ProtocolTCP), m.WithPort(&c)
+	tcp, udp := m.WithPort(ProtocolTCP, &c).For(ProtocolTCP), m.WithPort(ProtocolUDP, &c)
 	tcp.ConnectionsTotal.Inc()
 	tcp.ConnectionsActive.Inc()
 	tcp.BytesToEndpoint.Add(10)

@@ -213,7 +213,7 @@ func (m *Mode) startRelay(key balancer.Key, spec relaySpec) (*relay, error) {
 	r.local = kind == contract.PortalsLocal || (kind == contract.PortalsSKLookup && !r.steered)
 	r.spec.Store(&spec)
 	r.picker = m.balancer.Picker(key)
-	r.metrics = m.metrics.WithPort(m.served.counters(key.Port))
+	r.metrics = m.metrics.WithPort(metricsProtocol(key.Port.Protocol), m.served.counters(key.Port))
 	if spec.protocol == v1.ProtocolTCP || spec.protocol == v1.ProtocolSCTP {
 		var err error
 		if r.limit, err = fdbudget.NewPort(m.portLimits); err != nil {

@@ -1,10 +1,11 @@
 package userspace
 
 import (
-	"maps"
 	"slices"
 	"strings"
 	"sync"
+
+	v1 "k8s.io/api/core/v1"
 
 	"kproxy.dev/kproxy/lb/balancer"
 	"kproxy.dev/kproxy/lb/lbmetrics"
@@ -22,9 +23,12 @@ type servedPorts struct {
 	ports map[servicemap.ServicePortName]*servedPort
 }
 
+// servedPort is one service port's counters and relays: a handful (one per
+// family and traffic class), so a slice, kept small for the tens of
+// thousands of ports a node may serve.
 type servedPort struct {
 	counters *lbmetrics.PortCounters
-	relays   map[balancer.Key]*relay
+	relays   []*relay
 }
 
 func newServedPorts() *servedPorts {
@@ -37,7 +41,7 @@ func (s *servedPorts) counters(name servicemap.ServicePortName) *lbmetrics.PortC
 	defer s.mu.Unlock()
 	p, ok := s.ports[name]
 	if !ok {
-		p = &servedPort{counters: &lbmetrics.PortCounters{}, relays: map[balancer.Key]*relay{}}
+		p = &servedPort{counters: &lbmetrics.PortCounters{}}
 		s.ports[name] = p
 	}
 	return p.counters
@@ -48,9 +52,15 @@ func (s *servedPorts) counters(name servicemap.ServicePortName) *lbmetrics.PortC
 func (s *servedPorts) add(r *relay) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p, ok := s.ports[r.key.Port]; ok {
-		p.relays[r.key] = r
+	p, ok := s.ports[r.key.Port]
+	if !ok {
+		return
 	}
+	if i := p.index(r.key); i >= 0 {
+		p.relays[i] = r
+		return
+	}
+	p.relays = append(p.relays, r)
 }
 
 // remove forgets a stopped relay, or a relay that failed to start (key
@@ -62,7 +72,9 @@ func (s *servedPorts) remove(key balancer.Key) {
 	if !ok {
 		return
 	}
-	delete(p.relays, key)
+	if i := p.index(key); i >= 0 {
+		p.relays = slices.Delete(p.relays, i, i+1)
+	}
 	if len(p.relays) == 0 {
 		delete(s.ports, key.Port)
 	}
@@ -76,17 +88,18 @@ func (s *servedPorts) get(name servicemap.ServicePortName) ([]*relay, *lbmetrics
 	if !ok {
 		return nil, nil
 	}
-	keys := slices.SortedFunc(maps.Keys(p.relays), func(a, b balancer.Key) int {
-		if a.Family != b.Family {
-			return strings.Compare(string(a.Family), string(b.Family))
+	out := slices.SortedFunc(slices.Values(p.relays), func(a, b *relay) int {
+		if a.key.Family != b.key.Family {
+			return strings.Compare(string(a.key.Family), string(b.key.Family))
 		}
-		return int(a.Class) - int(b.Class)
+		return int(a.key.Class) - int(b.key.Class)
 	})
-	out := make([]*relay, len(keys))
-	for i, k := range keys {
-		out[i] = p.relays[k]
-	}
 	return out, p.counters
+}
+
+// index is where key's relay stands in p.relays, or -1.
+func (p *servedPort) index(key balancer.Key) int {
+	return slices.IndexFunc(p.relays, func(r *relay) bool { return r.key == key })
 }
 
 // each yields every port's counters, for lbmetrics.ServiceCollector. The
@@ -95,7 +108,7 @@ func (s *servedPorts) each(yield func(lbmetrics.ServicePort)) {
 	s.mu.RLock()
 	out := make([]lbmetrics.ServicePort, 0, len(s.ports))
 	for name, p := range s.ports {
-		out = append(out, lbmetrics.ServicePort{Service: serviceLabel(name), Protocol: strings.ToLower(string(name.Protocol)), Counters: p.counters})
+		out = append(out, lbmetrics.ServicePort{Service: serviceLabel(name), Protocol: metricsProtocol(name.Protocol), Counters: p.counters})
 	}
 	s.mu.RUnlock()
 	for _, p := range out {
@@ -150,4 +163,10 @@ func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
 		}
 		return out
 	}
+}
+
+// metricsProtocol is protocol as the relay metrics label it (lbmetrics'
+// Protocol* values).
+func metricsProtocol(protocol v1.Protocol) string {
+	return strings.ToLower(string(protocol))
 }
