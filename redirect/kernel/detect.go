@@ -288,29 +288,35 @@ func hasTable(save string) bool {
 // probeChains creates a probe chain in the nat and filter tables of backend b
 // for fam (creating those tables if need be, hence run in a Sandbox), tries the targets the proxy
 // modes use in it, and removes it again. t carries listRules' findings.
+//
+// One restore first declares the chains with every target in them: a node
+// that has them all, the common case, pays one command, not four (a
+// kproxy start runs this for two families, and each command costs most on
+// the slow nodes). Only when it fails are the chains declared alone and the
+// targets tried one by one, to tell which is missing.
 func (d *Detector) probeChains(ctx context.Context, b Backend, fam ipfamily.Family, t IPTables) IPTables {
-	declare := "*nat\n:" + ProbeChain + " - [0:0]\nCOMMIT\n*filter\n:" + ProbeChain + " - [0:0]\nCOMMIT\n"
-	_, err := d.Runner.Run(ctx, []byte(declare), b.RestoreCommand(fam), "-w", lockWait, "--noflush")
+	targets := probeTargets(fam, &t)
 	defer d.removeProbeChains(ctx, b, fam)
-	if err != nil {
+	var all strings.Builder
+	fmt.Fprintf(&all, "*nat\n:%s - [0:0]\n", ProbeChain)
+	for _, target := range targets {
+		fmt.Fprintf(&all, "-A %s %s\n", ProbeChain, strings.Join(target.args, " "))
+	}
+	fmt.Fprintf(&all, "COMMIT\n*filter\n:%s - [0:0]\nCOMMIT\n", ProbeChain)
+	if _, err := d.Runner.Run(ctx, []byte(all.String()), b.RestoreCommand(fam), "-w", lockWait, "--noflush"); err == nil {
+		t.Usable = true
+		for _, target := range targets {
+			*target.result = true
+		}
+		return t
+	}
+
+	declare := "*nat\n:" + ProbeChain + " - [0:0]\nCOMMIT\n*filter\n:" + ProbeChain + " - [0:0]\nCOMMIT\n"
+	if _, err := d.Runner.Run(ctx, []byte(declare), b.RestoreCommand(fam), "-w", lockWait, "--noflush"); err != nil {
 		t.Problem = "creating a chain in nat and filter: " + describe(err)
 		return t
 	}
 	t.Usable = true
-
-	vip, dest := "198.18.0.1", "198.19.0.1:80"
-	if fam == ipfamily.IPv6 {
-		vip, dest = "fd00::1", "[fd00::2]:80"
-	}
-	targets := []struct {
-		name   string
-		result *bool
-		args   []string
-	}{
-		{"DNAT", &t.DNAT, []string{"-p", "tcp", "-d", vip, "-j", "DNAT", "--to-destination", dest}},
-		{"REDIRECT", &t.Redirect, []string{"-p", "tcp", "-d", vip, "-j", "REDIRECT", "--to-ports", "80"}},
-		{"MASQUERADE --random-fully", &t.RandomFully, []string{"-j", "MASQUERADE", "--random-fully"}},
-	}
 	for _, target := range targets {
 		args := append([]string{"-w", lockWait, "-t", "nat", "-A", ProbeChain}, target.args...)
 		if _, err := d.Runner.Run(ctx, nil, b.Command(fam), args...); err != nil {
@@ -322,6 +328,26 @@ func (d *Detector) probeChains(ctx context.Context, b Backend, fam ipfamily.Fami
 		*target.result = true
 	}
 	return t
+}
+
+// probeTarget is one target the modes use, the rule that tries it in the
+// probe chain, and where its result goes.
+type probeTarget struct {
+	name   string
+	result *bool
+	args   []string
+}
+
+func probeTargets(fam ipfamily.Family, t *IPTables) []probeTarget {
+	vip, dest := "198.18.0.1", "198.19.0.1:80"
+	if fam == ipfamily.IPv6 {
+		vip, dest = "fd00::1", "[fd00::2]:80"
+	}
+	return []probeTarget{
+		{"DNAT", &t.DNAT, []string{"-p", "tcp", "-d", vip, "-j", "DNAT", "--to-destination", dest}},
+		{"REDIRECT", &t.Redirect, []string{"-p", "tcp", "-d", vip, "-j", "REDIRECT", "--to-ports", "80"}},
+		{"MASQUERADE --random-fully", &t.RandomFully, []string{"-j", "MASQUERADE", "--random-fully"}},
+	}
 }
 
 // removeProbeChains flushes and deletes the probe chains; declaring a chain

@@ -47,9 +47,25 @@ type fakeNode struct {
 func (n *fakeNode) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	line := strings.Join(append([]string{name}, args...), " ")
 	n.calls = append(n.calls, call{line: line, throwaway: n.inThrowaway})
+	// A restore fails as the rule commands its lines stand for would: the
+	// kernel refuses a target whichever tool hands it over.
+	lines := []string{line}
+	if tool, ok := strings.CutSuffix(name, "-restore"); ok {
+		table := ""
+		for _, l := range strings.Split(string(stdin), "\n") {
+			if t, ok := strings.CutPrefix(l, "*"); ok {
+				table = t
+			}
+			if strings.HasPrefix(l, "-A ") {
+				lines = append(lines, tool+" -w 5 -t "+table+" "+l)
+			}
+		}
+	}
 	for sub, err := range n.fail {
-		if strings.Contains(line, sub) {
-			return nil, err
+		for _, l := range lines {
+			if strings.Contains(l, sub) {
+				return nil, err
+			}
 		}
 	}
 	if n.probeChainsRemaining == nil {
@@ -272,6 +288,21 @@ func TestDetectWithFakes(t *testing.T) {
 				}
 				if n.genlCalls != 1 {
 					t.Errorf("IPVS looked up %d times, want once (no modprobe needed)", n.genlCalls)
+				}
+				// Every target worked in the one restore that tries them
+				// all: no rule command ran, one restore more removed the
+				// chains, per family.
+				restores := 0
+				for _, c := range n.calls {
+					if strings.HasPrefix(c.line, "iptables-nft -") || strings.HasPrefix(c.line, "ip6tables-nft -") {
+						t.Errorf("target probed on its own although all worked together: %s", c.line)
+					}
+					if strings.HasPrefix(c.line, "iptables-nft-restore ") || strings.HasPrefix(c.line, "ip6tables-nft-restore ") {
+						restores++
+					}
+				}
+				if restores != 4 {
+					t.Errorf("%d nft restores, want 4 (probe and removal, per family): %v", restores, n.calls)
 				}
 			},
 		},
