@@ -57,6 +57,14 @@ type proxyMode struct {
 	steered bool
 	// auto: kproxy runs without --proxy-mode, choosing by itself.
 	auto bool
+	// sctpOnlyInGuest: in the guest kernel with netfilter, the mode runs
+	// only the SCTP cases (forModesWithSCTP), which no other kernel here
+	// can run. Its other cases would repeat what other suites cover: the
+	// host runs every case in it, and on this same kernel the guest
+	// without netfilter runs the userspace mode with local socket-lookup
+	// portals (TCP, UDP) and local listeners (SCTP); neither portal kind
+	// writes netfilter rules.
+	sctpOnlyInGuest bool
 }
 
 // proxyModeFlag is the --proxy-mode value of m; "" means none (automatic).
@@ -99,6 +107,9 @@ func proxyModes() []proxyMode {
 			keepsClientAddress: true}}
 	}
 	if guest.InGuest() {
+		for i := range modes {
+			modes[i].sctpOnlyInGuest = modes[i].localPortals
+		}
 		return append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true, localHairpinsOnly: true})
 	}
 	return append(modes, nftablesMode())
@@ -113,6 +124,18 @@ func forEachMode(t *testing.T, body func(t *testing.T, m proxyMode)) {
 // forModes runs body as one subtest per proxy mode that applies; the other
 // modes get no subtest, as the case means nothing for them.
 func forModes(t *testing.T, applies func(proxyMode) bool, body func(t *testing.T, m proxyMode)) {
+	t.Helper()
+	runModes(t, func(m proxyMode) bool { return applies(m) && !m.sctpOnlyInGuest }, body)
+}
+
+// forModesWithSCTP is forModes for the SCTP cases, which run in every mode
+// that applies (see sctpOnlyInGuest).
+func forModesWithSCTP(t *testing.T, applies func(proxyMode) bool, body func(t *testing.T, m proxyMode)) {
+	t.Helper()
+	runModes(t, applies, body)
+}
+
+func runModes(t *testing.T, applies func(proxyMode) bool, body func(t *testing.T, m proxyMode)) {
 	t.Helper()
 	ran := false
 	for _, m := range proxyModes() {

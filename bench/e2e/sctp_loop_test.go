@@ -60,7 +60,7 @@ func TestSCTPLoopsAreRefused(t *testing.T) {
 	if ok, err := sctprelay.Supported(); !ok {
 		t.Skipf("this kernel has no SCTP sockets (%v); the case runs in the guest kernel: make test-guest", err)
 	}
-	forModes(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
+	forModesWithSCTP(t, func(m proxyMode) bool { return m.relays }, func(t *testing.T, m proxyMode) {
 		l := newLab(t, m, renderSCTPLoops)
 		if l == nil {
 			return

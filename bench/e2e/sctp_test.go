@@ -54,7 +54,7 @@ func TestSCTP(t *testing.T) {
 	if ok, err := sctprelay.Supported(); !ok {
 		t.Skipf("this kernel has no SCTP sockets (%v); the case runs in the guest kernel: make test-guest", err)
 	}
-	forEachMode(t, func(t *testing.T, m proxyMode) {
+	forModesWithSCTP(t, func(proxyMode) bool { return true }, func(t *testing.T, m proxyMode) {
 		l := startLab(t, m, sctpServices)
 		if l == nil {
 			return
