@@ -212,5 +212,28 @@ func TestIPVSStartup(t *testing.T) {
 				t.Errorf("kube-ipvs0 is up; kube-proxy leaves it down:\n%s", link)
 			}
 		})
+		t.Run("a rewritten layer keeps each jump into it once", func(t *testing.T) {
+			// An endpoint leaving rewrites the iptables layer, and the
+			// jumps are checked against iptables-save's text again.
+			syncs := lab.SyncCount(t)
+			l.write(t, renderCore(l.backends[:2]))
+			lab.WaitSynced(t, l.kproxy, syncs+1)
+			l.write(t, renderCore(l.backends))
+			lab.WaitSynced(t, l.kproxy, syncs+2)
+			for _, table := range []string{"nat", "filter"} {
+				seen := map[string]bool{}
+				save := l.topo.Node.MustExec(iptablesTool("iptables-save"), "-t", table)
+				for _, line := range strings.Split(save, "\n") {
+					chain, _, _ := strings.Cut(strings.TrimPrefix(line, "-A "), " ")
+					if !strings.HasPrefix(line, "-A ") || strings.HasPrefix(chain, "KUBE-") {
+						continue
+					}
+					if seen[line] {
+						t.Errorf("%s holds %q twice:\n%s", table, line, save)
+					}
+					seen[line] = true
+				}
+			}
+		})
 	})
 }

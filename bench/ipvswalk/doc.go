@@ -1,7 +1,7 @@
 // Package walk says where a new connection lands under the IPVS mode's
 // desired state: it renders the state's iptables layer the way the mode
 // writes it (desired.RenderTables restored into fakeiptables, then the jumps
-// from the built-in chains inserted as restore.EnsureJumps does), gives the
+// from the built-in chains inserted as restore.Runner.EnsureJumps does), gives the
 // state's ipsets and virtual servers to the packet tracer
 // (redirect/netfilter/fakeiptables/trace), and reports each way the first packet can
 // end: at which real server (with its weight and the scheduler), whether it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"kproxy.dev/kproxy/redirect/kernel"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/netfilter/fakeiptables"
 	"kproxy.dev/kproxy/redirect/netfilter/restore"
@@ -27,7 +28,11 @@ func renderDump(st *desired.State) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := restore.EnsureJumps(fake, jumps); err != nil {
+	runner, err := restore.NewRunner(st.Family, kernel.NFT, fake)
+	if err != nil {
+		return "", err
+	}
+	if _, err := runner.EnsureJumps(context.Background(), jumps); err != nil {
 		return "", fmt.Errorf("inserting the jumps into the iptables layer: %w", err)
 	}
 	return fake.Save(""), nil

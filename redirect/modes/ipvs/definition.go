@@ -82,7 +82,7 @@ func build(ctx context.Context, s contract.Settings, d contract.Deps) (mode.Mode
 		if ip, ok := s.NodePorts.PrimaryIP(fam, nil); ok && s.NodePorts.Primary {
 			dc.NodeIPs = []netip.Addr{ip} // else the Node object's, at each sync
 		}
-		tables, err := NewTables(fam, d.Features.Backend, nil, nil)
+		tables, err := NewTables(fam, d.Features.Backend, nil)
 		if err != nil {
 			handle.Close()
 			return nil, fmt.Errorf("%s iptables: %w", fam, err)

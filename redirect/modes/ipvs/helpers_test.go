@@ -53,7 +53,7 @@ func newRig(t testing.TB, drainInterval time.Duration) *rig {
 		ipt: fakeiptables.New(ipfamily.IPv4), sysctls: newFakeSysctls(), reg: prometheus.NewRegistry(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	g.setHook(nil)
-	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, g.ipt, g.ipt)
+	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, g.ipt)
 	if err != nil {
 		t.Fatal(err)
 	}

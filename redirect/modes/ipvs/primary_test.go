@@ -26,7 +26,7 @@ import (
 func TestNodePortAddressesPrimary(t *testing.T) {
 	ipvs, link, sets := &fakeipvs.IPVS{}, &fakeipvs.Link{}, &fakeipvs.IPSets{}
 	ipt := fakeiptables.New(ipfamily.IPv4)
-	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt, ipt)
+	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestInitWritesTheSysctls(t *testing.T) {
 		t.Run(map[bool]string{false: "default", true: "strict ARP"}[strict], func(t *testing.T) {
 			ipvs, link, sets := &fakeipvs.IPVS{}, &fakeipvs.Link{}, &fakeipvs.IPSets{}
 			ipt := fakeiptables.New(ipfamily.IPv4)
-			tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt, ipt)
+			tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +135,7 @@ func TestInitWritesTheSysctls(t *testing.T) {
 func TestNodeCIDRDetector(t *testing.T) {
 	ipvs, sets := &fakeipvs.IPVS{}, &fakeipvs.IPSets{}
 	ipt := fakeiptables.New(ipfamily.IPv4)
-	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt, ipt)
+	tables, err := NewTables(ipfamily.IPv4, kernel.NFT, ipt)
 	if err != nil {
 		t.Fatal(err)
 	}

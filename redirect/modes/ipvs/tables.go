@@ -17,34 +17,26 @@ type Tables interface {
 	EnsureJumps(ctx context.Context, jumps []restore.Jump) error
 }
 
-// restoreTables implements Tables with restore.Runner and go-iptables.
+// restoreTables implements Tables with restore.Runner.
 type restoreTables struct {
 	runner *restore.Runner
-	jumps  restore.JumpRules
 }
 
 // NewTables returns the Tables of fam on backend be, running commands
-// through exec (nil: the real tools) and checking jumps through jr (nil:
-// go-iptables on the backend's binary). Tests pass one fakeiptables.Fake as
-// both.
-func NewTables(fam ipfamily.Family, be kernel.Backend, exec kernel.Runner, jr restore.JumpRules) (Tables, error) {
+// through exec (nil: the real tools). Tests pass a fakeiptables.Fake.
+func NewTables(fam ipfamily.Family, be kernel.Backend, exec kernel.Runner) (Tables, error) {
 	r, err := restore.NewRunner(fam, be, exec)
 	if err != nil {
 		return nil, err
 	}
-	if jr == nil {
-		if jr, err = restore.OpenJumpRules(fam, be); err != nil {
-			return nil, err
-		}
-	}
-	return &restoreTables{runner: r, jumps: jr}, nil
+	return &restoreTables{runner: r}, nil
 }
 
 func (t *restoreTables) Restore(ctx context.Context, payload []byte) error {
 	return t.runner.Restore(ctx, payload)
 }
 
-func (t *restoreTables) EnsureJumps(_ context.Context, jumps []restore.Jump) error {
-	_, err := restore.EnsureJumps(t.jumps, jumps)
+func (t *restoreTables) EnsureJumps(ctx context.Context, jumps []restore.Jump) error {
+	_, err := t.runner.EnsureJumps(ctx, jumps)
 	return err
 }

@@ -2,8 +2,9 @@
 // behaves like iptables 1.8.9 for everything kproxy's modes send it, and
 // fails where and how the real tools fail, so unit tests catch what the
 // kernel would refuse. A Fake implements kernel.Runner for the restore and
-// save commands of its family (either backend's names) and the go-iptables
-// subset restore.JumpRules.
+// save commands of its family (either backend's names), and offers the single
+// rule commands an operator or another tool runs (Exists for -C, Insert,
+// Append, Delete).
 //
 // Restores follow iptables-nft-restore:
 //   - with --noflush, ":CHAIN - [0:0]" creates a chain or empties it, and
@@ -34,7 +35,7 @@
 // Rules are stored as written, since the modes write iptables-save's
 // canonical text, with one normalisation: words are re-quoted the way
 // iptables-save quotes them (restore.JoinRule). So `--comment "web"` is stored and saved
-// as `--comment web`, and a -D, or a go-iptables Exists, finds a rule
+// as `--comment web`, and a -D, or Exists, finds a rule
 // whichever quoting it was written with. Other rewrites of the real tool
 // are not applied: "-s 10.0.0.1" stays as written (iptables-save prints
 // "-s 10.0.0.1/32"), and so do an implicit "-m tcp", the probability's

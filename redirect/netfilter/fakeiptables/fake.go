@@ -37,7 +37,7 @@ type Restore struct {
 }
 
 // New returns an empty iptables of family fam: no table exists until a
-// restore or a JumpRules call writes to it.
+// restore or a rule command writes to it.
 func New(fam ipfamily.Family) *Fake {
 	return &Fake{fam: fam, tables: map[string]*table{}}
 }

@@ -9,12 +9,12 @@ import (
 	"kproxy.dev/kproxy/redirect/netfilter/restore"
 )
 
-// The go-iptables calls restore.JumpRules makes. Each is one iptables
-// command, applied at once and atomically; failures read like go-iptables'
-// errors.
+// Single rule commands, as an operator or another tool on the node runs
+// them. Each is one iptables command, applied at once and atomically;
+// failures read like go-iptables' errors.
 
-// Exists implements restore.JumpRules (iptables -C). Like go-iptables it
-// answers false, not an error, when the chain does not exist.
+// Exists is iptables -C. Like go-iptables it answers false, not an error,
+// when the chain does not exist.
 func (f *Fake) Exists(tableName, chainName string, spec ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -32,12 +32,12 @@ func (f *Fake) Exists(tableName, chainName string, spec ...string) (bool, error)
 	return slices.ContainsFunc(c.rules, func(r rule) bool { return r.text == text }), nil
 }
 
-// Insert implements restore.JumpRules (iptables -I chain pos).
+// Insert is iptables -I chain pos.
 func (f *Fake) Insert(tableName, chainName string, pos int, spec ...string) error {
 	return f.edit(tableName, "-I", chainName, append([]string{strconv.Itoa(pos)}, spec...))
 }
 
-// Append implements restore.JumpRules (iptables -A).
+// Append is iptables -A.
 func (f *Fake) Append(tableName, chainName string, spec ...string) error {
 	return f.edit(tableName, "-A", chainName, spec)
 }

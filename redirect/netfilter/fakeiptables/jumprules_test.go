@@ -4,11 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"kproxy.dev/kproxy/redirect/netfilter/restore"
 	"kproxy.dev/kproxy/sync/ipfamily"
 )
-
-var _ restore.JumpRules = (*Fake)(nil)
 
 func TestJumpRules(t *testing.T) {
 	f := New(ipfamily.IPv4)

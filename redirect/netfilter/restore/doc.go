@@ -12,9 +12,8 @@
 // Kernel: a Runner writes one payload for a family and backend and reads
 // tables back with iptables-save; when the tool refuses a payload, the
 // failure comes back as an *Error naming the payload line responsible, for
-// both backends' ways of reporting it. EnsureJumps keeps the few rules in
-// built-in chains that enter a mode's own chains, through the go-iptables
-// subset JumpRules.
+// both backends' ways of reporting it. Runner.EnsureJumps keeps the few
+// rules in built-in chains that enter a mode's own chains.
 //
 // The package knows nothing about any mode's rules: modes build their own
 // payloads and jump lists with it.

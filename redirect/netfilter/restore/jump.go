@@ -1,29 +1,15 @@
 package restore
 
 import (
+	"context"
 	"fmt"
-	"os/exec"
 	"slices"
-
-	"github.com/coreos/go-iptables/iptables"
-
-	"kproxy.dev/kproxy/redirect/kernel"
-	"kproxy.dev/kproxy/sync/ipfamily"
+	"strings"
 )
-
-// JumpRules is the part of go-iptables EnsureJumps needs; *iptables.IPTables
-// implements it, and so does fakeiptables.Fake.
-type JumpRules interface {
-	Exists(table, chain string, rulespec ...string) (bool, error)
-	Insert(table, chain string, pos int, rulespec ...string) error
-	Append(table, chain string, rulespec ...string) error
-}
-
-var _ JumpRules = (*iptables.IPTables)(nil)
 
 // Jump is one rule in a built-in chain that enters one of a mode's chains.
 // Such rules live in chains other software also writes to, so they are
-// checked and added one by one rather than rewritten by a restore.
+// added where missing, never rewritten with the chain.
 type Jump struct {
 	Table, Chain string
 	// First: inserted at the top of Chain; otherwise appended.
@@ -42,61 +28,62 @@ func (j Jump) Target() string {
 	return j.Args[len(j.Args)-1]
 }
 
-// EnsureJumps adds, in order, each jump of jumps that jr does not have, and
-// returns the ones it added. A First jump is inserted at position 1, so of
-// several First jumps into one chain the last listed ends up on top. On an
-// error it returns the jumps added so far with an error naming the table,
-// chain and target that failed.
-func EnsureJumps(jr JumpRules, jumps []Jump) ([]Jump, error) {
+// EnsureJumps adds, in order, each jump of jumps that the built-in chains
+// lack, and returns the ones it added. A First jump is inserted at position
+// 1, so of several First jumps into one chain the last listed ends up on
+// top. It runs one iptables-save per table the jumps live in and, only when
+// some are missing, one restore adding them all, whatever their number (a
+// command per check and per addition cost a userspace or IPVS mode start
+// sixteen commands per family). Rules are compared as iptables-save prints
+// them, which is how Jump.Args spells them. On an error it returns none:
+// the restore commits table by table, so the tables before the failing one
+// have their jumps, and the next call adds what is still missing.
+func (r *Runner) EnsureJumps(ctx context.Context, jumps []Jump) ([]Jump, error) {
+	var tables []string
+	for _, j := range jumps {
+		if !slices.Contains(tables, j.Table) {
+			tables = append(tables, j.Table)
+		}
+	}
+	present := map[string]bool{} // "table -A chain spec"
+	for _, table := range tables {
+		dump, err := r.Save(ctx, table)
+		if err != nil {
+			return nil, fmt.Errorf("checking the jump rules: %w", err)
+		}
+		saved, err := ParseSave(dump)
+		if err != nil {
+			return nil, fmt.Errorf("checking the jump rules in the %s table: %w", table, err)
+		}
+		for _, st := range saved {
+			for _, rule := range st.Rules {
+				present[st.Name+" "+rule.Line] = true
+			}
+		}
+	}
+	p := NewPayload(tables...)
 	var added []Jump
 	for _, j := range jumps {
-		ok, err := jr.Exists(j.Table, j.Chain, j.Args...)
-		if err != nil {
-			return added, fmt.Errorf("checking the jump to %s in %s/%s: %w", j.Target(), j.Table, j.Chain, err)
-		}
-		if ok {
+		spec := JoinRule(j.Args)
+		if present[j.Table+" -A "+j.Chain+" "+spec] {
 			continue
 		}
 		if j.First {
-			err = jr.Insert(j.Table, j.Chain, 1, j.Args...)
+			p.Insert(j.Table, j.Chain, spec)
 		} else {
-			err = jr.Append(j.Table, j.Chain, j.Args...)
-		}
-		if err != nil {
-			return added, fmt.Errorf("adding the jump to %s in %s/%s: %w", j.Target(), j.Table, j.Chain, err)
+			p.Append(j.Table, j.Chain, spec)
 		}
 		added = append(added, Jump{Table: j.Table, Chain: j.Chain, First: j.First, Args: slices.Clone(j.Args)})
 	}
+	if len(added) == 0 {
+		return nil, nil
+	}
+	if err := r.Restore(ctx, p.Bytes()); err != nil {
+		targets := make([]string, len(added))
+		for i, j := range added {
+			targets[i] = j.Table + "/" + j.Chain + " -> " + j.Target()
+		}
+		return nil, fmt.Errorf("adding the jump rules %s: %w", strings.Join(targets, ", "), err)
+	}
 	return added, nil
-}
-
-// OpenJumpRules opens go-iptables on the iptables binary of backend be for
-// fam, waiting up to 5 seconds for the xtables lock like the Runner does.
-func OpenJumpRules(fam ipfamily.Family, be kernel.Backend) (JumpRules, error) {
-	if err := checkFamilyBackend(fam, be); err != nil {
-		return nil, err
-	}
-	path, err := exec.LookPath(be.Command(fam))
-	if err != nil {
-		return nil, fmt.Errorf("opening go-iptables: %w", err)
-	}
-	proto := iptables.ProtocolIPv4
-	if fam == ipfamily.IPv6 {
-		proto = iptables.ProtocolIPv6
-	}
-	ipt, err := iptables.New(iptables.Path(path), iptables.IPFamily(proto), iptables.Timeout(lockWaitSeconds))
-	if err != nil {
-		return nil, fmt.Errorf("opening go-iptables on %s: %w", path, err)
-	}
-	return ipt, nil
-}
-
-func checkFamilyBackend(fam ipfamily.Family, be kernel.Backend) error {
-	if fam != ipfamily.IPv4 && fam != ipfamily.IPv6 {
-		return fmt.Errorf("unknown IP family %q", fam)
-	}
-	if be != kernel.NFT && be != kernel.Legacy {
-		return fmt.Errorf("unknown iptables backend %q", be)
-	}
-	return nil
 }

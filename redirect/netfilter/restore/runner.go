@@ -71,3 +71,13 @@ func (r *Runner) Save(ctx context.Context, table string) (string, error) {
 	}
 	return string(out), nil
 }
+
+func checkFamilyBackend(fam ipfamily.Family, be kernel.Backend) error {
+	if fam != ipfamily.IPv4 && fam != ipfamily.IPv6 {
+		return fmt.Errorf("unknown IP family %q", fam)
+	}
+	if be != kernel.NFT && be != kernel.Legacy {
+		return fmt.Errorf("unknown iptables backend %q", be)
+	}
+	return nil
+}

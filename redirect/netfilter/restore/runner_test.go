@@ -98,7 +98,4 @@ func TestNewRunnerRefusesUnknownFamilyOrBackend(t *testing.T) {
 	if _, err := NewRunner(ipfamily.IPv4, "ebpf", nil); err == nil {
 		t.Error("an unknown backend was accepted")
 	}
-	if _, err := OpenJumpRules(ipfamily.IPv4, "ebpf"); err == nil {
-		t.Error("OpenJumpRules accepted an unknown backend")
-	}
 }

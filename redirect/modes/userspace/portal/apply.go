@@ -46,15 +46,12 @@ type Config struct {
 	Backend kernel.Backend // from kernel.Features.Backend
 	// Runner runs iptables-restore and iptables-save; nil means kernel.ExecRunner.
 	Runner kernel.Runner
-	// Jumps ensures the jump rules; nil means go-iptables on Backend's binary.
-	Jumps restore.JumpRules
 }
 
 // Applier writes Rulesets of one family into the kernel.
 type Applier struct {
 	fam     ipfamily.Family
 	restore *restore.Runner
-	jumps   restore.JumpRules
 
 	mu sync.Mutex
 	// jumpsOK: the jump rules were found or made since the last full sync.
@@ -63,20 +60,13 @@ type Applier struct {
 	written ruleCounts
 }
 
-// NewApplier checks cfg and, without cfg.Jumps, opens go-iptables on the
-// backend's binary. Nothing is written until Apply.
+// NewApplier checks cfg. Nothing is written until Apply.
 func NewApplier(cfg Config) (*Applier, error) {
 	r, err := restore.NewRunner(cfg.Family, cfg.Backend, cfg.Runner)
 	if err != nil {
 		return nil, fmt.Errorf("portal applier: %w", err)
 	}
-	a := &Applier{fam: cfg.Family, restore: r, jumps: cfg.Jumps}
-	if a.jumps == nil {
-		if a.jumps, err = restore.OpenJumpRules(cfg.Family, cfg.Backend); err != nil {
-			return nil, fmt.Errorf("portal applier: %w", err)
-		}
-	}
-	return a, nil
+	return &Applier{fam: cfg.Family, restore: r}, nil
 }
 
 // Apply makes kproxy's chains hold exactly rs, in one iptables-restore
@@ -111,7 +101,7 @@ func (a *Applier) Apply(ctx context.Context, rs *Ruleset, full bool) error {
 		klog.InfoS("Removed a stale userspace-proxy chain", "family", a.fam, "table", s.Table, "chain", s.Name)
 	}
 	if !a.jumpsOK {
-		added, err := restore.EnsureJumps(a.jumps, Jumps())
+		added, err := a.restore.EnsureJumps(ctx, Jumps())
 		for _, j := range added {
 			klog.InfoS("Added a portal jump rule", "family", a.fam, "table", j.Table, "chain", j.Chain, "target", j.Target())
 		}

@@ -18,7 +18,7 @@ import (
 func newFakeApplier(t *testing.T) (*Applier, *fakeiptables.Fake) {
 	t.Helper()
 	fake := fakeiptables.New(ipfamily.IPv4)
-	a, err := NewApplier(Config{Family: ipfamily.IPv4, Backend: kernel.NFT, Runner: fake, Jumps: fake})
+	a, err := NewApplier(Config{Family: ipfamily.IPv4, Backend: kernel.NFT, Runner: fake})
 	if err != nil {
 		t.Fatal(err)
 	}
