@@ -19,29 +19,47 @@ import (
 //
 // Calls that can be interrupted before doing anything retry on EINTR.
 
+// count is a system call's result as a count, or its error.
+func count(n uintptr, errno unix.Errno) (int, error) {
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// descriptor is a system call's result as a new descriptor, or -1 and its
+// error.
+func descriptor(fd uintptr, errno unix.Errno) (int, error) {
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(fd), nil
+}
+
+// errorOf is a system call's error, nil for none.
+func errorOf(errno unix.Errno) error {
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
 // Poll collects ready events without waiting (epoll_pwait, zero timeout, no
 // signal mask: the one call every architecture has).
 func Poll(epfd int, events []unix.EpollEvent) (int, error) {
 	for {
 		n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
 			uintptr(len(events)), 0, 0, 0)
-		switch errno {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
+		if errno != unix.EINTR {
+			return count(n, errno)
 		}
-		return 0, errno
 	}
 }
 
 // EpollCtl is epoll_ctl(2).
 func EpollCtl(epfd, op, fd int, ev *unix.EpollEvent) error {
 	_, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return errorOf(errno)
 }
 
 // Read is read(2).
@@ -51,13 +69,9 @@ func Read(fd int, b []byte) (int, error) {
 	}
 	for {
 		n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		switch errno {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
+		if errno != unix.EINTR {
+			return count(n, errno)
 		}
-		return 0, errno
 	}
 }
 
@@ -71,13 +85,9 @@ func Send(fd int, b []byte, flags int) (int, error) {
 	}
 	for {
 		n, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(p), uintptr(len(b)), uintptr(flags), 0, 0)
-		switch errno {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
+		if errno != unix.EINTR {
+			return count(n, errno)
 		}
-		return 0, errno
 	}
 }
 
@@ -87,13 +97,9 @@ func Splice(from, to, n int) (int, error) {
 	for {
 		m, _, errno := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(from), 0, uintptr(to), 0, uintptr(n),
 			unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
-		switch errno {
-		case 0:
-			return int(m), nil
-		case unix.EINTR:
-			continue
+		if errno != unix.EINTR {
+			return count(m, errno)
 		}
-		return 0, errno
 	}
 }
 
@@ -110,10 +116,7 @@ type Mmsghdr struct {
 func Recvmmsg(fd int, hdrs []Mmsghdr) (int, error) {
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
 		uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(n), nil
+	return count(n, errno)
 }
 
 // Sendmmsg sends up to len(hdrs) messages without blocking and returns how
@@ -121,19 +124,13 @@ func Recvmmsg(fd int, hdrs []Mmsghdr) (int, error) {
 func Sendmmsg(fd int, hdrs []Mmsghdr) (int, error) {
 	n, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
 		uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(n), nil
+	return count(n, errno)
 }
 
 // Shutdown is shutdown(2).
 func Shutdown(fd, how int) error {
 	_, _, errno := unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(fd), uintptr(how), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return errorOf(errno)
 }
 
 // Close closes a descriptor. For a socket with the default SO_LINGER it
@@ -156,10 +153,7 @@ func SetsockoptInt(fd, level, opt, value int) error {
 	v := int32(value)
 	_, _, errno := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
 		uintptr(unsafe.Pointer(&v)), unsafe.Sizeof(v), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return errorOf(errno)
 }
 
 // GetsockoptInt reads an int socket option.
@@ -191,10 +185,7 @@ func SocketError(fd int) error {
 func Socket(family, typ, proto int) (int, error) {
 	fd, _, errno := unix.RawSyscall(unix.SYS_SOCKET, uintptr(family),
 		uintptr(typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC), uintptr(proto))
-	if errno != 0 {
-		return -1, errno
-	}
-	return int(fd), nil
+	return descriptor(fd, errno)
 }
 
 // Connect starts a connect(2) on a non-blocking socket. For TCP,
@@ -219,24 +210,18 @@ func Accept(listenFD int, peer *Sockaddr) (int, error) {
 		peer.Len = uint32(unsafe.Sizeof(peer.Raw))
 		fd, _, errno := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(listenFD), uintptr(unsafe.Pointer(&peer.Raw)),
 			uintptr(unsafe.Pointer(&peer.Len)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
-		switch errno {
-		case 0:
-			return int(fd), nil
-		case unix.EINTR:
-			continue
+		if errno != unix.EINTR {
+			return descriptor(fd, errno)
 		}
-		return -1, errno
 	}
 }
 
 // Getsockname reads the socket's own address.
 func Getsockname(fd int, sa *Sockaddr) error {
 	sa.Len = uint32(unsafe.Sizeof(sa.Raw))
-	if _, _, errno := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(&sa.Raw)),
-		uintptr(unsafe.Pointer(&sa.Len))); errno != 0 {
-		return errno
-	}
-	return nil
+	_, _, errno := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(&sa.Raw)),
+		uintptr(unsafe.Pointer(&sa.Len)))
+	return errorOf(errno)
 }
 
 // GetsockoptSockaddr reads a socket option whose value is a socket address
@@ -245,10 +230,7 @@ func GetsockoptSockaddr(fd, level, opt int, sa *Sockaddr) error {
 	sa.Len = uint32(unsafe.Sizeof(sa.Raw))
 	_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
 		uintptr(unsafe.Pointer(&sa.Raw)), uintptr(unsafe.Pointer(&sa.Len)), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return errorOf(errno)
 }
 
 // Dup returns a close-on-exec duplicate of the descriptor behind c (a Go

@@ -214,41 +214,42 @@ func (a *Allocator) ReleaseAddr(addr net.Addr) {
 // ListenTCP opens a TCP listener on ip (usually 0.0.0.0 or ::) at a port of
 // the range. An IPv6 listener accepts IPv6 only.
 func (a *Allocator) ListenTCP(ip netip.Addr) (*net.TCPListener, error) {
-	network, ipv6 := networkFor("tcp", ip)
-	ip = ip.Unmap()
-	var l *net.TCPListener
-	_, err := a.Claim(TCP, ipv6, func(port uint16) error {
-		var err error
+	return listen(a, TCP, ip, func(network string, addr netip.AddrPort) (*net.TCPListener, error) {
 		var lc net.ListenConfig
 		// Plain TCP: Go listens with MPTCP by default, whose sockets refuse
 		// socket filters and cost more per accept than a proxy needs.
 		lc.SetMultipathTCP(false)
-		ln, err := lc.Listen(context.Background(), network, netip.AddrPortFrom(ip, port).String())
-		if err == nil {
-			l = ln.(*net.TCPListener)
+		ln, err := lc.Listen(context.Background(), network, addr.String())
+		if err != nil {
+			return nil, err
 		}
-		return err
+		return ln.(*net.TCPListener), nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("allocating a TCP proxy port on %s: %w", ip, err)
-	}
-	return l, nil
 }
 
 // ListenUDP opens a UDP socket bound on ip at a port of the range.
 func (a *Allocator) ListenUDP(ip netip.Addr) (*net.UDPConn, error) {
-	network, ipv6 := networkFor("udp", ip)
+	return listen(a, UDP, ip, func(network string, addr netip.AddrPort) (*net.UDPConn, error) {
+		return net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
+	})
+}
+
+// listen claims a port of the range for a proto socket on ip, which open
+// binds to addr; network is proto's name for ip's family.
+func listen[S any](a *Allocator, proto Protocol, ip netip.Addr, open func(network string, addr netip.AddrPort) (S, error)) (S, error) {
+	network, ipv6 := networkFor(string(proto), ip)
 	ip = ip.Unmap()
-	var c *net.UDPConn
-	_, err := a.Claim(UDP, ipv6, func(port uint16) error {
+	var s S
+	_, err := a.Claim(proto, ipv6, func(port uint16) error {
 		var err error
-		c, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, port)))
+		s, err = open(network, netip.AddrPortFrom(ip, port))
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("allocating a UDP proxy port on %s: %w", ip, err)
+		var none S
+		return none, fmt.Errorf("allocating a %s proxy port on %s: %w", strings.ToUpper(string(proto)), ip, err)
 	}
-	return c, nil
+	return s, nil
 }
 
 // networkFor picks "tcp4"/"tcp6" so an IPv6 socket is IPV6_V6ONLY and the

@@ -53,6 +53,20 @@ func sockaddr(ap netip.AddrPort) (family int, sa unix.Sockaddr, err error) {
 	return unix.AF_INET6, &unix.SockaddrInet6{Port: int(ap.Port()), Addr: addr.As16()}, nil
 }
 
+// openSocket opens a non-blocking one-to-one SCTP socket of ap's family and
+// returns it with ap as bind(2) and connect(2) take it.
+func openSocket(ap netip.AddrPort) (fd, family int, sa unix.Sockaddr, err error) {
+	family, sa, err = sockaddr(ap)
+	if err != nil {
+		return -1, 0, nil, err
+	}
+	fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
+	if err != nil {
+		return -1, 0, nil, fmt.Errorf("creating SCTP socket for %v: %w", ap, err)
+	}
+	return fd, family, sa, nil
+}
+
 // addrPort converts what accept(2) or getsockname(2) returned.
 func addrPort(sa unix.Sockaddr) (netip.AddrPort, error) {
 	switch sa := sa.(type) {
@@ -77,13 +91,23 @@ type Conn struct {
 }
 
 func newConn(fd int, remote netip.AddrPort) (*Conn, error) {
-	f := os.NewFile(uintptr(fd), "sctp")
+	f, raw, err := pollable(fd, "sctp", "SCTP socket")
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{file: f, raw: raw, remote: remote}, nil
+}
+
+// pollable hands fd over to an os.File named name, whose I/O and RawConn
+// wait on the Go netpoller; what names the socket in the error.
+func pollable(fd int, name, what string) (*os.File, syscall.RawConn, error) {
+	f := os.NewFile(uintptr(fd), name)
 	raw, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("registering SCTP socket: %w", err)
+		return nil, nil, fmt.Errorf("registering %s: %w", what, err)
 	}
-	return &Conn{file: f, raw: raw, remote: remote}, nil
+	return f, raw, nil
 }
 
 func (c *Conn) Read(p []byte) (int, error)  { return c.file.Read(p) }
@@ -162,13 +186,9 @@ type Listener struct {
 
 // Listen binds a one-to-one SCTP socket to addr (port 0: kernel-chosen).
 func Listen(addr netip.AddrPort) (*Listener, error) {
-	family, sa, err := sockaddr(addr)
+	fd, family, sa, err := openSocket(addr)
 	if err != nil {
 		return nil, err
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
-	if err != nil {
-		return nil, fmt.Errorf("creating SCTP socket for %v: %w", addr, err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 		unix.Close(fd)
@@ -205,11 +225,9 @@ func Listen(addr netip.AddrPort) (*Listener, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), "sctp-listener")
-	raw, err := f.SyscallConn()
+	f, raw, err := pollable(fd, "sctp-listener", "SCTP listener")
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("registering SCTP listener: %w", err)
+		return nil, err
 	}
 	return &Listener{file: f, raw: raw, addr: local}, nil
 }
@@ -267,13 +285,9 @@ func Dial(ep netip.AddrPort, timeout time.Duration) (*Conn, error) { return dial
 // address before the INIT leaves (so before the peer can accept it) and
 // runs what it returns before the socket closes.
 func dial(ep netip.AddrPort, timeout time.Duration, remember func(local netip.AddrPort) (forget func())) (*Conn, error) {
-	family, sa, err := sockaddr(ep)
+	fd, family, sa, err := openSocket(ep)
 	if err != nil {
 		return nil, err
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
-	if err != nil {
-		return nil, fmt.Errorf("creating SCTP socket for %v: %w", ep, err)
 	}
 	var forget func()
 	if remember != nil {

@@ -260,6 +260,9 @@ func (b *batch) release() { *b = newBatch(b.size, b.control) }
 
 func (b *batch) allocated() bool { return b.hdrs != nil }
 
+// payload is the i-th datagram received.
+func (b *batch) payload(i int) []byte { return b.bufs[i][:b.hdrs[i].Len] }
+
 // New prepares a relay on cfg.Conn; Serve runs it.
 func New(cfg Config) (*Relay, error) {
 	if cfg.Conn == nil {
@@ -549,15 +552,9 @@ func (r *Relay) readClients(now int64) {
 		r.readSharedClients(now)
 		return
 	}
-	b := r.prepareClientBatch(now)
-	n, ok := r.receiveClients(b)
-	if !ok {
-		return
-	}
+	b, n := r.receiveClients(now)
 	var relayed int
 	for i := range n {
-		h := &b.hdrs[i]
-		b.names[i].Len = h.Hdr.Namelen
 		client, err := b.names[i].AddrPort()
 		if err != nil {
 			continue
@@ -570,53 +567,63 @@ func (r *Relay) readClients(now int64) {
 		}
 		// forward, written out: this is the per-socket relay's hot loop.
 		r.flows.touch(f, now)
-		if _, err := eventloop.Send(f.fd, b.bufs[i][:h.Len], unix.MSG_DONTWAIT); err != nil {
+		payload := b.payload(i)
+		if _, err := eventloop.Send(f.fd, payload, unix.MSG_DONTWAIT); err != nil {
 			r.sendFailed(f, err)
 			continue
 		}
-		relayed += int(h.Len)
+		relayed += len(payload)
 	}
-	if relayed > 0 {
-		r.metrics.BytesToEndpoint.Add(float64(relayed))
-	}
+	r.countToEndpoint(relayed)
 }
 
-// readSharedClients is readClients for a shared socket: the flow is the
-// client's to the datagram's original destination.
+// readSharedClients is readClients for a shared socket.
 func (r *Relay) readSharedClients(now int64) {
-	b := r.prepareClientBatch(now)
-	for i := range b.hdrs {
-		b.hdrs[i].Hdr.Control = &b.controls[i][0]
-		b.hdrs[i].Hdr.SetControllen(controlSize)
-	}
-	n, ok := r.receiveClients(b)
-	if !ok {
-		return
-	}
+	b, n := r.receiveClients(now)
 	var relayed int
 	for i := range n {
-		h := &b.hdrs[i]
-		b.names[i].Len = h.Hdr.Namelen
-		client, err := b.names[i].AddrPort()
-		if err != nil {
-			continue
+		if f := r.sharedFlow(b, i, now); f != nil {
+			relayed += r.forward(f, b.payload(i), now)
 		}
-		service, ok := originalDestination(b.controls[i][:h.Hdr.Controllen])
-		if !ok {
-			r.metrics.RejectedDirect.Inc()
-			continue
-		}
-		f := r.flows.byService[serviceKey{client, service}]
-		if f == nil {
-			if f = r.newSharedFlow(client, &b.names[i], service, now); f == nil {
-				continue
-			}
-		}
-		relayed += r.forward(f, b.bufs[i][:h.Len], now)
 	}
-	if relayed > 0 {
-		r.metrics.BytesToEndpoint.Add(float64(relayed))
+	r.countToEndpoint(relayed)
+}
+
+// sharedFlow returns the flow of the i-th datagram of a shared socket's
+// batch, its client's to its original destination, starting it if need
+// be; nil drops the datagram.
+func (r *Relay) sharedFlow(b *batch, i int, now int64) *flow {
+	client, err := b.names[i].AddrPort()
+	if err != nil {
+		return nil
 	}
+	service, ok := originalDestination(b.controls[i][:b.hdrs[i].Hdr.Controllen])
+	if !ok {
+		r.metrics.RejectedDirect.Inc()
+		return nil
+	}
+	if f := r.flows.byService[serviceKey{client, service}]; f != nil {
+		return f
+	}
+	return r.newSharedFlow(client, &b.names[i], service, now)
+}
+
+// receiveClients reads a batch of client datagrams into the client batch
+// and returns it with how many arrived (0 when none did), each with its
+// sender's address in names.
+func (r *Relay) receiveClients(now int64) (*batch, int) {
+	b := r.prepareClientBatch(now)
+	n, err := eventloop.Recvmmsg(r.proxyFD, b.hdrs)
+	if err != nil {
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+			r.log.V(4).Info("UDP relay read failed", "err", err)
+		}
+		return b, 0
+	}
+	for i := range n {
+		b.names[i].Len = b.hdrs[i].Hdr.Namelen
+	}
+	return b, n
 }
 
 // prepareClientBatch readies the client batch for recvmmsg.
@@ -633,21 +640,19 @@ func (r *Relay) prepareClientBatch(now int64) *batch {
 		b.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.names[i].Raw))
 		b.hdrs[i].Hdr.Namelen = uint32(unsafe.Sizeof(b.names[i].Raw))
 		b.hdrs[i].Hdr.Flags = 0
+		if b.control {
+			b.hdrs[i].Hdr.Control = &b.controls[i][0]
+			b.hdrs[i].Hdr.SetControllen(controlSize)
+		}
 	}
 	return b
 }
 
-// receiveClients reads the client batch; it reports false when nothing
-// was read.
-func (r *Relay) receiveClients(b *batch) (int, bool) {
-	n, err := eventloop.Recvmmsg(r.proxyFD, b.hdrs)
-	if err != nil {
-		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
-			r.log.V(4).Info("UDP relay read failed", "err", err)
-		}
-		return 0, false
+// countToEndpoint counts the bytes a batch relayed to endpoints.
+func (r *Relay) countToEndpoint(relayed int) {
+	if relayed > 0 {
+		r.metrics.BytesToEndpoint.Add(float64(relayed))
 	}
-	return n, true
 }
 
 // forward sends one client datagram to f's endpoint and returns the bytes

@@ -1,7 +1,6 @@
 package fakeipvs
 
 import (
-	"fmt"
 	"slices"
 	"sync"
 	"syscall"
@@ -21,8 +20,7 @@ type fakeSet struct {
 // IPSets is a fake handles.IPSets. Referenced marks sets iptables rules
 // still use, which the kernel refuses to destroy.
 type IPSets struct {
-	Counter
-	Hook Hook
+	Calls
 
 	mu         sync.Mutex
 	sets       map[string]*fakeSet
@@ -30,16 +28,6 @@ type IPSets struct {
 }
 
 var _ handles.IPSets = (*IPSets)(nil)
-
-func (s *IPSets) begin(op, target string) error {
-	s.count(op)
-	if s.Hook != nil {
-		if err := s.Hook(op, target); err != nil {
-			return fmt.Errorf("%s %s: %w", op, target, err)
-		}
-	}
-	return nil
-}
 
 // SetReferenced marks or unmarks a set as used by an iptables rule.
 func (s *IPSets) SetReferenced(name string, on bool) {

@@ -67,6 +67,24 @@ func (c *Counter) Reset() {
 	c.ops = nil
 }
 
+// Calls is what every fake has: its calls counted, and a Hook that can
+// fail them.
+type Calls struct {
+	Counter
+	Hook Hook
+}
+
+// begin counts the call and runs the hook.
+func (c *Calls) begin(op, target string) error {
+	c.count(op)
+	if c.Hook != nil {
+		if err := c.Hook(op, target); err != nil {
+			return fmt.Errorf("%s %s: %w", op, target, err)
+		}
+	}
+	return nil
+}
+
 // schedulers the fake kernel has modules for.
 var schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"}
 
@@ -77,8 +95,7 @@ type fakeService struct {
 
 // IPVS is a fake handles.IPVS. The zero value is an empty table.
 type IPVS struct {
-	Counter
-	Hook Hook
+	Calls
 
 	mu       sync.Mutex
 	services map[desired.Key]*fakeService
@@ -102,15 +119,10 @@ func destKey(d *ipvs.Destination) (netip.AddrPort, error) {
 	return rs.AddrPort(), nil
 }
 
-// begin counts the call and runs the hook.
-func (f *IPVS) begin(op, target string) error {
-	f.count(op)
-	if f.Hook != nil {
-		if err := f.Hook(op, target); err != nil {
-			return fmt.Errorf("%s %s: %w", op, target, err)
-		}
-	}
-	return nil
+// serviceName is the target a service's operations are hooked on.
+func serviceName(s *ipvs.Service) string {
+	k, _ := keyOf(s)
+	return k.String()
 }
 
 func (f *IPVS) lookup(s *ipvs.Service) (desired.Key, *fakeService, error) {
@@ -131,11 +143,7 @@ func (f *IPVS) GetServices() ([]*ipvs.Service, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	keys := make([]desired.Key, 0, len(f.services))
-	for k := range f.services {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, desired.Key.Compare)
+	keys := sortedKeys(f.services)
 	out := make([]*ipvs.Service, 0, len(keys))
 	for _, k := range keys {
 		s := f.services[k].svc
@@ -146,8 +154,7 @@ func (f *IPVS) GetServices() ([]*ipvs.Service, error) {
 }
 
 func (f *IPVS) NewService(s *ipvs.Service) error {
-	k, _ := keyOf(s)
-	if err := f.begin("NewService", k.String()); err != nil {
+	if err := f.begin("NewService", serviceName(s)); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -171,36 +178,20 @@ func (f *IPVS) NewService(s *ipvs.Service) error {
 }
 
 func (f *IPVS) UpdateService(s *ipvs.Service) error {
-	k, _ := keyOf(s)
-	if err := f.begin("UpdateService", k.String()); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, fs, err := f.lookup(s)
-	if err != nil {
-		return err
-	}
-	if !slices.Contains(schedulers, s.SchedName) {
-		return syscall.ENOENT
-	}
-	fs.svc.SchedName, fs.svc.Flags, fs.svc.Timeout = s.SchedName, s.Flags, s.Timeout
-	return nil
+	return f.serviceOp("UpdateService", serviceName(s), s, func(_ desired.Key, fs *fakeService) error {
+		if !slices.Contains(schedulers, s.SchedName) {
+			return syscall.ENOENT
+		}
+		fs.svc.SchedName, fs.svc.Flags, fs.svc.Timeout = s.SchedName, s.Flags, s.Timeout
+		return nil
+	})
 }
 
 func (f *IPVS) DelService(s *ipvs.Service) error {
-	k, _ := keyOf(s)
-	if err := f.begin("DelService", k.String()); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k, _, err := f.lookup(s)
-	if err != nil {
-		return err
-	}
-	delete(f.services, k)
-	return nil
+	return f.serviceOp("DelService", serviceName(s), s, func(k desired.Key, _ *fakeService) error {
+		delete(f.services, k)
+		return nil
+	})
 }
 
 func (f *IPVS) Flush() error {
@@ -214,8 +205,7 @@ func (f *IPVS) Flush() error {
 }
 
 func (f *IPVS) GetDestinations(s *ipvs.Service) ([]*ipvs.Destination, error) {
-	k, _ := keyOf(s)
-	if err := f.begin("GetDestinations", k.String()); err != nil {
+	if err := f.begin("GetDestinations", serviceName(s)); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
@@ -229,11 +219,7 @@ func (f *IPVS) GetDestinations(s *ipvs.Service) ([]*ipvs.Destination, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]netip.AddrPort, 0, len(fs.dests))
-	for ap := range fs.dests {
-		keys = append(keys, ap)
-	}
-	slices.SortFunc(keys, netip.AddrPort.Compare)
+	keys := sortedAddrPorts(fs.dests)
 	out := make([]*ipvs.Destination, 0, len(keys))
 	for _, ap := range keys {
 		d := *fs.dests[ap]
@@ -242,23 +228,31 @@ func (f *IPVS) GetDestinations(s *ipvs.Service) ([]*ipvs.Destination, error) {
 	return out, nil
 }
 
-func (f *IPVS) destOp(op string, s *ipvs.Service, d *ipvs.Destination, apply func(*fakeService, netip.AddrPort) error) error {
-	k, _ := keyOf(s)
-	ap, _ := destKey(d)
-	if err := f.begin(op, k.String()+" -> "+ap.String()); err != nil {
+// serviceOp counts and hooks op on target, then, under the lock, runs
+// apply on the service s names, which must exist (ESRCH otherwise).
+func (f *IPVS) serviceOp(op, target string, s *ipvs.Service, apply func(desired.Key, *fakeService) error) error {
+	if err := f.begin(op, target); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, fs, err := f.lookup(s)
+	k, fs, err := f.lookup(s)
 	if err != nil {
 		return err
 	}
-	ap, err = destKey(d)
-	if err != nil {
-		return err
-	}
-	return apply(fs, ap)
+	return apply(k, fs)
+}
+
+// destOp is serviceOp for an operation on destination d of service s.
+func (f *IPVS) destOp(op string, s *ipvs.Service, d *ipvs.Destination, apply func(*fakeService, netip.AddrPort) error) error {
+	ap, _ := destKey(d)
+	return f.serviceOp(op, serviceName(s)+" -> "+ap.String(), s, func(_ desired.Key, fs *fakeService) error {
+		ap, err := destKey(d)
+		if err != nil {
+			return err
+		}
+		return apply(fs, ap)
+	})
 }
 
 func (f *IPVS) NewDestination(s *ipvs.Service, d *ipvs.Destination) error {

@@ -1,7 +1,6 @@
 package fakeipvs
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -12,8 +11,7 @@ import (
 
 // Link is a fake handles.Link: a dummy link that may or may not exist.
 type Link struct {
-	Counter
-	Hook Hook
+	Calls
 
 	mu     sync.Mutex
 	exists bool
@@ -21,16 +19,6 @@ type Link struct {
 }
 
 var _ handles.Link = (*Link)(nil)
-
-func (l *Link) begin(op, target string) error {
-	l.count(op)
-	if l.Hook != nil {
-		if err := l.Hook(op, target); err != nil {
-			return fmt.Errorf("%s %s: %w", op, target, err)
-		}
-	}
-	return nil
-}
 
 func (l *Link) EnsureLink() error {
 	if err := l.begin("EnsureLink", handles.DummyLink); err != nil {
@@ -43,59 +31,52 @@ func (l *Link) EnsureLink() error {
 }
 
 func (l *Link) Addrs() ([]netip.Addr, error) {
-	if err := l.begin("Addrs", handles.DummyLink); err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.exists {
-		return nil, syscall.ENODEV
-	}
-	out := make([]netip.Addr, 0, len(l.addrs))
-	for a := range l.addrs {
-		out = append(out, a)
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out, nil
+	var out []netip.Addr
+	err := l.onExisting("Addrs", handles.DummyLink, func() error {
+		out = make([]netip.Addr, 0, len(l.addrs))
+		for a := range l.addrs {
+			out = append(out, a)
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return nil
+	})
+	return out, err
 }
 
 func (l *Link) AddAddr(a netip.Addr) error {
-	if err := l.begin("AddAddr", a.String()); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case !l.exists:
-		return syscall.ENODEV
-	case l.addrs[a]:
-		return syscall.EEXIST
-	}
-	if l.addrs == nil {
-		l.addrs = make(map[netip.Addr]bool)
-	}
-	l.addrs[a] = true
-	return nil
+	return l.onExisting("AddAddr", a.String(), func() error {
+		if l.addrs[a] {
+			return syscall.EEXIST
+		}
+		if l.addrs == nil {
+			l.addrs = make(map[netip.Addr]bool)
+		}
+		l.addrs[a] = true
+		return nil
+	})
 }
 
 func (l *Link) DelAddr(a netip.Addr) error {
-	if err := l.begin("DelAddr", a.String()); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case !l.exists:
-		return syscall.ENODEV
-	case !l.addrs[a]:
-		return syscall.EADDRNOTAVAIL
-	}
-	delete(l.addrs, a)
-	return nil
+	return l.onExisting("DelAddr", a.String(), func() error {
+		if !l.addrs[a] {
+			return syscall.EADDRNOTAVAIL
+		}
+		delete(l.addrs, a)
+		return nil
+	})
 }
 
 func (l *Link) DeleteLink() error {
-	if err := l.begin("DeleteLink", handles.DummyLink); err != nil {
+	return l.onExisting("DeleteLink", handles.DummyLink, func() error {
+		l.exists, l.addrs = false, nil
+		return nil
+	})
+}
+
+// onExisting counts and hooks op on target, then, under the lock, runs
+// apply if the link exists (ENODEV otherwise).
+func (l *Link) onExisting(op, target string, apply func() error) error {
+	if err := l.begin(op, target); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -103,8 +84,7 @@ func (l *Link) DeleteLink() error {
 	if !l.exists {
 		return syscall.ENODEV
 	}
-	l.exists, l.addrs = false, nil
-	return nil
+	return apply()
 }
 
 // Exists reports whether the link exists.
