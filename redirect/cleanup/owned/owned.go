@@ -14,6 +14,25 @@ type Chain struct {
 	Prefix bool
 }
 
+// ChainsIn lists the chains names in table.
+func ChainsIn(table string, names ...string) []Chain {
+	return chainsIn(table, false, names)
+}
+
+// PrefixesIn lists, in table, every chain whose name starts with one of
+// prefixes.
+func PrefixesIn(table string, prefixes ...string) []Chain {
+	return chainsIn(table, true, prefixes)
+}
+
+func chainsIn(table string, prefix bool, names []string) []Chain {
+	out := make([]Chain, len(names))
+	for i, name := range names {
+		out[i] = Chain{Table: table, Name: name, Prefix: prefix}
+	}
+	return out
+}
+
 // Set is an ipset name, or with Prefix every set whose name starts with Name.
 type Set struct {
 	Name   string

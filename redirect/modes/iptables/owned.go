@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"slices"
+
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/modes/iptables/rules"
 )
@@ -10,24 +12,12 @@ import (
 // KUBE-KUBELET-CANARY) are not here: other components depend on them.
 func Owned() owned.Objects {
 	nat, filter, mangle := string(rules.NAT), string(rules.Filter), string(rules.Mangle)
-	return owned.Objects{Chains: []owned.Chain{
-		{Table: nat, Name: rules.Services},
-		{Table: nat, Name: rules.Postrouting},
-		{Table: nat, Name: rules.MarkMasq},
-		{Table: nat, Name: rules.NodePorts},
-		{Table: nat, Name: rules.ServicePrefix, Prefix: true},
-		{Table: nat, Name: rules.LocalServicePrefix, Prefix: true},
-		{Table: nat, Name: rules.ExternalPrefix, Prefix: true},
-		{Table: nat, Name: rules.FirewallPrefix, Prefix: true},
-		{Table: nat, Name: rules.EndpointPrefix, Prefix: true},
-		{Table: nat, Name: "KUBE-XLB-", Prefix: true}, // kube-proxy before 1.24
-		{Table: nat, Name: rules.Canary},
-		{Table: filter, Name: rules.Services},
-		{Table: filter, Name: rules.ExternalServices},
-		{Table: filter, Name: rules.NodePorts},
-		{Table: filter, Name: rules.Forward},
-		{Table: filter, Name: rules.ProxyFirewall},
-		{Table: filter, Name: rules.Canary},
-		{Table: mangle, Name: rules.Canary},
-	}}
+	return owned.Objects{Chains: slices.Concat(
+		owned.ChainsIn(nat, rules.Services, rules.Postrouting, rules.MarkMasq, rules.NodePorts),
+		owned.PrefixesIn(nat, rules.ServicePrefix, rules.LocalServicePrefix, rules.ExternalPrefix, rules.FirewallPrefix, rules.EndpointPrefix,
+			"KUBE-XLB-"), // kube-proxy before 1.24
+		owned.ChainsIn(nat, rules.Canary),
+		owned.ChainsIn(filter, rules.Services, rules.ExternalServices, rules.NodePorts, rules.Forward, rules.ProxyFirewall, rules.Canary),
+		owned.ChainsIn(mangle, rules.Canary),
+	)}
 }

@@ -1,6 +1,8 @@
 package ipvs
 
 import (
+	"slices"
+
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/desired"
 	"kproxy.dev/kproxy/redirect/modes/ipvs/handles"
@@ -14,20 +16,13 @@ func Owned() owned.Objects {
 	const nat, filter = "nat", "filter"
 	o := owned.Objects{
 		IPVSLink: handles.DummyLink,
-		Chains: []owned.Chain{
-			{Table: nat, Name: desired.ChainServices},
-			{Table: nat, Name: desired.ChainPostrouting},
-			{Table: nat, Name: desired.ChainMarkMasq},
-			{Table: nat, Name: desired.ChainNodePort},
-			{Table: nat, Name: desired.ChainLoadBalancer},
-			{Table: nat, Name: "KUBE-FIREWALL"}, // older kube-proxy; filter's is kubelet's
-			{Table: filter, Name: desired.ChainNodePort},
-			{Table: filter, Name: desired.ChainForward},
-			{Table: filter, Name: desired.ChainProxyFirewall},
-			{Table: filter, Name: desired.ChainSourceRangesFW},
-			{Table: filter, Name: desired.ChainIPVSFilter},
-			{Table: filter, Name: desired.ChainIPVSOutFilter},
-		},
+		Chains: slices.Concat(
+			owned.ChainsIn(nat, desired.ChainServices, desired.ChainPostrouting, desired.ChainMarkMasq, desired.ChainNodePort,
+				desired.ChainLoadBalancer,
+				"KUBE-FIREWALL"), // older kube-proxy; filter's is kubelet's
+			owned.ChainsIn(filter, desired.ChainNodePort, desired.ChainForward, desired.ChainProxyFirewall, desired.ChainSourceRangesFW,
+				desired.ChainIPVSFilter, desired.ChainIPVSOutFilter),
+		),
 	}
 	for _, fam := range ipfamily.All() {
 		for _, spec := range desired.SetSpecs(fam) {

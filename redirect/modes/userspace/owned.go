@@ -1,6 +1,8 @@
 package userspace
 
 import (
+	"slices"
+
 	"kproxy.dev/kproxy/redirect/cleanup/owned"
 	"kproxy.dev/kproxy/redirect/modes/userspace/portal"
 	"kproxy.dev/kproxy/redirect/replyroute"
@@ -13,14 +15,8 @@ import (
 // match's nftables table.
 func Owned() owned.Objects {
 	nat, filter := portal.TableNAT, portal.TableFilter
-	return owned.Objects{LocalRoutes: true, NFTables: []string{replyroute.NFTable}, Chains: []owned.Chain{
-		{Table: nat, Name: portal.ChainPortalsContainer},
-		{Table: nat, Name: portal.ChainPortalsHost},
-		{Table: nat, Name: portal.ChainNodePortContainer},
-		{Table: nat, Name: portal.ChainNodePortHost},
-		{Table: filter, Name: portal.ChainNodePortNonLocal},
-		{Table: filter, Name: portal.ChainProxyPorts},
-		{Table: filter, Name: portal.ChainNoLocalEndpoints},
-		{Table: filter, Name: portal.ChainFirewall},
-	}}
+	return owned.Objects{LocalRoutes: true, NFTables: []string{replyroute.NFTable}, Chains: slices.Concat(
+		owned.ChainsIn(nat, portal.ChainPortalsContainer, portal.ChainPortalsHost, portal.ChainNodePortContainer, portal.ChainNodePortHost),
+		owned.ChainsIn(filter, portal.ChainNodePortNonLocal, portal.ChainProxyPorts, portal.ChainNoLocalEndpoints, portal.ChainFirewall),
+	)}
 }
