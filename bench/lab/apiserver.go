@@ -52,6 +52,9 @@ const (
 	// a lab outage need not be graceful, so it is killed after this.
 	stopTimeout  = 5 * time.Second
 	logTailBytes = 8 << 10
+	// startAttempts bounds how often Start starts a kube-apiserver that
+	// exits before it is ready.
+	startAttempts = 3
 )
 
 // APIServer is a real etcd plus kube-apiserver on the loopback of the test's
@@ -247,24 +250,51 @@ func (a *APIServer) flag(name string) string {
 }
 
 // Start starts kube-apiserver (again, after Stop) on the same port with the
-// same etcd, and waits until it is ready.
+// same etcd, and waits until it is ready. kube-apiserver exits by design when
+// a start-up check overruns (its initial ClusterIP and NodePort repair must
+// finish within a minute), which a guest kernel on a busy host can cause; as a
+// kubelet does for a static pod, Start then starts it again, a few times.
 func (a *APIServer) Start() {
 	t := a.t
 	t.Helper()
 	if a.server != nil {
 		t.Fatal("lab API server already running")
 	}
+	for attempt := 1; ; attempt++ {
+		err := a.startOnce()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errExitedEarly) || attempt == startAttempts {
+			t.Fatalf("kube-apiserver not ready (attempt %d of %d): %v\n%s", attempt, startAttempts, err, tail(a.logPath))
+		}
+		t.Logf("starting kube-apiserver again (attempt %d of %d): %v", attempt+1, startAttempts, err)
+	}
+}
+
+// errExitedEarly is kube-apiserver exiting before it became ready.
+var errExitedEarly = errors.New("kube-apiserver exited before it was ready")
+
+// startOnce starts kube-apiserver and waits until it is ready; on an error
+// no kube-apiserver is left running.
+func (a *APIServer) startOnce() error {
 	cmd := exec.Command(filepath.Join(a.binDir, "kube-apiserver"), a.args...)
 	if err := a.startLogged(cmd, a.logPath); err != nil {
-		t.Fatalf("starting kube-apiserver: %v", err)
+		return fmt.Errorf("starting kube-apiserver: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	a.server, a.exited = cmd, exited
-
 	if err := a.waitReady(exited); err != nil {
-		t.Fatalf("kube-apiserver not ready: %v\n%s", err, tail(a.logPath))
+		if errors.Is(err, errExitedEarly) {
+			return fmt.Errorf("%w (%v); its fatal lines: %s", err, cmd.ProcessState, fatalLines(a.logPath))
+		}
+		if stopErr := stopProcess(cmd, exited); stopErr != nil {
+			a.t.Logf("stopping the kube-apiserver that did not become ready: %v", stopErr)
+		}
+		return err
 	}
+	a.server, a.exited = cmd, exited
+	return nil
 }
 
 // Stop stops kube-apiserver, leaving etcd and its data in place; clients see
@@ -294,7 +324,7 @@ func (a *APIServer) waitReady(exited <-chan struct{}) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return errors.New("kube-apiserver exited")
+			return errExitedEarly
 		default:
 		}
 		// verbose: a failed probe's body names the checks that failed.
@@ -380,6 +410,32 @@ func stopProcess(cmd *exec.Cmd, exited <-chan struct{}) error {
 	}
 	<-exited
 	return nil
+}
+
+// fatalLines picks klog's fatal lines ("F1130 12:00:00.000000 …") out of the
+// last run in a log: the reason kube-apiserver gave for exiting, which its
+// goroutine dump would push out of the tail.
+func fatalLines(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", path, err)
+	}
+	if i := bytes.LastIndex(data, []byte("\n=== ")); i >= 0 {
+		data = data[i+1:]
+	}
+	var fatal []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if len(line) < 5 || line[0] != 'F' {
+			continue
+		}
+		if _, err := strconv.Atoi(line[1:5]); err == nil { // the month and day
+			fatal = append(fatal, line)
+		}
+	}
+	if len(fatal) == 0 {
+		return "(none)"
+	}
+	return strings.Join(fatal, "\n")
 }
 
 func tail(path string) string {

@@ -2,7 +2,11 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +69,57 @@ func TestAPIServerLab(t *testing.T) {
 	}
 	if again.UID != created.UID {
 		t.Errorf("service UID changed across restart: %s -> %s", created.UID, again.UID)
+	}
+
+	// A kube-apiserver that exits before it is ready, as one whose start-up
+	// check overran does, is started again.
+	api.Stop()
+	marker := filepath.Join(t.TempDir(), "exited-once")
+	wrapper := t.TempDir()
+	script := fmt.Sprintf(`#!/bin/sh
+if [ ! -e %[1]s ]; then
+	touch %[1]s
+	echo 'F1130 12:00:00.000000 1 hooks.go:203] PostStartHook "lab-test" failed: overran'
+	exit 255
+fi
+exec %[2]s "$@"
+`, marker, filepath.Join(api.binDir, "kube-apiserver"))
+	if err := os.WriteFile(filepath.Join(wrapper, "kube-apiserver"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	api.binDir = wrapper
+	api.Start()
+	if _, err := api.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{}); err != nil {
+		t.Fatalf("getting service after a start that exited once: %v", err)
+	}
+	log, err := os.ReadFile(api.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), `PostStartHook "lab-test" failed`); n != 1 {
+		t.Errorf("the early exit is in the log %d times, want once", n)
+	}
+}
+
+func TestFatalLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, log, want string
+	}{
+		{"no fatal line", "=== start\nI1130 12:00:00.000000 1 a.go:1] fine\n", "(none)"},
+		{"the fatal line of the last run only",
+			"=== start\nF1130 11:00:00.000000 1 a.go:1] old\n=== start\nI1130 12:00:00.000000 1 a.go:1] fine\nF1130 12:00:01.000000 1 hooks.go:203] new\ngoroutine 1 [running]:\n",
+			"F1130 12:00:01.000000 1 hooks.go:203] new"},
+		{"a line that only starts with F", "=== start\nFailed to start\nF\n", "(none)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "log")
+			if err := os.WriteFile(path, []byte(tc.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got := fatalLines(path); got != tc.want {
+				t.Errorf("fatalLines = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
