@@ -68,7 +68,7 @@ cluster-tools: deps
 # A local Kubernetes cluster (bench/cluster): CLUSTER_NODES nodes (2 or 3;
 # up to 9), each a network namespace with its own containerd and kubelet,
 # the control plane in a router namespace, kproxy as its DaemonSet from
-# make image's image through deploy/kproxy.yaml. About 25 s once everything
+# make image's image through deploy/base/kproxy.yaml. About 25 s once everything
 # is built; prints the kubeconfig and a kubectl command. CLUSTER_IMAGE=FILE
 # uses that kproxy archive instead of building one. make cluster-down removes
 # every trace; make cluster-smoke checks Service traffic in it.
@@ -86,7 +86,7 @@ cluster: tools cluster-tools $(if $(CLUSTER_IMAGE),,image)
 	@if [ "$$(id -u)" != 0 ]; then echo "make cluster needs root (namespaces, cgroups, containerd): run sudo make cluster"; exit 1; fi
 	$(GO) build -o $(KCLUSTER) ./bench/cluster/cmd/kcluster
 	$(KCLUSTER) up -nodes $(CLUSTER_NODES) -dir $(CLUSTER_DIR) -api-port $(CLUSTER_API_PORT) -tools $(TOOLS_BIN) \
-		-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -manifest $(CURDIR)/deploy/kproxy.yaml \
+		-image $(or $(CLUSTER_IMAGE),$(IMAGE)) -manifest $(CURDIR)/deploy/base/kproxy.yaml \
 		$(if $(CLUSTER_IMAGES),-images $(CLUSTER_IMAGES)) $(if $(CLUSTER_COREDNS),-coredns $(CLUSTER_COREDNS)) \
 		$(if $(CLUSTER_PAUSE_NAMES),-pause-names $(CLUSTER_PAUSE_NAMES))
 

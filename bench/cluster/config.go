@@ -56,7 +56,7 @@ type Config struct {
 	ToolsBin string
 	// Image is kproxy's OCI archive (make image).
 	Image string
-	// Manifest is deploy/kproxy.yaml.
+	// Manifest is deploy/base/kproxy.yaml.
 	Manifest string
 	// RepoRoot is the kproxy checkout (the smoke server is built from it).
 	RepoRoot string

@@ -1,6 +1,6 @@
 // Package cluster brings up a local Kubernetes cluster on one machine, for
 // trying kproxy as a real cluster runs it: from its image, through
-// deploy/kproxy.yaml, started by each node's kubelet. Every node is a network
+// deploy/base/kproxy.yaml, started by each node's kubelet. Every node is a network
 // namespace with its own containerd and kubelet; the control plane (etcd,
 // kube-apiserver, kube-controller-manager, kube-scheduler) runs in a router
 // namespace that joins the nodes, and a forwarder on the host's loopback

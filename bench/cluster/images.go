@@ -153,11 +153,20 @@ func writeLayer(path, binary, name string) error {
 
 // importImage imports an OCI archive into a node's containerd, in the
 // namespace the CRI uses. The base name is the image's name without its
-// tag: ctr keeps only the names the archive gives under it.
+// tag: ctr keeps only the names the archive gives under it. The image is
+// also named by its digest (name@sha256:…), as an overlay names kproxy's:
+// the CRI finds an imported image only under a name it was given, and
+// would try to pull the digest's name from a registry.
 func (c *cluster) importImage(n Node, archive, ref string) error {
-	_, err := run("", nil, ctrProgram, "--address", n.containerdSocket(c.paths), "--namespace", "k8s.io",
-		"images", "import", "--base-name", imageBase(ref), archive)
-	return err
+	_, digest, err := readArchiveIndex(archive)
+	if err != nil {
+		return err
+	}
+	if _, err := run("", nil, ctrProgram, "--address", n.containerdSocket(c.paths), "--namespace", "k8s.io",
+		"images", "import", "--base-name", imageBase(ref), archive); err != nil {
+		return err
+	}
+	return c.tagImage(n, ref, imageBase(ref)+"@"+digest)
 }
 
 // tagImage gives the image ref in n's containerd a further name.
@@ -203,37 +212,56 @@ func (c *cluster) extraArchives() (map[string]string, error) {
 
 // archiveRef reads the name an OCI archive's index gives its image.
 func archiveRef(path string) (string, error) {
+	ref, _, err := readArchiveIndex(path)
+	return ref, err
+}
+
+// ArchiveDigestRef is the image of an OCI archive named by its manifest's
+// digest (name@sha256:…), as an overlay names it so each build rolls out;
+// make image prints the same.
+func ArchiveDigestRef(path string) (string, error) {
+	ref, digest, err := readArchiveIndex(path)
+	if err != nil {
+		return "", err
+	}
+	return imageBase(ref) + "@" + digest, nil
+}
+
+// readArchiveIndex reads the name and the manifest digest an OCI archive's
+// index gives its image.
+func readArchiveIndex(path string) (ref, digest string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("opening %s: %w", path, err)
+		return "", "", fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return "", fmt.Errorf("%s holds no index.json: not an OCI archive", path)
+			return "", "", fmt.Errorf("%s holds no index.json: not an OCI archive", path)
 		}
 		if err != nil {
-			return "", fmt.Errorf("reading %s: %w", path, err)
+			return "", "", fmt.Errorf("reading %s: %w", path, err)
 		}
 		if filepath.Clean(h.Name) != "index.json" {
 			continue
 		}
 		var index struct {
 			Manifests []struct {
+				Digest      string            `json:"digest"`
 				Annotations map[string]string `json:"annotations"`
 			} `json:"manifests"`
 		}
 		if err := json.NewDecoder(tr).Decode(&index); err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", path, err)
+			return "", "", fmt.Errorf("%s: index.json: %w", path, err)
 		}
 		for _, m := range index.Manifests {
 			if ref := m.Annotations["org.opencontainers.image.ref.name"]; strings.Contains(ref, "/") {
-				return ref, nil
+				return ref, m.Digest, nil
 			}
 		}
-		return "", fmt.Errorf("%s: index.json names no image in full", path)
+		return "", "", fmt.Errorf("%s: index.json names no image in full", path)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// manifestEdit is one change to deploy/kproxy.yaml: the values an operator
+// manifestEdit is one change to deploy/base/kproxy.yaml: the values an operator
 // sets (the API server endpoint, the pod network) and the conntrack settings
 // this machine needs.
 type manifestEdit struct {
@@ -25,7 +25,7 @@ type manifestEdit struct {
 
 func manifestEdits() []manifestEdit {
 	return []manifestEdit{
-		{"server: https://control-plane.invalid:6443", "server: " + APIServerURL(), "the control-plane endpoint"},
+		{"api-server: https://control-plane.invalid:6443", "api-server: " + APIServerURL(), "the control-plane endpoint"},
 		{`clusterCIDR: ""`, "clusterCIDR: " + PodCIDR, "the pod network"},
 		{`    mode: ""`, `    mode: ""
     # A node here is a network namespace: nf_conntrack_max is the host's,
@@ -36,7 +36,7 @@ func manifestEdits() []manifestEdit {
 	}
 }
 
-// RenderManifest returns deploy/kproxy.yaml with the cluster's values. Each
+// RenderManifest returns deploy/base/kproxy.yaml with the cluster's values. Each
 // edit must apply exactly once, so a changed manifest fails here rather
 // than deploying the placeholder.
 func RenderManifest(manifest string) (string, error) {
@@ -75,7 +75,7 @@ func stripComments(doc string) string {
 	return b.String()
 }
 
-// deployKproxy creates deploy/kproxy.yaml's objects, with the cluster's
+// deployKproxy creates deploy/base/kproxy.yaml's objects, with the cluster's
 // values, through the API.
 func (c *cluster) deployKproxy(ctx context.Context, client kubernetes.Interface) error {
 	data, err := os.ReadFile(c.cfg.Manifest)
@@ -104,7 +104,7 @@ func Apply(ctx context.Context, client kubernetes.Interface, objs []runtime.Obje
 	return nil
 }
 
-// create creates one object of the kinds deploy/kproxy.yaml and the
+// create creates one object of the kinds deploy/base/kproxy.yaml and the
 // cluster DNS hold; one that exists already is left as it is.
 func create(ctx context.Context, client kubernetes.Interface, obj runtime.Object) error {
 	var err error

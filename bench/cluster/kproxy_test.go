@@ -11,7 +11,7 @@ import (
 
 // The shipped manifest renders, decodes, and carries the cluster's values.
 func TestRenderShippedManifest(t *testing.T) {
-	data, err := os.ReadFile("../../deploy/kproxy.yaml")
+	data, err := os.ReadFile("../../deploy/base/kproxy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestRenderShippedManifest(t *testing.T) {
 		t.Fatalf("got %d objects without the ConfigMap or the DaemonSet", len(objs))
 	}
 	for _, tc := range []struct{ key, want string }{
-		{"kubeconfig.conf", "server: https://198.19.0.1:6443"},
+		{"api-server", "https://198.19.0.1:6443"},
 		{"config.conf", "clusterCIDR: 198.19.16.0/20"},
 		{"config.conf", "maxPerCore: 0"},
 	} {
@@ -50,7 +50,7 @@ func TestRenderShippedManifest(t *testing.T) {
 func TestRenderRefusesAChangedManifest(t *testing.T) {
 	for _, tc := range []struct{ name, manifest, err string }{
 		{"no placeholder", "clusterCIDR: \"\"\n    mode: \"\"\n", "control-plane endpoint"},
-		{"twice", "server: https://control-plane.invalid:6443\nserver: https://control-plane.invalid:6443\n", "2 times"},
+		{"twice", "api-server: https://control-plane.invalid:6443\napi-server: https://control-plane.invalid:6443\n", "2 times"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := RenderManifest(tc.manifest)

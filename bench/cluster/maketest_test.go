@@ -24,10 +24,12 @@ const (
 // TestClusterDaemonSetAndConformance is make test's share of make cluster
 // and make conformance: it brings up a two-node cluster with kproxy as its
 // DaemonSet (its image, imported into each node's containerd, started by
-// the kubelets through deploy/kproxy.yaml, in the iptables mode it picks on
+// the kubelets through deploy/base/kproxy.yaml, in the iptables mode it picks on
 // this kernel), checks Service traffic from a pod and from another node
-// (TestSmoke's check), runs the 15 Services conformance specs, and takes
-// the cluster down again. Only with KPROXY_CLUSTER_TEST=1: no other
+// (TestSmoke's check), runs the 15 Services conformance specs, applies
+// deploy/example with its two values set and deploy/unprivileged switched
+// on in each mode this kernel runs, checking the pods and the traffic
+// again, and takes the cluster down again. Only with KPROXY_CLUSTER_TEST=1: no other
 // cluster may be up on the machine.
 func TestClusterDaemonSetAndConformance(t *testing.T) {
 	if os.Getenv(clusterTestEnv) == "" {
@@ -49,7 +51,7 @@ func TestClusterDaemonSetAndConformance(t *testing.T) {
 		t.Fatalf("building kcluster: %v\n%s", err, out)
 	}
 	dir := filepath.Join(os.TempDir(), "kproxy-cluster-test")
-	cfg := cluster.Config{Nodes: 2, StateDir: dir, ToolsBin: tools, Image: image, Manifest: filepath.Join(root, "deploy", "kproxy.yaml"),
+	cfg := cluster.Config{Nodes: 2, StateDir: dir, ToolsBin: tools, Image: image, Manifest: filepath.Join(root, "deploy", "base", "kproxy.yaml"),
 		RepoRoot: root, APIPort: cluster.DefaultAPIPort, Self: kcluster, Images: images, CoreDNS: filepath.Join(tools, "coredns")}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -94,6 +96,34 @@ func TestClusterDaemonSetAndConformance(t *testing.T) {
 			if s.Result != conformance.Passed {
 				t.Errorf("%s: %s: %s", s.Name, s.Result, s.Message)
 			}
+		}
+	})
+	t.Run("the example overlay, unprivileged, in each mode", func(t *testing.T) {
+		imageRef, err := cluster.ArchiveDigestRef(image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubeconfig := cluster.AdminKubeconfig(dir)
+		target := setUpSmoke(ctx, t, client)
+		// The IPVS mode needs a kernel with IPVS, which this host lacks:
+		// the guest kernel's end-to-end cases run it.
+		for _, mode := range []string{"iptables", "nftables", "userspace"} {
+			t.Run(mode, func(t *testing.T) {
+				overlay := writeExampleOverlay(t, root, overlayValues{image: imageRef, apiServer: cluster.APIServerURL(),
+					configConf: labConfigConf(t, cfg.Manifest, mode)})
+				kubectl(ctx, t, tools, kubeconfig, "apply", "-k", overlay)
+				// A changed ConfigMap alone restarts no pod.
+				kubectl(ctx, t, tools, kubeconfig, "-n", "kube-system", "rollout", "restart", "daemonset/kproxy")
+				kubectl(ctx, t, tools, kubeconfig, "-n", "kube-system", "rollout", "status", "daemonset/kproxy", "--timeout=5m")
+				checkUnprivilegedPods(ctx, t, client, imageRef, cfg.Nodes)
+				for i := 1; i <= cfg.Nodes; i++ {
+					node := cluster.NodeAt(i)
+					if got, err := proxyModeOn(ctx, node); err != nil || got != mode {
+						t.Errorf("%s's kproxy runs mode %q (%v), want %s", node.Name, got, err, mode)
+					}
+				}
+				askSmoke(ctx, t, client, target)
+			})
 		}
 	})
 }

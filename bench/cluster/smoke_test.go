@@ -55,6 +55,21 @@ func TestSmoke(t *testing.T) {
 func checkSmoke(t *testing.T, client kubernetes.Interface) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	askSmoke(ctx, t, client, setUpSmoke(ctx, t, client))
+}
+
+// smokeTarget is what setUpSmoke made for askSmoke: the backends' names
+// and the two Services.
+type smokeTarget struct {
+	backends  []string
+	clusterIP string
+	nodePort  string
+}
+
+// setUpSmoke runs one podweb server per node behind a ClusterIP and a
+// NodePort Service, in a namespace removed when the test ends.
+func setUpSmoke(ctx context.Context, t *testing.T, client kubernetes.Interface) smokeTarget {
+	t.Helper()
 	nodeList, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("listing nodes: %v", err)
@@ -62,22 +77,28 @@ func checkSmoke(t *testing.T, client kubernetes.Interface) {
 	if len(nodeList.Items) < 2 {
 		t.Fatalf("the cluster has %d nodes, the smoke check needs 2 or more", len(nodeList.Items))
 	}
-	first, second := cluster.NodeAt(1), cluster.NodeAt(2)
-
 	freshNamespace(ctx, t, client)
 	replicas := int32(len(nodeList.Items))
 	backends := deployWeb(ctx, t, client, replicas)
 	clusterIP := createService(ctx, t, client, "web", v1.ServiceTypeClusterIP)
 	nodePortSvc := createService(ctx, t, client, "web-nodeport", v1.ServiceTypeNodePort)
-	nodePort := strconv.Itoa(int(nodePortSvc.Spec.Ports[0].NodePort))
 	for _, svc := range []string{"web", "web-nodeport"} {
 		waitEndpoints(ctx, t, client, svc, int(replicas))
 	}
+	return smokeTarget{backends: backends, clusterIP: clusterIP.Spec.ClusterIP,
+		nodePort: strconv.Itoa(int(nodePortSvc.Spec.Ports[0].NodePort))}
+}
 
+// askSmoke reaches the ClusterIP and the NodePort from a pod on the first
+// node and from the second node's own network: every answer must come from
+// a backend, and more than one backend must answer each way.
+func askSmoke(ctx context.Context, t *testing.T, client kubernetes.Interface, target smokeTarget) {
+	t.Helper()
+	first, second := cluster.NodeAt(1), cluster.NodeAt(2)
 	url := func(ip, port string) string { return "http://" + net.JoinHostPort(ip, port) + "/" }
 	fromPod := map[string]string{
-		"ClusterIP":                   url(clusterIP.Spec.ClusterIP, "80"),
-		"NodePort on the second node": url(second.IP.String(), nodePort),
+		"ClusterIP":                   url(target.clusterIP, "80"),
+		"NodePort on the second node": url(second.IP.String(), target.nodePort),
 	}
 	podAnswers := askFromPod(ctx, t, client, first.Name, fromPod)
 	for _, tc := range []struct {
@@ -86,8 +107,8 @@ func checkSmoke(t *testing.T, client kubernetes.Interface) {
 	}{
 		{"pod on " + first.Name + " to the ClusterIP", func() []string { return podAnswers[fromPod["ClusterIP"]] }},
 		{"pod on " + first.Name + " to the NodePort of " + second.Name, func() []string { return podAnswers[fromPod["NodePort on the second node"]] }},
-		{second.Name + " to the ClusterIP", func() []string { return askFromNode(ctx, t, second, url(clusterIP.Spec.ClusterIP, "80")) }},
-		{second.Name + " to the NodePort of " + first.Name, func() []string { return askFromNode(ctx, t, second, url(first.IP.String(), nodePort)) }},
+		{second.Name + " to the ClusterIP", func() []string { return askFromNode(ctx, t, second, url(target.clusterIP, "80")) }},
+		{second.Name + " to the NodePort of " + first.Name, func() []string { return askFromNode(ctx, t, second, url(first.IP.String(), target.nodePort)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			answers := tc.answers()
@@ -96,13 +117,13 @@ func checkSmoke(t *testing.T, client kubernetes.Interface) {
 			}
 			seen := map[string]bool{}
 			for _, a := range answers {
-				if !slices.Contains(backends, a) {
-					t.Errorf("answer %q is from no backend of %v", a, backends)
+				if !slices.Contains(target.backends, a) {
+					t.Errorf("answer %q is from no backend of %v", a, target.backends)
 				}
 				seen[a] = true
 			}
 			if len(seen) < 2 {
-				t.Errorf("only %v answered %d requests; backends %v", seen, smokeRequests, backends)
+				t.Errorf("only %v answered %d requests; backends %v", seen, smokeRequests, target.backends)
 			}
 			t.Logf("%d answers from %d backends", len(answers), len(seen))
 		})
@@ -252,7 +273,8 @@ func askFromPod(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 		args = append(args, u)
 	}
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "client"},
+		// A name of its own per call: askSmoke runs once per mode.
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "client-"},
 		Spec: v1.PodSpec{
 			NodeName:      node,
 			RestartPolicy: v1.RestartPolicyNever,
@@ -262,12 +284,13 @@ func askFromPod(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 		},
 	}
 	pods := client.CoreV1().Pods(smokeNamespace)
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatalf("creating the client pod: %v", err)
 	}
 	var phase v1.PodPhase
 	poll(ctx, t, "the client pod done", func() error {
-		p, err := pods.Get(ctx, "client", metav1.GetOptions{})
+		p, err := pods.Get(ctx, created.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -277,7 +300,7 @@ func askFromPod(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 		}
 		return nil
 	})
-	logs, err := pods.GetLogs("client", &v1.PodLogOptions{}).DoRaw(ctx)
+	logs, err := pods.GetLogs(created.Name, &v1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("reading the client pod's log: %v", err)
 	}

@@ -139,7 +139,7 @@ func (c *cluster) startNode(ctx context.Context, n Node, images []image, extra m
 	return c.startKubelet(n)
 }
 
-// kproxyImage is the image deploy/kproxy.yaml names, as make image builds it.
+// kproxyImage is the image deploy/base/kproxy.yaml names, as make image builds it.
 const kproxyImage = "localhost/kproxy:latest"
 
 // preflight refuses a second cluster and names what is missing.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,11 +37,10 @@ const (
 )
 
 // TestKproxyBootstrapsFromTheConfigMap runs kproxy as the DaemonSet of
-// deploy/kproxy.yaml would, against a real kube-apiserver authorizing by
+// deploy/base/kproxy.yaml would, against a real kube-apiserver authorizing by
 // RBAC: its command and flags, its ConfigMap's config.conf and
 // kubeconfig.conf at their mount paths (moved under a temporary
-// directory), the kubeconfig's server set to the API server as an operator
-// sets it, a token of the manifest's ServiceAccount and no permission but
+// directory), its api-server set to the API server as an operator sets it, a token of the manifest's ServiceAccount and no permission but
 // the manifest's binding to system:node-proxier. kproxy must answer the
 // readiness probe and program a Service it can only have learnt from the
 // API server, without a request refused.
@@ -73,15 +73,14 @@ func TestKproxyBootstrapsFromTheConfigMap(t *testing.T) {
 	mounts := func(p string) string { return filepath.Join(root, p) }
 	write(t, mounts(saDir+"/token"), tok.Status.Token)
 	write(t, mounts(saDir+"/ca.crt"), string(api.Config.CAData))
-	kubeconfig := replaceAll(t, configMapData(t, objs, KubeconfigKey), KubeconfigKey,
-		"https://"+controlPlaneEndpoint, api.URL, saDir+"/", mounts(saDir)+"/")
+	kubeconfig := replaceAll(t, configMapData(t, objs, KubeconfigKey), KubeconfigKey, saDir+"/", mounts(saDir)+"/")
 	write(t, mounts(configDir+"/"+KubeconfigKey), kubeconfig)
 	write(t, mounts(configDir+"/"+ConfigKey),
 		replaceAll(t, configMapData(t, objs, ConfigKey), ConfigKey, configDir+"/", mounts(configDir)+"/"))
 
 	// Authenticated as the ServiceAccount, not anonymously (which the lab's
 	// AlwaysAllow authorizer would let through as well).
-	restCfg, err := clientcmd.BuildConfigFromFlags("", mounts(configDir+"/"+KubeconfigKey))
+	restCfg, err := clientcmd.BuildConfigFromFlags(api.URL, mounts(configDir+"/"+KubeconfigKey))
 	if err != nil {
 		t.Fatalf("loading the ConfigMap's kubeconfig: %v", err)
 	}
@@ -125,7 +124,9 @@ func TestKproxyBootstrapsFromTheConfigMap(t *testing.T) {
 	}
 
 	ds := only(t, objs, "DaemonSet")
-	args, probe := containerArgs(t, ds, bin, node, func(s string) string {
+	// The operator's value, set as an overlay sets it.
+	configMap := map[string]string{APIServerKey: api.URL}
+	args, probe := containerArgs(t, ds, configMap, node, func(s string) string {
 		return strings.ReplaceAll(s, configDir+"/", mounts(configDir)+"/")
 	})
 	logPath := filepath.Join(root, "kproxy.log")
@@ -156,7 +157,7 @@ func TestKproxyBootstrapsFromTheConfigMap(t *testing.T) {
 // containerArgs returns the DaemonSet's command for bin, with the kubelet's
 // $(NODE_NAME) expanded to node and the mount paths moved by mount, and the
 // URL its readiness probe asks on the node.
-func containerArgs(t *testing.T, ds *unstructured.Unstructured, bin, node string, mount func(string) string) (args []string, probe string) {
+func containerArgs(t *testing.T, ds *unstructured.Unstructured, configMap map[string]string, node string, mount func(string) string) (args []string, probe string) {
 	t.Helper()
 	containers, _, err := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
 	if err != nil || len(containers) != 1 {
@@ -167,16 +168,17 @@ func containerArgs(t *testing.T, ds *unstructured.Unstructured, bin, node string
 	if err != nil || len(command) == 0 || path.Base(command[0]) != "kproxy" {
 		t.Fatalf("DaemonSet %s: command %q does not run kproxy (%v)", ds.GetName(), command, err)
 	}
-	expanded := false
+	env := containerEnv(t, c, configMap, node)
+	for _, want := range []string{"$(NODE_NAME)", "$(API_SERVER)"} {
+		if !slices.ContainsFunc(command, func(a string) bool { return strings.Contains(a, want) }) {
+			t.Fatalf("DaemonSet %s: command %q does not pass %s", ds.GetName(), command, want)
+		}
+	}
 	for _, a := range command[1:] {
-		if strings.Contains(a, "$(NODE_NAME)") {
-			expanded = true
-			a = strings.ReplaceAll(a, "$(NODE_NAME)", node)
+		for name, value := range env {
+			a = strings.ReplaceAll(a, "$("+name+")", value)
 		}
 		args = append(args, mount(a))
-	}
-	if !expanded {
-		t.Fatalf("DaemonSet %s: command %q does not pass $(NODE_NAME)", ds.GetName(), command)
 	}
 	probePath, _, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "path")
 	port, _, _ := unstructured.NestedFieldNoCopy(c, "readinessProbe", "httpGet", "port")
@@ -186,6 +188,37 @@ func containerArgs(t *testing.T, ds *unstructured.Unstructured, bin, node string
 	}
 	// hostNetwork: the kubelet probes the node's address.
 	return args, "http://127.0.0.1:" + strconv.Itoa(int(p)) + probePath
+}
+
+// containerEnv resolves a container's environment as the kubelet does for
+// the sources the manifest uses: the node's name, and keys of kproxy's
+// ConfigMap (configMap, which must hold each key referred to).
+func containerEnv(t *testing.T, c map[string]any, configMap map[string]string, node string) map[string]string {
+	t.Helper()
+	vars, _, err := unstructured.NestedSlice(c, "env")
+	if err != nil {
+		t.Fatalf("the container's env: %v", err)
+	}
+	env := map[string]string{}
+	for _, v := range vars {
+		v, _ := v.(map[string]any)
+		name, _, _ := unstructured.NestedString(v, "name")
+		field, _, _ := unstructured.NestedString(v, "valueFrom", "fieldRef", "fieldPath")
+		key, _, _ := unstructured.NestedString(v, "valueFrom", "configMapKeyRef", "key")
+		switch {
+		case field == "spec.nodeName":
+			env[name] = node
+		case key != "":
+			value, ok := configMap[key]
+			if !ok {
+				t.Fatalf("env %s: the test has no value for ConfigMap key %q", name, key)
+			}
+			env[name] = value
+		default:
+			t.Fatalf("env %s: a source the test does not resolve: %v", name, v)
+		}
+	}
+	return env
 }
 
 // start runs kproxy with its output in logPath; stop ends it.

@@ -30,6 +30,10 @@ const (
 	ConfigKey     = "config.conf"
 )
 
+// APIServerKey is the ConfigMap key kproxy's manifest holds the API server
+// endpoint in (kubeadm writes it into kubeconfig.conf instead).
+const APIServerKey = "api-server"
+
 // Difference is one path where two sets of manifests differ. Path is the
 // object's kind and a field path (DaemonSet
 // spec.template.spec.containers[0].image); the values are compact JSON, or

@@ -14,7 +14,7 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 )
 
-// TestServerSideDryRun applies deploy/kproxy.yaml to a real kube-apiserver
+// TestServerSideDryRun applies deploy/base/kproxy.yaml to a real kube-apiserver
 // v1.36.3 with server-side apply and dry run (kubectl apply --server-side
 // --dry-run=server), and broken copies of it, each of which the API server
 // must refuse: so a manifest it would not take cannot pass. A pod of the

@@ -13,20 +13,21 @@ import (
 )
 
 // manifestPath is kproxy's manifests, from this package's directory.
-const manifestPath = "../../deploy/kproxy.yaml"
+const manifestPath = "../../deploy/base/kproxy.yaml"
 
-// controlPlaneEndpoint is the placeholder deploy/kproxy.yaml's kubeconfig
-// points at; kubeadm is given the same, so the kubeconfigs compare equal.
+// controlPlaneEndpoint is the placeholder api-server of
+// deploy/base/kproxy.yaml; kubeadm is given the same, so the two differ only
+// in where they write it.
 const controlPlaneEndpoint = "control-plane.invalid:6443"
 
-// intended is a way deploy/kproxy.yaml differs from kubeadm's kube-proxy
+// intended is a way deploy/base/kproxy.yaml differs from kubeadm's kube-proxy
 // add-on on purpose.
 type intended struct {
 	Difference
 	why string
 }
 
-// intendedDifferences lists every difference between deploy/kproxy.yaml and
+// intendedDifferences lists every difference between deploy/base/kproxy.yaml and
 // the kube-proxy add-on of kubeadm v1.36.3, with the values on both sides.
 func intendedDifferences() []intended {
 	const (
@@ -46,7 +47,20 @@ func intendedDifferences() []intended {
 		{Difference{`DaemonSet spec.template.metadata.labels["app.kubernetes.io/name"]`, `"kproxy"`, Absent}, "the selector's label above"},
 		{Difference{"DaemonSet spec.template.spec.containers[0].name", `"kproxy"`, `"kube-proxy"`}, "the program it runs"},
 		{Difference{"DaemonSet spec.template.spec.containers[0].image", `"localhost/kproxy:latest"`, `"registry.k8s.io/kube-proxy:v1.36.3"`}, "kproxy's image, as `make image` names it (loaded on each node, or pushed to a registry and renamed here)"},
-		{Difference{"DaemonSet spec.template.spec.containers[0].command[0]", `"/usr/local/bin/kproxy"`, `"/usr/local/bin/kube-proxy"`}, "kproxy's binary in its image; the flags are kube-proxy's"},
+		{Difference{"DaemonSet spec.template.spec.containers[0].command",
+			`["/usr/local/bin/kproxy","--config=/var/lib/kube-proxy/config.conf","--hostname-override=$(NODE_NAME)","--master=$(API_SERVER)"]`,
+			`["/usr/local/bin/kube-proxy","--config=/var/lib/kube-proxy/config.conf","--hostname-override=$(NODE_NAME)"]`},
+			"kproxy's binary in its image, with kube-proxy's flags; --master is the ConfigMap's api-server (below)"},
+		{Difference{"DaemonSet spec.template.spec.containers[0].resources", `{"requests":{"cpu":"100m","memory":"64Mi"}}`, Absent},
+			"requests, so the scheduler counts the node proxy (about 40-60 MiB RSS up to a thousand service ports); no limits, which would throttle or kill the node's Services with it"},
+		{Difference{"DaemonSet spec.template.spec.containers[0].env",
+			`[{"name":"NODE_NAME","valueFrom":{"fieldRef":{"fieldPath":"spec.nodeName"}}},{"name":"API_SERVER","valueFrom":{"configMapKeyRef":{"key":"api-server","name":"kproxy"}}}]`,
+			`[{"name":"NODE_NAME","valueFrom":{"fieldRef":{"fieldPath":"spec.nodeName"}}}]`},
+			"the ConfigMap's api-server, for --master"},
+		{Difference{"ConfigMap data.api-server", `"https://` + controlPlaneEndpoint + `"`, Absent},
+			"the API server endpoint as a value of its own, which a kustomize overlay (deploy/example) sets with one line; kubeadm writes it into kubeconfig.conf"},
+		{Difference{`ConfigMap data["kubeconfig.conf"].clusters[0].cluster.server`, Absent, `"https://` + controlPlaneEndpoint + `"`},
+			"given as --master from api-server instead, so the endpoint is set in one place"},
 		{Difference{"DaemonSet spec.template.spec.containers[0].readinessProbe", `{"httpGet":{"path":"/livez","port":10256}}`, Absent},
 			"a pod is ready once kproxy serves its health port and is not stuck (/livez fails when a change has waited too long for a sync), so a rolling update (an upgrade of kproxy) stops at a node where it does not work; /livez rather than /healthz, which also fails on nodes being taken out and would stall the rollout there"},
 		{Difference{"DaemonSet spec.template.spec.containers[0].volumeMounts[0].name", `"kproxy"`, `"kube-proxy"`}, ownRef},
@@ -56,7 +70,7 @@ func intendedDifferences() []intended {
 	}
 }
 
-// TestMatchesKubeadm compares deploy/kproxy.yaml field by field with the
+// TestMatchesKubeadm compares deploy/base/kproxy.yaml field by field with the
 // kube-proxy add-on kubeadm v1.36.3 prints (`kubeadm init phase addon
 // kube-proxy --print-manifest`, offline): every difference must be in
 // intendedDifferences with the same values, and every entry there must
@@ -97,7 +111,7 @@ func TestMatchesKubeadm(t *testing.T) {
 }
 
 // TestKproxyReadsKubeadmsConfiguration runs kproxy --write-config-to on the
-// config.conf of deploy/kproxy.yaml and on kubeadm's, whose every field is
+// config.conf of deploy/base/kproxy.yaml and on kubeadm's, whose every field is
 // written out, zero values and nulls included: kproxy must take both
 // without a warning, to the same effective configuration.
 func TestKproxyReadsKubeadmsConfiguration(t *testing.T) {

@@ -96,7 +96,7 @@ func (r relabelling) apply(labels map[string]string) error {
 }
 
 // TestPodMonitorSelectsKproxy checks deploy/monitoring's PodMonitor against
-// deploy/kproxy.yaml: it selects the DaemonSet's pods, in its namespace,
+// deploy/base/kproxy.yaml: it selects the DaemonSet's pods, in its namespace,
 // and not kube-proxy's; and the targets it makes of them, relabelled as
 // Prometheus would, scrape the metrics port at the pod's (the node's)
 // address as job="kube-proxy" with the node's name as instance, for an

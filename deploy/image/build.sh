@@ -107,7 +107,20 @@ if ! grep -qF "\"org.opencontainers.image.ref.name\":\"$image\"" "$layout/index.
 	exit 1
 fi
 
+# The manifest's digest names this build: an overlay that refers to the image
+# by it (deploy/example) rolls out each new build, which a tag does not.
+digest=$(sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p' "$layout/index.json")
+if [ -z "$digest" ]; then
+	echo "build.sh: no manifest digest in $layout/index.json" >&2
+	exit 1
+fi
+base=$image
+if [[ ${image##*/} == *:* ]]; then
+	base=${image%:*}
+fi
+
 # An oci-archive is the image layout directory as a tar.
 mkdir -p "$(dirname "$output")"
 tar --create --file="$output.tmp" --directory="$layout" --owner=0 --group=0 --numeric-owner --sort=name "${mtime[@]}" .
 mv "$output.tmp" "$output"
+echo "Image $base@$digest (name it so in the images: of your overlay, deploy/example)"

@@ -15,7 +15,7 @@ const (
 	KubeProxy = "kube-proxy"
 )
 
-// Images the DaemonSets name: deploy/kproxy.yaml's, and the reference
+// Images the DaemonSets name: deploy/base/kproxy.yaml's, and the reference
 // kube-proxy's (make kube-proxy-image).
 const (
 	KproxyImage    = "localhost/kproxy:latest"

@@ -1,6 +1,6 @@
 // Package proxies swaps the node proxy of a running local cluster
 // (package bench/cluster) from one configuration to the next: kproxy in
-// each of its modes through deploy/kproxy.yaml, and the reference
+// each of its modes through deploy/base/kproxy.yaml, and the reference
 // kube-proxy through a kubeadm-shaped DaemonSet and ConfigMap. Between two
 // configurations the previous DaemonSet is deleted, its pods are waited
 // out, its kernel state is removed on every node (the proxy's own

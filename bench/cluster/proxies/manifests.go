@@ -16,7 +16,7 @@ import (
 //go:embed kube-proxy.yaml
 var kubeProxyManifest string
 
-// Objects returns the API objects that run cfg: deploy/kproxy.yaml (given
+// Objects returns the API objects that run cfg: deploy/base/kproxy.yaml (given
 // as kproxyManifest) with the cluster's values and cfg's mode, or the
 // reference kube-proxy's manifest.
 func Objects(cfg Config, kproxyManifest string) ([]runtime.Object, error) {
@@ -46,7 +46,7 @@ func Objects(cfg Config, kproxyManifest string) ([]runtime.Object, error) {
 }
 
 // kproxyObjects sets the mode (and portal kind) in the cluster's rendering
-// of deploy/kproxy.yaml, as an operator would in its config.conf.
+// of deploy/base/kproxy.yaml, as an operator would in its config.conf.
 func kproxyObjects(cfg Config, manifest string) (string, error) {
 	rendered, err := cluster.RenderManifest(manifest)
 	if err != nil || cfg.Mode == "" {

@@ -55,7 +55,7 @@ func names(cfgs []Config) string {
 // DaemonSet's image, command and init containers. The golden files show
 // what differs between configurations.
 func TestObjects(t *testing.T) {
-	manifest, err := os.ReadFile("../../../deploy/kproxy.yaml")
+	manifest, err := os.ReadFile("../../../deploy/base/kproxy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ type Swapper struct {
 	Client   kubernetes.Interface
 	StateDir string
 	Nodes    []cluster.Node
-	// KproxyManifest is deploy/kproxy.yaml's text.
+	// KproxyManifest is deploy/base/kproxy.yaml's text.
 	KproxyManifest string
 	// KproxyBinary and KubeProxyBinary run --cleanup on the nodes: the
 	// binaries the images carry.

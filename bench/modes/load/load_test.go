@@ -209,14 +209,14 @@ func TestRunCommand(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
-		name      string
-		ctx       context.Context
-		limit     time.Duration
-		program   string
-		args      []string
-		want      string
-		wantErr   string
-		wantIs    error
+		name    string
+		ctx     context.Context
+		limit   time.Duration
+		program string
+		args    []string
+		want    string
+		wantErr string
+		wantIs  error
 		// wantUnder is well short of the 10 s the program would take: it
 		// shows the kill, not how fast a loaded machine carries it out.
 		wantUnder time.Duration

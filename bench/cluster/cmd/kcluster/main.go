@@ -41,7 +41,7 @@ func run(args []string) error {
 		nodes := fs.Int("nodes", 2, "number of nodes")
 		tools := fs.String("tools", "bench/tools/bin", "directory with kube-apiserver, etcd, kubelet, kube-controller-manager, kube-scheduler")
 		image := fs.String("image", "bin/kproxy-image.oci.tar", "kproxy's OCI archive (make image)")
-		manifest := fs.String("manifest", "deploy/kproxy.yaml", "kproxy's manifest")
+		manifest := fs.String("manifest", "deploy/base/kproxy.yaml", "kproxy's manifest")
 		port := fs.Int("api-port", cluster.DefaultAPIPort, "host loopback port for the API server")
 		images := fs.String("images", "", "directory of OCI archives (*.oci.tar) to import into every node")
 		coredns := fs.String("coredns", "", "static CoreDNS binary: run it as the cluster DNS")

@@ -133,7 +133,7 @@ func run() error {
 	flag.StringVar(&o.focus, "focus", "", "specs to run (ginkgo focus), in place of the selection's")
 	flag.StringVar(&o.skip, "skip", "", "specs to leave out (ginkgo skip), in place of the selection's")
 	flag.StringVar(&o.selection, "proxies", "all", "comma-separated node proxy configurations, or all")
-	flag.StringVar(&o.manifest, "manifest", "deploy/kproxy.yaml", "kproxy's manifest")
+	flag.StringVar(&o.manifest, "manifest", "deploy/base/kproxy.yaml", "kproxy's manifest")
 	flag.StringVar(&o.kproxyBin, "kproxy", "bin/image/kproxy", "kproxy binary for --cleanup on the nodes (the image's)")
 	flag.StringVar(&o.kubeProxyBin, "kube-proxy", "bin/image/kube-proxy", "kube-proxy binary for --cleanup on the nodes (the image's)")
 	flag.StringVar(&o.kproxyImage, "kproxy-image", "bin/kproxy-image.oci.tar", "kproxy's OCI archive (make image), imported into the nodes first")
