@@ -267,7 +267,7 @@ test-race:
 # user-mode-linux guest kernel: bin/guest-exec boots one per test binary
 # (see bench/guest/doc.go). Guest RAM is a file in /dev/shm, or in
 # GUEST_TMPDIR when /dev/shm is no tmpfs with room for it.
-GUEST_TEST_PKGS := ./bench/guest/ ./redirect/sklookup/ ./lb/sctprelay/ ./redirect/modes/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
+GUEST_TEST_PKGS := ./bench/guest/ ./cmd/kproxy/ ./redirect/sklookup/ ./lb/sctprelay/ ./redirect/modes/ipvs/handles/ ./bench/ipvsscale/ ./bench/ipvsref/
 GUEST_TMPDIR ?= /var/tmp
 # End-to-end cases (bench/e2e) that also run in the guest kernel, where the
 # suite adds the IPVS mode to the others (SCTP works there in every mode and

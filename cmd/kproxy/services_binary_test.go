@@ -16,8 +16,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"kproxy.dev/kproxy/bench/guest"
 	"kproxy.dev/kproxy/bench/lab"
 	iptrules "kproxy.dev/kproxy/redirect/modes/iptables/rules"
+	"kproxy.dev/kproxy/sync/ipfamily"
+	"kproxy.dev/kproxy/sync/mode"
 	"kproxy.dev/kproxy/sync/serve/serviceview"
 	"kproxy.dev/kproxy/sync/servicemap"
 )
@@ -169,6 +172,33 @@ func TestBinaryServicesUserspace(t *testing.T) {
 			joined := strings.Join(samples, "\n")
 			return err == nil && strings.Contains(joined, `service="demo/web:http"`) && !strings.Contains(joined, `service="demo/web:http"} 0`), joined
 		})
+	})
+}
+
+// TestGuestBinaryServicesIPVS is the IPVS mode's case. It runs in the guest
+// kernel (make test-guest-pkgs): this host has no IPVS.
+func TestGuestBinaryServicesIPVS(t *testing.T) {
+	guest.SkipUnlessInGuest(t)
+	runServicesCase(t, "ipvs", func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
+		web := portOf(t, page, "web")
+		var clusterIP *mode.VirtualServer
+		for i, vs := range web.Programmed.VirtualServers {
+			// Every virtual server named is in the kernel.
+			proto, addr, _ := strings.Cut(vs.Address, "/")
+			flag := map[string]string{"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}[proto]
+			topo.Node.MustExec("ipvsadm", "-L", "-n", flag, addr)
+			if vs.Address == "TCP/198.18.0.10:80" {
+				clusterIP = &web.Programmed.VirtualServers[i]
+			}
+		}
+		if clusterIP == nil {
+			t.Fatalf("demo/web's virtual servers %+v lack TCP/198.18.0.10:80", web.Programmed.VirtualServers)
+		}
+		want := mode.VirtualServer{Family: ipfamily.IPv4, Address: "TCP/198.18.0.10:80", Scheduler: "rr", PersistenceSeconds: 10800,
+			RealServers: []mode.RealServer{{Address: "198.19.1.11:8080", Weight: 1}}}
+		if got := fmt.Sprintf("%+v", *clusterIP); got != fmt.Sprintf("%+v", want) {
+			t.Errorf("demo/web's cluster IP virtual server:\n got %s\nwant %s", got, fmt.Sprintf("%+v", want))
+		}
 	})
 }
 
