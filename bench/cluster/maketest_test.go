@@ -24,13 +24,13 @@ const (
 // TestClusterDaemonSetAndConformance is make test's share of make cluster
 // and make conformance: it brings up a two-node cluster with kproxy as its
 // DaemonSet (its image, imported into each node's containerd, started by
-// the kubelets through deploy/base/kproxy.yaml, in the iptables mode it picks on
-// this kernel), checks Service traffic from a pod and from another node
-// (TestSmoke's check), runs the 15 Services conformance specs, applies
+// the kubelets through deploy/base/kproxy.yaml, in the iptables mode it
+// picks on this kernel), checks Service traffic from a pod and from another
+// node (TestSmoke's check), runs the 15 Services conformance specs, applies
 // deploy/example with its two values set and deploy/unprivileged switched
 // on in each mode this kernel runs, checking the pods and the traffic
-// again, and takes the cluster down again. Only with KPROXY_CLUSTER_TEST=1: no other
-// cluster may be up on the machine.
+// again, and takes the cluster down again. Only with KPROXY_CLUSTER_TEST=1:
+// no other cluster may be up on the machine.
 func TestClusterDaemonSetAndConformance(t *testing.T) {
 	if os.Getenv(clusterTestEnv) == "" {
 		t.Skip(clusterTestEnv + " is not set: make test sets it")

@@ -236,6 +236,11 @@ func (a *APIServer) apiserverArgs(etcdURL string) []string {
 		// service accounts the admission plugin waits for.
 		"--disable-admission-plugins=ServiceAccount",
 		"--profiling=false",
+		// No API Priority and Fairness: it writes its bootstrap objects
+		// through the server's own client at every start, which a guest
+		// kernel on a busy host could not finish within the minute
+		// kube-apiserver gives its start-up checks.
+		"--enable-priority-and-fairness=false",
 		"--v=1",
 	}
 }

@@ -77,8 +77,11 @@ func summary(t *testing.T, objs []runtime.Object) string {
 		switch o := o.(type) {
 		case *v1.ConfigMap:
 			fmt.Fprintf(&b, "ConfigMap %s config.conf:\n%s\n", o.Name, o.Data["config.conf"])
-			if !strings.Contains(o.Data["kubeconfig.conf"], "server: https://198.19.0.1:6443") {
-				t.Errorf("ConfigMap %s: the kubeconfig names another server:\n%s", o.Name, o.Data["kubeconfig.conf"])
+			// kproxy's manifest holds the endpoint as api-server (passed as
+			// --master), kube-proxy's in its kubeconfig.
+			const endpoint = "https://198.19.0.1:6443"
+			if o.Data["api-server"] != endpoint && !strings.Contains(o.Data["kubeconfig.conf"], "server: "+endpoint) {
+				t.Errorf("ConfigMap %s names another API server: api-server %q, kubeconfig:\n%s", o.Name, o.Data["api-server"], o.Data["kubeconfig.conf"])
 			}
 		case *appsv1.DaemonSet:
 			ds = o
