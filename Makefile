@@ -228,10 +228,6 @@ E2E_SHARDS := 4
 # for the host to schedule it several times, so a guest on a busy host is
 # slow for want of prompt turns, not of CPU time.
 HOST_NICE ?= nice -n 10
-# test-host's packages mostly wait (on namespaces, guests, timers): half a
-# core for most of the run with go test's default of one package per core,
-# so they run four at a time.
-HOST_PACKAGES_AT_ONCE ?= 4
 E2E_SHARD_TARGETS := $(foreach i,$(shell seq $(E2E_SHARDS)),test-e2e-$(i))
 # Seconds per end-to-end case on the host, in the guest and in the guest
 # without netfilter, measured under load: only the split uses them.
@@ -258,7 +254,7 @@ test: deps tools build image cluster-tools conformance-images
 test-host:
 	@rc=0; KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test: unit, kernel (network namespaces) and tool tests" \
 		"about 15 minutes, more on a cold Go build cache" \
-		$(HOST_NICE) $(GO) test -p $(HOST_PACKAGES_AT_ONCE) -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx 'kproxy.dev/kproxy/bench/e2e') || rc=$$?; \
+		$(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx 'kproxy.dev/kproxy/bench/e2e') || rc=$$?; \
 	cd $(ANALYSIS) && KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test in bench/analysis: the plots, the programs the code runs" \
 		"about 3 minutes" $(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
 	exit $$rc
