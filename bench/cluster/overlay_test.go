@@ -2,17 +2,12 @@ package cluster_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -185,27 +180,5 @@ func ptrTrue(b *bool) bool { return b != nil && *b }
 // proxyModeOn asks the kproxy of node which mode it runs (/proxyMode on its
 // metrics address, loopback in the node's network namespace).
 func proxyModeOn(ctx context.Context, node cluster.Node) (string, error) {
-	httpc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return cluster.DialIn(ctx, cluster.NetnsPath(node.Netns), network, addr)
-		},
-	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:10249/proxyMode", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := httpc.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	return strings.TrimSpace(string(body)), nil
+	return getFromNode(ctx, node, "http://127.0.0.1:10249/proxyMode")
 }

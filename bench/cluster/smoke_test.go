@@ -319,31 +319,7 @@ func askFromPod(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 // namespace (as a process on the node would), each on a new connection.
 func askFromNode(ctx context.Context, t *testing.T, node cluster.Node, url string) []string {
 	t.Helper()
-	httpc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return cluster.DialIn(ctx, cluster.NetnsPath(node.Netns), network, addr)
-		},
-	}}
-	get := func() (string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return "", err
-		}
-		resp, err := httpc.Do(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return "", err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return "", fmt.Errorf("status %s", resp.Status)
-		}
-		return strings.TrimSpace(string(body)), nil
-	}
+	get := func() (string, error) { return getFromNode(ctx, node, url) }
 	poll(ctx, t, url+" answering from "+node.Name, func() error { _, err := get(); return err })
 	var answers []string
 	for range smokeRequests {
@@ -355,6 +331,35 @@ func askFromNode(ctx context.Context, t *testing.T, node cluster.Node, url strin
 		answers = append(answers, a)
 	}
 	return answers
+}
+
+// getFromNode GETs url from the node's own network namespace on a new
+// connection, returning the body without surrounding white space; a status
+// other than 200 is an error.
+func getFromNode(ctx context.Context, node cluster.Node, url string) (string, error) {
+	httpc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return cluster.DialIn(ctx, cluster.NetnsPath(node.Netns), network, addr)
+		},
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := httpc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %s: %s", resp.Status, body)
+	}
+	return strings.TrimSpace(string(body)), nil
 }
 
 // poll retries check every 250 ms until it succeeds, failing the test when
