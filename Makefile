@@ -223,11 +223,10 @@ TEST_JOBS ?= 8
 # shards end together (every test runs in network namespaces of its own, so
 # the processes cannot meet).
 E2E_SHARDS := 4
-# The host's end-to-end shards and the race tests yield the CPU to the guest
-# kernels beside them: a guest uses a fifth of a core, but each of its
-# system calls waits for the host to schedule it several times, so a guest
-# on a busy host is slow for want of prompt turns, not of CPU time.
-# test-host, which ends last, keeps its share.
+# The suites that run on the host yield the CPU to the guest kernels beside
+# them: a guest uses a fifth of a core, but each of its system calls waits
+# for the host to schedule it several times, so a guest on a busy host is
+# slow for want of prompt turns, not of CPU time.
 HOST_NICE ?= nice -n 10
 E2E_SHARD_TARGETS := $(foreach i,$(shell seq $(E2E_SHARDS)),test-e2e-$(i))
 # Seconds per end-to-end case on the host, in the guest and in the guest
@@ -242,10 +241,10 @@ test: deps tools build image cluster-tools conformance-images
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
 	@cd $(ANALYSIS) && $(PROGRESS) "go vet ./... in bench/analysis" "under a minute" $(GO) vet ./...
 	@$(MAKE) --no-print-directory bin/guest-exec
-	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 18 minutes" \
+	@rc=0; $(PROGRESS) "the test suites, $(TEST_JOBS) at a time: $(TEST_SUITES)" "about 15 minutes" \
 		$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_SUITES) || rc=$$?; \
 	KPROXY_CLUSTER_TEST=1 KPROXY_IMAGE=$(IMAGE) KPROXY_CONFORMANCE_IMAGES=$(CONFORMANCE_IMAGES) \
-		$(PROGRESS) "alone: a 2-node cluster with kproxy as its DaemonSet, Service traffic, the 15 Services conformance specs and the example overlay unprivileged in each mode" \
+		$(PROGRESS) "alone: a 2-node cluster with kproxy as its DaemonSet, Service traffic and the 15 Services conformance specs" \
 		"about 3 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestClusterDaemonSetAndConformance$$' ./bench/cluster/ || rc=$$?; \
 	exit $$rc
 
@@ -255,9 +254,9 @@ test: deps tools build image cluster-tools conformance-images
 test-host:
 	@rc=0; KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test: unit, kernel (network namespaces) and tool tests" \
 		"about 15 minutes, more on a cold Go build cache" \
-		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx 'kproxy.dev/kproxy/bench/e2e') || rc=$$?; \
+		$(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx 'kproxy.dev/kproxy/bench/e2e') || rc=$$?; \
 	cd $(ANALYSIS) && KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test in bench/analysis: the plots, the programs the code runs" \
-		"about 3 minutes" $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+		"about 3 minutes" $(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
 	exit $$rc
 
 test-e2e-%:
