@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"kproxy.dev/kproxy/bench/cluster"
@@ -148,7 +149,7 @@ func checkUnprivilegedPods(ctx context.Context, t *testing.T, client kubernetes.
 	for _, p := range running {
 		spec := p.Spec
 		if len(spec.InitContainers) != 1 || !slices.Contains(spec.InitContainers[0].Command, "--init-only") ||
-			spec.InitContainers[0].SecurityContext == nil || !ptrTrue(spec.InitContainers[0].SecurityContext.Privileged) {
+			spec.InitContainers[0].SecurityContext == nil || !ptr.Deref(spec.InitContainers[0].SecurityContext.Privileged, false) {
 			t.Errorf("pod %s: want one privileged init container running --init-only, have %+v", p.Name, spec.InitContainers)
 		}
 		c := spec.Containers[0]
@@ -156,8 +157,8 @@ func checkUnprivilegedPods(ctx context.Context, t *testing.T, client kubernetes.
 		switch {
 		case c.Image != image:
 			t.Errorf("pod %s runs %s, want %s", p.Name, c.Image, image)
-		case sc == nil || ptrTrue(sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
-			!ptrTrue(sc.ReadOnlyRootFilesystem) || sc.Capabilities == nil:
+		case sc == nil || ptr.Deref(sc.Privileged, false) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			!ptr.Deref(sc.ReadOnlyRootFilesystem, false) || sc.Capabilities == nil:
 			t.Errorf("pod %s: kproxy's security context %+v, want unprivileged with a read-only root", p.Name, sc)
 		case !slices.Equal(sc.Capabilities.Add, adds) || !slices.Equal(sc.Capabilities.Drop, drops):
 			t.Errorf("pod %s: capabilities %+v, want %v added to nothing (drop %v)", p.Name, sc.Capabilities, adds, drops)
@@ -175,10 +176,8 @@ func checkUnprivilegedPods(ctx context.Context, t *testing.T, client kubernetes.
 	}
 }
 
-func ptrTrue(b *bool) bool { return b != nil && *b }
-
 // proxyModeOn asks the kproxy of node which mode it runs (/proxyMode on its
 // metrics address, loopback in the node's network namespace).
 func proxyModeOn(ctx context.Context, node cluster.Node) (string, error) {
-	return getFromNode(ctx, node, "http://127.0.0.1:10249/proxyMode")
+	return getFromNode(ctx, nodeHTTPClient(node), "http://127.0.0.1:10249/proxyMode")
 }

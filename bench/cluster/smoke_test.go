@@ -319,7 +319,8 @@ func askFromPod(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 // namespace (as a process on the node would), each on a new connection.
 func askFromNode(ctx context.Context, t *testing.T, node cluster.Node, url string) []string {
 	t.Helper()
-	get := func() (string, error) { return getFromNode(ctx, node, url) }
+	httpc := nodeHTTPClient(node)
+	get := func() (string, error) { return getFromNode(ctx, httpc, url) }
 	poll(ctx, t, url+" answering from "+node.Name, func() error { _, err := get(); return err })
 	var answers []string
 	for range smokeRequests {
@@ -333,16 +334,20 @@ func askFromNode(ctx context.Context, t *testing.T, node cluster.Node, url strin
 	return answers
 }
 
-// getFromNode GETs url from the node's own network namespace on a new
-// connection, returning the body without surrounding white space; a status
-// other than 200 is an error.
-func getFromNode(ctx context.Context, node cluster.Node, url string) (string, error) {
-	httpc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+// nodeHTTPClient dials from the node's own network namespace, a new
+// connection per request.
+func nodeHTTPClient(node cluster.Node) *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return cluster.DialIn(ctx, cluster.NetnsPath(node.Netns), network, addr)
 		},
 	}}
+}
+
+// getFromNode GETs url with a nodeHTTPClient, returning the body without
+// surrounding white space; a status other than 200 is an error.
+func getFromNode(ctx context.Context, httpc *http.Client, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err

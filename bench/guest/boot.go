@@ -132,8 +132,9 @@ func streamTo(w io.Writer, copies *sync.WaitGroup, failed func(error)) (*os.File
 }
 
 // startAtNormalPriority starts cmd at niceness 0, whatever its caller's:
-// make test runs the host's suites niced so that the guests beside them get
-// prompt turns, and a guest one of those suites boots must not inherit it.
+// with HOST_NICE set, make test runs the host's suites niced so that the
+// guests beside them get prompt turns, and a guest one of those suites boots
+// must not inherit it.
 // Niceness is per thread and a child takes its forking thread's, so the
 // fork happens on a locked thread set to 0 (best effort: raising priority
 // needs CAP_SYS_NICE).
