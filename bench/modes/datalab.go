@@ -259,7 +259,7 @@ func (d *DataLab) MeasureRuns(ctx context.Context, vip netip.Addr, runFor time.D
 	runs := map[string][]load.Result{}
 	for round := range repeats {
 		for _, w := range load.Workloads() {
-			r, err := load.Run(ctx, w, target, runFor)
+			r, err := runAnswered(ctx, runFor, func(d time.Duration) (load.Result, error) { return load.Run(ctx, w, target, d) })
 			if err != nil {
 				return nil, fmt.Errorf("%s through %s, run %d of %d: %w", w, vip, round+1, repeats, err)
 			}
@@ -272,6 +272,25 @@ func (d *DataLab) MeasureRuns(ctx context.Context, vip netip.Addr, runFor time.D
 		}
 	}
 	return runs, nil
+}
+
+// unansweredRetries is how many times runAnswered runs a workload again
+// after a run in which nothing was answered.
+const unansweredRetries = 2
+
+// runAnswered runs one workload for runFor (run, a load.Run), and again,
+// each time twice as long, while a run answers nothing. CheckAnswers has
+// shown that the path answers, so such a run ended before its first
+// answer: on a loaded machine a short run can (a relay not given the CPU
+// in time, wrk's connections still opening). A path that stopped
+// answering fails every run, and the last error stands.
+func runAnswered(ctx context.Context, runFor time.Duration, run func(time.Duration) (load.Result, error)) (load.Result, error) {
+	r, err := run(runFor)
+	for retry := 0; retry < unansweredRetries && errors.Is(err, load.ErrNothingAnswered) && ctx.Err() == nil; retry++ {
+		runFor *= 2
+		r, err = run(runFor)
+	}
+	return r, err
 }
 
 // SummarizeRuns summarizes each workload's runs (summarizeRuns).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -341,4 +342,54 @@ func workloadIDs[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+func TestRunAnsweredRetriesRunsThatAnsweredNothing(t *testing.T) {
+	nothing := fmt.Errorf("keepalive to %s: %w", BenchVIP, load.ErrNothingAnswered)
+	refused := errors.New("wrk: connection refused")
+	const d = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		results []error // what each run returns, in turn
+		want    []time.Duration
+		wantErr error
+	}{
+		{name: "answered at once", results: []error{nil}, want: []time.Duration{d}},
+		{name: "answered on the second run", results: []error{nothing, nil}, want: []time.Duration{d, 2 * d}},
+		{name: "answered on the last run", results: []error{nothing, nothing, nil}, want: []time.Duration{d, 2 * d, 4 * d}},
+		{name: "never answered", results: []error{nothing, nothing, nothing, nil},
+			want: []time.Duration{d, 2 * d, 4 * d}, wantErr: load.ErrNothingAnswered},
+		{name: "other errors are not run again", results: []error{refused, nil}, want: []time.Duration{d}, wantErr: refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []time.Duration
+			r, err := runAnswered(context.Background(), d, func(runFor time.Duration) (load.Result, error) {
+				err := tc.results[len(got)]
+				got = append(got, runFor)
+				if err != nil {
+					return load.Result{}, err
+				}
+				return load.Result{Ops: 1, Elapsed: runFor}, nil
+			})
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("runs of %v, want %v", got, tc.want)
+			}
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Errorf("error %v, want %v", err, tc.wantErr)
+			}
+			if err == nil && r.Elapsed != tc.want[len(tc.want)-1] {
+				t.Errorf("result of the run of %v, want the last run's (%v)", r.Elapsed, tc.want[len(tc.want)-1])
+			}
+		})
+	}
+
+	t.Run("a context that ended stops the retries", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		runs := 0
+		_, err := runAnswered(ctx, d, func(time.Duration) (load.Result, error) { runs++; return load.Result{}, nothing })
+		if runs != 1 || !errors.Is(err, load.ErrNothingAnswered) {
+			t.Errorf("%d runs, error %v; want 1 run and its error", runs, err)
+		}
+	})
 }

@@ -85,6 +85,9 @@ type Target struct {
 	HTTP, UDP netip.AddrPort
 }
 
+// ErrNothingAnswered marks a run in which no request (flow) was answered.
+var ErrNothingAnswered = errors.New("nothing answered")
+
 // Result is one run of one workload.
 type Result struct {
 	Rate     float64       // requests (flows) per second
@@ -158,7 +161,7 @@ func Run(ctx context.Context, workload string, t Target, d time.Duration) (Resul
 // check rejects a run that was not measured.
 func (r Result) check() error {
 	if r.Ops <= 0 {
-		return fmt.Errorf("nothing answered (%d errors in %v)", r.Errors, r.Elapsed.Round(time.Millisecond))
+		return fmt.Errorf("%w (%d errors in %v)", ErrNothingAnswered, r.Errors, r.Elapsed.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -215,7 +218,7 @@ func wrkResult(out string, elapsed time.Duration) (Result, error) {
 	if err != nil {
 		// wrk prints no percentiles when no request completed.
 		if zeroRequests.MatchString(out) {
-			return Result{Elapsed: elapsed}, fmt.Errorf("nothing answered:\n%s", clip(out))
+			return Result{Elapsed: elapsed}, fmt.Errorf("%w:\n%s", ErrNothingAnswered, clip(out))
 		}
 		return Result{Elapsed: elapsed}, err
 	}
@@ -227,7 +230,7 @@ func wrkResult(out string, elapsed time.Duration) (Result, error) {
 		return res, fmt.Errorf("%d of %d responses not 2xx/3xx:\n%s", w.Non2xx, w.Requests, clip(out))
 	}
 	if w.Requests <= 0 {
-		return res, fmt.Errorf("nothing answered:\n%s", clip(out))
+		return res, fmt.Errorf("%w:\n%s", ErrNothingAnswered, clip(out))
 	}
 	return res, nil
 }

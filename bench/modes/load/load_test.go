@@ -129,6 +129,9 @@ func TestWrkResult(t *testing.T) {
 			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("wrkResult error = %v, want one containing %q", err, tt.wantErr)
 			}
+			if nothing := tt.wantErr == "nothing answered"; errors.Is(err, ErrNothingAnswered) != nothing {
+				t.Errorf("wrkResult error = %v: is ErrNothingAnswered %t, want %t", err, !nothing, nothing)
+			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("wrkResult (-want +got):\n%s", diff)
 			}
