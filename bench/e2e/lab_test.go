@@ -74,6 +74,11 @@ func newLabOn(t *testing.T, m proxyMode, opts lab.TopologyOptions, render func(l
 	l := &e2eLab{mode: m, bin: bin}
 	l.topo = lab.NewTopology(t, opts)
 	quietRedirects(t)
+	if legacyIPTables() && !guest.InGuest() {
+		// kubelet's mark of the backend it uses: kproxy, as kube-proxy,
+		// writes its rules where it finds kube chains.
+		l.topo.Node.MustExec("iptables-legacy", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT")
+	}
 	// No case fetches the servers' large file: one byte, not the 8 MiB
 	// default, written (and hashed) for every lab.
 	lab.StartServers(t, l.topo, lab.ServerOptions{NoIperf: true, LargeFileBytes: 1})
@@ -227,11 +232,10 @@ func (l *e2eLab) natRules(t *testing.T) string {
 }
 
 // iptablesTool names the iptables command (iptables, ip6tables,
-// iptables-save...) of the backend kproxy picks on this kernel: the
-// system's default on the host, the legacy one in the guest kernel, which
-// has no nf_tables.
+// iptables-save...) of the backend kproxy picks here: the system's default
+// on the host, the legacy one where legacyIPTables says so.
 func iptablesTool(name string) string {
-	if guest.InGuest() {
+	if legacyIPTables() {
 		return strings.Replace(name, "tables", "tables-legacy", 1)
 	}
 	return name

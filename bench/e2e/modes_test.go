@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"testing"
 
 	"kproxy.dev/kproxy/bench/guest"
@@ -59,11 +60,11 @@ type proxyMode struct {
 	auto bool
 	// sctpOnlyInGuest: in the guest kernel with netfilter, the mode runs
 	// only the SCTP cases (forModesWithSCTP), which no other kernel here
-	// can run. Its other cases would repeat what other suites cover: the
-	// host runs every case in it, and on this same kernel the guest
-	// without netfilter runs the userspace mode with local socket-lookup
-	// portals (TCP, UDP) and local listeners (SCTP); neither portal kind
-	// writes netfilter rules.
+	// can run. Its other cases would repeat, at several times the cost,
+	// what other suites cover: the host runs every case in every mode, and
+	// the cases the guest kernel ran on the legacy backend again on that
+	// backend (legacyIPTables); the guest without netfilter runs the local
+	// portals on this same kernel.
 	sctpOnlyInGuest bool
 }
 
@@ -91,14 +92,20 @@ func nftablesMode() proxyMode {
 // (TestGuestNFTablesHasNoIPFamilies in bench/guest checks it, and fails
 // once they appear, to add the mode to the guest runs here).
 func proxyModes() []proxyMode {
+	redirect := proxyMode{name: "userspace", args: []string{"--userspace-portals=redirect"}, exactRoundRobin: true, relays: true,
+		keepsClientAddress: true}
+	iptables := proxyMode{name: "iptables", keepsClientAddress: true, iptablesRules: true}
+	if !guest.InGuest() && legacyIPTables() {
+		// The modes that write iptables rules, on the legacy backend.
+		return []proxyMode{redirect, iptables}
+	}
 	modes := []proxyMode{
-		{name: "userspace", args: []string{"--userspace-portals=redirect"}, exactRoundRobin: true, relays: true,
-			keepsClientAddress: true},
+		redirect,
 		{name: "userspace-local", flag: "userspace", args: []string{"--userspace-portals=local"},
 			exactRoundRobin: true, relays: true, localPortals: true, keepsClientAddress: true},
 		{name: "userspace-sklookup", flag: "userspace", args: []string{"--userspace-portals=sklookup"},
 			exactRoundRobin: true, relays: true, localPortals: true, steered: true, keepsClientAddress: true},
-		{name: "iptables", keepsClientAddress: true, iptablesRules: true},
+		iptables,
 	}
 	if guest.WithoutNetfilter() {
 		// A node whose kernel has no netfilter: kproxy, left to choose,
@@ -108,11 +115,25 @@ func proxyModes() []proxyMode {
 	}
 	if guest.InGuest() {
 		for i := range modes {
-			modes[i].sctpOnlyInGuest = modes[i].localPortals
+			modes[i].sctpOnlyInGuest = true
 		}
 		return append(modes, proxyMode{name: "ipvs", keepsClientAddress: true, virtualServers: true, localHairpinsOnly: true})
 	}
 	return append(modes, nftablesMode())
+}
+
+// envIPTablesBackend=legacy runs the suite on the host in the modes that
+// write iptables rules, with kproxy on the legacy backend (make
+// test-e2e-legacy): the cases the guest kernel, whose only backend it is,
+// ran in them, at a fraction of the guest's cost.
+const envIPTablesBackend = "KPROXY_E2E_IPTABLES_BACKEND"
+
+// legacyIPTables says whether kproxy writes its iptables rules with the
+// legacy backend here: in the guest kernel, which has no other, and on the
+// host under envIPTablesBackend=legacy (newLabOn marks the node for it as
+// kubelet would).
+func legacyIPTables() bool {
+	return guest.InGuest() || os.Getenv(envIPTablesBackend) == "legacy"
 }
 
 // forEachMode runs body as one subtest per proxy mode.
@@ -137,6 +158,9 @@ func forModesWithSCTP(t *testing.T, applies func(proxyMode) bool, body func(t *t
 
 func runModes(t *testing.T, applies func(proxyMode) bool, body func(t *testing.T, m proxyMode)) {
 	t.Helper()
+	if b := os.Getenv(envIPTablesBackend); b != "" && b != "legacy" {
+		t.Fatalf("%s=%q: the only value is legacy", envIPTablesBackend, b)
+	}
 	ran := false
 	for _, m := range proxyModes() {
 		if applies(m) {
