@@ -86,7 +86,8 @@ func nftablesMode() proxyMode {
 // proxyModes lists the modes every case runs in, in run order: the modes
 // this kernel can run. The host has no IPVS; in the guest kernel (make
 // test-guest, which picks the cases that apply) the IPVS mode joins, and
-// the iptables mode runs on the legacy backend, the only one there. The
+// the modes that write iptables rules run on the legacy backend, the only
+// one there, as they do on the host under envIPTablesBackend. The
 // nftables mode runs on the host only: the guest kernel loads nf_tables
 // but is built without its ip, ip6 and inet families
 // (TestGuestNFTablesHasNoIPFamilies in bench/guest checks it, and fails
