@@ -17,7 +17,7 @@ export KPROXY_TOOLS_BIN := $(TOOLS_BIN)
 # out of kproxy's go.mod (DEVELOPERS.md).
 ANALYSIS := $(CURDIR)/bench/analysis
 
-.PHONY: all build print-version-ldflags deps tools test test-guest test-host test-e2e-legacy test-race test-guest-pkgs test-guest-nonf test-guest-nonf-self unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image kube-proxy-image conformance-compare cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
+.PHONY: all build print-version-ldflags deps tools test test-guest test-host test-e2e-legacy test-race test-guest-pkgs test-guest-nonf test-guest-nonf-self unit race demo bench bench-dataplane bench-dataplane-scale bench-syncscale bench-ipvs bench-modes bench-compare image image-arm64 kube-proxy-image conformance-compare cluster-tools cluster cluster-down cluster-smoke conformance-tools conformance-images conformance lint clean
 
 all: build
 
@@ -467,6 +467,16 @@ image: deps
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o bin/image/kproxy ./cmd/kproxy
 	./deploy/image/build.sh bin/image/kproxy $(IMAGE)
 	@echo "Written $(IMAGE) ($$(du -h $(IMAGE) | cut -f1))"
+
+# The same image for arm64 nodes: kproxy cross-built (GOARCH=arm64), the
+# Debian layer of arm64 packages, whose maintainer scripts run under
+# qemu-user emulation (deploy/image/README.md).
+IMAGE_ARM64 := $(CURDIR)/bin/kproxy-image-arm64.oci.tar
+image-arm64: deps
+	@if [ "$$(id -u)" != 0 ]; then echo "make image-arm64 needs root (mmdebstrap's root mode, binfmt_misc): run sudo make image-arm64"; exit 1; fi
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o bin/image-arm64/kproxy ./cmd/kproxy
+	ARCH=arm64 ./deploy/image/build.sh bin/image-arm64/kproxy $(IMAGE_ARM64)
+	@echo "Written $(IMAGE_ARM64) ($$(du -h $(IMAGE_ARM64) | cut -f1))"
 
 STATICCHECK := $(CURDIR)/bin/staticcheck
 lint:

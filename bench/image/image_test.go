@@ -13,23 +13,28 @@ import (
 	"kproxy.dev/kproxy/bench/lab"
 )
 
-// TestImageConfig checks what a container runtime reads from the image: one
-// named linux/amd64 manifest whose entrypoint is kproxy.
+// TestImageConfig checks what a container runtime reads from each
+// architecture's image: one named linux manifest of that architecture whose
+// entrypoint is kproxy.
 func TestImageConfig(t *testing.T) {
-	img := unpackImage(t, imageArchive(t))
-	// podman load and ctr images import name the image after it; build.sh's
-	// default unless IMAGE names another.
-	if want := "localhost/kproxy:latest"; img.Name != want && os.Getenv(imageEnv) == "" {
-		t.Errorf("the archive names the image %q, want %q", img.Name, want)
-	}
-	if img.Config.OS != "linux" || img.Config.Architecture != "amd64" {
-		t.Errorf("image platform %s/%s, want linux/amd64", img.Config.OS, img.Config.Architecture)
-	}
-	if want := []string{"/usr/local/bin/kproxy"}; !slices.Equal(img.Config.Config.Entrypoint, want) {
-		t.Errorf("entrypoint %q, want %q", img.Config.Config.Entrypoint, want)
-	}
-	if len(img.Layers) != 2 {
-		t.Errorf("%d layers, want 2 (the Debian root filesystem, then kproxy)", len(img.Layers))
+	for _, v := range []imageVariant{amd64Image(), arm64Image()} {
+		t.Run(v.arch, func(t *testing.T) {
+			img := unpackImage(t, imageArchive(t, v))
+			// podman load and ctr images import name the image after it;
+			// build.sh's default unless IMAGE names another.
+			if want := "localhost/kproxy:latest"; img.Name != want && os.Getenv(v.env) == "" {
+				t.Errorf("the archive names the image %q, want %q", img.Name, want)
+			}
+			if img.Config.OS != "linux" || img.Config.Architecture != v.arch {
+				t.Errorf("image platform %s/%s, want linux/%s", img.Config.OS, img.Config.Architecture, v.arch)
+			}
+			if want := []string{"/usr/local/bin/kproxy"}; !slices.Equal(img.Config.Config.Entrypoint, want) {
+				t.Errorf("entrypoint %q, want %q", img.Config.Config.Entrypoint, want)
+			}
+			if len(img.Layers) != 2 {
+				t.Errorf("%d layers, want 2 (the Debian root filesystem, then kproxy)", len(img.Layers))
+			}
+		})
 	}
 }
 
@@ -37,7 +42,7 @@ func TestImageConfig(t *testing.T) {
 // runs (iptables with both backends) and those an operator needs on a node,
 // and checks the image left out what it should.
 func TestImageTools(t *testing.T) {
-	img := unpackImage(t, imageArchive(t))
+	img := unpackImage(t, imageArchive(t, amd64Image()))
 	for _, tc := range []struct {
 		args []string
 		want string // in the output
@@ -84,7 +89,7 @@ func TestImageTools(t *testing.T) {
 // (hostNetwork, as the DaemonSet has it); the client reaches the backends
 // through the Services' ClusterIPs and the NodePort.
 func TestImageDemo(t *testing.T) {
-	archive := imageArchive(t)
+	archive := imageArchive(t, amd64Image())
 	for _, tc := range []struct {
 		mode string
 		// dump and dumpArgs print the node's rules, read with the host's

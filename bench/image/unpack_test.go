@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,27 +19,50 @@ import (
 )
 
 // imageEnv names the OCI archive the tests run; by default the one `make
-// image` writes.
-const imageEnv = "KPROXY_IMAGE"
+// image` writes. arm64ImageEnv names the arm64 one (`make image-arm64`),
+// which the tests read without running it.
+const (
+	imageEnv      = "KPROXY_IMAGE"
+	arm64ImageEnv = "KPROXY_IMAGE_ARM64"
+)
 
-// imageArchive returns the archive to test, skipping the test when not root
-// (chroot, namespaces) or when there is no image yet; an archive named in
-// imageEnv (make test names the one it built) must exist.
-func imageArchive(t *testing.T) string {
+// imageVariant is one architecture's image: where its archive is and what
+// its binaries must be built for.
+type imageVariant struct {
+	arch    string      // the OCI configuration's (and GOARCH's) name
+	machine elf.Machine // every binary's ELF machine
+	env     string      // names the archive
+	file    string      // the archive make writes, under bin/
+	target  string      // the make target that writes it
+}
+
+func amd64Image() imageVariant {
+	return imageVariant{arch: "amd64", machine: elf.EM_X86_64, env: imageEnv, file: "kproxy-image.oci.tar", target: "image"}
+}
+
+func arm64Image() imageVariant {
+	return imageVariant{arch: "arm64", machine: elf.EM_AARCH64, env: arm64ImageEnv, file: "kproxy-image-arm64.oci.tar", target: "image-arm64"}
+}
+
+// imageArchive returns the archive of v to test, skipping the test when not
+// root (chroot, namespaces, extracting the layers' owners) or when there is
+// no image yet; an archive named in v.env (make test names the one it
+// built) must exist.
+func imageArchive(t *testing.T, v imageVariant) string {
 	t.Helper()
 	lab.RequireRoot(t)
-	if path := os.Getenv(imageEnv); path != "" {
+	if path := os.Getenv(v.env); path != "" {
 		if _, err := os.Stat(path); err != nil {
-			t.Fatalf("the image %s names: %v", imageEnv, err)
+			t.Fatalf("the image %s names: %v", v.env, err)
 		}
 		return path
 	}
-	path, err := filepath.Abs("../../bin/kproxy-image.oci.tar")
+	path, err := filepath.Abs(filepath.Join("../../bin", v.file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		t.Skipf("no image at %s: run `sudo make image` first (or name an archive in %s)", path, imageEnv)
+		t.Skipf("no %s image at %s: run `sudo make %s` first (or name an archive in %s)", v.arch, path, v.target, v.env)
 	} else if err != nil {
 		t.Fatal(err)
 	}
