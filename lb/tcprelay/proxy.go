@@ -72,7 +72,9 @@ type Config struct {
 	// MaxAttempts bounds the endpoints tried per connection
 	// (DefaultMaxAttempts if zero).
 	MaxAttempts int
-	// Metrics receives the TCP data-plane metrics; nil counts nowhere.
+	// Metrics receives the TCP data-plane metrics; nil counts nowhere. A
+	// shared listener's routes may count into metrics of their own
+	// (Route.Metrics).
 	Metrics *lbmetrics.Metrics
 	// Name identifies the proxy in logs, e.g. the service port name.
 	Name string

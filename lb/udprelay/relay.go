@@ -155,9 +155,10 @@ type Route struct {
 	// (refusals, dials, flows, bytes), so that a shared socket's service
 	// ports are counted apart: the service port's, as
 	// lbmetrics.Metrics.WithPort(ProtocolUDP, ...) makes them. Nil counts
-	// into the relay's own. What comes before a route (datagrams not
-	// through a portal, or from kproxy itself) and evictions, which close
-	// one flow for another's sake, are the relay's.
+	// into the relay's own. Datagrams not through a portal, from kproxy
+	// itself or with no way back (ReasonDirect, ReasonLoop) and
+	// evictions, which close one flow for another's sake, count in the
+	// relay's.
 	Metrics *lbmetrics.Metrics
 }
 
