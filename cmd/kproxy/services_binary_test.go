@@ -103,7 +103,7 @@ func portLine(sp serviceview.ServicePort) string {
 }
 
 func TestBinaryServicesIPTables(t *testing.T) {
-	runServicesCase(t, "iptables", func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
+	runServicesCase(t, "iptables", nil, func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
 		web := portOf(t, page, "web")
 		name := servicemap.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
 		var chains []string
@@ -122,7 +122,7 @@ func TestBinaryServicesIPTables(t *testing.T) {
 }
 
 func TestBinaryServicesNFTables(t *testing.T) {
-	runServicesCase(t, "nftables", func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
+	runServicesCase(t, "nftables", nil, func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
 		noChainsFor(t, page, "empty")
 		web := portOf(t, page, "web")
 		found := false
@@ -140,7 +140,20 @@ func TestBinaryServicesNFTables(t *testing.T) {
 }
 
 func TestBinaryServicesUserspace(t *testing.T) {
-	runServicesCase(t, "userspace", func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
+	runServicesCase(t, "userspace", nil, checkUserspaceServices(""))
+}
+
+// TestBinaryServicesUserspaceSKLookup: socket-lookup portals share their
+// relay sockets among all service ports, and still count each apart.
+func TestBinaryServicesUserspaceSKLookup(t *testing.T) {
+	runServicesCase(t, "userspace", []string{"--userspace-portals=sklookup"}, checkUserspaceServices("sklookup"))
+}
+
+// checkUserspaceServices checks the userspace mode's part of the page, its
+// relays all of portal kind portal ("": any), and that demo/web's
+// counters move with a request.
+func checkUserspaceServices(portal string) func(*testing.T, *lab.Topology, serviceview.Page) {
+	return func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
 		web := portOf(t, page, "web")
 		var classes []string
 		for _, r := range web.Programmed.Relays {
@@ -148,6 +161,12 @@ func TestBinaryServicesUserspace(t *testing.T) {
 			if r.Portal == "redirect" && r.ProxyPort == 0 {
 				t.Errorf("REDIRECT relay %+v has no proxy port", r)
 			}
+			if portal != "" && r.Portal != portal {
+				t.Errorf("relay %+v, want %s portals", r, portal)
+			}
+		}
+		if web.Programmed.Note != "" {
+			t.Errorf("demo/web's note %q, want none", web.Programmed.Note)
 		}
 		// A port without endpoints has a relay too: it refuses clients.
 		if empty := portOf(t, page, "empty").Programmed; len(empty.Relays) != 1 || empty.Counters == nil {
@@ -172,14 +191,14 @@ func TestBinaryServicesUserspace(t *testing.T) {
 			joined := strings.Join(samples, "\n")
 			return err == nil && strings.Contains(joined, `service="demo/web:http"`) && !strings.Contains(joined, `service="demo/web:http"} 0`), joined
 		})
-	})
+	}
 }
 
 // TestGuestBinaryServicesIPVS is the IPVS mode's case. It runs in the guest
 // kernel (make test-guest-pkgs): this host has no IPVS.
 func TestGuestBinaryServicesIPVS(t *testing.T) {
 	guest.SkipUnlessInGuest(t)
-	runServicesCase(t, "ipvs", func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
+	runServicesCase(t, "ipvs", nil, func(t *testing.T, topo *lab.Topology, page serviceview.Page) {
 		web := portOf(t, page, "web")
 		var clusterIP *mode.VirtualServer
 		for i, vs := range web.Programmed.VirtualServers {
@@ -202,10 +221,10 @@ func TestGuestBinaryServicesIPVS(t *testing.T) {
 	})
 }
 
-// runServicesCase runs kproxy in mode on servicesFile in the lab, checks
-// the service map part of /services against the file, then the mode's
-// part with check, and `kproxy services` against the page.
-func runServicesCase(t *testing.T, proxyMode string, check func(*testing.T, *lab.Topology, serviceview.Page)) {
+// runServicesCase runs kproxy in mode, with flags, on servicesFile in the
+// lab, checks the service map part of /services against the file, then the
+// mode's part with check, and `kproxy services` against the page.
+func runServicesCase(t *testing.T, proxyMode string, flags []string, check func(*testing.T, *lab.Topology, serviceview.Page)) {
 	bin := lab.KproxyBinary(t)
 	if lab.InFreshNetns(t, lab.KproxyBinaryEnv+"="+bin) {
 		return
@@ -220,6 +239,7 @@ func runServicesCase(t *testing.T, proxyMode string, check func(*testing.T, *lab
 	if proxyMode == "userspace" {
 		args = append(args, "--userspace-service-metrics")
 	}
+	args = append(args, flags...)
 	kp := topo.Node.Start(bin, args...)
 	lab.WaitSynced(t, kp, 1)
 

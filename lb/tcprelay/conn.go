@@ -9,6 +9,7 @@ import (
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/fdbudget"
 	"kproxy.dev/kproxy/lb/keepsource"
+	"kproxy.dev/kproxy/lb/lbmetrics"
 )
 
 // direction is one way of a proxied connection.
@@ -78,6 +79,9 @@ type conn struct {
 	// portHeld: the connection holds one of its places.
 	port     *fdbudget.Port
 	portHeld bool
+	// metrics are its route's (Route.metricsOr), kept after the route is
+	// dropped: the connection and its bytes count there to the end.
+	metrics *lbmetrics.Protocol
 	// While dialing: the route that serves the connection (its picker,
 	// which hears how the dials went, and its name), the endpoints to try,
 	// in order, and the current one's deadline. Dropped once relaying, so

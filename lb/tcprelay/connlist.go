@@ -71,7 +71,7 @@ func (l *loop) release(c *conn, resetClient, resetBackend bool) {
 	l.nconns--
 	l.load.Add(-1)
 	if wasRelaying {
-		l.p.connDone()
+		l.p.connDone(c.metrics)
 	}
 }
 

@@ -76,7 +76,7 @@ func (l *loop) pump(c *conn, d direction) bool {
 			l.abortWriting(c, d)
 			return false
 		}
-		l.count(d, w)
+		c.count(d, w)
 		c.moved[d] += int64(n)
 		if w < n {
 			l.stash(dst, buf[w:n])
@@ -111,7 +111,7 @@ func (l *loop) flush(c *conn, d direction) bool {
 			l.abortWriting(c, d)
 			return false
 		}
-		l.count(d, w)
+		c.count(d, w)
 		dst.out = dst.out[w:]
 		if len(dst.out) > 0 {
 			dst.writable = false
@@ -150,15 +150,15 @@ func passEOF(c *conn, d direction) {
 	_ = eventloop.Shutdown(dst.fd, unix.SHUT_WR)
 }
 
-// count adds n relayed bytes to the direction's metric.
-func (l *loop) count(d direction, n int) {
+// count adds n bytes relayed to the direction's metric.
+func (c *conn) count(d direction, n int) {
 	if n <= 0 {
 		return
 	}
 	if d == toEndpoint {
-		l.p.metrics.BytesToEndpoint.Add(float64(n))
+		c.metrics.BytesToEndpoint.Add(float64(n))
 	} else {
-		l.p.metrics.BytesToClient.Add(float64(n))
+		c.metrics.BytesToClient.Add(float64(n))
 	}
 }
 

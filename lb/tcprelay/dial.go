@@ -53,8 +53,9 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		return
 	}
 	clientIP := peer.Addr().Unmap()
+	m := route.metricsOr(p.metrics)
 	if route.Admit != nil && !route.Admit(clientIP) {
-		p.metrics.RejectedSourceRange.Inc()
+		m.RejectedSourceRange.Inc()
 		p.log.V(4).Info("Refusing connection from outside the source ranges", p.routeKV(route, "client", peer)...)
 		eventloop.CloseWithReset(fd)
 		return
@@ -64,13 +65,13 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		endpoints = route.Picker.Pick(clientIP)
 	}
 	if len(endpoints) == 0 {
-		p.metrics.RejectedNoEndpoints.Inc()
+		m.RejectedNoEndpoints.Inc()
 		p.log.V(4).Info("Refusing connection: no endpoints", p.routeKV(route, "client", peer)...)
 		eventloop.CloseWithReset(fd)
 		return
 	}
 	if v := route.Port.Admit(); v != fdbudget.PortAdmitted {
-		p.metrics.RejectedPortFull.Inc()
+		m.RejectedPortFull.Inc()
 		held, dialing := route.Port.Held()
 		p.logErrorLimited(errors.New(v.String()), "Refusing connection: the service port holds its share of descriptors",
 			p.routeKV(route, "client", peer, "connections", held, "dialing", dialing)...)
@@ -84,6 +85,7 @@ func (l *loop) admit(fd int, peer netip.AddrPort) {
 		backend:   side{fd: -1},
 		clientIP:  clientIP,
 		route:     route,
+		metrics:   m,
 		endpoints: endpoints[:min(len(endpoints), p.cfg.MaxAttempts)],
 	}
 	if err := l.register(c, &c.client); err != nil {
@@ -104,12 +106,12 @@ func (l *loop) dialNext(c *conn) {
 		ep := c.endpoints[c.attempt]
 		fd, flow, done, keepErr, err := startConnect(ep, p.cfg.KeepSource, lb.KeepsSource(c.route.Picker), c.clientIP)
 		if keepErr != nil {
-			p.metrics.KeepSourceFailures.Inc()
+			c.metrics.KeepSourceFailures.Inc()
 			p.logErrorLimited(keepErr, "Cannot dial an endpoint on this node from the client's address; dialling from the node's",
 				p.routeKV(c.route, "client", c.clientIP, "endpoint", ep)...)
 		}
 		if flow.IsValid() {
-			p.metrics.KeptSource.Inc()
+			c.metrics.KeptSource.Inc()
 		}
 		if err == nil {
 			c.backend = side{fd: fd, writable: true, kept: flow}
@@ -200,7 +202,7 @@ func (l *loop) connected(c *conn) {
 	c.route.Picker.Connected(c.clientIP, c.endpoints[c.attempt])
 	c.route, c.endpoints = nil, nil
 	c.state = relaying
-	l.p.connStarted()
+	l.p.connStarted(c.metrics)
 	l.deferKeepAlive(c)
 	l.service(c)
 }
@@ -208,7 +210,7 @@ func (l *loop) connected(c *conn) {
 // dialFailed counts a failed attempt and moves on to the next endpoint.
 func (l *loop) dialFailed(c *conn, err error) {
 	ep := c.endpoints[c.attempt]
-	l.p.metrics.DialFailures.Inc()
+	c.metrics.DialFailures.Inc()
 	c.route.Picker.Failed(c.clientIP, ep)
 	l.p.log.V(2).Info("Dialling endpoint failed, trying the next",
 		l.p.routeKV(c.route, "client", c.clientIP, "endpoint", ep, "err", err)...)
@@ -218,7 +220,7 @@ func (l *loop) dialFailed(c *conn, err error) {
 // reject refuses c's client with a reset, so it sees a refusal at once
 // instead of a hang or a clean (and misleading) end of stream.
 func (l *loop) reject(c *conn, reason string) {
-	l.p.metrics.Rejected(reason).Inc()
+	c.metrics.Rejected(reason).Inc()
 	l.release(c, true, false)
 }
 

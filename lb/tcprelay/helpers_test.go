@@ -108,15 +108,21 @@ func startProxyBehindWrapper(t testing.TB, cfg Config) *testProxy {
 	return startProxyOn(t, wrappedListener{ln}, cfg)
 }
 
-// startProxyOn runs a Proxy on ln until the test ends.
+// startProxyOn runs a Proxy on ln until the test ends. It counts into
+// cfg.Metrics when set (a test whose routes count into them too), else into
+// metrics of its own.
 func startProxyOn(t testing.TB, ln net.Listener, cfg Config) *testProxy {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	m, err := lbmetrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
+	var reg *prometheus.Registry
+	if cfg.Metrics == nil {
+		reg = prometheus.NewRegistry()
+		m, err := lbmetrics.New(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Metrics = m
 	}
-	cfg.Listener, cfg.Metrics = ln, m
+	cfg.Listener = ln
 	if cfg.Name == "" {
 		cfg.Name = t.Name()
 	}
@@ -134,7 +140,7 @@ func startProxyOn(t testing.TB, ln net.Listener, cfg Config) *testProxy {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &testProxy{Proxy: p, port: uint16(ln.Addr().(*net.TCPAddr).Port), metrics: m, reg: reg}
+	return &testProxy{Proxy: p, port: uint16(ln.Addr().(*net.TCPAddr).Port), metrics: cfg.Metrics, reg: reg}
 }
 
 // serve runs handler for every connection to a new loopback listener until

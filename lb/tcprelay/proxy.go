@@ -72,7 +72,9 @@ type Config struct {
 	// MaxAttempts bounds the endpoints tried per connection
 	// (DefaultMaxAttempts if zero).
 	MaxAttempts int
-	// Metrics receives the TCP data-plane metrics; nil counts nowhere.
+	// Metrics receives the TCP data-plane metrics; nil counts nowhere. A
+	// shared listener's routes may count into metrics of their own
+	// (Route.Metrics).
 	Metrics *lbmetrics.Metrics
 	// Name identifies the proxy in logs, e.g. the service port name.
 	Name string
@@ -155,6 +157,21 @@ type Route struct {
 	// Port bounds the service port's connections, shared with its other
 	// addresses; nil bounds nothing.
 	Port *fdbudget.Port
+	// Metrics count the route's connections from the moment it is known
+	// (refusals, dials, connections, bytes), so that a shared listener's
+	// service ports are counted apart; nil counts into the proxy's own.
+	// What comes before a route (accept errors, connections not through a
+	// portal or looping back into kproxy) is the proxy's.
+	Metrics *lbmetrics.Protocol
+}
+
+// metricsOr is what r's connections count into, the proxy's own (own)
+// unless r has metrics of its own.
+func (r *Route) metricsOr(own *lbmetrics.Protocol) *lbmetrics.Protocol {
+	if r.Metrics != nil {
+		return r.Metrics
+	}
+	return own
 }
 
 // Proxy relays one listener's connections.
@@ -311,15 +328,17 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	return nil
 }
 
-func (p *Proxy) connStarted() {
+// connStarted and connDone count a relayed connection into m, its
+// route's metrics.
+func (p *Proxy) connStarted(m *lbmetrics.Protocol) {
 	p.active.Add(1)
-	p.metrics.ConnectionsTotal.Inc()
-	p.metrics.ConnectionsActive.Inc()
+	m.ConnectionsTotal.Inc()
+	m.ConnectionsActive.Inc()
 }
 
-func (p *Proxy) connDone() {
+func (p *Proxy) connDone(m *lbmetrics.Protocol) {
 	p.active.Add(-1)
-	p.metrics.ConnectionsActive.Dec()
+	m.ConnectionsActive.Dec()
 }
 
 // nextBackoff doubles from minAcceptBackoff to maxAcceptBackoff.

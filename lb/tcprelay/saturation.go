@@ -139,7 +139,7 @@ func (l *loop) dropMigrant(c *conn) {
 		c.portHeld = false
 	}
 	l.load.Add(-1)
-	l.p.connDone()
+	l.p.connDone(c.metrics)
 }
 
 // relief returns the loop a saturated loop l should hand connections to:

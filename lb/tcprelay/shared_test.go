@@ -3,6 +3,7 @@ package tcprelay
 import (
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -135,10 +136,19 @@ func TestSharedListenerRoutes(t *testing.T) {
 				t.Fatal(err)
 			}
 			port := uint16(ln.Addr().(*net.TCPAddr).Port)
+			metrics, err := lbmetrics.New(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			routes := map[netip.AddrPort]*Route{}
+			// Each route counts into its own service port's counters, as
+			// well as into the node-wide series.
+			counts := map[string]*lbmetrics.PortCounters{}
 			for host, spec := range tc.routes {
 				ap := netip.AddrPortFrom(netip.MustParseAddr(host), port)
-				r := &Route{Name: host, Admit: spec.admit}
+				counts[host] = &lbmetrics.PortCounters{}
+				r := &Route{Name: host, Admit: spec.admit,
+					Metrics: metrics.WithPort(lbmetrics.ProtocolTCP, counts[host]).For(lbmetrics.ProtocolTCP)}
 				switch {
 				case spec.loop:
 					r.Picker = newPicker(ap)
@@ -150,16 +160,25 @@ func TestSharedListenerRoutes(t *testing.T) {
 				routes[ap] = r
 			}
 			dials := selfdial.New()
-			tp := startProxyOn(t, ln, Config{Direct: true, Dials: dials, Routes: func(local netip.AddrPort) (*Route, bool) {
+			tp := startProxyOn(t, ln, Config{Direct: true, Dials: dials, Metrics: metrics, Routes: func(local netip.AddrPort) (*Route, bool) {
 				r, ok := routes[local]
 				return r, ok
 			}})
 			want := map[string]float64{}
+			wantPorts := map[string]*portCounts{}
+			for host := range tc.routes {
+				wantPorts[host] = &portCounts{}
+			}
 			for _, d := range tc.dials {
 				to := netip.AddrPortFrom(netip.MustParseAddr(d.to), port)
 				if d.backend == "" {
 					expectRefused(t, to)
 					want[d.refused]++
+					// Refused before its route is known, or for a loop:
+					// the listener's alone.
+					if w := wantPorts[d.to]; w != nil && d.refused != lbmetrics.ReasonDirect && d.refused != lbmetrics.ReasonLoop {
+						w.refuse(d.refused)
+					}
 					continue
 				}
 				if got, c := servedBy(t, to, len(d.backend)); got != d.backend {
@@ -167,6 +186,11 @@ func TestSharedListenerRoutes(t *testing.T) {
 				} else {
 					c.Close()
 				}
+				// servedBy reads the backend's name, then echoes "ping".
+				w := wantPorts[d.to]
+				w.Connections++
+				w.BytesToEndpoint += 4
+				w.BytesToClient += uint64(len(d.backend)) + 4
 			}
 			for _, reason := range rejectionReasons {
 				if reason == tc.racing {
@@ -178,8 +202,62 @@ func TestSharedListenerRoutes(t *testing.T) {
 				}
 			}
 			eventually(t, "every dial of the relay forgotten", func() bool { return dials.Len() == 0 })
+			if tc.racing != "" {
+				return // a loop's own dial may count as a connection or not
+			}
+			var sum portCounts
+			for host, w := range wantPorts {
+				var got portCounts
+				eventually(t, host+"'s counters", func() bool {
+					got = countsOf(counts[host])
+					return got.equal(w)
+				})
+				if !got.equal(w) {
+					t.Errorf("route %s counted %+v, want %+v", host, got, *w)
+				}
+				sum.Connections += w.Connections
+				sum.BytesToEndpoint += w.BytesToEndpoint
+				sum.BytesToClient += w.BytesToClient
+			}
+			for _, total := range []struct {
+				name      string
+				got, want float64
+			}{
+				{"connections", counter(tp, "connections"), float64(sum.Connections)},
+				{"active", counter(tp, "active"), 0},
+				{"bytes to endpoint", counter(tp, "bytes", lbmetrics.DirectionToEndpoint), float64(sum.BytesToEndpoint)},
+				{"bytes to client", counter(tp, "bytes", lbmetrics.DirectionToClient), float64(sum.BytesToClient)},
+			} {
+				if total.got != total.want {
+					t.Errorf("node-wide %s = %v, want %v (the routes' sum)", total.name, total.got, total.want)
+				}
+			}
 		})
 	}
+}
+
+// portCounts is a route's lbmetrics.PortCounters as plain numbers.
+type portCounts struct {
+	Connections, DialFailures, BytesToEndpoint, BytesToClient uint64
+	Active                                                    int64
+	Refused                                                   map[string]uint64
+}
+
+func countsOf(c *lbmetrics.PortCounters) portCounts {
+	return portCounts{Connections: c.Connections.Load(), DialFailures: c.DialFailures.Load(), Active: c.Active.Load(),
+		BytesToEndpoint: c.BytesToEndpoint.Load(), BytesToClient: c.BytesToClient.Load(), Refused: c.Refused()}
+}
+
+func (p *portCounts) refuse(reason string) {
+	if p.Refused == nil {
+		p.Refused = map[string]uint64{}
+	}
+	p.Refused[reason]++
+}
+
+func (p portCounts) equal(o *portCounts) bool {
+	return p.Connections == o.Connections && p.DialFailures == o.DialFailures && p.Active == o.Active &&
+		p.BytesToEndpoint == o.BytesToEndpoint && p.BytesToClient == o.BytesToClient && maps.Equal(p.Refused, o.Refused)
 }
 
 // servicePort is one route of twoServicePorts: the address it is reached

@@ -82,7 +82,7 @@ func (l *loop) flushPipe(c *conn, d direction) bool {
 			return false
 		}
 		dst.inPipe -= n
-		l.count(d, n)
+		c.count(d, n)
 	}
 	return true
 }

@@ -6,6 +6,7 @@ import (
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/eventloop"
 	"kproxy.dev/kproxy/lb/keepsource"
+	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/rawudp"
 )
 
@@ -23,6 +24,10 @@ type flow struct {
 	// this is the steering of its replies, released when it closes.
 	kept       keepsource.Flow
 	lastActive int64 // relay clock (ns) of the last datagram either way
+	// metrics and flowMetrics are what the flow counts into: its route's
+	// (Route.Metrics), else the relay's own.
+	metrics     *lbmetrics.Protocol
+	flowMetrics *lbmetrics.Metrics
 
 	// On a shared socket: the service address the client wrote to, its
 	// route's name and the path of replies from it; reply is nil on a

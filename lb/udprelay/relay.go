@@ -151,6 +151,15 @@ type Route struct {
 	// Admit, when set, decides by the client's address whether a new flow
 	// may start (loadBalancerSourceRanges); nil admits every client.
 	Admit func(client netip.Addr) bool
+	// Metrics count the route's flows from the moment the route is known
+	// (refusals, dials, flows, bytes), so that a shared socket's service
+	// ports are counted apart: the service port's, as
+	// lbmetrics.Metrics.WithPort(ProtocolUDP, ...) makes them. Nil counts
+	// into the relay's own. Datagrams not through a portal, from kproxy
+	// itself or with no way back (ReasonDirect, ReasonLoop) and
+	// evictions, which close one flow for another's sake, count in the
+	// relay's.
+	Metrics *lbmetrics.Metrics
 }
 
 // shared is what a relay on a shared socket needs beyond a per-socket one.
@@ -179,10 +188,11 @@ type Relay struct {
 	dials    *selfdial.Dials
 	keep     *keepsource.Keeper
 
-	metrics   *lbmetrics.Protocol
-	flowGauge prometheus.Gauge
-	flowCount prometheus.Counter
-	evictions prometheus.Counter
+	// metrics are flowMetrics' UDP handles; flows of a shared socket's
+	// route with metrics of its own count there instead.
+	metrics     *lbmetrics.Protocol
+	flowMetrics *lbmetrics.Metrics
+	evictions   prometheus.Counter
 
 	flowsNow atomic.Int64 // mirrors flows.len() for FlowCount
 	buffered atomic.Bool  // mirrors in.allocated() for HoldsBuffers
@@ -289,25 +299,24 @@ func New(cfg Config) (*Relay, error) {
 		log = klog.Background()
 	}
 	r := &Relay{
-		name:      cfg.Name,
-		log:       log.WithValues("relay", cfg.Name),
-		conn:      cfg.Conn,
-		proxyFD:   -1,
-		idle:      int64(cfg.IdleTimeout),
-		maxFlows:  cfg.MaxFlows,
-		epoch:     time.Now(),
-		admit:     cfg.Admit,
-		budget:    cfg.Descriptors,
-		dials:     cfg.Dials,
-		keep:      cfg.KeepSource,
-		metrics:   m.For(lbmetrics.ProtocolUDP),
-		flowGauge: m.UDPFlowsActive,
-		flowCount: m.UDPFlowsTotal,
-		evictions: m.UDPFlowEvictionsTotal,
-		loopDone:  make(chan struct{}),
-		flows:     newFlowTable(),
-		in:        newBatch(cfg.BatchSize, cfg.Routes != nil),
-		out:       newBatch(cfg.BatchSize, false),
+		name:        cfg.Name,
+		log:         log.WithValues("relay", cfg.Name),
+		conn:        cfg.Conn,
+		proxyFD:     -1,
+		idle:        int64(cfg.IdleTimeout),
+		maxFlows:    cfg.MaxFlows,
+		epoch:       time.Now(),
+		admit:       cfg.Admit,
+		budget:      cfg.Descriptors,
+		dials:       cfg.Dials,
+		keep:        cfg.KeepSource,
+		metrics:     m.For(lbmetrics.ProtocolUDP),
+		flowMetrics: m,
+		evictions:   m.UDPFlowEvictionsTotal,
+		loopDone:    make(chan struct{}),
+		flows:       newFlowTable(),
+		in:          newBatch(cfg.BatchSize, cfg.Routes != nil),
+		out:         newBatch(cfg.BatchSize, false),
 	}
 	if cfg.Routes != nil {
 		r.shared = &shared{routes: cfg.Routes, replies: cfg.Replies, own: r.Addr()}
@@ -574,19 +583,28 @@ func (r *Relay) readClients(now int64) {
 		}
 		relayed += len(payload)
 	}
-	r.countToEndpoint(relayed)
+	countToEndpoint(r.metrics, relayed)
 }
 
-// readSharedClients is readClients for a shared socket.
+// readSharedClients is readClients for a shared socket. Bytes are counted
+// once per run of datagrams whose flows count into the same metrics, as a
+// batch of one service port's is counted once.
 func (r *Relay) readSharedClients(now int64) {
 	b, n := r.receiveClients(now)
 	var relayed int
+	var to *lbmetrics.Protocol
 	for i := range n {
-		if f := r.sharedFlow(b, i, now); f != nil {
-			relayed += r.forward(f, b.payload(i), now)
+		f := r.sharedFlow(b, i, now)
+		if f == nil {
+			continue
 		}
+		if f.metrics != to {
+			countToEndpoint(to, relayed)
+			to, relayed = f.metrics, 0
+		}
+		relayed += r.forward(f, b.payload(i), now)
 	}
-	r.countToEndpoint(relayed)
+	countToEndpoint(to, relayed)
 }
 
 // sharedFlow returns the flow of the i-th datagram of a shared socket's
@@ -648,10 +666,10 @@ func (r *Relay) prepareClientBatch(now int64) *batch {
 	return b
 }
 
-// countToEndpoint counts the bytes a batch relayed to endpoints.
-func (r *Relay) countToEndpoint(relayed int) {
+// countToEndpoint counts into m the bytes a batch relayed to endpoints.
+func countToEndpoint(m *lbmetrics.Protocol, relayed int) {
 	if relayed > 0 {
-		r.metrics.BytesToEndpoint.Add(float64(relayed))
+		m.BytesToEndpoint.Add(float64(relayed))
 	}
 }
 
@@ -707,7 +725,7 @@ func endpointFailed(err error) bool {
 
 func (r *Relay) endpointRefused(f *flow) {
 	r.log.V(4).Info("UDP endpoint refused, closing flow", "client", f.client, "endpoint", f.endpoint)
-	r.metrics.DialFailures.Inc()
+	f.metrics.DialFailures.Inc()
 	f.picker.Failed(f.client.Addr().Unmap(), f.endpoint)
 	r.closeFlow(f)
 }
@@ -731,8 +749,15 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 		}
 		return nil
 	}
+	metrics, flowMetrics := r.metrics, r.flowMetrics
+	if route != nil && route.Metrics != nil {
+		// Once per new flow; a service port's metrics (WithPort) hand
+		// their UDP handles over without a lookup.
+		flowMetrics = route.Metrics
+		metrics = flowMetrics.For(lbmetrics.ProtocolUDP)
+	}
 	if admit != nil && !admit(clientIP) {
-		r.metrics.RejectedSourceRange.Inc()
+		metrics.RejectedSourceRange.Inc()
 		return nil
 	}
 	var picker lb.Picker
@@ -752,25 +777,25 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 	}
 	candidates := picker.Pick(clientIP)
 	if len(candidates) == 0 {
-		r.metrics.RejectedNoEndpoints.Inc()
+		metrics.RejectedNoEndpoints.Inc()
 		return nil
 	}
 	if r.flows.len() >= r.maxFlows {
 		r.evict(r.flows.oldest())
 	}
-	if !r.acquireDescriptor(client) {
+	if !r.acquireDescriptor(client, metrics) {
 		return nil
 	}
 	for _, ep := range candidates {
 		fd, keptFlow, keepErr, err := dialUDP(ep, r.keep, lb.KeepsSource(picker), clientIP)
 		if keepErr != nil {
-			r.metrics.KeepSourceFailures.Inc()
+			metrics.KeepSourceFailures.Inc()
 			r.log.V(2).Info("Cannot open a UDP flow from the client's address; opening it from the node's",
 				"client", client, "endpoint", ep, "err", keepErr)
 		}
 		if err != nil {
 			r.log.V(4).Info("UDP endpoint unusable", "endpoint", ep, "err", err)
-			r.metrics.DialFailures.Inc()
+			metrics.DialFailures.Inc()
 			picker.Failed(clientIP, ep)
 			continue
 		}
@@ -790,9 +815,9 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 			f = &sf.flow
 			f.reply = &sf.path
 		}
-		f.kept = keptFlow
+		f.kept, f.metrics, f.flowMetrics = keptFlow, metrics, flowMetrics
 		if keptFlow.IsValid() {
-			r.metrics.KeptSource.Inc()
+			metrics.KeptSource.Inc()
 		} else if r.dials != nil {
 			if local, err := localAddr(fd); err == nil {
 				f.local = local
@@ -801,13 +826,13 @@ func (r *Relay) newFlow(client netip.AddrPort, name *eventloop.Sockaddr, service
 		}
 		r.flows.add(f)
 		r.flowsNow.Add(1)
-		r.flowGauge.Inc()
-		r.flowCount.Inc()
+		flowMetrics.UDPFlowsActive.Inc()
+		flowMetrics.UDPFlowsTotal.Inc()
 		picker.Connected(clientIP, ep)
 		return f
 	}
 	r.budget.Release(clientIP)
-	r.metrics.RejectedDialFailed.Inc()
+	metrics.RejectedDialFailed.Inc()
 	return nil
 }
 
@@ -827,8 +852,9 @@ func (r *Relay) evict(f *flow) bool {
 // relay, so a busy client (a node's DNS cache, a fresh source port per
 // query) keeps being served without taking more; it is refused when its
 // flows are all in other relays. When the flows' share is used up, the
-// relay's least recently active flow of any client makes room.
-func (r *Relay) acquireDescriptor(client netip.AddrPort) bool {
+// relay's least recently active flow of any client makes room. A refusal
+// counts into m, the new flow's metrics.
+func (r *Relay) acquireDescriptor(client netip.AddrPort, m *lbmetrics.Protocol) bool {
 	addr := client.Addr().Unmap()
 	verdict := r.budget.Acquire(addr)
 	var victim *flow
@@ -843,7 +869,7 @@ func (r *Relay) acquireDescriptor(client netip.AddrPort) bool {
 	}
 	if verdict != fdbudget.Granted {
 		r.log.V(4).Info("UDP flow refused", "client", client, "reason", verdict)
-		r.metrics.RejectedFDExhausted.Inc()
+		m.RejectedFDExhausted.Inc()
 		return false
 	}
 	return true
@@ -915,7 +941,15 @@ func (r *Relay) readEndpoint(f *flow, now int64) {
 // buffer drops the rest, as the kernel would.
 func (r *Relay) flushReplies() {
 	b := &r.out
+	// Bytes are counted once per run of replies whose flows count into the
+	// same metrics: once per flush, unless a shared socket's service ports
+	// take turns.
 	var sentBytes uint64
+	var to *lbmetrics.Protocol
+	var header uint64 // the part of each message that is not payload
+	if r.shared != nil {
+		header = rawudp.HeaderLen
+	}
 	for start := 0; start < b.n; {
 		fd, end := r.proxyFD, b.n
 		if sh := r.shared; sh != nil {
@@ -945,10 +979,11 @@ func (r *Relay) flushReplies() {
 			continue
 		}
 		for i := start; i < start+sent; i++ {
-			sentBytes += b.iovs[i].Len
-		}
-		if r.shared != nil {
-			sentBytes -= uint64(sent * rawudp.HeaderLen)
+			if m := b.flows[i].metrics; m != to {
+				countToClient(to, sentBytes)
+				to, sentBytes = m, 0
+			}
+			sentBytes += b.iovs[i].Len - header
 		}
 		start += sent
 	}
@@ -956,8 +991,13 @@ func (r *Relay) flushReplies() {
 		b.flows[i] = nil
 	}
 	b.n = 0
-	if sentBytes > 0 {
-		r.metrics.BytesToClient.Add(float64(sentBytes))
+	countToClient(to, sentBytes)
+}
+
+// countToClient counts into m the bytes of replies sent to clients.
+func countToClient(m *lbmetrics.Protocol, sent uint64) {
+	if sent > 0 {
+		m.BytesToClient.Add(float64(sent))
 	}
 }
 
@@ -981,7 +1021,7 @@ func (r *Relay) closeFlow(f *flow) {
 	}
 	r.budget.Release(f.client.Addr().Unmap())
 	r.flowsNow.Add(-1)
-	r.flowGauge.Dec()
+	f.flowMetrics.UDPFlowsActive.Dec()
 }
 
 func (r *Relay) closeAllFlows() {

@@ -3,6 +3,7 @@ package udprelay
 import (
 	"bytes"
 	"crypto/rand"
+	"maps"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -113,6 +114,8 @@ func TestSharedSocket(t *testing.T) {
 		fam          family
 		echoA, echoB *echoServer
 		a, b         netip.AddrPort // the two service addresses
+		// countsA and countsB are the two routes' service port counters.
+		countsA, countsB *lbmetrics.PortCounters
 	}
 	cases := []struct {
 		name  string
@@ -154,12 +157,70 @@ func TestSharedSocket(t *testing.T) {
 			}
 			rejected := r.metrics.For(lbmetrics.ProtocolUDP).RejectedSourceRange
 			eventually(t, "2 source-range drops", func() bool { return testutil.ToFloat64(rejected) == 2 })
+			if a, b := r.countsA.Refused(), r.countsB.Refused(); !maps.Equal(a, map[string]uint64{lbmetrics.ReasonSourceRange: 2}) || b != nil {
+				t.Errorf("refusals counted for route a %v, route b %v; want 2 source_range for a alone", a, b)
+			}
 			if r.echoA.datagrams() != 0 {
 				t.Errorf("the refused route's endpoint got %d datagrams", r.echoA.datagrams())
 			}
 			// The other route admits the same client.
 			if got := roundTrip(t, dialService(t, r.fam, r.b.Addr(), r.port), []byte("hi")); string(got) != "hi" {
 				t.Fatalf("reply %q", got)
+			}
+		}},
+		{name: "each route counts its own flows, bytes and refusals", check: func(t *testing.T, r rig) {
+			toA, toB := dialService(t, r.fam, r.a.Addr(), r.port), dialService(t, r.fam, r.b.Addr(), r.port)
+			for _, payload := range []string{"one", "three"} {
+				roundTrip(t, toA, []byte(payload))
+			}
+			roundTrip(t, toB, []byte("b"))
+			// Route b loses its endpoints: a new client is refused there.
+			r.routes.mu.Lock()
+			r.routes.routes[r.b] = &Route{Name: "b", Picker: &fakePicker{}, Metrics: r.routes.routes[r.b].Metrics}
+			r.routes.mu.Unlock()
+			expectNoReply(t, dialService(t, r.fam, r.b.Addr(), r.port), []byte("anyone?"))
+			for _, want := range []struct {
+				route   string
+				counts  *lbmetrics.PortCounters
+				bytes   uint64
+				refused map[string]uint64
+			}{
+				{route: "a", counts: r.countsA, bytes: 8},
+				{route: "b", counts: r.countsB, bytes: 1, refused: map[string]uint64{lbmetrics.ReasonNoEndpoints: 1}},
+			} {
+				c := want.counts
+				// A reply is counted once sent, which may be after the
+				// client read it.
+				eventually(t, "route "+want.route+"'s counters", func() bool {
+					return c.BytesToClient.Load() == want.bytes && maps.Equal(c.Refused(), want.refused)
+				})
+				if c.Flows.Load() != 1 || c.Active.Load() != 1 || c.BytesToEndpoint.Load() != want.bytes || c.DialFailures.Load() != 0 {
+					t.Errorf("route %s: flows %d, active %d, bytes to endpoint %d, dial failures %d; want 1, 1, %d, 0",
+						want.route, c.Flows.Load(), c.Active.Load(), c.BytesToEndpoint.Load(), c.DialFailures.Load(), want.bytes)
+				}
+			}
+			// The node-wide series are the routes' sum.
+			udp := r.metrics.For(lbmetrics.ProtocolUDP)
+			for _, total := range []struct {
+				name string
+				got  float64
+				want float64
+			}{
+				{"flows total", testutil.ToFloat64(r.metrics.UDPFlowsTotal), 2},
+				{"flows active", testutil.ToFloat64(r.metrics.UDPFlowsActive), 2},
+				{"bytes to endpoint", testutil.ToFloat64(udp.BytesToEndpoint), 9},
+				{"bytes to client", testutil.ToFloat64(udp.BytesToClient), 9},
+				{"no endpoints", testutil.ToFloat64(udp.RejectedNoEndpoints), 1},
+			} {
+				if total.got != total.want {
+					t.Errorf("node-wide %s = %v, want %v", total.name, total.got, total.want)
+				}
+			}
+			// A closed flow leaves its own route's gauge.
+			r.CloseRouteFlowsTo("a", netip.AddrPort{})
+			eventually(t, "route a's flow closed", func() bool { return r.countsA.Active.Load() == 0 })
+			if got := r.countsB.Active.Load(); got != 1 {
+				t.Errorf("route b's active flows after route a's closed: %d, want 1", got)
 			}
 		}},
 		{name: "one client to two destinations is two flows", check: func(t *testing.T, r rig) {
@@ -231,10 +292,13 @@ func TestSharedSocket(t *testing.T) {
 						echoB: startEcho(t, fam.network, net.JoinHostPort(fam.loopback, "0"))}
 					r.sharedRig = startShared(t, fam, fam.wildcard, replies, map[netip.AddrPort]*Route{})
 					r.a, r.b = netip.AddrPortFrom(fam.a, r.port), netip.AddrPortFrom(fam.b, r.port)
-					routeA := echoRoute("a", r.echoA)
+					r.countsA, r.countsB = &lbmetrics.PortCounters{}, &lbmetrics.PortCounters{}
+					routeA, routeB := echoRoute("a", r.echoA), echoRoute("b", r.echoB)
 					routeA.Admit = c.admit
+					routeA.Metrics = r.metrics.WithPort(lbmetrics.ProtocolUDP, r.countsA)
+					routeB.Metrics = r.metrics.WithPort(lbmetrics.ProtocolUDP, r.countsB)
 					r.routes.mu.Lock()
-					r.routes.routes[r.a], r.routes.routes[r.b] = routeA, echoRoute("b", r.echoB)
+					r.routes.routes[r.a], r.routes.routes[r.b] = routeA, routeB
 					r.routes.mu.Unlock()
 					c.check(t, r)
 				})

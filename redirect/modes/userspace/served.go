@@ -133,7 +133,6 @@ func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
 	return func(name servicemap.ServicePortName) mode.Programmed {
 		relays, counters := m.served.get(name)
 		var out mode.Programmed
-		steered := false
 		for _, r := range relays {
 			kind := m.kinds[r.key.Family]
 			if kind == contract.PortalsSKLookup && !r.steered {
@@ -145,21 +144,19 @@ func (m *Mode) Programmed() func(servicemap.ServicePortName) mode.Programmed {
 					d.Listen = append(d.Listen, ap.String())
 				}
 			}
-			steered = steered || r.steered
 			out.Relays = append(out.Relays, d)
 		}
-		switch {
-		case len(relays) == 0:
+		if len(relays) == 0 {
 			out.Note = "no relay: no address of a proxied family, a protocol the kernel cannot serve, or not synced yet"
-		case steered:
-			out.Note = "socket-lookup portals share one relay socket per protocol and family: this port's traffic is not counted apart"
-		default:
-			c := counters
-			out.Counters = &mode.RelayCounters{
-				Connections: c.Connections.Load(), Flows: c.Flows.Load(), Active: c.Active.Load(),
-				DialFailures: c.DialFailures.Load(), BytesToEndpoint: c.BytesToEndpoint.Load(), BytesToClient: c.BytesToClient.Load(),
-				Refused: c.Refused(),
-			}
+			return out
+		}
+		// Steered relays count too: their routes in the shared relays
+		// carry the port's metrics.
+		c := counters
+		out.Counters = &mode.RelayCounters{
+			Connections: c.Connections.Load(), Flows: c.Flows.Load(), Active: c.Active.Load(),
+			DialFailures: c.DialFailures.Load(), BytesToEndpoint: c.BytesToEndpoint.Load(), BytesToClient: c.BytesToClient.Load(),
+			Refused: c.Refused(),
 		}
 		return out
 	}

@@ -17,6 +17,7 @@ import (
 
 	"kproxy.dev/kproxy/lb"
 	"kproxy.dev/kproxy/lb/balancer"
+	"kproxy.dev/kproxy/lb/lbmetrics"
 	"kproxy.dev/kproxy/lb/rawudp"
 	"kproxy.dev/kproxy/lb/tcprelay"
 	"kproxy.dev/kproxy/lb/udprelay"
@@ -598,6 +599,12 @@ func (r *relay) steeredRoutes(spec *relaySpec) steeredRoutes {
 	}
 	*rt = steeredRoutes{made: true, picker: r.picker, listen: spec.listen}
 	name := r.key.String()
+	// The relay's metrics count into its service port's counters too: with
+	// them the shared relays count each service port apart.
+	var tcpMetrics *lbmetrics.Protocol
+	if spec.protocol == v1.ProtocolTCP {
+		tcpMetrics = r.metrics.For(lbmetrics.ProtocolTCP)
+	}
 	for _, ap := range spec.listen {
 		// The admission reads the relay's spec of the moment: source
 		// ranges change without a new route.
@@ -607,12 +614,12 @@ func (r *relay) steeredRoutes(spec *relaySpec) steeredRoutes {
 			if rt.tcp == nil {
 				rt.tcp = make(map[netip.AddrPort]*tcprelay.Route, len(spec.listen))
 			}
-			rt.tcp[ap] = &tcprelay.Route{Name: name, Picker: r.picker, Admit: admit, Port: r.limit}
+			rt.tcp[ap] = &tcprelay.Route{Name: name, Picker: r.picker, Admit: admit, Port: r.limit, Metrics: tcpMetrics}
 		case v1.ProtocolUDP:
 			if rt.udp == nil {
 				rt.udp = make(map[netip.AddrPort]*udprelay.Route, len(spec.listen))
 			}
-			rt.udp[ap] = &udprelay.Route{Name: name, Picker: r.picker, Admit: admit}
+			rt.udp[ap] = &udprelay.Route{Name: name, Picker: r.picker, Admit: admit, Metrics: r.metrics}
 		}
 	}
 	return *rt
