@@ -233,10 +233,9 @@ E2E_SHARD_TARGETS := $(foreach i,$(shell seq $(E2E_SHARDS)),test-e2e-$(i))
 # without netfilter, measured under load: only the split uses them.
 E2E_COSTS := $(CURDIR)/.ci/e2e-costs
 SHARD := $(CURDIR)/.ci/shard
-# Longest first, so the slowest suites start at once: test-host and its
-# slowest packages, the guests' (test-guest-pkgs too: started last, it
-# ended last), then the host's end-to-end shards as places free up.
-TEST_SUITES = test-host-slow test-host $(GUEST_E2E_TARGETS) $(GUEST_NONF_E2E_TARGETS) test-guest-pkgs $(E2E_SHARD_TARGETS) test-e2e-legacy test-guest-nonf-self test-race
+# Longest first, so the slowest suites start at once: test-host's slowest
+# packages and the rest of it, then the guests'.
+TEST_SUITES = test-host-slow test-host $(GUEST_E2E_TARGETS) $(GUEST_NONF_E2E_TARGETS) $(E2E_SHARD_TARGETS) test-guest-pkgs test-e2e-legacy test-guest-nonf-self test-race
 test: deps tools build image cluster-tools conformance-images
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, iptables): run sudo make test"; exit 1; fi
 	@$(PROGRESS) "go vet ./..." "about 8 minutes on a cold Go build cache, under a minute after" $(GO) vet ./...
@@ -250,25 +249,24 @@ test: deps tools build image cluster-tools conformance-images
 	exit $$rc
 
 # Every package but the end-to-end one (its shards are below) and the
-# slowest ones (test-host-slow).
+# slowest ones (test-host-slow), then bench/analysis, its own module: the
+# plots, and .ci/programs checked against the code and the machine.
 test-host:
-	@KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test: unit, kernel (network namespaces) and tool tests" \
+	@rc=0; KPROXY_REQUIRE_PROGRAMS=1 KPROXY_IMAGE=$(IMAGE) $(PROGRESS) "go test: unit, kernel (network namespaces) and tool tests" \
 		"about 12 minutes, more on a cold Go build cache" \
-		$(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx -e 'kproxy.dev/kproxy/bench/e2e' $(foreach p,$(HOST_SLOW_PKGS),-e 'kproxy.dev/kproxy/$(p)'))
+		$(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -vx -e 'kproxy.dev/kproxy/bench/e2e' $(foreach p,$(HOST_SLOW_PKGS),-e 'kproxy.dev/kproxy/$(p)')) || rc=$$?; \
+	cd $(ANALYSIS) && KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test in bench/analysis: the plots, the programs the code runs" \
+		"about 3 minutes" $(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	exit $$rc
 
 # test-host's slowest packages, in a suite of their own so that they start
 # at once rather than queue behind the others (go test runs two packages
 # at a time on two cores): bench/modes alone runs the benchmark's every host
 # mode and boots a guest.
 HOST_SLOW_PKGS := bench/modes bench/nftcompare bench/guest bench/lab
-# Then bench/analysis, its own module: the plots, and .ci/programs checked
-# against the code and the machine.
 test-host-slow:
-	@rc=0; KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test: the benchmark's tiny runs, the rule comparison with kube-proxy, the guest and lab kits" \
-		"about 8 minutes" $(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(HOST_SLOW_PKGS))) || rc=$$?; \
-	cd $(ANALYSIS) && KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test in bench/analysis: the plots, the programs the code runs" \
-		"about 2 minutes" $(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
-	exit $$rc
+	@KPROXY_REQUIRE_PROGRAMS=1 $(PROGRESS) "go test: the benchmark's tiny runs, the rule comparison with kube-proxy, the guest and lab kits" \
+		"about 8 minutes" $(HOST_NICE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(addprefix ./,$(addsuffix /,$(HOST_SLOW_PKGS)))
 
 test-e2e-%:
 	@names=$$($(GO) test -list '^Test' ./bench/e2e/ | grep '^Test' | $(SHARD) $(E2E_COSTS) host $(E2E_SHARDS) $*) && \
