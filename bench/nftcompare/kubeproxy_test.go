@@ -132,6 +132,8 @@ type scenarioRun struct {
 	apiAddr, kubeconfig       string
 	kubeProxy, kproxy, prefix string
 	results                   []Result
+	// compared are the tables the last compare read, by run and family.
+	compared map[string]map[string]string
 }
 
 // The proxy runs of a scenario.
@@ -231,7 +233,8 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 	var wg sync.WaitGroup
 	for run, ns := range nss {
 		wg.Go(func() {
-			got, errs := waitRun(ctx, ns, expected)
+			before := r.compared[run] // nil in the first phase
+			got, errs := waitRun(ctx, ns, expected, before)
 			// kube-proxy writes its rule for unallocated ClusterIPs in full
 			// syncs only, and learns the service ranges from an informer
 			// it does not wait for: when its first sync came first, the
@@ -254,7 +257,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 					errs = map[string]error{families()[0]: err}
 					break
 				}
-				got, errs = waitRun(ctx, ns, expected)
+				got, errs = waitRun(ctx, ns, expected, before)
 			}
 			if run != kproxyRun && lacksUnallocated(got, errs) {
 				errs[families()[0]] = fmt.Errorf("no rule for unallocated ClusterIPs after 3 restarts")
@@ -270,6 +273,7 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 		})
 	}
 	wg.Wait()
+	r.compared = tables
 	if dir := os.Getenv(DumpEnv); dir != "" {
 		for run, byFamily := range tables {
 			for fam, table := range byFamily {
@@ -360,13 +364,13 @@ func (r *scenarioRun) compare(ctx context.Context, nss map[string]*ProxyNetns, p
 }
 
 // waitRun waits for both families' tables of one proxy, in parallel.
-func waitRun(ctx context.Context, ns *ProxyNetns, expected map[string][]string) (tables map[string]string, errs map[string]error) {
+func waitRun(ctx context.Context, ns *ProxyNetns, expected map[string][]string, before map[string]string) (tables map[string]string, errs map[string]error) {
 	tables, errs = map[string]string{}, map[string]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, fam := range families() {
 		wg.Go(func() {
-			table, err := waitSynced(ctx, ns, fam, expected[fam], 60*time.Second)
+			table, err := waitSynced(ctx, ns, fam, expected[fam], before[fam], 60*time.Second)
 			mu.Lock()
 			defer mu.Unlock()
 			tables[fam], errs[fam] = table, err
@@ -407,10 +411,14 @@ func lacksUnallocated(tables map[string]string, errs map[string]error) bool {
 // service and has not changed for stableFor, and returns it normalised. (A
 // proxy's first sync may come before it knows everything: kube-proxy adds
 // the rule for unallocated ClusterIPs only once its ServiceCIDR informer has
-// synced; see compare.) On timeout, or when the proxy exits, it returns the last table it
-// read and an error saying what was missing.
-func waitSynced(ctx context.Context, ns *ProxyNetns, family string, expected []string, timeout time.Duration) (string, error) {
-	const stableFor = 3 * time.Second
+// synced; see compare.) A table still the same as before (the normalised
+// table of the phase before the changes, "" in the first) must hold for
+// unchangedFor instead: a proxy slowed by a busy machine may not have seen
+// the changes yet (kube-proxy once showed the old source ranges after 3 s).
+// On timeout, or when the proxy exits, it returns the last table it read
+// and an error saying what was missing.
+func waitSynced(ctx context.Context, ns *ProxyNetns, family string, expected []string, before string, timeout time.Duration) (string, error) {
+	const stableFor, unchangedFor = 3 * time.Second, 20 * time.Second
 	deadline := time.Now().Add(timeout)
 	var last, prev string
 	var stableSince time.Time
@@ -433,6 +441,8 @@ func waitSynced(ctx context.Context, ns *ProxyNetns, family string, expected []s
 			case last != prev:
 				stableSince = time.Now()
 				err = fmt.Errorf("the %s table still changes", family)
+			case last == before && time.Since(stableSince) < unchangedFor:
+				err = fmt.Errorf("the %s table is still the one before the changes", family)
 			case time.Since(stableSince) >= stableFor:
 				return last, nil
 			}
