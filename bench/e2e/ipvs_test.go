@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -169,8 +170,11 @@ func TestIPVSStartup(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer os.Rename(module+".hidden", module)
-			// Bounded: a kproxy that does not check would run on.
-			args := append([]string{"20", l.bin}, kproxyArgs(m, "--services-file="+l.manifest)...)
+			// Bounded: a kproxy that does not check would run on. The
+			// bound is a start's (its kernel probe alone took 9 s in a
+			// busy guest, and 20 s did not reach the check).
+			bound := strconv.Itoa(int(firstSyncBound().Seconds()))
+			args := append([]string{bound, l.bin}, kproxyArgs(m, "--services-file="+l.manifest)...)
 			out, err := l.topo.Node.Exec("timeout", append(args, "--ipvs-scheduler=sed")...)
 			if err == nil {
 				t.Fatalf("kproxy with --ipvs-scheduler=sed started without the scheduler's module:\n%s", out)
