@@ -125,6 +125,9 @@ func TestLoopAcceptBacksOffOnEMFILE(t *testing.T) {
 	tp := startProxy(t, Config{Picker: newPicker(serve(t, echo)), Loops: 1})
 	svc := vip()
 	portal(t, svc, tp.port)
+	// The loops start in Serve's goroutine; taking their descriptors while
+	// the limit is low would leave none for the client.
+	eventually(t, "the relay's loops to start", func() bool { return tp.nloops.Load() >= 1 })
 
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
