@@ -37,8 +37,9 @@ var (
 )
 
 // startSource runs a Source on client until the test ends and returns its
-// sink and a channel carrying Run's result.
-func startSource(t *testing.T, client *fake.Clientset) (*sinktest.Recorder, <-chan error) {
+// sink once the Source has synced: Run returns nil when cancelled after
+// that, and an error before (which the cleanup would report).
+func startSource(t *testing.T, client *fake.Clientset) *sinktest.Recorder {
 	t.Helper()
 	sink := sinktest.New()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -50,7 +51,8 @@ func startSource(t *testing.T, client *fake.Clientset) (*sinktest.Recorder, <-ch
 			t.Errorf("Run after cancel after sync: %v", err)
 		}
 	})
-	return sink, done
+	eventually(t, wait, "OnSynced", sink.Synced)
+	return sink
 }
 
 func TestInitialStateAndFiltering(t *testing.T) {
@@ -63,8 +65,7 @@ func TestInitialStateAndFiltering(t *testing.T) {
 		node(testNode, "198.19.0.1"),
 		node("node-b", "198.19.0.2"),
 	)
-	sink, _ := startSource(t, client)
-	eventually(t, wait, "OnSynced", sink.Synced)
+	sink := startSource(t, client)
 	eventually(t, wait, "this node", func() bool { return sink.Node() != nil })
 
 	got := sink.PresentAtSync()
@@ -88,8 +89,7 @@ func TestInitialStateAndFiltering(t *testing.T) {
 // filters on (the integration test checks the server side).
 func TestListWatchSelectors(t *testing.T) {
 	client := fake.NewClientset()
-	sink, _ := startSource(t, client)
-	eventually(t, wait, "OnSynced", sink.Synced)
+	startSource(t, client)
 
 	want := map[string]struct{ label, field string }{
 		"services":       {"!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name", "spec.clusterIP!=None"},
@@ -135,8 +135,7 @@ func TestEventsAfterSync(t *testing.T) {
 		endpointSlice(ns, "web-abc", "web", nil, "198.19.1.1"),
 		node(testNode, "198.19.0.1"),
 	)
-	sink, _ := startSource(t, client)
-	eventually(t, wait, "OnSynced", sink.Synced)
+	sink := startSource(t, client)
 	eventually(t, wait, "this node", func() bool { return sink.Node() != nil })
 
 	updated := service(ns, "web", "198.18.0.10", nil)
@@ -388,7 +387,7 @@ func TestServiceCIDRs(t *testing.T) {
 	}
 	ctx := context.Background()
 	client := fake.NewClientset(serviceCIDR("kubernetes", "198.18.0.0/16", "fd00:18::/108"))
-	sink, _ := startSource(t, client)
+	sink := startSource(t, client)
 	holds := func(want map[string][]string) func() bool {
 		return func() bool { return cmp.Equal(sink.ServiceCIDRs(), want, cmpopts.EquateEmpty()) }
 	}
